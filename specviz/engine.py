@@ -1,0 +1,398 @@
+"""The speculative decoding loop: Session.step() does one draft -> verify -> commit round.
+
+Ladder (gpt-fast style): ``encode_prompt`` -> ``Session._prefill`` -> ``Session.step`` ->
+``SpeculativeDecoder.generate``; ``autoregressive`` is the same loop with nothing drafted, so the
+baseline pays exactly the same bookkeeping as the speculative path.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Iterable, Sequence
+
+import torch
+
+from .algorithm import TOP_N, Verification, logits_to_probs, verify
+from .hooks import Hook, HookList
+from .kv import cache_length, forward_logits, new_cache, rollback
+from .proposers.base import Proposer, empty_proposal
+from .records import DraftDecision, GenerationResult, Proposal, Sampling, Stats, StepRecord, TopToken
+
+MAX_K = 32
+
+
+def encode_prompt(tokenizer, prompt: str | Sequence[int], chat: bool = False) -> list[int]:
+    """Prompt text (or ready token ids) -> token ids; ``chat`` wraps it in the chat template."""
+    if not isinstance(prompt, str):
+        ids = [int(t) for t in prompt]
+    elif not prompt.strip():
+        raise ValueError("the prompt is empty: type some text to continue")
+    elif chat and getattr(tokenizer, "chat_template", None):
+        out = tokenizer.apply_chat_template(
+            [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=True
+        )
+        ids = list(out["input_ids"] if hasattr(out, "keys") else out)
+    else:
+        ids = tokenizer(prompt, add_special_tokens=True)["input_ids"]
+    if not ids:
+        raise ValueError("the prompt is empty: type some text to continue")
+    return [int(t) for t in ids]
+
+
+def eos_token_ids(target) -> frozenset[int]:
+    """The ids that end generation: the generation config's, else the tokenizer's."""
+    eos = getattr(getattr(target.model, "generation_config", None), "eos_token_id", None)
+    if eos is None:
+        eos = target.tokenizer.eos_token_id
+    if eos is None:
+        return frozenset()
+    return frozenset([eos] if isinstance(eos, int) else eos)
+
+
+class TokenTexts:
+    """Token id -> display text, memoised (decoding is the hot part of building records)."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
+        self._cache: dict[int, str] = {}
+
+    def __call__(self, token_id: int) -> str:
+        text = self._cache.get(token_id)
+        if text is None:
+            text = self.tokenizer.decode([token_id], skip_special_tokens=False)
+            self._cache[token_id] = text
+        return text
+
+    def tops(self, values: list[float], ids: list[int]) -> tuple[TopToken, ...]:
+        return tuple((i, self(i), v) for v, i in zip(values, ids))
+
+
+def _check_k(k: int) -> int:
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_K:
+        raise ValueError(f"k (tokens drafted per step) must be a whole number from 1 to {MAX_K}, got {k!r}; try 4")
+    return k
+
+
+def _check_max_new_tokens(n: int) -> int:
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"max_new_tokens must be a whole number >= 1, got {n!r}")
+    return n
+
+
+class SpeculativeDecoder:
+    """A target model and a proposer, with k and the sampling settings."""
+
+    def __init__(self, target, proposer: Proposer | None, k: int = 4, sampling: Sampling = Sampling()):
+        self.target = target  # specviz.models.LoadedModel
+        self.proposer = proposer
+        self.k = _check_k(k) if proposer is not None else 0
+        if not isinstance(sampling, Sampling):
+            raise ValueError("sampling must be a specviz.Sampling(temperature=..., top_k=..., top_p=...)")
+        self.sampling = sampling
+        self.texts = TokenTexts(target.tokenizer)
+        self.eos = eos_token_ids(target)
+
+    @property
+    def name(self) -> str:
+        return self.proposer.name if self.proposer is not None else "target-only"
+
+    def start(
+        self,
+        prompt: str | Sequence[int],
+        max_new_tokens: int = 64,
+        seed: int = 0,
+        hooks: Iterable[Hook] = (),
+        chat: bool = False,
+    ) -> "Session":
+        ids = encode_prompt(self.target.tokenizer, prompt, chat=chat)
+        return Session(self, ids, _check_max_new_tokens(max_new_tokens), seed, hooks, prompt if isinstance(prompt, str) else "")
+
+    def generate(
+        self,
+        prompt: str | Sequence[int],
+        max_new_tokens: int = 64,
+        seed: int = 0,
+        hooks: Iterable[Hook] = (),
+        chat: bool = False,
+    ) -> GenerationResult:
+        session = self.start(prompt, max_new_tokens=max_new_tokens, seed=seed, hooks=hooks, chat=chat)
+        while not session.done:
+            session.step()
+        return session.result()
+
+
+def autoregressive(
+    target,
+    prompt: str | Sequence[int],
+    max_new_tokens: int = 64,
+    sampling: Sampling = Sampling(),
+    seed: int = 0,
+    hooks: Iterable[Hook] = (),
+    chat: bool = False,
+) -> GenerationResult:
+    """Target-only KV-cached decoding: the baseline, one target forward per token."""
+    decoder = SpeculativeDecoder(target, None, sampling=sampling)
+    return decoder.generate(prompt, max_new_tokens=max_new_tokens, seed=seed, hooks=hooks, chat=chat)
+
+
+class Session:
+    """One prompt being decoded: owns the target's KV cache, the proposer's state and the RNG."""
+
+    def __init__(self, decoder: SpeculativeDecoder, prompt_ids: list[int], max_new_tokens: int, seed: int, hooks, prompt: str):
+        self.decoder = decoder
+        self.target = decoder.target
+        self.prompt = prompt
+        self.prompt_ids = prompt_ids
+        self.max_new_tokens = max_new_tokens
+        self.seed = int(seed)
+        self.hooks = HookList(hooks)
+        device = self.target.device
+        self.generator = torch.Generator(device=device).manual_seed(self.seed)
+        # context buffer: prompt + committed tokens; [: self.length] is live
+        self._buf = torch.zeros(len(prompt_ids) + max_new_tokens + 1, dtype=torch.long, device=device)
+        self._buf[: len(prompt_ids)] = torch.tensor(prompt_ids, dtype=torch.long)
+        self.length = len(prompt_ids)
+        self.cache = new_cache(self.target.model)
+        self.proposer_state = decoder.proposer.init_state(self.target) if decoder.proposer is not None else None
+        self.steps: list[StepRecord] = []
+        self.finished: str | None = None
+        self.prefill_ms = 0.0
+        self.target_forwards = 0
+        self._prefilled = False
+        self._result: GenerationResult | None = None
+        self.hooks.on_start(self)
+
+    # -- state -------------------------------------------------------------------------------
+    @property
+    def context(self) -> torch.Tensor:
+        return self._buf[: self.length]  # [n] long
+
+    @property
+    def new_token_ids(self) -> list[int]:
+        return self._buf[len(self.prompt_ids) : self.length].tolist()
+
+    @property
+    def n_new(self) -> int:
+        return self.length - len(self.prompt_ids)
+
+    @property
+    def done(self) -> bool:
+        return self.finished is not None
+
+    @property
+    def text(self) -> str:
+        return self.target.tokenizer.decode(self.new_token_ids, skip_special_tokens=True)
+
+    def describe(self) -> dict[str, Any]:
+        d = self.decoder
+        return {
+            "target": self.target.name,
+            "proposer": d.name,
+            "k": d.k,
+            "sampling": {"temperature": d.sampling.temperature, "top_k": d.sampling.top_k, "top_p": d.sampling.top_p},
+            "seed": self.seed,
+            "max_new_tokens": self.max_new_tokens,
+            "prompt": self.prompt,
+            "prompt_ids": list(self.prompt_ids),
+            "device": str(self.target.device),
+            "dtype": str(getattr(self.target, "dtype", "")),
+        }
+
+    # -- the loop ----------------------------------------------------------------------------
+    def _sync(self) -> None:
+        if self.target.device.type == "cuda":
+            torch.cuda.synchronize(self.target.device)
+
+    @torch.inference_mode()
+    def _prefill(self) -> None:
+        """Fill the target's cache with all but the last prompt token (each step feeds that one)."""
+        t0 = time.perf_counter()
+        if self.length > 1:
+            forward_logits(self.target.model, self.context[:-1], self.cache, 1)
+            self.target_forwards += 1
+        self._sync()
+        self.prefill_ms = (time.perf_counter() - t0) * 1e3
+        self._prefilled = True
+
+    def _next_k(self) -> int:
+        # Never draft past max_new_tokens: k drafts + 1 correction/bonus <= tokens left.
+        if self.decoder.proposer is None:
+            return 0
+        return max(0, min(self.decoder.k, self.max_new_tokens - self.n_new - 1))
+
+    @torch.inference_mode()
+    def step(self) -> StepRecord:
+        """One round: draft k tokens, score them in one target pass, verify, commit, roll back."""
+        if self.done:
+            raise RuntimeError("this session has finished; start a new one")
+        if not self._prefilled:
+            self._prefill()
+        decoder, target, sampling = self.decoder, self.target, self.decoder.sampling
+        t0 = time.perf_counter()
+
+        # 1. Draft up to k tokens after the context.
+        k = self._next_k()
+        if k > 0:
+            proposal = decoder.proposer.propose(self.proposer_state, self.context, k, sampling, self.generator)
+            if proposal.k > k:
+                proposal = Proposal(proposal.tokens[:k], None if proposal.q is None else proposal.q[:k], proposal.info)
+        else:
+            proposal = empty_proposal(target.device)
+        drafts = proposal.tokens  # [k]
+        k = proposal.k
+        self.hooks.on_draft(self, proposal)
+        self._sync()
+        t1 = time.perf_counter()
+
+        # 2. Score: one target forward over [last committed token, x_1..x_k] -> k+1 rows of p.
+        feed = torch.cat([self.context[-1:], drafts])  # [k+1]
+        logits = forward_logits(target.model, feed, self.cache, k + 1)  # [k+1, V]
+        p = logits_to_probs(logits, sampling)  # [k+1, V]
+        self.target_forwards += 1
+        self._sync()
+        t2 = time.perf_counter()
+
+        # 3. Verify: the longest accepted prefix, then a correction or bonus token.
+        q = proposal.q
+        if q is not None and q.shape[-1] != p.shape[-1]:
+            raise ValueError(f"the proposer's q has {q.shape[-1]} columns but the target's vocabulary has {p.shape[-1]}")
+        ver = verify(
+            p, q, drafts, generator=self.generator, greedy=sampling.greedy,
+            target_argmax=logits.argmax(dim=-1) if sampling.greedy else None,
+        )
+        self.hooks.on_verify(self, ver)
+
+        # 4. Commit x_1..x_n and the next token (stopping at EOS / max_new_tokens), then roll the
+        #    target's cache back to everything but the new last token.
+        new = drafts[: ver.n_accepted].tolist() + [ver.next_token]
+        committed: list[int] = []
+        for t in new:
+            if self.n_new + len(committed) >= self.max_new_tokens:
+                break
+            committed.append(t)
+            if t in decoder.eos:
+                self.finished = "eos"
+                break
+        self._buf[self.length : self.length + len(committed)] = torch.tensor(committed, dtype=torch.long)
+        self.length += len(committed)
+        if self.finished is None and self.n_new >= self.max_new_tokens:
+            self.finished = "length"
+        rollback(self.cache, self.length - 1)
+
+        # 5. Record.
+        record = self._record(proposal, p, ver, committed, k)
+        t3 = time.perf_counter()
+        record = _with_timings(record, (t1 - t0) * 1e3, (t2 - t1) * 1e3, (t3 - t2) * 1e3)
+        self.steps.append(record)
+        self.hooks.on_step(self, record)
+        if self.done:
+            self.hooks.on_finish(self, self.result())
+        return record
+
+    def _record(self, proposal: Proposal, p: torch.Tensor, ver: Verification, committed: list[int], k: int) -> StepRecord:
+        texts = self.decoder.texts
+        n = ver.n_accepted
+        top_p_vals, top_p_ids = (t.tolist() for t in torch.topk(p, min(TOP_N, p.shape[-1]), dim=-1))  # [k+1, 10]
+        if proposal.q is not None and k:
+            top_q_vals, top_q_ids = (t.tolist() for t in torch.topk(proposal.q, min(TOP_N, p.shape[-1]), dim=-1))
+        else:
+            top_q_vals = top_q_ids = [[] for _ in range(k)]
+        ids, p_x, q_x, ratio = proposal.tokens.tolist(), ver.p_x.tolist(), ver.q_x.tolist(), ver.ratio.tolist()
+        u = ver.u.tolist() if ver.u is not None else [None] * k
+        drafts = tuple(
+            DraftDecision(
+                position=i,
+                token_id=ids[i],
+                text=texts(ids[i]),
+                q=q_x[i],
+                p=p_x[i],
+                ratio=ratio[i],
+                u=u[i] if i <= n else None,
+                verdict="accepted" if i < n else ("rejected" if i == n else "discarded"),
+                top_p=texts.tops(top_p_vals[i], top_p_ids[i]),
+                top_q=texts.tops(top_q_vals[i], top_q_ids[i]),
+            )
+            for i in range(k)
+        )
+        top_residual: tuple[TopToken, ...] = ()
+        if ver.residual is not None:
+            vals, rids = (t.tolist() for t in torch.topk(ver.residual, min(TOP_N, p.shape[-1])))
+            top_residual = texts.tops(vals, rids)
+        kind = "target" if k == 0 else ("resampled" if n < k else "bonus")
+        return StepRecord(
+            index=len(self.steps),
+            k=k,
+            drafts=drafts,
+            n_accepted=n,
+            next_token_id=ver.next_token,
+            next_token_text=texts(ver.next_token),
+            next_kind=kind,
+            next_p=float(p[n, ver.next_token]),
+            top_next=texts.tops(top_p_vals[n], top_p_ids[n]),
+            top_residual=top_residual,
+            committed=tuple(committed),
+            committed_text=tuple(texts(t) for t in committed),
+            draft_ms=0.0,
+            verify_ms=0.0,
+            other_ms=0.0,
+            finished=self.finished,
+            info=dict(proposal.info),
+        )
+
+    # -- results -----------------------------------------------------------------------------
+    def stats(self) -> Stats:
+        return compute_stats(self.steps, self.prefill_ms, self.target_forwards)
+
+    def result(self) -> GenerationResult:
+        if self._result is not None and self._result.stats.steps == len(self.steps):
+            return self._result
+        ids = self.new_token_ids
+        self._result = GenerationResult(
+            text=self.target.tokenizer.decode(ids, skip_special_tokens=True),
+            token_ids=tuple(ids),
+            steps=tuple(self.steps),
+            stats=self.stats(),
+            prompt=self.prompt,
+            finished=self.finished,
+        )
+        return self._result
+
+
+def _with_timings(record: StepRecord, draft_ms: float, verify_ms: float, other_ms: float) -> StepRecord:
+    from dataclasses import replace
+
+    return replace(record, draft_ms=draft_ms, verify_ms=verify_ms, other_ms=other_ms)
+
+
+def compute_stats(steps: Sequence[StepRecord], prefill_ms: float = 0.0, target_forwards: int | None = None) -> Stats:
+    """Metrics from step records (DESIGN.md, Metrics); usable on a trace loaded back from disk."""
+    n_steps = len(steps)
+    drafted = sum(s.k for s in steps)
+    # drafts cut off by EOS / max_new_tokens were never committed, so they are not counted
+    accepted = sum(min(s.n_accepted, s.n_committed) for s in steps)
+    new_tokens = sum(s.n_committed for s in steps)
+    max_k = max((s.k for s in steps), default=0)
+    per_position = tuple(
+        sum(1 for s in steps if s.k > i and min(s.n_accepted, s.n_committed) > i) / max(1, sum(1 for s in steps if s.k > i))
+        for i in range(max_k)
+    )
+    draft_ms = sum(s.draft_ms for s in steps)
+    verify_ms = sum(s.verify_ms for s in steps)
+    other_ms = sum(s.other_ms for s in steps)
+    wall_s = (draft_ms + verify_ms + other_ms + prefill_ms) / 1e3
+    return Stats(
+        steps=n_steps,
+        drafted=drafted,
+        accepted=accepted,
+        new_tokens=new_tokens,
+        acceptance_rate=accepted / drafted if drafted else 0.0,
+        mean_acceptance_length=new_tokens / n_steps if n_steps else 0.0,
+        per_position=per_position,
+        wall_s=wall_s,
+        tokens_per_s=new_tokens / wall_s if wall_s > 0 else 0.0,
+        target_forwards=target_forwards if target_forwards is not None else n_steps,
+        draft_ms=draft_ms,
+        verify_ms=verify_ms,
+        other_ms=other_ms,
+        prefill_ms=prefill_ms,
+    )

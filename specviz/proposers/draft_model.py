@@ -1,0 +1,90 @@
+"""A small draft model that shares the target's tokenizer (Leviathan et al.'s M_q)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from ..algorithm import logits_to_probs
+from ..kv import cache_length, forward_logits, new_cache, rollback, vocab_size
+from ..records import Proposal, Sampling
+
+
+@dataclass
+class _DraftState:
+    cache: object  # the draft's DynamicCache
+    vocab: int  # the target's vocabulary size: q is laid out on it
+    ids: list[int] = field(default_factory=list)  # tokens the cache holds, in order
+
+
+class DraftModel:
+    """Drafts k tokens autoregressively with its own KV cache, rolled back after rejections."""
+
+    def __init__(self, model, name: str | None = None):
+        self.model = model  # a specviz.models.LoadedModel
+        self.name = name or f"draft:{model.name}"
+
+    def init_state(self, target) -> _DraftState:
+        check_same_tokenizer(target, self.model)
+        return _DraftState(cache=new_cache(self.model.model), vocab=vocab_size(target.model))
+
+    @torch.inference_mode()
+    def propose(self, state: _DraftState, context: torch.Tensor, k: int, sampling: Sampling, generator) -> Proposal:
+        device = self.model.device
+        ctx = context.tolist()
+        # 1. Roll the cache back to the longest prefix it shares with the context (at least one
+        #    context token must be fed to get the next-token logits).
+        keep = min(_common_prefix(state.ids, ctx), len(ctx) - 1)
+        rollback(state.cache, keep)
+        feed = torch.tensor(ctx[keep:], dtype=torch.long, device=device)  # [n_new]
+        state.ids = ctx[:keep]
+        tokens: list[int] = []
+        qs: list[torch.Tensor] = []
+        # 2. Draft x_1..x_k one at a time, sampling each from q with the session's generator.
+        for i in range(k):
+            logits = forward_logits(self.model.model, feed, state.cache, 1)[0]  # [V_draft]
+            state.ids.extend(feed.tolist())
+            logits = _fit_vocab(logits, state.vocab)  # [V]
+            q = logits_to_probs(logits, sampling)  # [V]
+            x = int(logits.argmax()) if sampling.greedy else int(torch.multinomial(q, 1, generator=generator))
+            tokens.append(x)
+            qs.append(q)
+            feed = torch.tensor([x], dtype=torch.long, device=device)
+        assert cache_length(state.cache) == len(state.ids)
+        return Proposal(
+            tokens=torch.tensor(tokens, dtype=torch.long, device=context.device),
+            q=torch.stack(qs).to(context.device) if qs else None,  # [k, V]
+        )
+
+
+def _fit_vocab(logits: torch.Tensor, vocab: int) -> torch.Tensor:
+    """Draft logits [V_d] -> [vocab]: pad with -inf or cut, so q lives on the target's vocabulary."""
+    if logits.shape[-1] == vocab:
+        return logits
+    if logits.shape[-1] > vocab:
+        return logits[:vocab]
+    pad = logits.new_full((vocab - logits.shape[-1],), float("-inf"))
+    return torch.cat([logits, pad])
+
+
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+def check_same_tokenizer(target, draft) -> None:
+    """Raise a ValueError unless the draft's token ids mean the same strings as the target's."""
+    tv, dv = target.tokenizer.get_vocab(), draft.tokenizer.get_vocab()
+    if tv != dv:
+        only_t = len(tv.keys() - dv.keys())
+        only_d = len(dv.keys() - tv.keys())
+        raise ValueError(
+            f"the draft model {draft.name!r} does not share the target {target.name!r}'s tokenizer "
+            f"({len(dv)} vs {len(tv)} tokens; {only_d} only in the draft, {only_t} only in the target). "
+            "Pick a draft from the same model family (e.g. smollm2-135m for SmolLM2 targets, the "
+            "target's own @int8 copy), or use the n-gram proposer."
+        )

@@ -1,0 +1,86 @@
+"""Shared fixtures: tiny random models built from configs (nothing is downloaded)."""
+
+from __future__ import annotations
+
+import copy
+import os
+
+import pytest
+import torch
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+
+CHARS = "abcdefghijklmnopqrstuvwxyz .,!?'\n"
+SPECIALS = ["<pad>", "<bos>", "<eos>", "<unk>"]
+
+
+def make_char_tokenizer():
+    """A character-level fast tokenizer: ids 0-3 special, then one id per character."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {tok: i for i, tok in enumerate(SPECIALS + list(CHARS))}
+    tk = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tk.pre_tokenizer = pre_tokenizers.Split("", "isolated")
+    tk.decoder = decoders.Fuse()
+    tk.post_processor = processors.TemplateProcessing(single="<bos> $A", special_tokens=[("<bos>", 1)])
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tk, bos_token="<bos>", eos_token="<eos>", unk_token="<unk>", pad_token="<pad>"
+    )
+
+
+def make_llama(vocab_size: int, hidden: int, layers: int, seed: int, sharpen: float = 1.0):
+    """A random Llama; ``sharpen`` scales the LM head so its distributions are peaked, not flat."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(
+        vocab_size=vocab_size, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
+        bos_token_id=1, eos_token_id=2, pad_token_id=0, tie_word_embeddings=False,
+    )
+    model = LlamaForCausalLM(cfg).eval()
+    with torch.no_grad():
+        model.lm_head.weight.mul_(sharpen)
+    model.generation_config.pad_token_id = 0
+    return model
+
+
+def loaded(model, tokenizer, name):
+    from specviz.models import LoadedModel
+
+    return LoadedModel(model=model, tokenizer=tokenizer, name=name, device=torch.device("cpu"), dtype=torch.float32)
+
+
+def perturbed(model, scale: float, seed: int):
+    """A copy of ``model`` with Gaussian noise on every weight: a draft that mostly agrees."""
+    twin = copy.deepcopy(model)
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in twin.parameters():
+            p.add_(torch.randn(p.shape, generator=g) * scale * p.std())
+    return twin
+
+
+@pytest.fixture(scope="session")
+def tokenizer():
+    return make_char_tokenizer()
+
+
+@pytest.fixture(scope="session")
+def tiny_target(tokenizer):
+    return loaded(make_llama(len(tokenizer), 64, 2, seed=0, sharpen=30.0), tokenizer, "tiny-target")
+
+
+@pytest.fixture(scope="session")
+def tiny_draft(tokenizer):
+    """A smaller, unrelated random model on the same vocabulary: mostly rejected."""
+    return loaded(make_llama(len(tokenizer), 32, 2, seed=1, sharpen=30.0), tokenizer, "tiny-draft")
+
+
+@pytest.fixture(scope="session")
+def near_draft(tiny_target):
+    """The target with noise on its weights: accepted often, rejected sometimes."""
+    return loaded(perturbed(tiny_target.model, 0.3, seed=2), tiny_target.tokenizer, "tiny-near")
