@@ -86,6 +86,8 @@ class SpeculativeDecoder:
         self.target = target  # specviz.models.LoadedModel
         self.proposer = proposer
         self.k = _check_k(k) if proposer is not None else 0
+        if proposer is not None:
+            proposer.init_state(target)  # fail now, not mid-run, if it cannot draft for this target
         if not isinstance(sampling, Sampling):
             raise ValueError("sampling must be a specviz.Sampling(temperature=..., top_k=..., top_p=...)")
         self.sampling = sampling

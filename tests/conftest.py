@@ -83,4 +83,4 @@ def tiny_draft(tokenizer):
 @pytest.fixture(scope="session")
 def near_draft(tiny_target):
     """The target with noise on its weights: accepted often, rejected sometimes."""
-    return loaded(perturbed(tiny_target.model, 0.3, seed=2), tiny_target.tokenizer, "tiny-near")
+    return loaded(perturbed(tiny_target.model, 0.1, seed=2), tiny_target.tokenizer, "tiny-near")

@@ -1,0 +1,130 @@
+"""The rule on hand-written distributions: exact expected outcomes."""
+
+import pytest
+import torch
+
+from specviz.algorithm import (
+    acceptance_ratio,
+    expected_speedup,
+    expected_tokens_per_step,
+    logits_to_probs,
+    point_mass_residual,
+    residual_distribution,
+    verify,
+)
+from specviz.records import Sampling
+
+
+
+def rows(*dists):
+    return torch.tensor(dists, dtype=torch.float32)
+
+
+def test_acceptance_ratio_is_min_1_p_over_q():
+    p = torch.tensor([0.2, 0.5, 0.0])
+    q = torch.tensor([0.4, 0.25, 0.3])
+    assert torch.allclose(acceptance_ratio(p, q), torch.tensor([0.5, 1.0, 0.0]))
+
+
+def test_residual_is_normalised_positive_part():
+    p = torch.tensor([0.5, 0.3, 0.2, 0.0])
+    q = torch.tensor([0.2, 0.5, 0.2, 0.1])
+    # max(0, p - q) = [0.3, 0, 0, 0] -> [1, 0, 0, 0]
+    assert torch.allclose(residual_distribution(p, q), torch.tensor([1.0, 0.0, 0.0, 0.0]))
+    p = torch.tensor([0.4, 0.4, 0.2])
+    q = torch.tensor([0.2, 0.3, 0.5])
+    assert torch.allclose(residual_distribution(p, q), torch.tensor([2 / 3, 1 / 3, 0.0]))
+
+
+def test_residual_of_identical_distributions_falls_back_to_p():
+    p = torch.tensor([0.25, 0.75])
+    assert torch.allclose(residual_distribution(p, p.clone()), p)
+
+
+def test_point_mass_residual_removes_the_drafted_token():
+    p = torch.tensor([0.5, 0.25, 0.25])
+    assert torch.allclose(point_mass_residual(p, 0), torch.tensor([0.0, 0.5, 0.5]))
+
+
+def test_greedy_accepts_matching_prefix_and_corrects_with_argmax():
+    p = rows([0.1, 0.7, 0.2], [0.6, 0.3, 0.1], [0.2, 0.2, 0.6], [0.1, 0.1, 0.8])  # argmax 1, 0, 2, 2
+    ver = verify(p, None, torch.tensor([1, 0, 1]), generator=None, greedy=True)
+    assert (ver.n_accepted, ver.next_token, ver.resampled) == (2, 2, True)
+    ver = verify(p, None, torch.tensor([1, 0, 2]), generator=None, greedy=True)
+    assert (ver.n_accepted, ver.next_token, ver.resampled) == (3, 2, False)  # bonus = argmax p[3]
+    ver = verify(p, None, torch.tensor([2, 0, 2]), generator=None, greedy=True)
+    assert (ver.n_accepted, ver.next_token) == (0, 1)
+
+
+def test_greedy_uses_target_logits_argmax_when_given():
+    p = rows([0.5, 0.5], [0.5, 0.5])
+    ver = verify(p, None, torch.tensor([1]), generator=None, greedy=True, target_argmax=torch.tensor([1, 0]))
+    assert (ver.n_accepted, ver.next_token) == (1, 0)
+
+
+def test_certain_acceptance_and_certain_rejection():
+    g = torch.Generator().manual_seed(0)
+    # p(x) >= q(x) at every drafted position: every draft accepted, bonus from p[k] (a point mass)
+    p = rows([0.0, 1.0, 0.0], [0.0, 0.0, 1.0], [1.0, 0.0, 0.0])
+    q = rows([0.5, 0.5, 0.0], [0.0, 0.5, 0.5])
+    for _ in range(20):
+        ver = verify(p, q, torch.tensor([1, 2]), generator=g)
+        assert (ver.n_accepted, ver.next_token, ver.resampled) == (2, 0, False)
+    # p(x_1) = 0: always rejected; the residual max(0, p - q) = [0, 0, 0.5] -> token 2
+    p = rows([0.0, 0.0, 1.0], [1.0, 0.0, 0.0])
+    q = rows([0.0, 1.0, 0.0])
+    for _ in range(20):
+        ver = verify(p, q, torch.tensor([1]), generator=g)
+        assert (ver.n_accepted, ver.next_token, ver.resampled) == (0, 2, True)
+        assert torch.allclose(ver.residual, torch.tensor([0.0, 0.0, 1.0]))
+
+
+def test_point_mass_accepts_with_probability_p():
+    g = torch.Generator().manual_seed(1)
+    p = rows([0.3, 0.7], [0.5, 0.5])
+    n = 20000
+    acc = sum(verify(p, None, torch.tensor([0]), generator=g).n_accepted for _ in range(n)) / n
+    assert abs(acc - 0.3) < 0.015
+
+
+def test_ratio_and_u_are_recorded():
+    g = torch.Generator().manual_seed(0)
+    p = rows([0.2, 0.8], [0.5, 0.5])
+    q = rows([0.4, 0.6])
+    ver = verify(p, q, torch.tensor([0]), generator=g)
+    assert ver.ratio.tolist() == pytest.approx([0.5])
+    assert ver.u is not None and 0 <= float(ver.u[0]) < 1
+    assert ver.n_accepted == int(float(ver.u[0]) <= 0.5)
+
+
+def test_temperature_top_k_top_p():
+    logits = torch.tensor([2.0, 1.0, 0.0, -1.0])
+    assert torch.allclose(logits_to_probs(logits, Sampling(1.0)), torch.softmax(logits, -1))
+    assert torch.allclose(logits_to_probs(logits, Sampling(0.5)), torch.softmax(logits / 0.5, -1))
+    top2 = logits_to_probs(logits, Sampling(1.0, top_k=2))
+    assert top2[2:].sum() == 0 and torch.allclose(top2[:2], torch.softmax(logits[:2], -1))
+    sm = torch.softmax(logits, -1)  # [0.644, 0.237, 0.087, 0.032]
+    nucleus = logits_to_probs(logits, Sampling(1.0, top_p=0.8))  # 0.644 < 0.8 -> keep 2 tokens
+    assert (nucleus > 0).tolist() == [True, True, False, False]
+    assert torch.allclose(nucleus[:2], sm[:2] / sm[:2].sum())
+    assert (logits_to_probs(logits, Sampling(1.0, top_p=0.5)) > 0).tolist() == [True, False, False, False]
+    assert torch.allclose(logits_to_probs(logits, Sampling(0.0)), sm)  # greedy shows plain softmax
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [dict(temperature=-1), dict(temperature=float("nan")), dict(top_p=0.0), dict(top_p=1.5), dict(top_k=-2)],
+)
+def test_bad_sampling_settings_raise_helpful_errors(kwargs):
+    with pytest.raises(ValueError, match="must"):
+        Sampling(**kwargs)
+
+
+def test_theory_against_hand_computed_values():
+    assert expected_tokens_per_step(0.0, 4) == 1.0
+    assert expected_tokens_per_step(1.0, 4) == 5.0
+    assert expected_tokens_per_step(0.5, 2) == pytest.approx(1.75)  # 1 + .5 + .25
+    assert expected_tokens_per_step(0.8, 4) == pytest.approx((1 - 0.8**5) / 0.2)
+    # a = 0.8, k = 4, c = 0.05: (1 - 0.32768) / 0.2 = 3.3616 tokens per step, / (4 * 0.05 + 1)
+    assert expected_speedup(0.8, 4, 0.05) == pytest.approx(3.3616 / 1.2)
+    assert expected_speedup(0.5, 2, 0.1, v=1.5) == pytest.approx(1.75 / 1.7)

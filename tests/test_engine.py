@@ -1,0 +1,249 @@
+"""The engine on tiny random models: greedy equality, sampled exactness, KV rollback, seeds."""
+
+import copy
+from dataclasses import replace
+
+import pytest
+import torch
+
+import specviz.algorithm as algorithm
+from specviz import Hook, Sampling, SpeculativeDecoder, TraceRecorder, autoregressive, load_trace
+from specviz.algorithm import logits_to_probs
+from specviz.engine import encode_prompt
+from specviz.kv import forward_logits, rollback
+from specviz.proposers import DraftModel, NGram
+
+PROMPTS = [
+    "the cat sat on the mat. the cat sat on the",
+    "hello world, hello again. hello",
+    "a quick brown fox jumps over the lazy dog",
+]
+
+
+def hf_greedy(target, prompt, n):
+    ids = torch.tensor([encode_prompt(target.tokenizer, prompt)])
+    out = target.model.generate(ids, max_new_tokens=n, do_sample=False)
+    return out[0, ids.shape[1] :].tolist()
+
+
+@pytest.mark.parametrize("k", [1, 3, 8])
+@pytest.mark.parametrize("kind", ["draft", "near", "ngram"])
+def test_greedy_equals_target_greedy(tiny_target, tiny_draft, near_draft, kind, k):
+    proposer = {"draft": lambda: DraftModel(tiny_draft), "near": lambda: DraftModel(near_draft), "ngram": NGram}[kind]()
+    decoder = SpeculativeDecoder(tiny_target, proposer, k=k)
+    for prompt in PROMPTS:
+        ref = hf_greedy(tiny_target, prompt, 40)
+        res = decoder.generate(prompt, max_new_tokens=40)
+        assert list(res.token_ids) == ref
+        assert res.stats.new_tokens == len(ref)
+        assert sum(s.n_committed for s in res.steps) == len(ref)
+
+
+def test_tests_exercise_rejections_and_acceptances(tiny_target, near_draft):
+    res = SpeculativeDecoder(tiny_target, DraftModel(near_draft), k=4).generate(PROMPTS[0], max_new_tokens=40)
+    kinds = {s.next_kind for s in res.steps}
+    assert 0 < res.stats.acceptance_rate < 1 and {"resampled", "bonus"} <= kinds
+
+
+def test_autoregressive_equals_hf_greedy(tiny_target):
+    for prompt in PROMPTS:
+        res = autoregressive(tiny_target, prompt, max_new_tokens=30)
+        assert list(res.token_ids) == hf_greedy(tiny_target, prompt, 30)
+        assert res.stats.mean_acceptance_length == 1.0 and res.stats.drafted == 0
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_identical_draft_accepts_everything(tiny_target, temperature):
+    res = SpeculativeDecoder(tiny_target, DraftModel(tiny_target), k=4, sampling=Sampling(temperature)).generate(
+        PROMPTS[1], max_new_tokens=30, seed=3
+    )
+    assert res.stats.acceptance_rate == 1.0
+    assert all(s.next_kind == "bonus" for s in res.steps if s.k == 4)
+
+
+def test_max_new_tokens_is_exact(tiny_target, near_draft):
+    for n in [1, 2, 5, 13]:
+        res = SpeculativeDecoder(tiny_target, DraftModel(near_draft), k=8).generate(PROMPTS[0], max_new_tokens=n)
+        assert len(res.token_ids) == n and res.finished == "length"
+        assert all(s.k + 1 + sum(x.n_committed for x in res.steps[: s.index]) <= n for s in res.steps)
+
+
+def test_stops_at_eos_and_never_commits_past_it(tiny_target, near_draft):
+    eos = 2
+    usual = max(set(hf_greedy(tiny_target, PROMPTS[2], 40)), key=hf_greedy(tiny_target, PROMPTS[2], 40).count)
+    model = copy.deepcopy(tiny_target.model)
+    with torch.no_grad():  # EOS now wins wherever the target's most common token did
+        model.lm_head.weight[eos] = model.lm_head.weight[usual] * 1.01
+    target = replace(tiny_target, model=model)
+    ref = hf_greedy(target, PROMPTS[2], 40)
+    assert eos in ref, "the EOS setup should produce an EOS"
+    for proposer in [DraftModel(near_draft), NGram()]:
+        res = SpeculativeDecoder(target, proposer, k=4).generate(PROMPTS[2], max_new_tokens=40)
+        assert list(res.token_ids) == ref[: ref.index(eos) + 1]
+        assert res.finished == "eos" and res.token_ids[-1] == eos
+
+
+def test_kv_rollback_matches_full_recompute(tiny_target, near_draft):
+    session = SpeculativeDecoder(tiny_target, DraftModel(near_draft), k=4, sampling=Sampling(1.0)).start(
+        PROMPTS[0], max_new_tokens=40, seed=1
+    )
+    rejected = 0
+    while not session.done:
+        rec = session.step()
+        rejected += rec.n_accepted < rec.k
+        ctx = session.context
+        # target: the cache holds ctx[:-1]; feeding ctx[-1] must give the full-recompute logits
+        cache = copy.deepcopy(session.cache)
+        via_cache = forward_logits(tiny_target.model, ctx[-1:], cache, 1)[0]
+        full = tiny_target.model(ctx[None]).logits[0, -1]
+        assert torch.allclose(via_cache, full, atol=1e-4)
+        # draft: its cache holds state.ids; recompute its last position both ways
+        st = session.proposer_state
+        dcache = copy.deepcopy(st.cache)
+        rollback(dcache, len(st.ids) - 1)
+        ids = torch.tensor(st.ids)
+        via_cache = forward_logits(near_draft.model, ids[-1:], dcache, 1)[0]
+        assert torch.allclose(via_cache, near_draft.model(ids[None]).logits[0, -1], atol=1e-4)
+    assert rejected > 0
+
+
+def test_same_seed_same_run(tiny_target, tiny_draft):
+    def run(seed):
+        dec = SpeculativeDecoder(tiny_target, DraftModel(tiny_draft), k=3, sampling=Sampling(0.8, top_p=0.95))
+        res = dec.generate(PROMPTS[0], max_new_tokens=30, seed=seed)
+        strip = lambda s: replace(s, draft_ms=0, verify_ms=0, other_ms=0)  # noqa: E731
+        return res.token_ids, [strip(s) for s in res.steps]
+
+    a, b, c = run(7), run(7), run(8)
+    assert a == b
+    assert a[0] != c[0]
+
+
+def _exact_two_token_marginals(target, prompt_ids, sampling, eos=2):
+    """P(t1) and P(t2) of target-only sampling, computed exactly from the model. -> [V+1] each,
+    where the last slot is "no such token" (t1 was EOS)."""
+    ids = torch.tensor(prompt_ids)
+    with torch.no_grad():
+        p1 = logits_to_probs(target.model(ids[None]).logits[0, -1], sampling)  # [V]
+        V = p1.shape[0]
+        batch = torch.cat([ids.repeat(V, 1), torch.arange(V)[:, None]], dim=1)  # [V, n+1]
+        p2 = logits_to_probs(target.model(batch).logits[:, -1], sampling)  # [V, V] rows: t1
+    p2[eos] = 0.0
+    t2 = torch.cat([p1 @ p2, p1[eos : eos + 1]])  # [V+1]
+    return torch.cat([p1, torch.zeros(1)]), t2
+
+
+def _tv_of_first_two_tokens(decoder, target, prompt, n):
+    exact1, exact2 = _exact_two_token_marginals(target, encode_prompt(target.tokenizer, prompt), decoder.sampling)
+    c1, c2 = torch.zeros_like(exact1), torch.zeros_like(exact2)
+    for seed in range(n):
+        t = decoder.generate(prompt, max_new_tokens=3, seed=seed).token_ids
+        c1[t[0]] += 1
+        c2[t[1] if len(t) > 1 else -1] += 1
+    return 0.5 * float((c1 / n - exact1).abs().sum()), 0.5 * float((c2 / n - exact2).abs().sum())
+
+
+def _ngram_friendly_prompt(target, sampling, stem="ab cd "):
+    """A prompt "stem y stem" whose n-gram draft (y, copied from the first occurrence) the target
+    gives a probability near 1/2: where a wrong residual shows most."""
+    best = None
+    for y in "abcdefghijklmnopqrstuvwxyz":
+        prompt = stem + y + stem
+        ids = torch.tensor(encode_prompt(target.tokenizer, prompt))
+        with torch.no_grad():
+            p = logits_to_probs(target.model(ids[None]).logits[0, -1], sampling)
+        score = abs(float(p[target.tokenizer.convert_tokens_to_ids(y)]) - 0.5)
+        best = min(best or (score, prompt), (score, prompt))
+    return best[1]
+
+
+@pytest.mark.parametrize("kind", ["draft", "ngram", "target-only"])
+def test_sampled_first_two_tokens_follow_the_target(tiny_target, tiny_draft, kind, monkeypatch):
+    sampling = Sampling(3.0)  # flat enough that p and q differ a lot: a wrong rule shows
+    proposer = {"draft": lambda: DraftModel(tiny_draft), "ngram": NGram, "target-only": lambda: None}[kind]()
+    prompt = _ngram_friendly_prompt(tiny_target, sampling) if kind == "ngram" else "hello hello hello hel"
+    decoder = SpeculativeDecoder(tiny_target, proposer, k=3, sampling=sampling)
+    n = 1500  # sampling noise in TV is ~0.04 here
+    ok1, ok2 = _tv_of_first_two_tokens(decoder, tiny_target, prompt, n)
+    assert ok1 < 0.08 and ok2 < 0.08, (ok1, ok2)
+    if proposer is not None:  # the same check catches a wrong rule: resampling from p
+        monkeypatch.setattr(algorithm, "residual_distribution", lambda p, q: p)
+        monkeypatch.setattr(algorithm, "point_mass_residual", lambda p, x: p)
+        bad1, _ = _tv_of_first_two_tokens(decoder, tiny_target, prompt, n)
+        assert bad1 > 0.12, (ok1, bad1)
+
+
+class Counter(Hook):
+    def __init__(self):
+        self.calls = []
+
+    def on_start(self, s):
+        self.calls.append("start")
+
+    def on_draft(self, s, p):
+        self.calls.append("draft")
+
+    def on_verify(self, s, v):
+        self.calls.append("verify")
+
+    def on_step(self, s, r):
+        self.calls.append("step")
+
+    def on_finish(self, s, r):
+        self.calls.append("finish")
+
+
+def test_hooks_see_every_step_in_order(tiny_target, near_draft):
+    h = Counter()
+    res = SpeculativeDecoder(tiny_target, DraftModel(near_draft), k=2).generate(PROMPTS[0], max_new_tokens=10, hooks=[h])
+    assert h.calls[0] == "start" and h.calls[-1] == "finish"
+    assert h.calls[1:-1] == ["draft", "verify", "step"] * res.stats.steps
+
+
+def test_trace_round_trip(tiny_target, near_draft, tmp_path):
+    path = tmp_path / "run.jsonl"
+    dec = SpeculativeDecoder(tiny_target, DraftModel(near_draft), k=3, sampling=Sampling(0.7))
+    res = dec.generate(PROMPTS[0], max_new_tokens=20, seed=5, hooks=[TraceRecorder(path)])
+    trace = load_trace(path)
+    assert trace.header["target"] == "tiny-target" and trace.header["seed"] == 5 and trace.header["k"] == 3
+    assert trace.steps == res.steps
+    assert trace.stats == res.stats and trace.text == res.text
+
+
+def test_records_hold_what_the_ui_needs(tiny_target, near_draft):
+    res = SpeculativeDecoder(tiny_target, DraftModel(near_draft), k=4, sampling=Sampling(1.0)).generate(
+        PROMPTS[0], max_new_tokens=40, seed=2
+    )
+    for s in res.steps:
+        assert len(s.drafts) == s.k and s.draft_ms >= 0 and s.verify_ms > 0
+        for d in s.drafts:
+            assert len(d.top_p) == 10 and len(d.top_q) == 10
+            assert d.ratio == pytest.approx(min(1.0, d.p / d.q), rel=1e-5)
+            if d.verdict != "discarded":
+                assert d.u is not None and (d.u <= d.ratio) == d.accepted
+        if s.next_kind == "resampled":
+            assert s.top_residual and s.drafts[s.n_accepted].verdict == "rejected"
+    st = res.stats
+    assert st.drafted == sum(s.k for s in res.steps) and st.new_tokens == 40
+    assert st.mean_acceptance_length == pytest.approx(40 / st.steps)
+    assert st.acceptance_rate == pytest.approx(st.accepted / st.drafted)
+    assert st.target_forwards == st.steps + 1
+
+
+def test_bad_input_raises_clear_errors(tiny_target, tokenizer):
+    from conftest import loaded, make_llama
+    from transformers import GPT2TokenizerFast  # noqa: F401  (only to show the error names the fix)
+
+    with pytest.raises(ValueError, match="from 1 to 32"):
+        SpeculativeDecoder(tiny_target, NGram(), k=0)
+    with pytest.raises(ValueError, match="from 1 to 32"):
+        SpeculativeDecoder(tiny_target, NGram(), k=33)
+    with pytest.raises(ValueError, match="prompt is empty"):
+        SpeculativeDecoder(tiny_target, NGram()).start("   ")
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        SpeculativeDecoder(tiny_target, NGram()).start("hi", max_new_tokens=0)
+    other_tok = copy.deepcopy(tokenizer)
+    other_tok.add_tokens(["<extra>"])
+    other = loaded(make_llama(len(other_tok), 32, 1, seed=5), other_tok, "other-vocab")
+    with pytest.raises(ValueError, match="tokenizer"):
+        SpeculativeDecoder(tiny_target, DraftModel(other), k=2)
