@@ -84,6 +84,40 @@ class Verification:
     residual: torch.Tensor | None  # [V] the distribution next_token was drawn from after a rejection
 
 
+@dataclass(frozen=True)
+class Acceptance:
+    """Which acceptance rule verify() applies.
+
+    exact:   the rule of Leviathan et al.: output distribution == the target's.
+    typical: LOSSY typical acceptance (Medusa; vLLM's TypicalAcceptanceSampler): accept x_i when
+             p(x_i) > min(eps, delta * exp(-H(p_i))); after a rejection take argmax p. Faster
+             when the draft is poor, but the output no longer follows p exactly.
+    """
+
+    rule: str = "exact"  # "exact" | "typical"
+    eps: float = 0.09  # typical: the hard threshold (vLLM's posterior_threshold)
+    delta: float = 0.3  # typical: scale of the entropy-adaptive threshold (vLLM's posterior_alpha)
+
+    def __post_init__(self) -> None:
+        if self.rule not in ("exact", "typical"):
+            raise ValueError(f"acceptance rule must be 'exact' or 'typical', got {self.rule!r}")
+        if not (0 < self.eps <= 1 and 0 < self.delta <= 1):
+            raise ValueError(f"typical acceptance needs 0 < eps <= 1 and 0 < delta <= 1, got eps={self.eps}, delta={self.delta}")
+
+    @property
+    def lossy(self) -> bool:
+        return self.rule != "exact"
+
+
+EXACT = Acceptance()
+
+
+def typical_threshold(p: torch.Tensor, eps: float, delta: float) -> torch.Tensor:
+    """min(eps, delta * exp(-H(p))) per row. [..., V] -> [...]"""
+    entropy = -(p * torch.log(p.clamp_min(1e-30))).sum(dim=-1)
+    return torch.clamp(delta * torch.exp(-entropy), max=eps)
+
+
 def verify(
     p: torch.Tensor,
     q: torch.Tensor | None,
@@ -92,6 +126,7 @@ def verify(
     generator: torch.Generator | None,
     greedy: bool = False,
     target_argmax: torch.Tensor | None = None,
+    acceptance: Acceptance = EXACT,
 ) -> Verification:
     """Keep the longest valid prefix of the drafts and pick the next token.
 
@@ -100,6 +135,7 @@ def verify(
     drafts:  [k] drafted token ids x_1..x_k
     greedy:  temperature 0: accept while x_i == argmax p_i, correct with argmax p
     target_argmax: [k+1] argmax of the target logits (greedy only; defaults to argmax p)
+    acceptance: the exact rule (default) or lossy typical acceptance
     """
     k = drafts.shape[0]
     idx = torch.arange(k, device=p.device)
@@ -111,6 +147,9 @@ def verify(
         matches = (drafts == best[:k]).to(p.dtype)  # [k]
         n = _accepted_prefix(matches.bool())
         return Verification(n, int(best[n]), n < k, p_x, q_x, matches, None, None)
+
+    if acceptance.rule == "typical":
+        return _verify_typical(p, drafts, p_x, q_x, acceptance, generator)
 
     # 1. Accept x_i while u_i <= min(1, p(x_i) / q(x_i)).
     ratio = acceptance_ratio(p_x, q_x)  # [k]
@@ -125,6 +164,17 @@ def verify(
     else:
         residual = point_mass_residual(p[n], int(drafts[n]))
     return Verification(n, sample(residual, generator), True, p_x, q_x, ratio, u, residual)
+
+
+def _verify_typical(p, drafts, p_x, q_x, acceptance: Acceptance, generator) -> Verification:
+    """LOSSY: accept x_i while p(x_i) > min(eps, delta * exp(-H(p_i))); correct with argmax p."""
+    k = drafts.shape[0]
+    threshold = typical_threshold(p[:k], acceptance.eps, acceptance.delta)  # [k]
+    accepted = p_x > threshold
+    n = _accepted_prefix(accepted)
+    if n == k:
+        return Verification(n, sample(p[k], generator), False, p_x, q_x, accepted.to(p.dtype), None, None)
+    return Verification(n, int(p[n].argmax()), True, p_x, q_x, accepted.to(p.dtype), None, None)
 
 
 def _accepted_prefix(accepted: torch.Tensor) -> int:

@@ -12,11 +12,12 @@ from typing import Any, Iterable, Sequence
 
 import torch
 
-from .algorithm import TOP_N, Verification, logits_to_probs, verify
+from .algorithm import EXACT, TOP_N, Acceptance, Verification, logits_to_probs, verify
 from .hooks import Hook, HookList
 from .kv import cache_length, forward_logits, new_cache, rollback
 from .proposers.base import Proposer, empty_proposal
 from .records import DraftDecision, GenerationResult, Proposal, Sampling, Stats, StepRecord, TopToken
+from .schedules import make_schedule
 
 MAX_K = 32
 
@@ -80,12 +81,25 @@ def _check_max_new_tokens(n: int) -> int:
 
 
 class SpeculativeDecoder:
-    """A target model and a proposer, with k and the sampling settings."""
+    """A target model and a proposer, with k, the sampling settings, a k schedule and the
+    acceptance rule (exact by default; ``Acceptance("typical")`` is lossy)."""
 
-    def __init__(self, target, proposer: Proposer | None, k: int = 4, sampling: Sampling = Sampling()):
+    def __init__(
+        self,
+        target,
+        proposer: Proposer | None,
+        k: int = 4,
+        sampling: Sampling = Sampling(),
+        schedule: str | object | None = None,
+        acceptance: Acceptance = EXACT,
+    ):
         self.target = target  # specviz.models.LoadedModel
         self.proposer = proposer
-        self.k = _check_k(k) if proposer is not None else 0
+        self.k = _check_k(k) if proposer is not None else 0  # the first (and, by default, every) step's k
+        self.schedule = make_schedule(schedule)  # constant | heuristic | confidence
+        if not isinstance(acceptance, Acceptance):
+            raise ValueError("acceptance must be a specviz.algorithm.Acceptance('exact' | 'typical')")
+        self.acceptance = acceptance
         if proposer is not None:
             proposer.init_state(target)  # fail now, not mid-run, if it cannot draft for this target
         if not isinstance(sampling, Sampling):
@@ -97,6 +111,18 @@ class SpeculativeDecoder:
     @property
     def name(self) -> str:
         return self.proposer.name if self.proposer is not None else "target-only"
+
+    @property
+    def label(self) -> str:
+        """The proposer with its schedule and rule, e.g. "ngram k=4 heuristic (typical, LOSSY)"."""
+        if self.proposer is None:
+            return "target-only"
+        label = f"{self.name} k={self.k}"
+        if self.schedule.name != "constant":
+            label += f" {self.schedule.name}"
+        if self.acceptance.lossy:
+            label += f" ({self.acceptance.rule}, LOSSY)"
+        return label
 
     def start(
         self,
@@ -160,6 +186,7 @@ class Session:
         self.finished: str | None = None
         self.prefill_ms = 0.0
         self.target_forwards = 0
+        self.k_current = decoder.k  # the schedule moves it between steps
         self._prefilled = False
         self._result: GenerationResult | None = None
         self.hooks.on_start(self)
@@ -191,6 +218,8 @@ class Session:
             "target": self.target.name,
             "proposer": d.name,
             "k": d.k,
+            "schedule": d.schedule.name,
+            "acceptance": d.acceptance.rule,
             "sampling": {"temperature": d.sampling.temperature, "top_k": d.sampling.top_k, "top_p": d.sampling.top_p},
             "seed": self.seed,
             "max_new_tokens": self.max_new_tokens,
@@ -220,7 +249,7 @@ class Session:
         # Never draft past max_new_tokens: k drafts + 1 correction/bonus <= tokens left.
         if self.decoder.proposer is None:
             return 0
-        return max(0, min(self.decoder.k, self.max_new_tokens - self.n_new - 1))
+        return max(0, min(self.k_current, self.max_new_tokens - self.n_new - 1))
 
     @torch.inference_mode()
     def step(self) -> StepRecord:
@@ -235,7 +264,9 @@ class Session:
         # 1. Draft up to k tokens after the context.
         k = self._next_k()
         if k > 0:
-            proposal = decoder.proposer.propose(self.proposer_state, self.context, k, sampling, self.generator)
+            proposal = decoder.proposer.propose(
+                self.proposer_state, self.context, k, sampling, self.generator, stop=decoder.schedule.stop_drafting
+            )
             if proposal.k > k:
                 proposal = Proposal(proposal.tokens[:k], None if proposal.q is None else proposal.q[:k], proposal.info)
         else:
@@ -260,7 +291,7 @@ class Session:
             raise ValueError(f"the proposer's q has {q.shape[-1]} columns but the target's vocabulary has {p.shape[-1]}")
         ver = verify(
             p, q, drafts, generator=self.generator, greedy=sampling.greedy,
-            target_argmax=logits.argmax(dim=-1) if sampling.greedy else None,
+            target_argmax=logits.argmax(dim=-1) if sampling.greedy else None, acceptance=decoder.acceptance,
         )
         self.hooks.on_verify(self, ver)
 
@@ -286,6 +317,8 @@ class Session:
         t3 = time.perf_counter()
         record = _with_timings(record, (t1 - t0) * 1e3, (t2 - t1) * 1e3, (t3 - t2) * 1e3)
         self.steps.append(record)
+        if decoder.proposer is not None:
+            self.k_current = decoder.schedule.next_k(self.k_current, MAX_K, record)
         self.hooks.on_step(self, record)
         if self.done:
             self.hooks.on_finish(self, self.result())

@@ -20,15 +20,24 @@ def cache_length(cache) -> int:
 
 
 def rollback(cache, length: int) -> None:
-    """Drop every cached position at or after ``length`` (``cache.crop``, transformers 5 style)."""
-    cache.crop(-(cache_length(cache) - length))
+    """Drop every cached position at or after ``length`` (``cache.crop``, transformers 5 style).
+
+    Call it once after each forward that may need undoing, even when nothing is dropped: the
+    crop is also what trims sliding-window layers back to their window, and trimming before a
+    later rollback would lose states that the rollback needs.
+    """
+    current = cache_length(cache)
+    if current == 0:
+        return  # nothing cached yet (layers not initialised)
+    if length > current:
+        raise ValueError(f"cannot roll a cache of {current} positions forward to {length}")
+    cache.crop(-(current - length))
 
 
 def forward_logits(model: torch.nn.Module, input_ids: torch.Tensor, cache, keep: int) -> torch.Tensor:
     """Run ``input_ids`` [n] through ``model`` on top of ``cache`` (updated in place) and return
     the float32 logits of the last ``keep`` positions [keep, V]."""
     out = model(input_ids=input_ids[None], cache=cache, use_cache=True, logits_to_keep=keep)
-    rollback(cache, cache_length(cache))  # crop(0): trims sliding-window layers back to the window
     return out.logits[0, -keep:].float()  # [keep, V]
 
 

@@ -10,7 +10,7 @@ import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
-torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+torch.set_num_threads(1)  # tiny models: one thread is fastest and leaves a core free
 
 CHARS = "abcdefghijklmnopqrstuvwxyz .,!?'\n"
 SPECIALS = ["<pad>", "<bos>", "<eos>", "<unk>"]
@@ -84,3 +84,34 @@ def tiny_draft(tokenizer):
 def near_draft(tiny_target):
     """The target with noise on its weights: accepted often, rejected sometimes."""
     return loaded(perturbed(tiny_target.model, 0.1, seed=2), tiny_target.tokenizer, "tiny-near")
+
+
+CORPUS = [
+    "the cat sat on the mat. the cat sat on the hat.",
+    "hello world, hello again. hello there, said the cat.",
+    "a quick brown fox jumps over the lazy dog, then the dog sat.",
+]
+
+
+def make_bpe_tokenizer(vocab_size: int = 300):
+    """A byte-level BPE trained here on a few sentences: a *different* tokenizer from the
+    character one (other ids, multi-character tokens), for cross-tokenizer drafting."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tk = Tokenizer(models.BPE(unk_token="<unk>"))
+    tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tk.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size, special_tokens=["<pad>", "<s>", "</s>", "<unk>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False,
+    )
+    tk.train_from_iterator(CORPUS * 20, trainer)
+    return PreTrainedTokenizerFast(tokenizer_object=tk, bos_token="<s>", eos_token="</s>", unk_token="<unk>", pad_token="<pad>")
+
+
+@pytest.fixture(scope="session")
+def bpe_draft():
+    """A random model over a different (BPE) tokenizer."""
+    tok = make_bpe_tokenizer()
+    return loaded(make_llama(len(tok), 32, 2, seed=4, sharpen=30.0), tok, "tiny-bpe")

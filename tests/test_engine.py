@@ -247,3 +247,43 @@ def test_bad_input_raises_clear_errors(tiny_target, tokenizer):
     other = loaded(make_llama(len(other_tok), 32, 1, seed=5), other_tok, "other-vocab")
     with pytest.raises(ValueError, match="tokenizer"):
         SpeculativeDecoder(tiny_target, DraftModel(other), k=2)
+
+
+@pytest.fixture(scope="module")
+def sliding_target(tokenizer):
+    """A tiny Gemma 3 with an 8-token sliding window on most layers (like the built-in's 512)."""
+    from conftest import loaded
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    torch.manual_seed(3)
+    cfg = Gemma3TextConfig(
+        vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=3,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=16, sliding_window=8,
+        layer_types=["sliding_attention", "sliding_attention", "full_attention"],
+        max_position_embeddings=1024, bos_token_id=1, eos_token_id=2, pad_token_id=0,
+    )
+    model = Gemma3ForCausalLM(cfg).eval()
+    with torch.no_grad():
+        model.lm_head.weight.mul_(20.0)
+    return loaded(model, tokenizer, "tiny-gemma3-sliding")
+
+
+def test_sliding_window_caches_roll_back_exactly(sliding_target):
+    from conftest import loaded, perturbed
+
+    near = loaded(perturbed(sliding_target.model, 0.3, seed=1), sliding_target.tokenizer, "near")
+    prompt = PROMPTS[0]  # 44 tokens: far past the 8-token window
+    ref = hf_greedy(sliding_target, prompt, 40)
+    for proposer in [DraftModel(near), NGram()]:
+        res = SpeculativeDecoder(sliding_target, proposer, k=4).generate(prompt, max_new_tokens=40)
+        assert list(res.token_ids) == ref
+    session = SpeculativeDecoder(sliding_target, NGram(), k=4, sampling=Sampling(1.0)).start(prompt, max_new_tokens=30)
+    rejected = 0
+    while not session.done:
+        rec = session.step()
+        rejected += rec.n_accepted < rec.k
+        cache = copy.deepcopy(session.cache)
+        via_cache = forward_logits(sliding_target.model, session.context[-1:], cache, 1)[0]
+        full = sliding_target.model(session.context[None]).logits[0, -1]
+        assert torch.allclose(via_cache, full, atol=1e-4)
+    assert rejected > 0

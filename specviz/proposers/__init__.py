@@ -1,7 +1,9 @@
 """Proposers: things that draft tokens for the target to verify."""
 
 from .base import Proposer
+from .cross_tokenizer import CrossTokenizerDraft
 from .draft_model import DraftModel
+from .early_exit import EarlyExit
 from .ngram import NGram
 
-__all__ = ["Proposer", "DraftModel", "NGram"]
+__all__ = ["Proposer", "CrossTokenizerDraft", "DraftModel", "EarlyExit", "NGram"]

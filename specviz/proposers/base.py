@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Callable, Protocol, runtime_checkable
 
 import torch
 
@@ -32,8 +32,10 @@ class Proposer(Protocol):
         k: int,
         sampling: Sampling,
         generator: torch.Generator,
+        stop: Callable[[torch.Tensor], bool] | None = None,
     ) -> Proposal:
-        """Up to k drafted tokens (fewer, even none, is allowed)."""
+        """Up to k drafted tokens (fewer, even none, is allowed). A proposer with draft
+        distributions may end early when ``stop(q_i)`` says so (the confidence schedule)."""
         ...
 
 

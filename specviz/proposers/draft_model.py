@@ -29,33 +29,38 @@ class DraftModel:
         check_same_tokenizer(target, self.model)
         return _DraftState(cache=new_cache(self.model.model), vocab=vocab_size(target.model))
 
-    @torch.inference_mode()
-    def propose(self, state: _DraftState, context: torch.Tensor, k: int, sampling: Sampling, generator) -> Proposal:
-        device = self.model.device
-        ctx = context.tolist()
-        # 1. Roll the cache back to the longest prefix it shares with the context (at least one
-        #    context token must be fed to get the next-token logits).
-        keep = min(_common_prefix(state.ids, ctx), len(ctx) - 1)
-        rollback(state.cache, keep)
-        feed = torch.tensor(ctx[keep:], dtype=torch.long, device=device)  # [n_new]
-        state.ids = ctx[:keep]
-        tokens: list[int] = []
-        qs: list[torch.Tensor] = []
-        # 2. Draft x_1..x_k one at a time, sampling each from q with the session's generator.
-        for i in range(k):
-            logits = forward_logits(self.model.model, feed, state.cache, 1)[0]  # [V_draft]
-            state.ids.extend(feed.tolist())
-            logits = _fit_vocab(logits, state.vocab)  # [V]
-            q = logits_to_probs(logits, sampling)  # [V]
-            x = int(logits.argmax()) if sampling.greedy else int(torch.multinomial(q, 1, generator=generator))
-            tokens.append(x)
-            qs.append(q)
-            feed = torch.tensor([x], dtype=torch.long, device=device)
-        assert cache_length(state.cache) == len(state.ids)
-        return Proposal(
-            tokens=torch.tensor(tokens, dtype=torch.long, device=context.device),
-            q=torch.stack(qs).to(context.device) if qs else None,  # [k, V]
-        )
+    def propose(self, state: _DraftState, context: torch.Tensor, k: int, sampling: Sampling, generator, stop=None) -> Proposal:
+        tokens, q = draft_tokens(self.model, state, context.tolist(), k, sampling, generator, stop)
+        return Proposal(tokens=tokens.to(context.device), q=None if q is None else q.to(context.device))
+
+
+@torch.inference_mode()
+def draft_tokens(draft, state: _DraftState, ctx: list[int], k: int, sampling: Sampling, generator, stop=None):
+    """Draft up to k tokens after ``ctx`` with ``draft`` (a LoadedModel), reusing and rolling
+    back its KV cache in ``state``. -> (tokens [k'] long, q [k', state.vocab] or None if k' = 0)"""
+    device = draft.device
+    # 1. Roll the cache back to the longest prefix it shares with the context (at least one
+    #    context token must be fed to get the next-token logits).
+    keep = min(_common_prefix(state.ids, ctx), len(ctx) - 1)
+    rollback(state.cache, keep)
+    state.ids = ctx[:keep]
+    feed = torch.tensor(ctx[keep:], dtype=torch.long, device=device)  # [n_new]
+    tokens: list[int] = []
+    qs: list[torch.Tensor] = []
+    # 2. Draft x_1..x_k one at a time, sampling each from q with the session's generator.
+    for i in range(k):
+        logits = forward_logits(draft.model, feed, state.cache, 1)[0]  # [V_draft]
+        state.ids.extend(feed.tolist())
+        logits = _fit_vocab(logits, state.vocab)  # [V]
+        q = logits_to_probs(logits, sampling)  # [V]
+        if i > 0 and stop is not None and stop(q):
+            break  # the draft is unsure: leave the rest to the target
+        x = int(logits.argmax()) if sampling.greedy else int(torch.multinomial(q, 1, generator=generator))
+        tokens.append(x)
+        qs.append(q)
+        feed = torch.tensor([x], dtype=torch.long, device=device)
+    assert cache_length(state.cache) == len(state.ids)
+    return torch.tensor(tokens, dtype=torch.long), (torch.stack(qs) if qs else None)  # [k'], [k', V]
 
 
 def _fit_vocab(logits: torch.Tensor, vocab: int) -> torch.Tensor:

@@ -29,7 +29,7 @@ class NGram:
     def init_state(self, target) -> None:
         return None
 
-    def propose(self, state, context: torch.Tensor, k: int, sampling: Sampling, generator) -> Proposal:
+    def propose(self, state, context: torch.Tensor, k: int, sampling: Sampling, generator, stop=None) -> Proposal:
         tokens = ngram_lookup(context, k, self.max_ngram, self.min_ngram)
         if tokens is None:
             return empty_proposal(context.device)

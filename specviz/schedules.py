@@ -1,0 +1,78 @@
+"""Dynamic k: how many tokens to draft next step, from how the last step went."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .records import StepRecord
+
+
+@dataclass(frozen=True)
+class ConstantK:
+    """Always draft k tokens."""
+
+    name: str = "constant"
+
+    def next_k(self, k: int, k_max: int, last: StepRecord) -> int:
+        return k
+
+    def stop_drafting(self, q: torch.Tensor) -> bool:
+        return False
+
+
+@dataclass(frozen=True)
+class HeuristicK:
+    """k + 2 after a step that accepted every draft, k - 1 otherwise (transformers' "heuristic")."""
+
+    up: int = 2
+    down: int = 1
+    name: str = "heuristic"
+
+    def next_k(self, k: int, k_max: int, last: StepRecord) -> int:
+        if last.k == 0:
+            return k
+        return min(k_max, k + self.up) if last.n_accepted == last.k else max(1, k - self.down)
+
+    def stop_drafting(self, q: torch.Tensor) -> bool:
+        return False
+
+
+@dataclass(frozen=True)
+class ConfidenceK:
+    """Draft up to k tokens, but stop as soon as the draft's top probability falls below
+    ``threshold`` (the low-confidence token is not proposed; the first draft always is)."""
+
+    threshold: float = 0.4
+    name: str = "confidence"
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.threshold <= 1:
+            raise ValueError(f"the confidence threshold must be in [0, 1], got {self.threshold!r}")
+
+    def next_k(self, k: int, k_max: int, last: StepRecord) -> int:
+        return k
+
+    def stop_drafting(self, q: torch.Tensor) -> bool:
+        return float(q.max()) < self.threshold  # q: [V] the draft's distribution for this token
+
+
+SCHEDULES = {"constant": ConstantK, "heuristic": HeuristicK, "confidence": ConfidenceK}
+
+
+def make_schedule(spec: str | object | None):
+    """"constant" | "heuristic" | "confidence" | "confidence:0.6" | a schedule object -> schedule."""
+    if spec is None:
+        return ConstantK()
+    if not isinstance(spec, str):
+        return spec
+    name, _, arg = spec.partition(":")
+    if name not in SCHEDULES:
+        raise ValueError(f"unknown k schedule {spec!r}: use one of {', '.join(SCHEDULES)} (e.g. confidence:0.5)")
+    if name == "confidence" and arg:
+        try:
+            return ConfidenceK(float(arg))
+        except ValueError as exc:
+            raise ValueError(f"bad confidence threshold in {spec!r}: {exc}") from exc
+    return SCHEDULES[name]()

@@ -1,0 +1,121 @@
+"""Early exit, cross-tokenizer drafting, dynamic k and typical acceptance."""
+
+import pytest
+import torch
+
+from specviz import Sampling, SpeculativeDecoder
+from specviz.algorithm import Acceptance, typical_threshold, verify
+from specviz.proposers import CrossTokenizerDraft, DraftModel, EarlyExit, NGram
+from specviz.proposers.cross_tokenizer import text_to_target_tokens
+from specviz.schedules import ConfidenceK, HeuristicK, make_schedule
+from test_engine import PROMPTS, _tv_of_first_two_tokens, hf_greedy
+
+
+@pytest.fixture(scope="module")
+def deep_target(tokenizer):
+    from conftest import loaded, make_llama
+
+    return loaded(make_llama(len(tokenizer), 64, 4, seed=6, sharpen=30.0), tokenizer, "tiny-deep")
+
+
+@pytest.mark.parametrize("k", [1, 3, 8])
+def test_early_exit_greedy_equality_and_target_untouched(deep_target, k):
+    layers_before = list(deep_target.model.model.layers)
+    for L in (1, 3):
+        dec = SpeculativeDecoder(deep_target, EarlyExit(deep_target, L), k=k)
+        for prompt in PROMPTS[:2]:
+            assert list(dec.generate(prompt, max_new_tokens=30).token_ids) == hf_greedy(deep_target, prompt, 30)
+    assert list(deep_target.model.model.layers) == layers_before
+    assert deep_target.model.config.num_hidden_layers == 4
+
+
+def test_early_exit_rejects_bad_depth(deep_target):
+    for L in (0, 4, 9):
+        with pytest.raises(ValueError, match="layers"):
+            EarlyExit(deep_target, L)
+
+
+@pytest.mark.parametrize("k", [1, 3, 8])
+def test_cross_tokenizer_greedy_equality(tiny_target, bpe_draft, k):
+    dec = SpeculativeDecoder(tiny_target, CrossTokenizerDraft(bpe_draft), k=k)
+    for prompt in PROMPTS:
+        res = dec.generate(prompt, max_new_tokens=30)
+        assert list(res.token_ids) == hf_greedy(tiny_target, prompt, 30)
+        assert res.stats.drafted > 0
+        assert any(s.info.get("draft_tokens") for s in res.steps)  # the mapping the UI shows
+
+
+def test_cross_tokenizer_on_a_same_tokenizer_draft_accepts_everything(tiny_target):
+    res = SpeculativeDecoder(tiny_target, CrossTokenizerDraft(tiny_target), k=4).generate(PROMPTS[0], max_new_tokens=30)
+    assert res.stats.acceptance_rate == 1.0
+
+
+def test_text_to_target_tokens(tokenizer):
+    committed = tokenizer("the ca", add_special_tokens=False)["input_ids"]
+    assert text_to_target_tokens(tokenizer, committed, "the ca", "t sat") == tokenizer("t sat", add_special_tokens=False)["input_ids"]
+
+
+@pytest.mark.parametrize("kind", ["early-exit", "cross"])
+def test_sampled_output_follows_the_target(tiny_target, bpe_draft, kind):
+    proposer = EarlyExit(tiny_target, 1) if kind == "early-exit" else CrossTokenizerDraft(bpe_draft)
+    dec = SpeculativeDecoder(tiny_target, proposer, k=3, sampling=Sampling(3.0))
+    tv1, tv2 = _tv_of_first_two_tokens(dec, tiny_target, "hello hello hello hel", 1500)
+    assert tv1 < 0.08 and tv2 < 0.08, (tv1, tv2)
+
+
+def test_heuristic_schedule_moves_k(tiny_target, near_draft):
+    sched = HeuristicK()
+    res = SpeculativeDecoder(tiny_target, DraftModel(near_draft), k=2, schedule=sched).generate(PROMPTS[0], max_new_tokens=60)
+    ks = [s.k for s in res.steps]
+    assert len(set(ks)) > 1
+    scheduled = 2
+    for prev, cur in zip(res.steps, res.steps[1:]):
+        # the schedule's k moves from its own last value; a step near the end drafts fewer
+        scheduled = min(32, scheduled + 2) if prev.n_accepted == prev.k else max(1, scheduled - 1)
+        left = 60 - sum(s.n_committed for s in res.steps[: cur.index])
+        assert cur.k == min(scheduled, left - 1)
+    assert list(res.token_ids) == hf_greedy(tiny_target, PROMPTS[0], 60)
+
+
+def test_confidence_schedule_stops_drafting_early(tiny_target, near_draft):
+    always_stop = ConfidenceK(threshold=1.0)
+    res = SpeculativeDecoder(tiny_target, DraftModel(near_draft), k=6, schedule=always_stop).generate(PROMPTS[0], max_new_tokens=20)
+    assert all(s.k == 1 for s in res.steps if s.k)
+    never = ConfidenceK(threshold=0.0)
+    res = SpeculativeDecoder(tiny_target, DraftModel(near_draft), k=6, schedule=never).generate(PROMPTS[0], max_new_tokens=20)
+    assert res.steps[0].k == 6
+    assert list(res.token_ids) == hf_greedy(tiny_target, PROMPTS[0], 20)
+
+
+def test_make_schedule():
+    assert make_schedule("confidence:0.7") == ConfidenceK(0.7)
+    assert make_schedule("heuristic") == HeuristicK()
+    with pytest.raises(ValueError, match="unknown k schedule"):
+        make_schedule("fast")
+
+
+def test_typical_rule_by_hand():
+    p = torch.tensor([[0.7, 0.2, 0.1], [0.4, 0.4, 0.2], [1.0, 0.0, 0.0]])
+    th = typical_threshold(p[:2], eps=0.09, delta=0.3)
+    H = -(p[:2] * p[:2].log()).sum(-1)
+    assert torch.allclose(th, torch.clamp(0.3 * torch.exp(-H), max=0.09))
+    g = torch.Generator().manual_seed(0)
+    typical = Acceptance("typical")
+    # p(x_1 = 1) = 0.2 > threshold, p(x_2 = 2) = 0.2 > threshold -> both accepted, bonus = 0
+    ver = verify(p, None, torch.tensor([1, 2]), generator=g, acceptance=typical)
+    assert (ver.n_accepted, ver.next_token) == (2, 0)
+    strict = Acceptance("typical", eps=0.5, delta=1.0)  # threshold exp(-H) ~ 0.45 at row 0
+    ver = verify(p, None, torch.tensor([1, 2]), generator=g, acceptance=strict)
+    assert (ver.n_accepted, ver.next_token, ver.resampled) == (0, 0, True)  # correction = argmax p
+
+
+def test_typical_acceptance_is_labelled_lossy_and_accepts_more(tiny_target, tiny_draft):
+    sampling = Sampling(1.0)
+    exact = SpeculativeDecoder(tiny_target, NGram(), k=4, sampling=sampling)
+    typical = SpeculativeDecoder(tiny_target, NGram(), k=4, sampling=sampling, acceptance=Acceptance("typical", eps=0.01, delta=0.01))
+    assert "LOSSY" in typical.label and "LOSSY" not in exact.label
+    a = exact.generate(PROMPTS[0], max_new_tokens=40, seed=0).stats.acceptance_rate
+    b = typical.generate(PROMPTS[0], max_new_tokens=40, seed=0).stats.acceptance_rate
+    assert b >= a
+    with pytest.raises(ValueError, match="exact"):
+        Acceptance("fast")
