@@ -1,0 +1,156 @@
+"""Acceptance metrics, the speculative-decoding theory, and the "why no speedup?" readout.
+
+Definitions follow DESIGN.md (the same as vLLM): acceptance rate ``a`` = accepted / drafted,
+mean acceptance length ``tau`` = committed tokens / steps, per-position rate i = steps whose
+draft i was accepted / steps with at least i+1 drafts.
+
+The theory (Leviathan, Kalman & Matias 2023) lives in :mod:`specviz.algorithm` and is re-exported
+here: E[tokens per step] = (1 - a^(k+1)) / (1 - a) and the walltime gain
+E / (k c + v). This module adds how ``c`` and ``v`` are measured from a run's step timings, the
+predicted speedup of a benchmark row, and plain-language explanations of what limits it.
+
+Measured cost ratios (all per step, prefill excluded, so they describe the decode loop):
+
+- ``T`` (target step cost): target-only ms per step = its (draft + verify + other) ms / steps.
+  Target-only commits one token per step, so this is the baseline's ms per generated token.
+- ``c`` = (draft ms / drafted tokens) / T: one draft token's cost in target steps.
+- ``v`` = ((verify ms + other ms) / steps) / T: one verify round (a (k+1)-token target pass
+  plus the accept/commit bookkeeping the baseline also pays once per step) in target steps;
+  1.0 in the paper's idealisation.
+
+With these, a run's time per step is ``(k' c + v) T`` exactly (k' = drafted / steps), so the
+predicted speedup ``E(a, k) / (k c + v)`` differs from the measured one only through the
+acceptance model (E from an i.i.d. ``a`` versus the measured tau), drafts shorter than k, and
+prefill.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+from .algorithm import expected_speedup, expected_tokens_per_step
+
+__all__ = [
+    "expected_tokens_per_step", "expected_speedup", "measured_c", "measured_v", "predicted_speedup",
+    "ideal_speedups", "limiting_factor", "explain_row", "why_no_speedup", "per_position_rates",
+]
+
+
+def measured_c(draft_ms: float, drafted: int, target_step_ms: float) -> float | None:
+    """c = (draft ms per drafted token) / (target-only ms per step); None if not measurable."""
+    if drafted <= 0 or target_step_ms <= 0:
+        return None
+    return (draft_ms / drafted) / target_step_ms
+
+
+def measured_v(verify_ms: float, other_ms: float, steps: int, target_step_ms: float) -> float | None:
+    """v = ((verify + other) ms per step) / (target-only ms per step); None if not measurable."""
+    if steps <= 0 or target_step_ms <= 0:
+        return None
+    return ((verify_ms + other_ms) / steps) / target_step_ms
+
+
+def predicted_speedup(a: float | None, k: int, c: float | None, v: float | None) -> float | None:
+    """E(a, k) / (k c + v), or None when a, c or v is unknown."""
+    if a is None or c is None or v is None or k < 1 or k * c + v <= 0:
+        return None
+    return expected_speedup(a, k, c, v)
+
+
+def per_position_rates(hits: Sequence[int], trials: Sequence[int]) -> list[float]:
+    """Per-position acceptance rates from summed counts (hits[i] / trials[i], 0 where no trials)."""
+    return [h / t if t else 0.0 for h, t in zip(hits, trials)]
+
+
+def ideal_speedups(a: float, k: int, c: float, v: float) -> dict[str, float]:
+    """The speedup now and with each factor made ideal in turn (a = 1, c = 0, v = 1).
+
+    The factor whose ideal value gains the most is the one limiting the speedup.
+    """
+    now = expected_speedup(a, k, c, v)
+    return {
+        "now": now,
+        "a": expected_tokens_per_step(1.0, k) / (k * c + v),
+        "c": expected_tokens_per_step(a, k) / v if v > 0 else float("inf"),
+        "v": expected_tokens_per_step(a, k) / (k * c + 1.0),
+    }
+
+
+def limiting_factor(a: float, k: int, c: float, v: float) -> str:
+    """'a', 'c' or 'v': the factor whose ideal value would raise the predicted speedup most."""
+    gains = ideal_speedups(a, k, c, v)
+    return max(("a", "c", "v"), key=lambda f: gains[f])
+
+
+def _fmt(x: float) -> str:
+    return f"{x:.2f}"
+
+
+def explain_row(row: Mapping[str, Any]) -> dict[str, Any]:
+    """One sentence each on a, c and v for a benchmark summary row, and which one limits it.
+
+    ``row`` needs ``proposer``, ``k``, ``acceptance_rate``, ``c``, ``v`` and ``speedup``.
+    Returns ``{"label", "a", "c", "v", "speedup", "predicted", "limit", "sentences": {a, c, v},
+    "summary"}``; sentences are empty when a value could not be measured.
+    """
+    a, k, c, v = row.get("acceptance_rate"), int(row.get("k") or 0), row.get("c"), row.get("v")
+    label = f"{row.get('proposer')} k={k}"
+    out: dict[str, Any] = {
+        "label": label, "a": a, "c": c, "v": v, "k": k,
+        "speedup": row.get("speedup"), "predicted": row.get("predicted_speedup"),
+        "limit": None, "sentences": {}, "summary": "",
+    }
+    if a is None or c is None or v is None or k < 1:
+        out["summary"] = f"{label}: a, c or v could not be measured (no drafts or no target-only baseline)."
+        return out
+    gains = ideal_speedups(a, k, c, v)
+    e = expected_tokens_per_step(a, k)
+    out["sentences"] = {
+        "a": (
+            f"a = {_fmt(a)}: each step is expected to commit {_fmt(e)} of the {k + 1} tokens it could "
+            f"({'a weak' if a < 0.5 else 'a fair' if a < 0.8 else 'a strong'} draft); "
+            f"with every draft accepted the predicted speedup would be {_fmt(gains['a'])}x."
+        ),
+        "c": (
+            f"c = {_fmt(c)}: drafting {k} token{'s' if k > 1 else ''} costs {_fmt(k * c)} target steps per round"
+            + (f"; a free draft would give {_fmt(gains['c'])}x." if c > 0.005 else ", next to nothing.")
+        ),
+        "v": (
+            f"v = {_fmt(v)}: a {k + 1}-token verify round costs {_fmt(v)} target steps"
+            + (f"; at the ideal v = 1 it would give {_fmt(gains['v'])}x." if v > 1.005 else ", no more than one decode step.")
+        ),
+    }
+    limit = max(("a", "c", "v"), key=lambda f: gains[f])
+    out["limit"] = limit
+    why = {
+        "a": "the acceptance rate limits it: too many drafts are thrown away",
+        "c": "the draft's cost limits it: drafting eats the time the accepted tokens save",
+        "v": "the verify pass's cost limits it: scoring k+1 tokens costs much more than one decode step",
+    }[limit]
+    speed = row.get("speedup")
+    speed_txt = f"measured {_fmt(speed)}x" if isinstance(speed, (int, float)) else "not measured"
+    out["summary"] = f"{label} ({speed_txt}, predicted {_fmt(gains['now'])}x): {why}."
+    return out
+
+
+def why_no_speedup(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Explanations for the best and the worst speculative configuration among summary rows.
+
+    Only specviz rows that drafted (have a, c and v) are considered. Returns
+    ``{"best": explain_row(...) | None, "worst": ... | None, "markdown": str}``.
+    """
+    cand = [
+        r for r in rows
+        if r.get("impl") == "specviz" and r.get("k") and r.get("speedup") is not None
+        and r.get("c") is not None and r.get("v") is not None and r.get("acceptance_rate") is not None
+    ]
+    if not cand:
+        return {"best": None, "worst": None, "markdown": "_No speculative configuration has been measured yet._"}
+    best = max(cand, key=lambda r: r["speedup"])
+    worst = min(cand, key=lambda r: r["speedup"])
+    eb, ew = explain_row(best), explain_row(worst)
+    parts = []
+    for title, e in (("Best", eb), ("Worst", ew)) if best is not worst else (("Only", eb),):
+        bullets = "\n".join(f"- {e['sentences'][f]}" for f in ("a", "c", "v") if f in e["sentences"])
+        parts.append(f"**{title}: {e['summary']}**\n\n{bullets}")
+    return {"best": eb, "worst": ew, "markdown": "\n\n".join(parts)}

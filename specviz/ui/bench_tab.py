@@ -1,0 +1,397 @@
+"""The Benchmark tab: sweep proposers x k over a prompt set, with plots beside the theory.
+
+Layout and wiring only; the sweep is :mod:`specviz.bench`, the figures :mod:`specviz.viz.bench`
+and the explanations :mod:`specviz.metrics`. ``build_bench_tab()`` creates its components inside
+the current Blocks context (the caller opens the ``gr.Tab``). Each browser session keeps its own
+:class:`BenchState` in a ``gr.State``; Run is a generator handler that streams progress and rows;
+Stop sets the session's stop flag, and the sweep ends after the run in progress.
+
+Defaults come from ``SPECVIZ_DEFAULT_TARGET`` / ``SPECVIZ_DEFAULT_DRAFT`` (as in the playground).
+"""
+
+from __future__ import annotations
+
+import html
+import logging
+import os
+import queue
+import shutil
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator, Sequence
+
+import gradio as gr
+
+from .. import bench as B
+from .. import prompts as P
+from ..metrics import why_no_speedup
+from ..records import Sampling
+from ..viz import bench as V
+
+log = logging.getLogger("specviz.ui.bench")
+
+BUNDLED = "Spec-Bench dev prompts"
+CUSTOM = "My prompts (one per line)"
+K_CHOICES = [1, 2, 3, 4, 5, 6, 8, 10, 12, 16]
+MAX_PROMPTS = 160
+MAX_NEW_TOKENS = 512
+RENDER_EVERY_S = 2.0  # redraw plots at most this often (and after every prompt)
+PLOT_ORDER = list(V.FIGURES)
+
+
+@dataclass
+class BenchDefaults:
+    target: str
+    proposers: list[str]
+    ks: list[int] = field(default_factory=lambda: [1, 2, 4])
+    n_prompts: int = 4
+    max_new_tokens: int = 32
+    temperature: float = 0.0
+    compare_hf: bool = False
+    prompt_source: str = BUNDLED
+    custom_prompts: str = ""
+
+    @classmethod
+    def from_env(cls) -> "BenchDefaults":
+        target = os.environ.get("SPECVIZ_DEFAULT_TARGET", "").strip() or "gemma-3-270m"
+        draft = os.environ.get("SPECVIZ_DEFAULT_DRAFT", "").strip() or f"{target}@int8"
+        return cls(target=target, proposers=["ngram", f"draft:{draft}"])
+
+
+class BenchState:
+    """One browser session's benchmark: the stop flag, the last report and its files."""
+
+    def __init__(self):
+        self.stop = threading.Event()
+        self.running = False
+        self.report: dict[str, Any] | None = None
+        self._dir: str | None = None
+
+    def files(self, report: dict[str, Any]) -> tuple[str, str, str]:
+        """Write the CSV, JSON and HTML downloads of ``report``; returns their paths."""
+        if self._dir is None or not os.path.isdir(self._dir):
+            self._dir = tempfile.mkdtemp(prefix="specviz-bench-")
+        d = Path(self._dir)
+        csv_path = B.write_csv(report["rows"], d / "specviz-bench.csv")
+        json_path = B.write_json(report, d / "specviz-bench.json")
+        html_path = d / "specviz-bench.html"
+        html_path.write_text(V.report_html(report), encoding="utf-8")
+        return str(csv_path), str(json_path), str(html_path)
+
+    def __deepcopy__(self, memo) -> "BenchState":
+        # gr.State copies its value; this handle owns an Event and files, so it is shared, not
+        # copied. The tab passes the class itself, so every browser session gets a fresh one.
+        return self
+
+    def close(self) -> None:
+        """Delete the download files (gr.State's delete_callback)."""
+        self.stop.set()
+        if self._dir:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            self._dir = None
+
+
+@dataclass
+class BenchView:
+    """The tab's components (for handlers, tests and the app shell)."""
+
+    state: gr.State
+    controls: list[gr.components.Component]
+    run_btn: gr.Button
+    stop_btn: gr.Button
+    progress: gr.HTML
+    why: gr.Markdown
+    plots: dict[str, gr.Plot]
+    table: gr.Dataframe
+    csv: gr.DownloadButton
+    json: gr.DownloadButton
+    html: gr.DownloadButton
+
+    @property
+    def outputs(self) -> list[gr.components.Component]:
+        return [self.progress, self.why, *self.plots.values(), self.table, self.csv, self.json, self.html]
+
+
+# -- input parsing ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Request:
+    target: str
+    proposers: tuple[str, ...]
+    ks: tuple[int, ...]
+    prompts: tuple[P.PromptRow, ...]
+    source: str
+    max_new_tokens: int
+    sampling: Sampling
+    compare_hf: bool
+
+
+def parse_request(target, proposers, ks, source, categories, custom, n_prompts, max_new_tokens, temperature, compare_hf) -> Request:
+    """The tab's raw control values -> a Request; ValueError with a message for the user."""
+    target = (target or "").strip()
+    if not target:
+        raise ValueError("choose a target model")
+    specs = [s.strip() for s in (proposers or []) if s and s.strip()]
+    specs = [s for s in dict.fromkeys(specs) if B.check_proposer_spec(s)[0] != "none"]
+    if not specs:
+        raise ValueError("choose at least one proposer (e.g. ngram or draft:MODEL); target-only is always measured")
+    if not ks:
+        raise ValueError("choose at least one k (tokens drafted per step)")
+    kt = B.parse_ks([int(k) for k in ks])
+    try:
+        n = int(n_prompts)
+        max_new = int(max_new_tokens)
+        temp = float(temperature)
+    except (TypeError, ValueError):
+        raise ValueError("number of prompts, max new tokens and temperature must be numbers") from None
+    if not 1 <= n <= MAX_PROMPTS:
+        raise ValueError(f"number of prompts must be between 1 and {MAX_PROMPTS}")
+    if not 1 <= max_new <= MAX_NEW_TOKENS:
+        raise ValueError(f"max new tokens must be between 1 and {MAX_NEW_TOKENS}")
+    if source == CUSTOM:
+        rows = P.from_lines(custom or "")[:n]
+        if not rows:
+            raise ValueError("type at least one prompt (one per line) or pick the Spec-Bench prompts")
+        src = "custom"
+    else:
+        if not categories:
+            raise ValueError("pick at least one prompt category")
+        rows = P.load_prompts(categories=list(categories), limit=n)
+        src = "bundled:specbench-dev"
+    return Request(target, tuple(specs), kt, tuple(rows), src, max_new, Sampling(temperature=temp), bool(compare_hf))
+
+
+# -- rendering ----------------------------------------------------------------------------------
+
+
+def progress_html(done: int, total: int, label: str, kind: str = "info") -> str:
+    """A progress bar and a one-line message (kind: info, ok, error)."""
+    color = {"info": "#4f46e5", "ok": "#16a34a", "error": "#dc2626"}.get(kind, "#4f46e5")
+    bar = ""
+    if total:
+        pct = 100.0 * done / total
+        bar = (
+            f'<div class="sv-bench-bar" role="progressbar" aria-valuenow="{done}" aria-valuemax="{total}" '
+            f'style="height:8px;border-radius:4px;background:#e5e7eb;overflow:hidden;margin:4px 0">'
+            f'<div style="width:{pct:.1f}%;height:100%;background:{color};transition:width .3s"></div></div>'
+        )
+    count = f" ({done}/{total} runs)" if total else ""
+    return (
+        f'<div class="sv-bench-progress" data-done="{done}" data-total="{total}" data-kind="{kind}">{bar}'
+        f'<span style="color:{color if kind == "error" else "inherit"}">{html.escape(label)}{count}</span></div>'
+    )
+
+
+def _table_value(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    headers, body = V.table_rows(rows)
+    return {"headers": headers, "data": body or [[""] * len(headers)]}
+
+
+def _render(state: BenchState, report: dict[str, Any] | None, progress: str, *, plots: bool = True,
+            files: bool = False) -> list[Any]:
+    """Values for BenchView.outputs; gr.skip() leaves a component as it is."""
+    if report is None:
+        return [progress, *([gr.skip()] * (1 + len(PLOT_ORDER) + 1 + 3))]
+    out: list[Any] = [progress]
+    if plots:
+        figs = V.build_figures(report)
+        out.append(why_no_speedup(report["rows"])["markdown"])
+        out.extend(figs[name] for name in PLOT_ORDER)
+        out.append(_table_value(report["rows"]))
+    else:
+        out.extend([gr.skip()] * (1 + len(PLOT_ORDER) + 1))
+    if files:
+        paths = state.files(report)
+        out.extend(gr.update(value=p, interactive=True) for p in paths)
+    else:
+        out.extend([gr.skip()] * 3)
+    return out
+
+
+def _friendly(e: BaseException) -> str:
+    if isinstance(e, (ValueError, OSError)):
+        return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    log.exception("unexpected error in the benchmark tab")
+    return f"unexpected error ({type(e).__name__}): {e}"
+
+
+def _in_thread(fn: Callable[[Callable[[str], None]], Any], poll_s: float = 0.25) -> Iterator[Any]:
+    """Run ``fn(report)`` in a thread, yielding its progress messages, then ``(result,)``."""
+    messages: queue.Queue[str] = queue.Queue()
+    box: dict[str, Any] = {}
+
+    def work() -> None:
+        try:
+            box["result"] = fn(messages.put)
+        except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread
+            box["error"] = e
+
+    t = threading.Thread(target=work, daemon=True, name="specviz-bench-load")
+    t.start()
+    while t.is_alive():
+        t.join(poll_s)
+        while not messages.empty():
+            yield messages.get()
+    if "error" in box:
+        raise box["error"]
+    yield (box.get("result"),)
+
+
+def _load(req: Request, report: Callable[[str], None]):
+    from ..models import load_model
+
+    target = load_model(req.target, progress=report)
+    proposers = {}
+    for spec in req.proposers:
+        p = B.parse_proposer(spec, target, load=lambda name, **kw: load_model(name, progress=report, **kw))
+        if p is not None:
+            proposers[p.name] = p
+    return target, proposers
+
+
+# -- handlers -----------------------------------------------------------------------------------
+
+
+def on_run(state: BenchState, *raw) -> Iterator[list[Any]]:
+    """Load the models, run the sweep, stream progress, rows and plots; Stop ends it early."""
+    state.stop.clear()
+    state.running = True
+    try:
+        try:
+            req = parse_request(*raw)
+        except ValueError as e:
+            yield _render(state, None, progress_html(0, 0, str(e), "error"))
+            return
+        yield _render(state, None, progress_html(0, 0, f"Loading {req.target}…"))
+        loaded = None
+        for item in _in_thread(lambda report: _load(req, report)):
+            if isinstance(item, tuple):
+                loaded = item[0]
+            else:
+                yield _render(state, None, progress_html(0, 0, item))
+            if state.stop.is_set():
+                yield _render(state, None, progress_html(0, 0, "Stopped before the sweep started.", "info"))
+                return
+        target, proposers = loaded
+        config = B.BenchConfig(ks=req.ks, max_new_tokens=req.max_new_tokens, sampling=req.sampling, compare_hf=req.compare_hf)
+        sweep = B.Sweep(target, proposers, list(req.prompts), config, prompt_source=req.source)
+        last = 0.0
+        for ev in sweep.events(should_stop=state.stop.is_set):
+            if ev.kind == "warmup":
+                yield _render(state, None, progress_html(0, ev.total, "Warming up every configuration (untimed)…"))
+                continue
+            if ev.kind != "run":
+                continue
+            now = time.perf_counter()
+            redraw = ev.prompt_done or now - last >= RENDER_EVERY_S
+            report = {"rows": sweep.rows(), "prompt_rows": sweep.prompt_rows} if redraw else None
+            if redraw:
+                last = now
+            msg = progress_html(ev.done, ev.total, f"Ran {ev.label}")
+            yield _render(state, report, msg, plots=redraw) if report else _render(state, None, msg)
+        report = sweep.report()
+        state.report = report
+        m = report["meta"]
+        if m["stopped"]:
+            text, kind = f"Stopped after {m['runs_done']} of {m['runs_planned']} runs; the results so far are below.", "info"
+        else:
+            text, kind = (
+                f"Done in {m['wall_s']:.1f} s: decoding {m['timed_s']:.1f} s, warm-up {m['warmup_s']:.1f} s, "
+                f"overhead {100 * m['overhead_frac']:.1f}%.", "ok")
+        yield _render(state, report, progress_html(m["runs_done"], m["runs_planned"], text, kind), files=True)
+    except Exception as e:  # noqa: BLE001 - shown as a message, never a traceback
+        yield _render(state, None, progress_html(0, 0, _friendly(e), "error"))
+    finally:
+        state.running = False
+
+
+def on_stop(state: BenchState) -> None:
+    state.stop.set()
+
+
+def on_source(source: str):
+    return gr.update(visible=source == BUNDLED), gr.update(visible=source == CUSTOM)
+
+
+# -- layout -------------------------------------------------------------------------------------
+
+
+def _target_choices(defaults: BenchDefaults) -> list[str]:
+    try:
+        from ..models import list_models
+
+        names = [m["name"] for m in list_models()]
+    except Exception:  # noqa: BLE001 - the box also takes any name
+        names = []
+    return list(dict.fromkeys([defaults.target, *names]))
+
+
+def _proposer_choices(defaults: BenchDefaults, targets: Sequence[str]) -> list[str]:
+    extra = ["ngram", "ngram:2", "ngram:4"] + [f"draft:{t}@int8" for t in targets if "@" not in t]
+    extra += [f"draft:{t}" for t in targets]
+    return list(dict.fromkeys([*defaults.proposers, *extra]))
+
+
+def build_bench_tab(defaults: BenchDefaults | None = None) -> BenchView:
+    """The Benchmark tab's components and wiring, inside the current Blocks context."""
+    d = defaults or BenchDefaults.from_env()
+    state = gr.State(BenchState, delete_callback=lambda s: s.close() if isinstance(s, BenchState) else None)
+    targets = _target_choices(d)
+    try:
+        cats = P.categories()
+    except (OSError, ValueError):
+        cats = []
+    gr.Markdown(
+        "Measure whether speculative decoding pays off for a target, its proposers and your prompts. "
+        "Every prompt runs target-only and every proposer × k back to back, after an untimed warm-up; "
+        "the dashed lines are the theory (Leviathan et al. 2023) evaluated at the measured acceptance rate *a*, "
+        "draft cost *c* and verify cost *v*."
+    )
+    with gr.Row():
+        target = gr.Dropdown(targets, value=d.target, label="Target model", allow_custom_value=True, scale=2,
+                             elem_id="sv-bench-target", info="a built-in, a local directory or a hub id")
+        proposers = gr.Dropdown(_proposer_choices(d, targets), value=d.proposers, multiselect=True, allow_custom_value=True,
+                                label="Proposers", scale=3, elem_id="sv-bench-proposers",
+                                info="ngram, ngram:N, draft:MODEL, draft:MODEL@int8")
+        ks = gr.CheckboxGroup(K_CHOICES, value=d.ks, label="k (tokens drafted per step)", scale=3, elem_id="sv-bench-ks")
+    with gr.Row():
+        source = gr.Radio([BUNDLED, CUSTOM], value=d.prompt_source, label="Prompts", scale=2, elem_id="sv-bench-source")
+        categories = gr.CheckboxGroup(cats, value=cats, label="Categories", scale=4, visible=d.prompt_source == BUNDLED,
+                                      elem_id="sv-bench-categories")
+        custom = gr.Textbox(value=d.custom_prompts, lines=4, label="Your prompts, one per line", scale=4,
+                            visible=d.prompt_source == CUSTOM, elem_id="sv-bench-custom")
+    with gr.Row():
+        n_prompts = gr.Slider(1, MAX_PROMPTS, value=d.n_prompts, step=1, label="Prompts to run", elem_id="sv-bench-n")
+        max_new = gr.Slider(1, MAX_NEW_TOKENS, value=d.max_new_tokens, step=1, label="Max new tokens", elem_id="sv-bench-max-new")
+        temperature = gr.Slider(0, 2, value=d.temperature, step=0.05, label="Temperature (0 = greedy)", elem_id="sv-bench-temperature")
+        compare_hf = gr.Checkbox(value=d.compare_hf, label="Also time transformers' generate()", elem_id="sv-bench-hf")
+    with gr.Row():
+        run_btn = gr.Button("▶ Run", variant="primary", elem_id="sv-bench-run", scale=1)
+        stop_btn = gr.Button("■ Stop", variant="stop", elem_id="sv-bench-stop", scale=1)
+    progress = gr.HTML(progress_html(0, 0, "Choose the settings and press Run."), elem_id="sv-bench-progress")
+    why = gr.Markdown("", elem_id="sv-bench-why")
+    empty = V.build_figures(None)
+    plots: dict[str, gr.Plot] = {}
+    names = PLOT_ORDER
+    for i in range(0, len(names), 2):
+        with gr.Row():
+            for name in names[i : i + 2]:
+                plots[name] = gr.Plot(empty[name], show_label=False, elem_id=f"sv-bench-plot-{name}")
+    table = gr.Dataframe(value=_table_value([]), label="Every configuration", interactive=False, wrap=True,
+                         elem_id="sv-bench-table")
+    with gr.Row():
+        csv_btn = gr.DownloadButton("⤓ CSV", value=None, interactive=False, elem_id="sv-bench-csv", size="md")
+        json_btn = gr.DownloadButton("⤓ JSON", value=None, interactive=False, elem_id="sv-bench-json", size="md")
+        html_btn = gr.DownloadButton("⤓ HTML report", value=None, interactive=False, elem_id="sv-bench-html", size="md")
+
+    controls = [target, proposers, ks, source, categories, custom, n_prompts, max_new, temperature, compare_hf]
+    view = BenchView(state, controls, run_btn, stop_btn, progress, why, plots, table, csv_btn, json_btn, html_btn)
+    source.change(on_source, [source], [categories, custom], queue=False)
+    run_btn.click(on_run, [state, *controls], view.outputs, concurrency_id="specviz-bench", concurrency_limit=1,
+                  show_progress="hidden")
+    stop_btn.click(on_stop, [state], None, queue=False)
+    return view

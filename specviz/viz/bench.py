@@ -1,0 +1,398 @@
+"""Plotly figures and a standalone HTML page for benchmark reports (no Gradio).
+
+Every builder takes the plain rows of a ``specviz.bench`` report (summary rows, or per-prompt
+rows for the category chart) and returns a ``plotly.graph_objects.Figure``; rows may be partial
+(a sweep still running) or empty. ``report_html(report)`` writes them all into one page that
+works offline (plotly.js inlined once).
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from typing import Any, Callable, Mapping, Sequence
+
+import plotly.graph_objects as go
+
+from ..metrics import expected_tokens_per_step, why_no_speedup
+from .theme import COLORS, FONT
+
+__all__ = [
+    "FIGURES", "acceptance_length_figure", "acceptance_rate_figure", "build_figures", "category_figure",
+    "latency_figure", "per_position_figure", "predicted_speedup_figure", "report_html", "speedup_figure",
+    "table_rows", "TABLE_COLUMNS",
+]
+
+Row = Mapping[str, Any]
+HEIGHT = 320
+TARGET_ONLY = "target-only"
+# One colour per proposer, in the order they appear (the token colours stay for tokens).
+PALETTE = ["#2563eb", "#db2777", "#0d9488", "#ea580c", "#7c3aed", "#65a30d", "#0891b2", "#b45309"]
+IMPL_DASH = {"specviz": "solid", "hf": "dot"}
+
+
+def _axis(**kw) -> dict:
+    base = dict(showgrid=False, zeroline=False, linecolor=COLORS["grid"], automargin=True)
+    base.update(kw)
+    return base
+
+
+def _figure(traces: list[dict], title: str, xtitle: str, ytitle: str, *, shapes=None, annotations=None,
+            xaxis: dict | None = None, yaxis: dict | None = None, **layout_kw) -> go.Figure:
+    layout = dict(
+        template="none",
+        title=dict(text=title, x=0.01, xanchor="left", y=0.97, yanchor="top", font=dict(size=13, color=COLORS["ink"])),
+        height=HEIGHT,
+        margin=dict(l=56, r=16, t=72, b=48),
+        font=dict(family=FONT, size=11, color=COLORS["ink"]),
+        paper_bgcolor="rgba(0,0,0,0)",
+        plot_bgcolor="rgba(0,0,0,0)",
+        legend=dict(orientation="h", x=0, xanchor="left", y=1.0, yanchor="bottom", font=dict(size=10), bgcolor="rgba(0,0,0,0)"),
+        xaxis=_axis(title=dict(text=xtitle, font=dict(size=11)), **(xaxis or {})),
+        yaxis=_axis(title=dict(text=ytitle, font=dict(size=11)), showgrid=True, gridcolor=COLORS["grid"], **(yaxis or {})),
+        shapes=shapes or [],
+        annotations=annotations or [],
+    )
+    layout.update(layout_kw)
+    return go.Figure(dict(data=traces, layout=layout))
+
+
+def _empty(title: str, message: str = "No results yet: run a sweep") -> go.Figure:
+    note = dict(text=html.escape(message), x=0.5, y=0.5, xref="paper", yref="paper", showarrow=False,
+                font=dict(size=12, color=COLORS["muted"]))
+    return _figure([], title, "", "", annotations=[note], xaxis=dict(visible=False), yaxis=dict(visible=False))
+
+
+def _colors(rows: Sequence[Row]) -> dict[str, str]:
+    names: list[str] = []
+    for r in rows:
+        if r["proposer"] != TARGET_ONLY and r["proposer"] not in names:
+            names.append(r["proposer"])
+    return {n: PALETTE[i % len(PALETTE)] for i, n in enumerate(names)}
+
+
+def _series(rows: Sequence[Row], impls: Sequence[str] = ("specviz", "hf")) -> list[tuple[str, str, list[Row]]]:
+    """(proposer, impl, rows sorted by k) for every speculative configuration."""
+    groups: dict[tuple[str, str], list[Row]] = {}
+    for r in rows:
+        if r.get("kind", "summary") != "summary" or r["proposer"] == TARGET_ONLY or r["impl"] not in impls:
+            continue
+        groups.setdefault((r["proposer"], r["impl"]), []).append(r)
+    return [(p, i, sorted(rs, key=lambda r: r["k"])) for (p, i), rs in groups.items()]
+
+
+def _name(proposer: str, impl: str) -> str:
+    return proposer if impl == "specviz" else f"{proposer} (hf)"
+
+
+def _line(rows: Sequence[Row], key: str, name: str, color: str, dash: str = "solid", fmt: str = ".2f",
+          extra: Callable[[Row], str] | None = None, symbol: str = "circle") -> dict:
+    pts = [r for r in rows if isinstance(r.get(key), (int, float)) and math.isfinite(r[key])]
+    hover = [
+        f"{html.escape(name)}<br>k={r['k']}: {key} = {format(r[key], fmt)}" + (extra(r) if extra else "")
+        for r in pts
+    ]
+    return dict(type="scatter", mode="lines+markers", name=name, x=[r["k"] for r in pts], y=[r[key] for r in pts],
+                line=dict(color=color, dash=dash, width=2), marker=dict(size=7, color=color, symbol=symbol),
+                hovertext=hover, hoverinfo="text")
+
+
+def _ks(rows: Sequence[Row]) -> list[int]:
+    return sorted({r["k"] for r in rows if r["k"] > 0})
+
+
+def _baseline(rows: Sequence[Row], impl: str) -> Row | None:
+    return next((r for r in rows if r["proposer"] == TARGET_ONLY and r["impl"] == impl), None)
+
+
+def _hline(y: float, label: str, dash: str = "dash", color: str = COLORS["target"]) -> tuple[dict, dict]:
+    shape = dict(type="line", xref="paper", x0=0, x1=1, yref="y", y0=y, y1=y, line=dict(color=color, dash=dash, width=1.5))
+    note = dict(text=html.escape(label), xref="paper", x=1, xanchor="right", yref="y", y=y, yanchor="bottom",
+                showarrow=False, font=dict(size=10, color=color))
+    return shape, note
+
+
+def _kaxis(rows: Sequence[Row]) -> dict:
+    ks = _ks(rows)
+    return dict(tickmode="array", tickvals=ks) if ks else {}
+
+
+# -- the figures ------------------------------------------------------------------------------
+
+
+def latency_figure(rows: Sequence[Row]) -> go.Figure:
+    """Milliseconds per generated token vs k, one line per proposer, target-only as a reference."""
+    title = "Latency per token vs k"
+    if not rows:
+        return _empty(title)
+    colors = _colors(rows)
+    traces = [_line(rs, "ms_per_token", _name(p, i), colors[p], IMPL_DASH[i], ".1f") for p, i, rs in _series(rows)]
+    shapes, notes = [], []
+    for impl, dash in (("specviz", "dash"), ("hf", "dot")):
+        b = _baseline(rows, impl)
+        if b and b.get("ms_per_token"):
+            s, n = _hline(b["ms_per_token"], f"target-only{' (hf)' if impl == 'hf' else ''} {b['ms_per_token']:.1f} ms", dash)
+            shapes.append(s)
+            notes.append(n)
+    return _figure(traces, title, "k (tokens drafted per step)", "ms per token", shapes=shapes, annotations=notes,
+                   xaxis=_kaxis(rows), yaxis=dict(rangemode="tozero"))
+
+
+def speedup_figure(rows: Sequence[Row]) -> go.Figure:
+    """Speedup over target-only vs k (1.0 = no gain)."""
+    title = "Speedup vs k"
+    if not _series(rows):
+        return _empty(title)
+    colors = _colors(rows)
+    traces = [
+        _line(rs, "speedup", _name(p, i), colors[p], IMPL_DASH[i], extra=lambda r: (
+            f"<br>vs specviz target-only: {r['speedup_vs_specviz']:.2f}" if r["impl"] == "hf" and r.get("speedup_vs_specviz") else ""))
+        for p, i, rs in _series(rows)
+    ]
+    s, n = _hline(1.0, "target-only = 1.0")
+    return _figure(traces, title, "k (tokens drafted per step)", "speedup (x)", shapes=[s], annotations=[n],
+                   xaxis=_kaxis(rows), yaxis=dict(rangemode="tozero"))
+
+
+def acceptance_rate_figure(rows: Sequence[Row]) -> go.Figure:
+    """Acceptance rate a (accepted / drafted) vs k."""
+    title = "Acceptance rate vs k"
+    series = _series(rows, ("specviz",))
+    if not series:
+        return _empty(title)
+    colors = _colors(rows)
+    traces = [_line(rs, "acceptance_rate", p, colors[p]) for p, _, rs in series]
+    return _figure(traces, title, "k (tokens drafted per step)", "acceptance rate a", xaxis=_kaxis(rows),
+                   yaxis=dict(range=[0, 1.05]))
+
+
+def acceptance_length_figure(rows: Sequence[Row]) -> go.Figure:
+    """Measured mean acceptance length (tokens per step) vs k, beside the theory's
+    E = (1 - a^(k+1)) / (1 - a) for each point's measured a."""
+    title = "Mean acceptance length vs k (measured vs theory)"
+    series = _series(rows)
+    if not series:
+        return _empty(title)
+    colors = _colors(rows)
+    traces = []
+    for p, impl, rs in series:
+        traces.append(_line(rs, "mean_acceptance_length", _name(p, impl), colors[p], IMPL_DASH[impl]))
+        if impl != "specviz":
+            continue
+        th = [
+            {"k": r["k"], "E": expected_tokens_per_step(r["acceptance_rate"], r["k"]), "a": r["acceptance_rate"]}
+            for r in rs if r.get("acceptance_rate") is not None
+        ]
+        traces.append(dict(
+            type="scatter", mode="lines+markers", name=f"{p}: theory E(a, k)", x=[t["k"] for t in th], y=[t["E"] for t in th],
+            line=dict(color=colors[p], dash="dash", width=1.5), marker=dict(symbol="diamond-open", size=9, color=colors[p]),
+            hovertext=[f"{html.escape(p)} theory<br>k={t['k']}, a={t['a']:.2f}: E = {t['E']:.2f}" for t in th], hoverinfo="text",
+        ))
+    s, n = _hline(1.0, "target-only = 1 token/step")
+    return _figure(traces, title, "k (tokens drafted per step)", "tokens per step", shapes=[s], annotations=[n],
+                   xaxis=_kaxis(rows), yaxis=dict(rangemode="tozero"))
+
+
+def predicted_speedup_figure(rows: Sequence[Row]) -> go.Figure:
+    """Measured speedup beside the walltime speedup predicted from the measured a, c and v."""
+    title = "Measured vs predicted speedup (from a, c, v)"
+    series = _series(rows, ("specviz",))
+    if not series:
+        return _empty(title)
+    colors = _colors(rows)
+    traces = []
+    for p, _, rs in series:
+        traces.append(_line(rs, "speedup", f"{p} measured", colors[p]))
+        traces.append(_line(
+            rs, "predicted_speedup", f"{p} predicted", colors[p], "dash",
+            extra=lambda r: f"<br>a={r['acceptance_rate']:.2f}, c={r['c']:.3f}, v={r['v']:.2f}" if r.get("c") is not None else "",
+            symbol="diamond-open",
+        ))
+    s, n = _hline(1.0, "no gain")
+    return _figure(traces, title, "k (tokens drafted per step)", "speedup (x)", shapes=[s], annotations=[n],
+                   xaxis=_kaxis(rows), yaxis=dict(rangemode="tozero"))
+
+
+def per_position_figure(rows: Sequence[Row]) -> go.Figure:
+    """Per-position acceptance: P(draft i accepted | at least i drafted), one line per proposer x k."""
+    title = "Acceptance by draft position"
+    series = _series(rows, ("specviz",))
+    if not any(r.get("per_position") for _, _, rs in series for r in rs):
+        return _empty(title)
+    colors = _colors(rows)
+    traces = []
+    for p, _, rs in series:
+        n = len(rs)
+        for j, r in enumerate(rs):
+            pp = list(r.get("per_position") or [])
+            if not pp:
+                continue
+            opacity = 0.35 + 0.65 * (j + 1) / n
+            traces.append(dict(
+                type="scatter", mode="lines+markers", name=f"{p} k={r['k']}", x=list(range(1, len(pp) + 1)), y=pp,
+                line=dict(color=colors[p], width=1.5), marker=dict(size=6, color=colors[p]), opacity=opacity,
+                legendgroup=p, hovertext=[f"{html.escape(p)} k={r['k']}<br>position {i}: {v:.2f}" for i, v in enumerate(pp, 1)],
+                hoverinfo="text",
+            ))
+    width = max(len(t["x"]) for t in traces)
+    return _figure(traces, title, "draft position i", "acceptance rate at i", yaxis=dict(range=[0, 1.05]),
+                   xaxis=dict(tickmode="array", tickvals=list(range(1, width + 1))))
+
+
+def category_figure(prompt_rows: Sequence[Row]) -> go.Figure:
+    """Acceptance rate by prompt category, one bar per proposer x k (specviz runs, pooled)."""
+    title = "Acceptance rate by prompt category"
+    pooled: dict[tuple[str, int], dict[str, list[int]]] = {}
+    cats: list[str] = []
+    for r in prompt_rows:
+        if r["impl"] != "specviz" or r["k"] == 0 or not r.get("drafted"):
+            continue
+        if r["category"] not in cats:
+            cats.append(r["category"])
+        acc = pooled.setdefault((r["proposer"], r["k"]), {}).setdefault(r["category"], [0, 0])
+        acc[0] += r["accepted"]
+        acc[1] += r["drafted"]
+    if not pooled:
+        return _empty(title)
+    names: list[str] = []
+    for p, _ in pooled:
+        if p not in names:
+            names.append(p)
+    colors = {n: PALETTE[i % len(PALETTE)] for i, n in enumerate(names)}
+    ks_of = {p: sorted(k for q, k in pooled if q == p) for p in names}
+    traces = []
+    for (p, k), by_cat in sorted(pooled.items(), key=lambda kv: (names.index(kv[0][0]), kv[0][1])):
+        xs = [c for c in cats if c in by_cat]
+        ys = [by_cat[c][0] / by_cat[c][1] for c in xs]
+        shade = 0.45 + 0.55 * (ks_of[p].index(k) + 1) / len(ks_of[p])
+        traces.append(dict(
+            type="bar", name=f"{p} k={k}", x=xs, y=ys, marker=dict(color=colors[p], opacity=shade), legendgroup=p,
+            hovertext=[f"{html.escape(p)} k={k}<br>{html.escape(c)}: {y:.2f} ({by_cat[c][0]}/{by_cat[c][1]})" for c, y in zip(xs, ys)],
+            hoverinfo="text",
+        ))
+    return _figure(traces, title, "prompt category", "acceptance rate", barmode="group", yaxis=dict(range=[0, 1.05]))
+
+
+# name -> (title for the page, builder, whether it takes per-prompt rows)
+FIGURES: dict[str, tuple[str, Callable[[Sequence[Row]], go.Figure], bool]] = {
+    "latency": ("Latency per token", latency_figure, False),
+    "speedup": ("Speedup", speedup_figure, False),
+    "acceptance_rate": ("Acceptance rate", acceptance_rate_figure, False),
+    "acceptance_length": ("Mean acceptance length", acceptance_length_figure, False),
+    "predicted": ("Measured vs predicted speedup", predicted_speedup_figure, False),
+    "per_position": ("Per-position acceptance", per_position_figure, False),
+    "category": ("Acceptance by category", category_figure, True),
+}
+
+
+def build_figures(report: Mapping[str, Any] | None) -> dict[str, go.Figure]:
+    """Every figure of a report (``{"rows", "prompt_rows"}``), keyed as in ``FIGURES``."""
+    rows = list((report or {}).get("rows") or [])
+    prompt_rows = list((report or {}).get("prompt_rows") or [])
+    return {name: fn(prompt_rows if per_prompt else rows) for name, (_, fn, per_prompt) in FIGURES.items()}
+
+
+# -- table ------------------------------------------------------------------------------------
+
+TABLE_COLUMNS = [
+    ("proposer", "proposer", None), ("k", "k", None), ("impl", "impl", None), ("prompts", "prompts", None),
+    ("new_tokens", "tokens", None), ("tokens_per_s", "tok/s", ".2f"), ("ms_per_token", "ms/token", ".1f"),
+    ("speedup", "speedup", ".2f"), ("speedup_median", "median speedup", ".2f"),
+    ("speedup_vs_specviz", "vs specviz target-only", ".2f"), ("acceptance_rate", "acceptance a", ".3f"),
+    ("mean_acceptance_length", "tokens/step", ".2f"), ("c", "c", ".3f"), ("v", "v", ".2f"),
+    ("predicted_speedup", "predicted", ".2f"), ("same_as_target", "same text", ".2f"),
+]
+
+
+def table_rows(rows: Sequence[Row]) -> tuple[list[str], list[list[Any]]]:
+    """(headers, rows of display values) for a table of summary rows."""
+    headers = [h for _, h, _ in TABLE_COLUMNS]
+    body = []
+    for r in rows:
+        line = []
+        for key, _, fmt in TABLE_COLUMNS:
+            v = r.get(key)
+            if v is None:
+                line.append("")
+            elif fmt and isinstance(v, (int, float)):
+                line.append(format(v, fmt))
+            else:
+                line.append(v)
+        body.append(line)
+    return headers, body
+
+
+# -- the standalone page ----------------------------------------------------------------------
+
+
+def _md_to_html(md: str) -> str:
+    """The tiny Markdown subset why_no_speedup() writes: **bold** lines and '- ' bullets."""
+    out, items = [], []
+    for line in md.splitlines():
+        if not line.strip():
+            continue
+        if line.startswith("- "):
+            items.append(f"<li>{html.escape(line[2:])}</li>")
+            continue
+        if items:
+            out.append("<ul>" + "".join(items) + "</ul>")
+            items = []
+        text = html.escape(line.strip("*_"))
+        out.append(f"<p><b>{text}</b></p>" if line.startswith("**") else f"<p>{text}</p>")
+    if items:
+        out.append("<ul>" + "".join(items) + "</ul>")
+    return "\n".join(out)
+
+
+def report_html(report: Mapping[str, Any], include_plotlyjs: bool | str = True) -> str:
+    """One self-contained HTML page: settings, every figure, the table and the readout.
+
+    ``include_plotlyjs=True`` inlines plotly.js (works offline, ~4 MB); "cdn" links it instead.
+    """
+    meta = dict(report.get("meta") or {})
+    figs = build_figures(report)
+    parts = []
+    for i, (name, fig) in enumerate(figs.items()):
+        parts.append(f'<section class="fig" id="fig-{name}">' + fig.to_html(
+            full_html=False, include_plotlyjs=include_plotlyjs if i == 0 else False, default_height=f"{HEIGHT}px",
+            config={"displaylogo": False, "responsive": True}) + "</section>")
+    headers, body = table_rows(report.get("rows") or [])
+    table = "<table><thead><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in headers) + "</tr></thead><tbody>"
+    table += "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in line) + "</tr>" for line in body)
+    table += "</tbody></table>"
+    samp = meta.get("sampling") or {}
+    settings = [
+        ("target", meta.get("target")), ("device / dtype", f"{meta.get('device')} / {meta.get('dtype')}"),
+        ("proposers", ", ".join(meta.get("proposers") or [])), ("k", ", ".join(map(str, meta.get("ks") or []))),
+        ("prompts", f"{meta.get('prompts')} ({', '.join(meta.get('categories') or [])})"),
+        ("max new tokens", meta.get("max_new_tokens")), ("temperature", samp.get("temperature")),
+        ("runs", f"{meta.get('runs_done')} of {meta.get('runs_planned')}" + (" (stopped)" if meta.get("stopped") else "")),
+        ("sweep wall time", f"{meta.get('wall_s', 0):.1f} s (timed decoding {meta.get('timed_s', 0):.1f} s, warm-up "
+                            f"{meta.get('warmup_s', 0):.1f} s, overhead {100 * meta.get('overhead_frac', 0):.1f}%)"),
+        ("versions", f"torch {meta.get('torch')}, transformers {meta.get('transformers')}"),
+        ("started", meta.get("started")),
+    ]
+    settings_html = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(str(v))}</td></tr>" for k, v in settings)
+    defs = meta.get("definitions") or {}
+    defs_html = "".join(f"<li><b>{html.escape(k)}</b>: {html.escape(v)}</li>" for k, v in defs.items())
+    why = _md_to_html(why_no_speedup(report.get("rows") or [])["markdown"])
+    title = f"specviz benchmark: {meta.get('target', '')}"
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
+<style>
+body {{ font-family: {FONT}; color: {COLORS['ink']}; margin: 24px auto; max-width: 1200px; padding: 0 16px; }}
+h1 {{ font-size: 20px; }} h2 {{ font-size: 16px; margin-top: 28px; }}
+.grid {{ display: grid; grid-template-columns: repeat(auto-fill, minmax(520px, 1fr)); gap: 12px; }}
+.fig {{ border: 1px solid {COLORS['grid']}; border-radius: 8px; padding: 4px; min-width: 0; overflow: hidden; }}
+table {{ border-collapse: collapse; font-size: 12px; }}
+th, td {{ border-bottom: 1px solid {COLORS['grid']}; padding: 4px 8px; text-align: left; }}
+.settings th {{ color: {COLORS['muted']}; font-weight: normal; }}
+.why {{ background: #f8fafc; border-left: 4px solid {COLORS['p']}; padding: 8px 16px; }}
+</style></head><body>
+<h1>{html.escape(title)}</h1>
+<table class="settings">{settings_html}</table>
+<h2>Why (no) speedup?</h2><div class="why">{why}</div>
+<h2>Plots</h2><div class="grid">{''.join(parts)}</div>
+<h2>Every configuration</h2>{table}
+<h2>Definitions</h2><ul>{defs_html}</ul>
+</body></html>"""

@@ -1,0 +1,343 @@
+"""Benchmark sweeps on tiny models: rows, order, stopping, files, HF reference rows, figures."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from types import SimpleNamespace
+
+import pytest
+
+from specviz import bench as B
+from specviz import metrics
+from specviz.prompts import PromptRow
+from specviz.proposers import DraftModel, NGram
+from specviz.records import Sampling
+from specviz.viz import bench as V
+
+PROMPTS = [
+    PromptRow("the cat sat on the mat. the cat sat on the", "writing", "1"),
+    PromptRow("abc abc abc abc abc", "coding", "2"),
+]
+
+
+@pytest.fixture(scope="module")
+def proposers(near_draft):
+    return {"ngram": NGram(), "draft:tiny-near": DraftModel(near_draft, name="draft:tiny-near")}
+
+
+@pytest.fixture(scope="module")
+def sweep(tiny_target, proposers):
+    """One sweep with HF reference rows: 2 prompts x (target-only + 2 proposers x k in {1, 2}) x 2 impls."""
+    s = B.Sweep(tiny_target, proposers, PROMPTS, B.BenchConfig(ks=(1, 2), max_new_tokens=12, compare_hf=True, warmup_tokens=4))
+    s.events_seen = list(s)
+    return s
+
+
+@pytest.fixture(scope="module")
+def report(sweep):
+    return sweep.report()
+
+
+# -- parsing ------------------------------------------------------------------------------------
+
+
+def test_parse_proposer_ngram_and_none(tiny_target):
+    p = B.parse_proposer("ngram", tiny_target)
+    assert isinstance(p, NGram) and p.max_ngram == 3 and p.name == "ngram"
+    p = B.parse_proposer(" ngram:5 ", tiny_target)
+    assert isinstance(p, NGram) and p.max_ngram == 5 and p.name == "ngram:5"
+    assert B.parse_proposer("none", tiny_target) is None
+    assert B.parse_proposer("target-only", tiny_target) is None
+
+
+def test_parse_proposer_draft_loads_on_the_targets_device(tiny_target, near_draft):
+    calls = []
+
+    def load(name, **kw):
+        calls.append((name, kw))
+        return near_draft
+
+    p = B.parse_proposer("draft:some-model", tiny_target, load=load)
+    assert isinstance(p, DraftModel) and p.model is near_draft
+    assert calls == [("some-model", {"device": tiny_target.device, "dtype": tiny_target.dtype})]
+    calls.clear()
+    B.parse_proposer("draft:some-model@int8", tiny_target, load=load)
+    assert calls[0][0] == "some-model@int8"  # load_model understands the suffix
+
+
+@pytest.mark.parametrize("spec, words", [
+    ("", "empty"), ("   ", "empty"), ("bogus", "unknown proposer"), ("ngram:0", "N >= 1"), ("ngram:x", "N >= 1"),
+    ("draft:", "needs a model name"), ("eagle:3", "unknown proposer"), ("none:1", "unknown proposer"),
+])
+def test_parse_proposer_rejects_bad_specs(tiny_target, spec, words):
+    with pytest.raises(ValueError, match=words) as info:
+        B.parse_proposer(spec, tiny_target, load=lambda *a, **k: pytest.fail("must not load"))
+    assert "ngram" in str(info.value) or "draft" in str(info.value) or "empty" in str(info.value)
+
+
+def test_parse_proposer_rejects_a_draft_with_another_tokenizer(tiny_target):
+    other = SimpleNamespace(name="other", tokenizer=SimpleNamespace(get_vocab=lambda: {"x": 0}))
+    with pytest.raises(ValueError, match="does not share"):
+        B.parse_proposer("draft:other", tiny_target, load=lambda *a, **k: other)
+
+
+def test_parse_ks():
+    assert B.parse_ks("1,2,4,8") == (1, 2, 4, 8)
+    assert B.parse_ks("4, 1,4") == (1, 4)
+    assert B.parse_ks([2, 1]) == (1, 2)
+    for bad in ("", "0", "1,x", "99", [1.5]):
+        with pytest.raises(ValueError):
+            B.parse_ks(bad)
+
+
+def test_bench_config_and_sweep_validation(tiny_target):
+    with pytest.raises(ValueError):
+        B.BenchConfig(ks=(0,))
+    with pytest.raises(ValueError):
+        B.BenchConfig(max_new_tokens=0)
+    with pytest.raises(ValueError, match="no prompts"):
+        B.Sweep(tiny_target, {"ngram": NGram()}, [], B.BenchConfig(ks=(1,)))
+    bad = DraftModel(SimpleNamespace(name="other", tokenizer=SimpleNamespace(get_vocab=lambda: {})))
+    with pytest.raises(ValueError, match="does not share"):
+        B.Sweep(tiny_target, {"bad": bad}, PROMPTS, B.BenchConfig(ks=(1,)))
+
+
+# -- the sweep ----------------------------------------------------------------------------------
+
+
+def test_sweep_plans_every_configuration(sweep):
+    labels = [(r.proposer, r.k, r.impl) for r in sweep.runs]
+    assert labels == [
+        ("target-only", 0, "specviz"), ("ngram", 1, "specviz"), ("ngram", 2, "specviz"),
+        ("draft:tiny-near", 1, "specviz"), ("draft:tiny-near", 2, "specviz"),
+        ("target-only", 0, "hf"), ("ngram", 1, "hf"), ("ngram", 2, "hf"),
+        ("draft:tiny-near", 1, "hf"), ("draft:tiny-near", 2, "hf"),
+    ]
+    assert sweep.total == 20
+
+
+def test_sweep_events(sweep):
+    kinds = [e.kind for e in sweep.events_seen]
+    assert kinds == ["warmup"] + ["run"] * 20 + ["done"]
+    runs = [e for e in sweep.events_seen if e.kind == "run"]
+    assert [e.done for e in runs] == list(range(1, 21))
+    assert [e.prompt_done for e in runs].count(True) == 2 and runs[9].prompt_done and runs[19].prompt_done
+    assert all(e.row is not None and e.total == 20 for e in runs)
+
+
+def test_prompts_run_every_configuration_back_to_back(sweep, report):
+    idx = [r["prompt_index"] for r in report["prompt_rows"]]
+    assert idx == [0] * 10 + [1] * 10  # interleaved: each prompt runs all configurations in turn
+    ran = [(r["proposer"], r["k"], r["impl"]) for r in report["prompt_rows"]]
+    plan = [(s.proposer, s.k, s.impl) for s in sweep.runs]
+    assert ran[:10] == plan and ran[10:] == plan[1:] + plan[:1]  # rotated by one per prompt
+    assert sweep.order(10) == sweep.runs  # the rotation wraps around
+    assert [r["category"] for r in report["prompt_rows"]] == ["writing"] * 10 + ["coding"] * 10
+
+
+def test_summary_rows(report):
+    rows = report["rows"]
+    assert len(rows) == 10
+    base = rows[0]
+    assert (base["proposer"], base["k"], base["impl"]) == ("target-only", 0, "specviz")
+    assert base["speedup"] == pytest.approx(1.0) and base["mean_acceptance_length"] == pytest.approx(1.0)
+    assert base["acceptance_rate"] is None and base["c"] is None
+    for r in rows:
+        assert r["kind"] == "summary" and r["prompts"] == 2
+        assert r["new_tokens"] == base["new_tokens"]  # greedy: the same text, so the same length
+        assert 0 < r["new_tokens"] <= 2 * 12
+        assert r["tokens_per_s"] == pytest.approx(r["new_tokens"] / r["wall_s"])
+        assert r["ms_per_token"] == pytest.approx(1e3 / r["tokens_per_s"])
+        assert r["speedup"] > 0 and r["speedup_vs_specviz"] > 0 and r["speedup_median"] > 0
+        if r["impl"] == "specviz" and r["k"]:
+            assert 0 <= r["acceptance_rate"] <= 1
+            assert 1 <= r["mean_acceptance_length"] <= r["k"] + 1
+            assert len(r["per_position"]) == r["k"]
+            assert r["drafted"] <= r["k"] * r["steps"]
+            assert r["c"] > 0 and r["v"] > 0
+            assert r["predicted_speedup"] == pytest.approx(metrics.predicted_speedup(r["acceptance_rate"], r["k"], r["c"], r["v"]))
+            assert r["expected_tokens_per_step"] == pytest.approx(metrics.expected_tokens_per_step(r["acceptance_rate"], r["k"]))
+            assert r["draft_ms"] >= 0 and r["verify_ms"] > 0 and r["other_ms"] >= 0
+            # exactness: greedy speculative output is the target's own output
+            assert r["same_as_target"] == 1.0
+    hf = [r for r in rows if r["impl"] == "hf"]
+    assert len(hf) == 5
+    hf_base = hf[0]
+    assert hf_base["proposer"] == "target-only" and hf_base["speedup"] == pytest.approx(1.0)
+    assert hf_base["same_as_target"] == 1.0  # transformers' greedy decoding agrees with ours
+    for r in hf:
+        assert r["acceptance_rate"] is None and r["c"] is None and r["draft_ms"] is None
+        assert r["speedup_vs_specviz"] == pytest.approx(r["tokens_per_s"] / base["tokens_per_s"])
+        assert r["mean_acceptance_length"] >= 1.0
+        if r["k"]:
+            assert r["same_as_target"] == 1.0
+
+
+def test_ngram_on_repetitive_text_accepts_something(report):
+    ngram = [r for r in report["rows"] if r["proposer"] == "ngram" and r["impl"] == "specviz"]
+    assert all(r["drafted"] > 0 for r in ngram)
+
+
+def test_per_prompt_rows(report):
+    for r in report["prompt_rows"]:
+        assert r["kind"] == "prompt" and r["prompt_tokens"] > 0 and r["wall_s"] > 0
+        if r["impl"] == "specviz" and r["k"]:
+            assert len(r["per_position_hits"]) == len(r["per_position_trials"]) <= r["k"]
+            assert r["accepted"] <= r["drafted"]
+        if r["k"] == 0:
+            assert r["speedup"] == pytest.approx(1.0)
+        # filled in even on prompt 1, where the target-only runs came after the others
+        assert r["speedup"] is not None and r["speedup_vs_specviz"] is not None
+        assert r["same_as_target"] is (None if (r["impl"], r["k"]) == ("specviz", 0) else True)
+
+
+def test_meta_and_overhead(report):
+    m = report["meta"]
+    assert report["schema"] == B.SCHEMA
+    assert m["ks"] == [1, 2] and m["max_new_tokens"] == 12 and m["prompts"] == 2 and m["compare_hf"]
+    assert m["runs_done"] == m["runs_planned"] == 20 and not m["stopped"]
+    assert m["categories"] == ["coding", "writing"]
+    assert m["timed_s"] > 0 and m["warmup_s"] > 0
+    assert m["wall_s"] >= m["timed_s"] + m["warmup_s"]
+    assert m["overhead_s"] == pytest.approx(m["wall_s"] - m["timed_s"] - m["warmup_s"])
+    assert m["overhead_frac"] < 0.05, f"sweep overhead {m['overhead_frac']:.1%} of its wall time"
+
+
+def test_hf_assistant_gets_a_constant_k_without_touching_the_shared_model(near_draft):
+    before = near_draft.model.generation_config.to_dict()
+    kw = B._hf_kwargs(DraftModel(near_draft), 3)
+    gen = kw["assistant_model"].generation_config
+    assert gen.num_assistant_tokens == 3
+    assert gen.num_assistant_tokens_schedule == "constant"
+    assert gen.assistant_confidence_threshold == 0.0
+    assert kw["assistant_model"].model is near_draft.model.model  # same weights
+    assert near_draft.model.generation_config.to_dict() == before
+    assert B._hf_kwargs(NGram(max_ngram=2), 5) == {"prompt_lookup_num_tokens": 5, "max_matching_ngram_size": 2}
+    assert B._hf_kwargs(SimpleNamespace(name="other"), 2) is None
+
+
+def test_stop_after_three_runs(tiny_target):
+    seen, rows_seen = [], []
+    rep = B.run_sweep(
+        tiny_target, {"ngram": NGram()}, PROMPTS, B.BenchConfig(ks=(1, 2), max_new_tokens=6, warmup=False),
+        on_event=seen.append, on_row=rows_seen.append, should_stop=lambda: sum(e.kind == "run" for e in seen) >= 3,
+    )
+    assert [e.kind for e in seen] == ["run", "run", "run", "stopped"]
+    assert rows_seen == rep["prompt_rows"] and len(rows_seen) == 3
+    m = rep["meta"]
+    assert m["stopped"] and m["runs_done"] == 3 and m["runs_planned"] == 6 and m["warmup_s"] == 0
+    assert [(r["proposer"], r["k"], r["prompts"]) for r in rep["rows"]] == [("target-only", 0, 1), ("ngram", 1, 1), ("ngram", 2, 1)]
+
+
+def test_sampled_sweep_and_plain_prompts(tiny_target):
+    rep = B.run_sweep(
+        tiny_target, {"ngram": NGram()}, ["the cat sat on the mat, the cat"],
+        B.BenchConfig(ks=(2,), max_new_tokens=6, sampling=Sampling(temperature=1.0), seed=3, warmup=False),
+    )
+    assert len(rep["rows"]) == 2
+    assert all(r["same_as_target"] is None for r in rep["rows"])  # sampled: outputs differ by design
+    assert rep["prompt_rows"][0]["category"] == "custom"
+    assert rep["meta"]["sampling"]["temperature"] == 1.0
+
+
+def test_summarize_is_pure_and_handles_partial_rows(report):
+    rows = B.summarize(report["prompt_rows"][:7])  # prompt 0, up to the first HF rows
+    assert [r["prompts"] for r in rows] == [1] * 7
+    assert B.summarize([]) == []
+
+
+# -- output files -------------------------------------------------------------------------------
+
+
+def test_json_roundtrip(report, tmp_path):
+    path = B.write_json(report, tmp_path / "out.json")
+    data = json.loads(path.read_text())
+    assert data["schema"] == B.SCHEMA and len(data["rows"]) == 10 and len(data["prompt_rows"]) == 20
+    assert B.load_report(path)["meta"]["target"] == "tiny-target"
+    (tmp_path / "bad.json").write_text('{"schema": "other"}')
+    with pytest.raises(ValueError, match="not a specviz bench report"):
+        B.load_report(tmp_path / "bad.json")
+
+
+def test_csv(report, tmp_path):
+    path = B.write_csv(report["rows"], tmp_path / "out.csv")
+    rows = list(csv.DictReader(io.StringIO(path.read_text())))
+    assert len(rows) == 10 and list(rows[0]) == B.CSV_COLUMNS
+    assert rows[1]["proposer"] == "ngram" and rows[1]["impl"] == "specviz"
+    assert len(rows[2]["per_position"].split(";")) == 2
+    assert rows[0]["acceptance_rate"] == ""
+
+
+def test_format_table(report):
+    text = B.format_table(report["rows"])
+    lines = text.splitlines()
+    assert len(lines) == 2 + 10
+    assert lines[0].split()[:3] == ["proposer", "k", "impl"]
+    assert "target-only" in lines[2] and "1.00x" in lines[2]
+
+
+# -- figures ------------------------------------------------------------------------------------
+
+
+def test_every_figure_builder(report):
+    figs = V.build_figures(report)
+    assert list(figs) == list(V.FIGURES) == [
+        "latency", "speedup", "acceptance_rate", "acceptance_length", "predicted", "per_position", "category"]
+    names = lambda f: [t.name for t in f.data]  # noqa: E731
+    # two proposers x two impls
+    assert names(figs["latency"]) == ["ngram", "draft:tiny-near", "ngram (hf)", "draft:tiny-near (hf)"]
+    assert len(figs["latency"].layout.shapes) == 2  # target-only reference lines (specviz, hf)
+    assert names(figs["speedup"]) == names(figs["latency"])
+    assert list(figs["speedup"].data[0].x) == [1, 2]
+    assert names(figs["acceptance_rate"]) == ["ngram", "draft:tiny-near"]
+    assert "ngram: theory E(a, k)" in names(figs["acceptance_length"])
+    assert names(figs["predicted"]) == ["ngram measured", "ngram predicted", "draft:tiny-near measured", "draft:tiny-near predicted"]
+    assert len(figs["per_position"].data) == 4  # proposer x k
+    assert {t.type for t in figs["category"].data} == {"bar"}
+    assert set(figs["category"].data[0].x) == {"writing", "coding"}
+    for f in figs.values():
+        f.to_json()  # valid and serialisable
+
+
+def test_theory_trace_is_e_at_the_measured_a(report):
+    fig = V.acceptance_length_figure(report["rows"])
+    theory = next(t for t in fig.data if t.name == "ngram: theory E(a, k)")
+    rows = {r["k"]: r for r in report["rows"] if r["proposer"] == "ngram" and r["impl"] == "specviz"}
+    for k, y in zip(theory.x, theory.y):
+        assert y == pytest.approx(metrics.expected_tokens_per_step(rows[k]["acceptance_rate"], k))
+
+
+def test_predicted_trace_uses_a_c_v(report):
+    fig = V.predicted_speedup_figure(report["rows"])
+    pred = next(t for t in fig.data if t.name == "draft:tiny-near predicted")
+    rows = {r["k"]: r for r in report["rows"] if r["proposer"] == "draft:tiny-near" and r["impl"] == "specviz"}
+    for k, y in zip(pred.x, pred.y):
+        r = rows[k]
+        assert y == pytest.approx(metrics.expected_speedup(r["acceptance_rate"], k, r["c"], r["v"]))
+
+
+def test_figures_of_nothing():
+    for name, fig in V.build_figures(None).items():
+        assert fig.data == () and "No results yet" in fig.layout.annotations[0].text, name
+    only_base = [{"kind": "summary", "proposer": "target-only", "k": 0, "impl": "specviz", "ms_per_token": 10.0}]
+    assert len(V.latency_figure(only_base).layout.shapes) == 1
+    assert V.speedup_figure(only_base).data == ()
+
+
+def test_table_rows(report):
+    headers, body = V.table_rows(report["rows"])
+    assert headers[:3] == ["proposer", "k", "impl"] and len(body) == 10
+    assert body[0][0] == "target-only" and body[0][7] == "1.00"
+
+
+def test_report_html(report):
+    page = V.report_html(report)
+    assert page.startswith("<!DOCTYPE html>") and "</html>" in page
+    assert page.count('class="fig"') == 7
+    assert page.count("plotly.js v") <= 2 and "Plotly.newPlot" in page  # the library is inlined once
+    assert "Why (no) speedup?" in page and "Best:" in page
+    assert page.count("<tr>") >= 10 + 1
+    small = V.report_html(report, include_plotlyjs="cdn")
+    assert len(small) < len(page) / 5

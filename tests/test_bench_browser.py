@@ -1,0 +1,163 @@
+"""The Benchmark tab in headless Chromium: a 2-prompt, 2-k sweep shows the plots and the table.
+
+Serves a Blocks holding only the tab, on tiny models saved to a temporary directory, and drives
+Debian's Chromium through Playwright (never `playwright install`).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"no Chromium at {CHROMIUM} (apt-get install chromium)"),
+]
+
+PROMPTS = "the cat sat on the mat. the cat sat on the\nabc abc abc abc abc\nnever run: only two prompts are asked for"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    pytest.importorskip("playwright.sync_api")
+    os.environ["GRADIO_ANALYTICS_ENABLED"] = "False"
+    import gradio as gr
+
+    from conftest import make_char_tokenizer, make_llama, perturbed
+    from specviz.ui.bench_tab import CUSTOM, BenchDefaults, build_bench_tab
+
+    root = tmp_path_factory.mktemp("bench-ui-models")
+    tok = make_char_tokenizer()
+    target = make_llama(len(tok), 64, 2, seed=0, sharpen=30.0)
+    for name, model in (("target", target), ("draft", perturbed(target, 0.1, seed=2))):
+        model.save_pretrained(str(root / name))
+        tok.save_pretrained(str(root / name))
+    defaults = BenchDefaults(
+        target=str(root / "target"), proposers=["ngram", f"draft:{root / 'draft'}"], ks=[1, 2, 4], n_prompts=2,
+        max_new_tokens=8, prompt_source=CUSTOM, custom_prompts=PROMPTS,
+    )
+    with gr.Blocks(analytics_enabled=False) as demo:
+        with gr.Tab("Benchmark"):
+            build_bench_tab(defaults)
+    port = _free_port()
+    demo.queue().launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
+    url = f"http://127.0.0.1:{port}/"
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        try:
+            with urllib.request.urlopen(url, timeout=2):
+                break
+        except OSError:
+            time.sleep(0.2)
+    yield url
+    demo.close()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def page(browser, server):
+    ctx = browser.new_context(viewport={"width": 1400, "height": 1000})
+    pg = ctx.new_page()
+    errors: list[str] = []
+    pg.on("pageerror", lambda e: errors.append(str(e)))
+    pg.goto(server)
+    pg.wait_for_selector("#sv-bench-run")
+    pg.js_errors = errors
+    yield pg
+    ctx.close()
+
+
+PROGRESS = "#sv-bench-progress .sv-bench-progress"
+
+
+def _wait_kind(page, kinds: tuple[str, ...], timeout_ms: int = 240_000) -> str:
+    page.wait_for_function(
+        "(kinds) => { const el = document.querySelector('" + PROGRESS + "'); return el && kinds.includes(el.dataset.kind); }",
+        arg=list(kinds), timeout=timeout_ms,
+    )
+    return page.locator(PROGRESS).get_attribute("data-kind")
+
+
+def test_two_prompt_two_k_sweep_shows_plots_and_table(page):
+    # untick k = 4 so the sweep runs k in {1, 2}
+    page.locator("#sv-bench-ks label").filter(has_text="4").first.click()
+    checked = page.locator("#sv-bench-ks input[type=checkbox]:checked")
+    assert checked.count() == 2
+    page.click("#sv-bench-run")
+    assert _wait_kind(page, ("ok", "error")) == "ok", page.inner_text("#sv-bench-progress")
+    prog = page.locator(PROGRESS)
+    # 2 prompts x (target-only + 2 proposers x 2 k)
+    assert prog.get_attribute("data-done") == prog.get_attribute("data-total") == "10"
+    assert "Done in" in page.inner_text("#sv-bench-progress")
+    for name in ("latency", "speedup", "acceptance_rate", "acceptance_length", "predicted", "per_position", "category"):
+        plot = page.locator(f"#sv-bench-plot-{name} .js-plotly-plot")
+        plot.wait_for(timeout=30_000)
+        # every plot has data traces drawn (scatter lines or bars)
+        assert page.locator(f"#sv-bench-plot-{name} .trace").count() > 0, name
+    table = page.inner_text("#sv-bench-table")
+    for text in ("target-only", "ngram", "draft:", "speedup", "acceptance"):
+        assert text in table
+    why = page.inner_text("#sv-bench-why")
+    assert "Best:" in why and "Worst:" in why and "a = " in why and "c = " in why and "v = " in why
+    for btn in ("#sv-bench-csv", "#sv-bench-json", "#sv-bench-html"):
+        loc = page.locator(f"{btn} button, button{btn}").first
+        assert loc.is_enabled(), btn
+    with page.expect_download() as dl:
+        page.locator("#sv-bench-csv button, button#sv-bench-csv").first.click()
+    lines = Path(dl.value.path()).read_text().splitlines()
+    assert lines[0].startswith("proposer,k,impl") and len(lines) == 1 + 5
+    assert not page.js_errors, page.js_errors
+
+
+def test_stop_ends_the_sweep_early_and_keeps_the_results(page):
+    page.fill("#sv-bench-max-new input[type=number]", "200")
+    page.press("#sv-bench-max-new input[type=number]", "Enter")
+    page.fill("#sv-bench-n input[type=number]", "3")
+    page.press("#sv-bench-n input[type=number]", "Enter")
+    page.click("#sv-bench-run")
+    page.wait_for_function(
+        "() => { const el = document.querySelector('" + PROGRESS + "'); return el && Number(el.dataset.done) >= 1; }",
+        timeout=240_000,
+    )
+    page.click("#sv-bench-stop")
+    assert _wait_kind(page, ("info", "ok", "error")) in ("info",)
+    page.wait_for_function(
+        "() => document.querySelector('#sv-bench-progress').innerText.includes('Stopped after')", timeout=240_000)
+    prog = page.locator(PROGRESS)
+    assert int(prog.get_attribute("data-done")) < int(prog.get_attribute("data-total")) == 3 * 7
+    assert "target-only" in page.inner_text("#sv-bench-table")
+    assert not page.js_errors, page.js_errors
+
+
+def test_bad_input_is_a_message_not_a_traceback(page):
+    page.locator("#sv-bench-ks input[type=checkbox]:checked").first.wait_for()
+    for box in page.locator("#sv-bench-ks label").all():
+        if box.locator("input:checked").count():
+            box.click()
+    page.click("#sv-bench-run")
+    assert _wait_kind(page, ("error",), 60_000) == "error"
+    text = page.inner_text("#sv-bench-progress")
+    assert "choose at least one k" in text and "Traceback" not in text
