@@ -1,0 +1,239 @@
+"""Plotly figures for the Learn tab: pure functions of tensors and numbers (no Gradio).
+
+Colours follow :mod:`specviz.viz.theme`, so p, q and the residual look as in the playground:
+indigo = the target's p, teal = the draft's q, amber = the residual norm(max(0, p − q)),
+green = the acceptance chance / the exact rule's samples, red = a rule that misses p,
+slate = sampling from the target alone.
+"""
+
+from __future__ import annotations
+
+import html
+from typing import Sequence
+
+import plotly.graph_objects as go
+import torch
+
+from ..algorithm import acceptance_ratio, residual_distribution, typical_threshold
+from ..learn import RULES, MeasuredRun, RuleExperiment, speedup_curve
+from .theme import COLORS, FONT
+from .tokens import token_label
+
+__all__ = ["comparison_figure", "histogram_figure", "rule_figure", "speedup_figure", "unique_labels"]
+
+HEIGHT = 320
+
+
+def _axis(**kw) -> dict:
+    base = dict(showgrid=False, zeroline=False, linecolor=COLORS["grid"], ticks="", automargin=True)
+    base.update(kw)
+    return base
+
+
+def _figure(traces: list[dict], title: str, *, height: int = HEIGHT, xaxis: dict | None = None,
+            yaxis: dict | None = None, annotations: list[dict] | None = None, shapes: list[dict] | None = None,
+            **layout_kw) -> go.Figure:
+    """One figure from plain dicts, in the app's house style (as in specviz.viz.figures)."""
+    layout = dict(
+        template="none",
+        title=dict(text=title, x=0.01, xanchor="left", y=0.97, yanchor="top", font=dict(size=13, color=COLORS["ink"])),
+        height=height,
+        margin=dict(l=52, r=52, t=80, b=48),
+        font=dict(family=FONT, size=11, color=COLORS["ink"]),
+        paper_bgcolor="rgba(0,0,0,0)",
+        plot_bgcolor="rgba(0,0,0,0)",
+        legend=dict(orientation="h", x=0, xanchor="left", y=1.0, yanchor="bottom", font=dict(size=10),
+                    bgcolor="rgba(0,0,0,0)"),
+        hoverlabel=dict(font=dict(family=FONT, size=11)),
+        xaxis=_axis(**(xaxis or {})),
+        yaxis=_axis(showgrid=True, gridcolor=COLORS["grid"], **(yaxis or {})),
+        annotations=annotations or [],
+        shapes=shapes or [],
+    )
+    layout.update(layout_kw)
+    return go.Figure(dict(data=traces, layout=layout))
+
+
+def _label(text: str) -> str:
+    """A token as a chart label: whitespace visible, HTML escaped (Plotly reads some HTML)."""
+    return html.escape(token_label(text), quote=False)
+
+
+def unique_labels(texts: Sequence[str], ids: Sequence[int] | None = None) -> list[str]:
+    """Chart labels for tokens; two tokens that render alike get their id (or position) appended."""
+    out, seen = [], set()
+    for i, t in enumerate(texts):
+        lab = _label(t)
+        if lab in seen:
+            lab = f"{lab} #{ids[i] if ids is not None else i + 1}"
+        seen.add(lab)
+        out.append(lab)
+    return out
+
+
+def _vals(t: torch.Tensor) -> list[float]:
+    return [float(v) for v in t.double()]
+
+
+# -- part 1: the rule on a toy vocabulary -------------------------------------------------------
+
+
+def rule_figure(tokens: Sequence[str], p: torch.Tensor, q: torch.Tensor, rule: str = "exact", *,
+                eps: float | None = None, delta: float | None = None) -> go.Figure:
+    """p, q and the residual norm(max(0, p − q)) as bars, and per token the chance a drafted x is
+    kept as green markers (right axis): min(1, p/q), or for typical acceptance (LOSSY) 1 above its
+    threshold min(eps, δ·exp(−H(p))) (a dashed line) and 0 below."""
+    labels = unique_labels(tokens)
+    typical = rule == "typical" and eps is not None and delta is not None
+    residual = torch.clamp(p - q, min=0.0)
+    residual = residual_distribution(p, q) if float(residual.sum()) > 0 else torch.zeros_like(p)
+    traces = [
+        dict(type="bar", name="p (target)", x=labels, y=_vals(p), marker=dict(color=COLORS["p"]),
+             hovertemplate="%{x}<br>p = %{y:.3f}<extra></extra>"),
+        dict(type="bar", name="q (draft)", x=labels, y=_vals(q), marker=dict(color=COLORS["q"]),
+             hovertemplate="%{x}<br>q = %{y:.3f}<extra></extra>"),
+    ]
+    if not typical:
+        traces.append(dict(type="bar", name="residual norm(max(0, p − q))", x=labels, y=_vals(residual),
+                           marker=dict(color=COLORS["residual"]), hovertemplate="%{x}<br>residual = %{y:.3f}<extra></extra>"))
+    shapes = []
+    if typical:
+        thr = float(typical_threshold(p, eps, delta))
+        keep = (p > thr).to(p.dtype)
+        kept = float((q * keep).sum())
+        name, what = "kept if p(x) > threshold (LOSSY)", "kept"
+        shapes.append(dict(type="line", xref="paper", x0=0, x1=1, yref="y", y0=thr, y1=thr,
+                           line=dict(color=COLORS["rejected"], dash="dash", width=1.5)))
+        traces.append(dict(type="scatter", mode="lines", x=[None], y=[None], name=f"typical threshold {thr:.3f}",
+                           line=dict(color=COLORS["rejected"], dash="dash", width=1.5), hoverinfo="skip"))
+        title = f"Typical acceptance (LOSSY) keeps a draft x when p(x) > {thr:.3f} · kept {kept:.0%} of drafts; else argmax p"
+    else:
+        keep = acceptance_ratio(p, q)  # [V]
+        kept = float((q * keep).sum())
+        name, what = "min(1, p/q): chance a drafted x is kept", "min(1, p/q)"
+        title = f"Target p, draft q and the residual · a draft is accepted with chance β = Σ min(p, q) = {kept:.2f}"
+    traces.append(dict(
+        type="scatter", mode="markers+text", name=name, x=labels, y=_vals(keep), yaxis="y2",
+        text=[f"{float(r):.2f}" for r in keep], textposition="top center", cliponaxis=False,
+        textfont=dict(size=10, color=COLORS["ink"]),
+        marker=dict(symbol="diamond", size=9, color=COLORS["accepted"], line=dict(width=1, color="white")),
+        hovertemplate="%{x}<br>" + what + " = %{y:.3f}<extra></extra>"))
+    ymax = max(_vals(p) + _vals(q) + ([] if typical else _vals(residual)) + [0.05])
+    return _figure(
+        traces, title, barmode="group", bargap=0.25, bargroupgap=0.05,
+        xaxis=dict(tickfont=dict(size=12)),
+        yaxis=dict(range=[0, ymax * 1.15], title=dict(text="probability", font=dict(size=10)), tickformat=".0%"),
+        yaxis2=dict(range=[0, 1.18], overlaying="y", side="right", showgrid=False, zeroline=False, tickformat=".0%",
+                    title=dict(text="kept", font=dict(size=10, color=COLORS["accepted"])),
+                    tickfont=dict(color=COLORS["accepted"])),
+        shapes=shapes,
+    )
+
+
+def histogram_figure(exp: RuleExperiment) -> go.Figure:
+    """The sampled histogram (bars) against the target p (indigo ticks) and what the rule gives in
+    theory (hollow diamonds)."""
+    labels = unique_labels(exp.tokens)
+    good = exp.rule == "exact"
+    bar_color = COLORS["accepted"] if good else COLORS["rejected"]
+    lossy = " (LOSSY)" if exp.rule == "typical" else ""
+    name = RULES[exp.rule].split(":")[0] if exp.rule == "exact" else RULES[exp.rule]
+    freq = _vals(exp.freq)
+    traces = [
+        dict(type="bar", name=f"{exp.n:,} samples, rule: {name}", x=labels, y=freq,
+             marker=dict(color=bar_color, opacity=0.85), customdata=[int(c) for c in exp.counts],
+             hovertemplate="%{x}<br>sampled %{y:.3f} (%{customdata:,} times)<extra></extra>"),
+        dict(type="scatter", mode="markers", name="target p", x=labels, y=_vals(exp.p),
+             marker=dict(symbol="line-ew", size=34, color=COLORS["p"], line=dict(width=3, color=COLORS["p"])),
+             hovertemplate="%{x}<br>p = %{y:.3f}<extra></extra>"),
+        dict(type="scatter", mode="markers", name=f"this rule in theory{lossy}", x=labels, y=_vals(exp.expected),
+             marker=dict(symbol="diamond-open", size=10, color=COLORS["ink"], line=dict(width=1.5)),
+             hovertemplate="%{x}<br>in theory %{y:.3f}<extra></extra>"),
+    ]
+    verdict = "matches p" if exp.matches else "misses p"
+    title = f"Sampled histogram vs p · TV {exp.tv:.3f} · {verdict}{lossy}"
+    ymax = max(freq + _vals(exp.p) + _vals(exp.expected) + [0.05])
+    return _figure(traces, title, xaxis=dict(tickfont=dict(size=12)),
+                   yaxis=dict(range=[0, ymax * 1.15], tickformat=".0%", title=dict(text="share of samples", font=dict(size=10))))
+
+
+# -- part 2: a real model's next token ---------------------------------------------------------
+
+
+def comparison_figure(labels: Sequence[str], p: Sequence[float], q: Sequence[float], spec: Sequence[float],
+                      plain: Sequence[float], *, n: int, tv_spec: float, tv_plain: float, q_name: str = "q (draft)",
+                      rule: str = "exact") -> go.Figure:
+    """Grouped bars over the shown next tokens: p, q, N samples with speculation (``rule``), N without."""
+    how = "with speculation, typical acceptance (LOSSY)" if rule == "typical" else "with speculation"
+    if not labels:
+        return empty_learn_figure("Next-token histograms", "Press Sample to compare")
+    def trace(name, ys, color, what, **kw):
+        return dict(type="bar", name=name, x=list(labels), y=list(ys), marker=dict(color=color, **kw),
+                    hovertemplate="%{x}<br>" + what + " = %{y:.3f}<extra></extra>")
+    traces = [
+        trace("p (target)", p, COLORS["p"], "p"),
+        trace(q_name, q, COLORS["q"], "q", opacity=0.55),
+        trace(f"{how} ({n:,} samples)", spec, COLORS["accepted" if rule == "exact" else "rejected"], how),
+        trace(f"without speculation ({n:,} samples)", plain, COLORS["target"], "without speculation"),
+    ]
+    ymax = max(list(p) + list(q) + list(spec) + list(plain) + [0.05])
+    title = f"Next token: {how} TV {tv_spec:.3f} from p · without TV {tv_plain:.3f}"
+    return _figure(traces, title, barmode="group", bargap=0.2, bargroupgap=0.04,
+                   xaxis=dict(tickangle=-35, tickfont=dict(size=11)),
+                   yaxis=dict(range=[0, ymax * 1.12], tickformat=".0%" if ymax > 0.2 else ".2f"))
+
+
+def empty_learn_figure(title: str, message: str) -> go.Figure:
+    note = dict(text=html.escape(message), x=0.5, y=0.5, xref="paper", yref="paper", showarrow=False,
+                font=dict(size=12, color=COLORS["muted"]))
+    return _figure([], title, height=260, xaxis=dict(visible=False), yaxis=dict(visible=False), annotations=[note])
+
+
+# -- part 3: the expected-speedup calculator ---------------------------------------------------
+
+
+def speedup_figure(a: float, c: float, v: float, k: int, runs: Sequence[MeasuredRun] = (), k_max: int = 16) -> go.Figure:
+    """Expected speedup vs k for a, c, v (line), the chosen k and the best k marked, E[tokens/step]
+    dotted on the right axis, break-even at 1×, and measured runs as amber points."""
+    k_max = max(int(k_max), int(k), *(r.k for r in runs)) if runs else max(int(k_max), int(k))
+    curve = speedup_curve(a, c, v, k_max)
+    ks = [t[0] for t in curve]
+    es = [t[1] for t in curve]
+    ss = [t[2] for t in curve]
+    kb = max(curve, key=lambda t: (t[2], -t[0]))
+    cur = curve[int(k) - 1]
+    traces = [
+        dict(type="scatter", mode="lines+markers", name="expected speedup", x=ks, y=ss,
+             line=dict(color=COLORS["p"], width=2.5), marker=dict(size=5, color=COLORS["p"]),
+             customdata=es, hovertemplate="k = %{x}<br>speedup %{y:.2f}×<br>E[tokens/step] %{customdata:.2f}<extra></extra>"),
+        dict(type="scatter", mode="lines", name="E[tokens/step] (right axis)", x=ks, y=es, yaxis="y2",
+             line=dict(color=COLORS["muted"], width=1.5, dash="dot"),
+             hovertemplate="k = %{x}<br>E[tokens/step] %{y:.2f}<extra></extra>"),
+        dict(type="scatter", mode="markers", name=f"best k = {kb[0]} ({kb[2]:.2f}×)", x=[kb[0]], y=[kb[2]],
+             marker=dict(symbol="star", size=16, color=COLORS["bonus"], line=dict(width=1, color="white")),
+             hovertemplate="best k = %{x}<br>%{y:.2f}×<extra></extra>"),
+        dict(type="scatter", mode="markers", name=f"your k = {cur[0]} ({cur[2]:.2f}×)", x=[cur[0]], y=[cur[2]],
+             marker=dict(symbol="circle-open", size=15, color=COLORS["ink"], line=dict(width=2)),
+             hovertemplate="your k = %{x}<br>%{y:.2f}×<extra></extra>"),
+    ]
+    if runs:
+        traces.append(dict(
+            type="scatter", mode="markers", name="your measured runs", x=[r.k for r in runs], y=[r.speedup for r in runs],
+            marker=dict(symbol="diamond", size=11, color=COLORS["resampled"], line=dict(width=1, color="white")),
+            customdata=[[r.a, html.escape(r.label or "run")] for r in runs],
+            hovertemplate="%{customdata[1]}<br>k = %{x}, a = %{customdata[0]:.2f}<br>measured %{y:.2f}×<extra></extra>",
+        ))
+    ys = ss + [r.speedup for r in runs] + [1.0]
+    ymax = max(ys) * 1.15
+    shapes = [dict(type="line", xref="paper", x0=0, x1=1, yref="y", y0=1, y1=1,
+                   line=dict(color=COLORS["rejected"], dash="dash", width=1))]
+    notes = [dict(xref="paper", x=1, xanchor="right", yref="y", y=1, yanchor="bottom", showarrow=False,
+                  text="break-even (no speedup)", font=dict(size=10, color=COLORS["rejected"]))]
+    title = f"Expected speedup vs k · a = {a:.2f}, c = {c:.2f}, v = {v:.2f}"
+    return _figure(traces, title, height=340, shapes=shapes, annotations=notes,
+                   xaxis=dict(title=dict(text="k (tokens drafted per step)", font=dict(size=10)), dtick=1 if k_max <= 20 else 2,
+                              range=[0.5, k_max + 0.5]),
+                   yaxis=dict(range=[0, ymax], title=dict(text="speedup ×", font=dict(size=10))),
+                   yaxis2=dict(range=[0, max(es) * 1.15], overlaying="y", side="right", showgrid=False, zeroline=False,
+                               title=dict(text="E[tokens/step]", font=dict(size=10, color=COLORS["muted"])),
+                               tickfont=dict(color=COLORS["muted"])))

@@ -1,0 +1,168 @@
+"""The Learn tab in headless Chromium, inside the whole app served with tiny models.
+
+The app is served in this process on 127.0.0.1 by tests/app_server.py (tiny random models named
+through SPECVIZ_DEFAULT_TARGET / SPECVIZ_DEFAULT_DRAFT); Playwright drives Debian's Chromium
+(/usr/bin/chromium, never a downloaded browser).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+import app_server
+from specviz.algorithm import expected_speedup
+
+CHROMIUM = os.environ.get("SPECVIZ_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--disable-dev-shm-usage"]
+TIMEOUT_MS = 30_000
+
+pytestmark = pytest.mark.browser
+
+
+def _skip_reason() -> str | None:
+    if not (Path(CHROMIUM).exists() or shutil.which(CHROMIUM)):
+        return f"{CHROMIUM} is missing (apt-get install chromium, or set SPECVIZ_CHROMIUM)"
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        return "playwright is not installed (pip install playwright)"
+    return None
+
+
+@pytest.fixture(scope="module")
+def app_url(tmp_path_factory):
+    reason = _skip_reason()
+    if reason:
+        pytest.skip(reason)
+    env = app_server.tiny_env(tmp_path_factory.mktemp("learn-models"))
+    saved = {k: os.environ.get(k) for k in env}
+    demo, url = app_server.start(env)
+    yield url
+    demo.close()
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
+@pytest.fixture(scope="module")
+def browser(app_url):
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+def _open_learn(browser, url: str, width: int = 1280, height: int = 900):
+    pg = browser.new_context(viewport={"width": width, "height": height}).new_page()
+    errors: list[str] = []
+    pg.on("pageerror", lambda e: errors.append(str(e)))
+    pg.set_default_timeout(TIMEOUT_MS)
+    pg.goto(url)
+    pg.get_by_role("tab", name="Learn").click()
+    pg.wait_for_selector("#sv-learn-sample")
+    pg.js_errors = errors
+    return pg
+
+
+@pytest.fixture(scope="module")
+def page(browser, app_url):
+    pg = _open_learn(browser, app_url)
+    yield pg
+    pg.context.close()
+
+
+def _verdict(page, matches: str) -> str:
+    page.wait_for_selector(f'#sv-learn-verdict .sv-learn-verdict[data-matches="{matches}"]')
+    return page.inner_text("#sv-learn-verdict")
+
+
+def _pick_rule(page, label: str) -> None:
+    page.locator("#sv-learn-rule-choice label").filter(has_text=label).click()
+    page.wait_for_function("(t) => document.querySelector('#sv-learn-verdict').innerText.includes(t)", arg=label)
+
+
+def test_toy_rule_exact_matches_and_broken_rules_miss(page):
+    page.wait_for_selector("#sv-learn-intro .katex")  # the formulas render (KaTeX ships with Gradio)
+    page.click("#sv-learn-sample")
+    text = _verdict(page, "true")
+    assert "matches p" in text and "within sampling noise" in text
+    page.wait_for_selector("#sv-learn-hist g.point")
+    assert page.locator("#sv-learn-hist .legendtext", has_text="target p").count() == 1
+
+    _pick_rule(page, "broken: no residual (resample from p)")
+    page.click("#sv-learn-sample")
+    text = _verdict(page, "false")
+    assert "misses p" in text and "not exact" in text
+    assert "misses p" in page.locator("#sv-learn-hist .gtitle").text_content()
+
+    _pick_rule(page, "typical acceptance (LOSSY)")
+    page.wait_for_selector("#sv-learn-eps", state="visible")
+    page.click("#sv-learn-sample")
+    assert "LOSSY" in _verdict(page, "false")
+
+    _pick_rule(page, "exact: resample from the residual")
+    page.wait_for_selector("#sv-learn-eps", state="hidden")
+    # an edited table: a negative q is an error message, and fixing it samples again
+    cell = page.locator('#sv-learn-table [data-testid="cell-0-2"]')
+    cell.dblclick()
+    box = page.locator("#sv-learn-table textarea, #sv-learn-table input").first
+    box.fill("-1")
+    box.press("Enter")
+    page.wait_for_selector("#sv-learn-verdict .sv-msg-error")
+    assert "negative" in page.inner_text("#sv-learn-verdict") and "Traceback" not in page.inner_text("#sv-learn-verdict")
+    cell.dblclick()
+    box = page.locator("#sv-learn-table textarea, #sv-learn-table input").first
+    box.fill("0.3")
+    box.press("Enter")
+    page.wait_for_selector("#sv-learn-verdict .sv-msg-info")
+    page.click("#sv-learn-sample")
+    assert "matches p" in _verdict(page, "true")
+    assert not page.js_errors
+
+
+def test_real_model_section_samples_the_tiny_model(page):
+    assert Path(page.input_value("#sv-learn-target input")).name == "tiny-target"  # from SPECVIZ_DEFAULT_TARGET
+    page.fill("#sv-learn-model-n input", "5000")
+    page.click("#sv-learn-model-btn")
+    page.wait_for_selector("#sv-learn-model-status .sv-learn-model")
+    text = page.inner_text("#sv-learn-model-status")
+    assert "Both match p" in text, text
+    page.wait_for_selector("#sv-learn-model-plot g.point")
+    legend = page.locator("#sv-learn-model-plot .legend").text_content()
+    assert "with speculation" in legend and "without speculation" in legend
+    assert not page.js_errors
+
+
+def test_calculator_slider_updates_the_output(page):
+    speed = '#sv-learn-calc [data-metric="speedup"] .sv-card-value'
+    assert page.inner_text(speed) == f"{expected_speedup(0.7, 4, 0.1, 1.0):.2f}×"
+    box = page.locator("#sv-learn-k input[type=number]")
+    box.fill("8")
+    box.press("Enter")
+    want = f"{expected_speedup(0.7, 8, 0.1, 1.0):.2f}×"
+    page.wait_for_function("([sel, w]) => document.querySelector(sel)?.innerText === w", arg=[speed, want])
+    page.wait_for_selector("#sv-learn-calc-plot .legendtext >> text=your k = 8")
+    page.locator("#sv-learn-runs-box").get_by_text("Your measured runs").first.click()
+    page.fill("#sv-learn-runs textarea", "0.6, 4, 1.3  # mine")
+    page.locator("#sv-learn-runs textarea").blur()
+    page.wait_for_selector("#sv-learn-calc-plot .legendtext >> text=your measured runs")
+    assert not page.js_errors
+
+
+def test_narrow_screen_has_no_sideways_scroll(browser, app_url):
+    pg = _open_learn(browser, app_url, 390, 844)
+    pg.click("#sv-learn-sample")
+    pg.wait_for_selector("#sv-learn-verdict .sv-learn-verdict")
+    pg.wait_for_selector("#sv-learn-hist g.point")
+    assert pg.evaluate("document.documentElement.scrollWidth") <= 391  # nothing sticks out sideways
+    assert not pg.js_errors
+    pg.context.close()
