@@ -10,6 +10,7 @@ import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+os.environ.setdefault("SPECVIZ_ALLOW_LOCAL_PATHS", "1")  # tests serve tiny models from local directories
 torch.set_num_threads(1)  # tiny models: one thread is fastest and leaves a core free
 
 CHARS = "abcdefghijklmnopqrstuvwxyz .,!?'\n"

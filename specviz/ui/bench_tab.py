@@ -162,6 +162,9 @@ def parse_request(target, proposers, ks, source, categories, custom, n_prompts, 
             raise ValueError("pick at least one prompt category")
         rows = P.load_prompts(categories=list(categories), limit=n)
         src = "bundled:specbench-dev"
+    from ..limits import check_bench_request  # hosting limits (SPECVIZ_MAX_*, SPECVIZ_ALLOW_LOCAL_PATHS)
+
+    check_bench_request(target, specs, kt, max_new, [r.prompt for r in rows])
     return Request(target, tuple(specs), kt, tuple(rows), src, max_new, Sampling(temperature=temp), bool(compare_hf))
 
 
@@ -242,7 +245,7 @@ def _in_thread(fn: Callable[[Callable[[str], None]], Any], poll_s: float = 0.25)
 
 
 def _load(req: Request, report: Callable[[str], None]):
-    from ..models import load_model
+    from ..limits import load_checked as load_model  # the web UI checks model names (hosting limits)
 
     target = load_model(req.target, progress=report)
     proposers = {}

@@ -19,6 +19,7 @@ from typing import Any, Iterator
 import gradio as gr
 
 from .. import learn
+from ..limits import load_checked
 from ..models import load_model
 from ..records import Sampling
 from ..viz import message_html
@@ -213,8 +214,8 @@ def on_model_sample(target: str, proposer: str, draft: str, prefix: str, rule: s
             raise ValueError("choose a draft model, or switch the proposer to n-gram")
         yield message_html(f"Loading {target}{' and ' + draft.strip() if use_draft else ''} (cached after the first time)…",
                            "info"), gr.skip()
-        tm = load_model(target)
-        dm = load_model(draft.strip()) if use_draft else None
+        tm = load_checked(target)  # hosting limits: no local paths unless allowed
+        dm = load_checked(draft.strip()) if use_draft else None
         nt = learn.next_token_distributions(tm, dm, prefix, sampling)
         cmp = learn.compare_with_speculation(nt.p, nt.q, int(n_i), int(seed_i), rule)
         ids, p, q, spec, plain = learn.comparison_rows(nt.p, nt.q, cmp)

@@ -1,0 +1,224 @@
+"""Limits for hosting the app: what a visitor may ask of a shared server.
+
+The web UI (playground, benchmark and learn tabs) checks every request against :class:`Limits`;
+the command line is a local tool and keeps allowing local paths and large runs.
+
+Environment variables (read by :meth:`Limits.from_env`, at each request, so a host may change them
+between restarts without code changes):
+
+=============================  =========  ==========================================================
+variable                       default    meaning
+=============================  =========  ==========================================================
+``SPECVIZ_MAX_PROMPT_TOKENS``  2048       longest prompt, in the target's tokens (chat template
+                                          included); also a cheap pre-check of 16 characters a token
+``SPECVIZ_MAX_NEW_TOKENS``     512        most new tokens one run may generate
+``SPECVIZ_MAX_K``              16         most tokens drafted per step
+``SPECVIZ_ALLOW_LOCAL_PATHS``  off        ``1`` lets visitors name local directories as models
+``SPECVIZ_MAX_PARAMS``         RAM/2      refuse models with more parameters (see specviz.models)
+``SPECVIZ_CONCURRENCY``        2          model runs at once, across all visitors (see specviz.ui)
+``SPECVIZ_MODEL_MEMORY_GB``    unlimited  memory budget of the in-process model cache; least
+                                          recently used models that are not in use are dropped
+=============================  =========  ==========================================================
+
+Every ``check_*`` function is pure and raises ``ValueError`` with a message meant for the visitor.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "CHARS_PER_TOKEN",
+    "Limits",
+    "check_bench_request",
+    "check_k",
+    "check_request",
+    "count_prompt_tokens",
+    "check_max_new_tokens",
+    "check_model_name",
+    "check_prompt_chars",
+    "check_prompt_tokens",
+    "load_checked",
+]
+
+CHARS_PER_TOKEN = 16  # a prompt longer than max_prompt_tokens * this is refused before tokenizing
+_TRUE = {"1", "true", "yes", "on"}
+
+
+def _env_int(name: str, default: int, lo: int = 1) -> int:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(float(raw.replace("_", "")))
+    except ValueError:
+        raise ValueError(f"{name}={raw!r} is not a whole number") from None
+    if value < lo:
+        raise ValueError(f"{name}={raw!r} must be at least {lo}")
+    return value
+
+
+def _env_float(name: str) -> float | None:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"{name}={raw!r} is not a number (gigabytes, e.g. 4 or 0.5)") from None
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{name}={raw!r} must be a positive number of gigabytes")
+    return value
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one request to the web UI may ask for (see the module docstring)."""
+
+    max_prompt_tokens: int = 2048
+    max_new_tokens: int = 512
+    max_k: int = 16
+    allow_local_paths: bool = False
+    model_memory_gb: float | None = None  # None: no byte budget (the count limit still applies)
+
+    @classmethod
+    def from_env(cls) -> "Limits":
+        return cls(
+            max_prompt_tokens=_env_int("SPECVIZ_MAX_PROMPT_TOKENS", 2048),
+            max_new_tokens=_env_int("SPECVIZ_MAX_NEW_TOKENS", 512),
+            max_k=_env_int("SPECVIZ_MAX_K", 16),
+            allow_local_paths=os.environ.get("SPECVIZ_ALLOW_LOCAL_PATHS", "").strip().lower() in _TRUE,
+            model_memory_gb=_env_float("SPECVIZ_MODEL_MEMORY_GB"),
+        )
+
+
+# -- checks ------------------------------------------------------------------------------------
+
+_QUANT_SUFFIX = re.compile(r"@[A-Za-z0-9]+$")
+
+
+def check_model_name(name: Any, limits: Limits | None = None) -> str:
+    """The stripped model name, or ValueError. Without ``allow_local_paths`` only built-in names
+    and Hugging Face hub ids (``owner/name``, optionally ``@int8``) pass: no absolute or relative
+    paths, no ``..``, no ``~``, no backslashes, no existing local directories."""
+    from .models import BUILTIN_MODELS, _is_hub_id  # models imports torch: only when needed
+
+    lim = limits or Limits.from_env()
+    if not isinstance(name, str) or not name.strip():
+        raise ValueError(f"choose a model: a built-in ({', '.join(BUILTIN_MODELS)}) or a Hugging Face id owner/name")
+    name = name.strip()
+    if len(name) > 200 or any(ord(c) < 32 or ord(c) == 127 for c in name):
+        raise ValueError("that model name is too long or has control characters")
+    if lim.allow_local_paths:
+        return name
+    base = _QUANT_SUFFIX.sub("", name)
+    if base.lower() in BUILTIN_MODELS:
+        return name
+    refused = (
+        f"{name!r}: local paths are disabled on this server; use a built-in model "
+        f"({', '.join(BUILTIN_MODELS)}) or a Hugging Face id owner/name (the host can set SPECVIZ_ALLOW_LOCAL_PATHS=1)"
+    )
+    if (base.startswith(("/", ".", "~", "\\")) or ".." in base or "\\" in base or "~" in base or ":" in base
+            or base.count("/") > 1):
+        raise ValueError(refused)
+    if not _is_hub_id(base):
+        raise ValueError(
+            f"unknown model {name!r}: not a built-in ({', '.join(BUILTIN_MODELS)}) or a Hugging Face id owner/name"
+        )
+    try:
+        local = os.path.isdir(base) or os.path.isdir(os.path.expanduser(base))
+    except (OSError, ValueError):
+        local = False
+    if local:  # load_model prefers an existing directory over the hub id of the same name
+        raise ValueError(refused)
+    return name
+
+
+def check_prompt_chars(prompt: str, limits: Limits | None = None) -> None:
+    """Cheap pre-check before tokenizing: at most ``max_prompt_tokens * CHARS_PER_TOKEN`` characters."""
+    lim = limits or Limits.from_env()
+    most = lim.max_prompt_tokens * CHARS_PER_TOKEN
+    if len(prompt) > most:
+        raise ValueError(
+            f"the prompt is too long: {len(prompt):,} characters; this server takes at most "
+            f"{lim.max_prompt_tokens:,} tokens (SPECVIZ_MAX_PROMPT_TOKENS), about {most:,} characters at most"
+        )
+
+
+def check_prompt_tokens(n: int, limits: Limits | None = None) -> None:
+    lim = limits or Limits.from_env()
+    if n > lim.max_prompt_tokens:
+        raise ValueError(
+            f"the prompt is too long: {n:,} tokens; this server takes at most {lim.max_prompt_tokens:,} "
+            "(SPECVIZ_MAX_PROMPT_TOKENS). Shorten it"
+        )
+
+
+def check_max_new_tokens(n: int, limits: Limits | None = None) -> None:
+    lim = limits or Limits.from_env()
+    if not 1 <= n <= lim.max_new_tokens:
+        raise ValueError(
+            f"max new tokens must be from 1 to {lim.max_new_tokens:,} on this server (SPECVIZ_MAX_NEW_TOKENS), got {n:,}"
+        )
+
+
+def check_k(k: int, limits: Limits | None = None) -> None:
+    lim = limits or Limits.from_env()
+    if not 1 <= k <= lim.max_k:
+        raise ValueError(f"k (tokens drafted per step) must be from 1 to {lim.max_k} on this server (SPECVIZ_MAX_K), got {k}")
+
+
+def count_prompt_tokens(tokenizer: Any, prompt: str, chat: bool = True) -> int:
+    """How many tokens the prompt takes, with the chat template when the tokenizer has one."""
+    if chat and getattr(tokenizer, "chat_template", None):
+        try:
+            ids = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True,
+                                                tokenize=True)
+            if isinstance(ids, dict) or hasattr(ids, "keys"):
+                ids = ids["input_ids"]
+            return len(ids)
+        except Exception:  # noqa: BLE001 - fall back to the plain count
+            pass
+    return len(tokenizer(prompt)["input_ids"])
+
+
+def load_checked(name: str, limits: Limits | None = None, **kwargs: Any):
+    """``specviz.models.load_model`` for requests from the web UI: the name is checked first."""
+    from .models import load_model
+
+    return load_model(check_model_name(name, limits), **kwargs)
+
+
+def check_request(target: str, draft: str | None, k: int, max_new_tokens: int, prompt: str,
+                  limits: Limits | None = None) -> None:
+    """Every check that needs no model, for one run's settings (used by ``ui.state.parse_settings``)."""
+    lim = limits or Limits.from_env()
+    check_model_name(target, lim)
+    if draft:
+        check_model_name(draft, lim)
+    check_k(k, lim)
+    check_max_new_tokens(max_new_tokens, lim)
+    check_prompt_chars(prompt, lim)
+
+
+def check_bench_request(target: str, proposer_specs: list[str], ks: Any, max_new_tokens: int, prompts: list[str],
+                        limits: Limits | None = None) -> None:
+    """The benchmark tab's request: model names (the target and every ``draft:NAME`` /
+    ``xdraft:NAME`` proposer), each k, max new tokens and every prompt's length."""
+    lim = limits or Limits.from_env()
+    check_model_name(target, lim)
+    from .bench import check_proposer_spec
+
+    for spec in proposer_specs:
+        kind, arg = check_proposer_spec(spec)
+        if kind in ("draft", "xdraft") and arg:
+            check_model_name(arg, lim)
+    for k in ks or ():
+        check_k(int(k), lim)
+    check_max_new_tokens(max_new_tokens, lim)
+    for prompt in prompts:
+        check_prompt_chars(prompt, lim)

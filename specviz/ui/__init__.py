@@ -1,0 +1,139 @@
+"""The Gradio app: ``build_demo()`` lays out the tabs, ``launch()`` serves it with the theme.
+
+Gradio 6 takes the theme, CSS and head at ``launch()``, not ``gr.Blocks()``, so anything that
+serves the demo should use :func:`launch` (or pass :func:`launch_kwargs` itself).
+
+Environment variables: ``SPECVIZ_DEFAULT_TARGET``, ``SPECVIZ_DEFAULT_DRAFT``,
+``SPECVIZ_DEFAULT_PROPOSER`` (``ngram`` or ``draft``), ``SPECVIZ_DEFAULT_PROMPT``,
+``SPECVIZ_DEFAULT_MAX_NEW_TOKENS``, ``SPECVIZ_DEFAULT_TEMPERATURE`` (the playground's starting settings; the model boxes also take
+local directories), ``SPECVIZ_CONCURRENCY`` (model runs at once across all users, default 2),
+``SPECVIZ_HOST`` / ``SPECVIZ_PORT`` (default 127.0.0.1:7860; a Space sets ``GRADIO_SERVER_NAME``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from importlib import resources
+from typing import Any
+
+import gradio as gr
+
+__all__ = ["build_demo", "css", "launch", "launch_kwargs", "theme", "warm_up"]
+
+log = logging.getLogger("specviz.ui")
+
+INTRO = """
+<div class="sv-header">
+  <h1>specviz <span class="sv-tag">speculative decoding, step by step</span></h1>
+  <p>A cheap proposer drafts <b>k</b> tokens; the target model scores them all in one forward pass and keeps
+  each draft with probability min(1, p/q). The first rejected draft is replaced by a token resampled from
+  max(0, p − q), and if every draft survives a bonus token comes free. The output has exactly the target's distribution.</p>
+</div>
+"""
+
+
+def css() -> str:
+    """The app's stylesheet (shipped inside the package)."""
+    return (resources.files("specviz") / "assets" / "style.css").read_text(encoding="utf-8")
+
+
+def theme() -> gr.themes.Base:
+    """A quiet theme on system fonts (nothing is fetched from the internet)."""
+    sans = ["Inter", "ui-sans-serif", "system-ui", "-apple-system", "Segoe UI", "Roboto", "sans-serif"]
+    mono = ["ui-monospace", "JetBrains Mono", "SFMono-Regular", "Menlo", "Consolas", "monospace"]
+    return gr.themes.Soft(
+        primary_hue="indigo", secondary_hue="teal", neutral_hue="slate", font=sans, font_mono=mono, radius_size="md",
+    ).set(
+        block_title_background_fill="transparent",
+        block_title_padding="0",
+        block_title_text_weight="600",
+        block_title_text_color="*neutral_700",
+        block_title_text_color_dark="*neutral_200",
+        block_label_background_fill="transparent",
+        block_label_text_color="*neutral_600",
+        block_label_text_weight="600",
+    )
+
+
+def build_demo() -> gr.Blocks:
+    """The whole app: Playground, plus the Benchmark and Learn tabs when their modules exist."""
+    from .playground import build_playground
+
+    _warm_plotly()
+    with gr.Blocks(title="specviz: speculative decoding playground", analytics_enabled=False) as demo:
+        gr.HTML(INTRO)
+        with gr.Tabs():
+            with gr.Tab("Playground", id="playground"):
+                build_playground()
+            _optional_tab("Benchmark", "bench_tab", "build_bench_tab")
+            _optional_tab("Learn", "learn_tab", "build_learn_tab")
+    return demo
+
+
+def _optional_tab(title: str, module: str, fn: str) -> None:
+    """A tab built by ``specviz.ui.<module>.<fn>()``, if that module is there."""
+    try:
+        mod = __import__(f"{__name__}.{module}", fromlist=[fn])
+        build = getattr(mod, fn)
+    except (ImportError, AttributeError) as e:  # not there (yet): the app works without it
+        log.warning("no %s tab: %s", title, e)
+        return
+    with gr.Tab(title, id=title.lower()):
+        try:
+            build()
+        except Exception as e:  # noqa: BLE001 - one broken tab must not take the playground down
+            log.exception("the %s tab failed to build", title)
+            from ..viz import message_html
+
+            gr.HTML(message_html(f"The {title} tab could not be built ({type(e).__name__}: {e}).", "error"))
+
+
+def _warm_plotly() -> None:
+    """Plotly validates lazily; build one figure now so the first Step is not 200 ms slower."""
+    from ..viz import empty_figure
+
+    empty_figure("warm-up").to_json()
+
+
+def launch_kwargs() -> dict[str, Any]:
+    """Theme and CSS for ``demo.launch()`` (Gradio 6 takes them there)."""
+    return {"theme": theme(), "css": css()}
+
+
+def launch(demo: gr.Blocks | None = None, **kwargs: Any):
+    """Queue and launch the demo on SPECVIZ_HOST:SPECVIZ_PORT (127.0.0.1:7860) unless given."""
+    os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+    demo = demo or build_demo()
+    kw: dict[str, Any] = {
+        "server_name": os.environ.get("SPECVIZ_HOST") or os.environ.get("GRADIO_SERVER_NAME") or "127.0.0.1",
+        "server_port": int(os.environ.get("SPECVIZ_PORT") or os.environ.get("GRADIO_SERVER_PORT") or 7860),
+        "footer_links": ["gradio", "settings"],
+        **launch_kwargs(),
+    }
+    kw.update(kwargs)
+    return demo.queue().launch(**kw)
+
+
+def warm_up(names: list[str] | None = None) -> threading.Thread:
+    """Load (and on the first run convert) the default models in the background, logging each
+    stage, so the first Step does not wait for them. Returns the thread."""
+    from ..models import load_model
+    from .playground import Defaults
+    from .state import USES_DRAFT_MODEL
+
+    if names is None:
+        d = Defaults.from_env()
+        names = [d.target] + ([d.draft] if d.proposer in USES_DRAFT_MODEL else [])
+
+    def work() -> None:
+        for name in names:
+            try:
+                load_model(name, progress=lambda msg: print(f"[specviz] {msg}", flush=True))
+            except Exception as e:  # noqa: BLE001 - the page reports it again when used
+                print(f"[specviz] could not load {name}: {e}", flush=True)
+
+    thread = threading.Thread(target=work, name="specviz-warm-up", daemon=True)
+    thread.start()
+    return thread

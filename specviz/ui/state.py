@@ -1,0 +1,340 @@
+"""Per-browser-session state of the playground, and the settings that define a run.
+
+Nothing here imports Gradio: :class:`PlaygroundState` is a plain object that the app keeps in a
+``gr.State`` (one per browser session), so one user's run never touches another's. All changes go
+through its ``lock`` so a Step pressed while Play is running cannot corrupt the session.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from typing import IO, Any, Callable
+
+from ..engine import Session, SpeculativeDecoder, compute_stats
+from ..hooks import TraceRecorder, load_trace
+from ..records import Sampling, Stats, StepRecord
+from ..limits import check_request
+from ..models import pin, unpin
+
+MAX_K = 16
+MAX_NEW_TOKENS = 1024
+MAX_TEMPERATURE = 5.0
+
+NGRAM = "n-gram (prompt lookup)"
+DRAFT = "draft model"
+CROSS = "draft model, other tokenizer"
+EARLY = "early exit (first layers)"
+PROPOSERS = (NGRAM, DRAFT, CROSS, EARLY)
+USES_DRAFT_MODEL = (DRAFT, CROSS)
+SCHEDULES = ("constant", "heuristic", "confidence")
+
+Progress = Callable[[str], None]
+
+
+# -- settings --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything that defines a run; two runs with equal settings are the same run."""
+
+    target: str
+    proposer: str  # one of PROPOSERS
+    draft: str | None  # the draft model's name (DRAFT and CROSS proposers)
+    k: int
+    temperature: float
+    top_p: float | None
+    top_k: int | None
+    seed: int
+    max_new_tokens: int
+    prompt: str
+    chat: bool = True
+    schedule: str = "constant"  # how k moves between steps (specviz.schedules)
+    layers: int | None = None  # EARLY: how many of the target's layers draft
+
+    @property
+    def sampling(self) -> Sampling:
+        return Sampling(temperature=self.temperature, top_k=self.top_k, top_p=self.top_p)
+
+    def baseline_key(self) -> tuple:
+        """What a target-only run must share with this run for its speed to compare."""
+        return (self.target, self.temperature, self.top_p, self.top_k, self.seed, self.max_new_tokens, self.prompt, self.chat)
+
+    def describe(self) -> str:
+        how = {NGRAM: "n-gram", DRAFT: f"draft {self.draft}", CROSS: f"re-tokenized draft {self.draft}",
+               EARLY: f"its first {self.layers} layers"}[self.proposer]
+        mode = "greedy" if self.temperature == 0 else f"T={self.temperature:g}"
+        sched = "" if self.schedule == "constant" else f" ({self.schedule})"
+        return f"{self.target} + {how}, k={self.k}{sched}, {mode}"
+
+
+def _number(value: Any, name: str) -> float:
+    if value is None or (isinstance(value, str) and not value.strip()):
+        raise ValueError(f"{name} is empty: enter a number")
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a number, got {value!r}") from None
+    if not math.isfinite(x):
+        raise ValueError(f"{name} must be a finite number, got {value!r}")
+    return x
+
+
+def _whole(value: Any, name: str, lo: int, hi: int | None = None) -> int:
+    x = _number(value, name)
+    if x != int(x):
+        raise ValueError(f"{name} must be a whole number, got {value!r}")
+    if x < lo or (hi is not None and x > hi):
+        rng = f"from {lo} to {hi}" if hi is not None else f">= {lo}"
+        raise ValueError(f"{name} must be {rng}, got {int(x)}")
+    return int(x)
+
+
+def parse_settings(
+    target: Any, proposer: Any, draft: Any, k: Any, temperature: Any, top_p: Any, top_k: Any,
+    seed: Any, max_new_tokens: Any, prompt: Any, chat: Any = True, schedule: Any = "constant", layers: Any = 4,
+) -> Settings:
+    """The raw control values -> Settings, or a ValueError that says what to fix."""
+    target = (target or "").strip() if isinstance(target, str) else ""
+    if not target:
+        raise ValueError("choose a target model (a built-in name, a Hugging Face id or a local directory)")
+    if proposer not in PROPOSERS:
+        raise ValueError(f"unknown proposer {proposer!r}; choose one of: {', '.join(PROPOSERS)}")
+    draft_name = (draft or "").strip() if isinstance(draft, str) else ""
+    if proposer in USES_DRAFT_MODEL and not draft_name:
+        raise ValueError("choose a draft model, or switch the proposer to n-gram")
+    if schedule not in SCHEDULES:
+        raise ValueError(f"unknown k schedule {schedule!r}; choose one of: {', '.join(SCHEDULES)}")
+    n_layers = _whole(layers, "early-exit layers", 1) if proposer == EARLY else None
+    k = _whole(k, "k (tokens drafted per step)", 1, MAX_K)
+    t = _number(temperature, "temperature")
+    if not 0 <= t <= MAX_TEMPERATURE:
+        raise ValueError(f"temperature must be from 0 (greedy) to {MAX_TEMPERATURE:g}, got {t:g}")
+    tp = _number(top_p, "top-p")
+    if not 0 < tp <= 1:
+        raise ValueError(f"top-p must be in (0, 1] (1 = off), got {tp:g}")
+    tk = _whole(top_k, "top-k", 0)
+    seed = _whole(seed, "seed", 0, 2**63 - 1)
+    n = _whole(max_new_tokens, "max new tokens", 1, MAX_NEW_TOKENS)
+    if not isinstance(prompt, str) or not prompt.strip():
+        raise ValueError("the prompt is empty: type some text or pick an example")
+    check_request(target, draft_name if proposer in USES_DRAFT_MODEL else None, k, n, prompt)  # hosting limits
+    return Settings(
+        target=target, proposer=proposer, draft=draft_name if proposer in USES_DRAFT_MODEL else None, k=k,
+        temperature=t, top_p=None if tp >= 1 else tp, top_k=tk or None, seed=seed, max_new_tokens=n,
+        prompt=prompt, chat=bool(chat), schedule=schedule, layers=n_layers,
+    )
+
+
+# -- the state -------------------------------------------------------------------------------
+
+
+class PlaygroundState:
+    """One browser session: the live run (or a loaded trace), the baseline, the selection."""
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+        self.epoch = 0  # bumped by reset(): a Play loop from an older epoch stops quietly
+        self.stop = threading.Event()  # set by Pause
+        self.mode = "live"  # "live" | "trace"
+        self.settings: Settings | None = None
+        self.session: Session | None = None
+        self.steps: list[StepRecord] = []  # what the view shows
+        self.prompt_text = ""
+        self.prefill_ms = 0.0
+        self.target_forwards: int | None = None
+        self.last_engine_ms: float | None = None  # engine time of the latest step (prefill included)
+        # a loaded trace
+        self.trace_steps: tuple[StepRecord, ...] = ()
+        self.trace_header: dict[str, Any] = {}
+        self.trace_stats: Stats | None = None
+        self.trace_source: str | None = None
+        # the target-only baseline
+        self.baseline_key: tuple | None = None
+        self.baseline_session: Session | None = None
+        self.baseline_steps: list[StepRecord] = []
+        self.baseline_prompt = ""
+        # the step inspector (None = follow the latest step / the deciding position)
+        self.selected_step: int | None = None
+        self.selected_pos: int | None = None
+        self.message: tuple[str, str] = ("", "info")  # (text, kind)
+        self.note = ""  # said once, before the next step's message (e.g. "settings changed")
+        # the trace of the live run
+        self._dir: str | None = None
+        self._trace_fh: IO[str] | None = None
+        self.trace_path: str | None = None
+
+    def __deepcopy__(self, memo) -> "PlaygroundState":
+        # gr.State copies its value; a session handle must not be copied (it owns a lock and
+        # model caches). The app passes the class itself, so every browser gets a fresh one.
+        return self
+
+    # -- derived ---------------------------------------------------------------------------
+    @property
+    def done(self) -> bool:
+        if self.mode == "trace":
+            return len(self.steps) >= len(self.trace_steps)
+        return self.session is not None and self.session.done
+
+    def stats(self) -> Stats | None:
+        if not self.steps:
+            return None
+        if self.mode == "live" and self.session is not None:
+            return self.session.stats()
+        return compute_stats(self.steps, self.prefill_ms, self.target_forwards if self.done else None)
+
+    def baseline_stats(self) -> Stats | None:
+        if self.baseline_session is None or not self.baseline_steps:
+            return None
+        return self.baseline_session.stats()
+
+    def comparable_baseline(self) -> Stats | None:
+        """The baseline's stats once it has finished on this run's target, prompt and sampling."""
+        if self.settings is None or self.baseline_key != self.settings.baseline_key():
+            return None
+        if self.baseline_session is None or not self.baseline_session.done:
+            return None
+        return self.baseline_stats()
+
+    def shown_step(self) -> StepRecord | None:
+        if not self.steps:
+            return None
+        i = self.selected_step
+        if i is None or not 0 <= i < len(self.steps):
+            return self.steps[-1]
+        return self.steps[i]
+
+    # -- the live run ----------------------------------------------------------------------
+    def start(self, settings: Settings, decoder: SpeculativeDecoder) -> None:
+        """A fresh live session (the old one, and its trace, are dropped)."""
+        self._close_trace()
+        self.mode = "live"
+        self.trace_steps, self.trace_header, self.trace_stats, self.trace_source = (), {}, None, None
+        self.trace_path = self._new_trace_path(settings)
+        self._trace_fh = open(self.trace_path, "w", encoding="utf-8", buffering=1)  # line-buffered
+        session = decoder.start(
+            settings.prompt, max_new_tokens=settings.max_new_tokens, seed=settings.seed,
+            hooks=[TraceRecorder(self._trace_fh)], chat=settings.chat,
+        )
+        self.settings, self.session = settings, session
+        self._hold(decoder)  # its models stay cached while this run lives
+        self.steps = session.steps  # the session appends to it
+        self.prompt_text = settings.prompt
+        self.selected_step = self.selected_pos = None
+        self.last_engine_ms = None
+
+    def step(self) -> StepRecord:
+        """One step of the live run, or the next record of a loaded trace."""
+        if self.mode == "trace":
+            if self.done:
+                raise ValueError("the end of the trace: press Play to replay it from the start, or Reset for live mode")
+            record = self.trace_steps[len(self.steps)]
+            self.steps.append(record)
+            self.last_engine_ms = record.total_ms
+            return record
+        assert self.session is not None
+        first = not self.session.steps
+        record = self.session.step()
+        self.prefill_ms = self.session.prefill_ms
+        self.target_forwards = self.session.target_forwards
+        self.last_engine_ms = record.total_ms + (self.session.prefill_ms if first else 0.0)
+        return record
+
+    # -- a loaded trace --------------------------------------------------------------------
+    def load_trace(self, path: str) -> None:
+        trace = load_trace(path)
+        if not trace.steps:
+            raise ValueError("this trace has no steps to replay")
+        self._close_trace()
+        self.mode = "trace"
+        self._hold(None)
+        self.session = None
+        self.settings = None
+        self.trace_steps = trace.steps
+        self.trace_header = trace.header
+        self.trace_stats = trace.stats
+        self.trace_source = path
+        self.trace_path = path
+        self.steps = list(trace.steps)
+        self.prompt_text = str(trace.header.get("prompt", "") or "")
+        self.prefill_ms = trace.stats.prefill_ms if trace.stats else 0.0
+        self.target_forwards = trace.stats.target_forwards if trace.stats else None
+        self.selected_step = self.selected_pos = None
+        self.last_engine_ms = None
+
+    def rewind_trace(self) -> None:
+        self.steps = []
+        self.selected_step = self.selected_pos = None
+
+    # -- the baseline ----------------------------------------------------------------------
+    def start_baseline(self, settings: Settings, decoder: SpeculativeDecoder) -> None:
+        self.baseline_session = decoder.start(
+            settings.prompt, max_new_tokens=settings.max_new_tokens, seed=settings.seed, chat=settings.chat
+        )
+        self.baseline_steps = self.baseline_session.steps
+        self.baseline_key = settings.baseline_key()
+        self.baseline_prompt = settings.prompt
+
+    # -- housekeeping ----------------------------------------------------------------------
+    def reset(self) -> None:
+        """Back to an empty live playground (models stay cached); a running Play stops."""
+        self._close_trace()
+        self._hold(None)
+        lock, epoch, directory = self.lock, self.epoch + 1, self._dir
+        PlaygroundState.__init__(self)
+        self.lock, self.epoch, self._dir = lock, epoch, directory
+
+    def select(self, step: int | None, pos: int | None = None) -> None:
+        """Select a step (None, or the latest one: follow the latest) and a position in it."""
+        n = len(self.steps)
+        self.selected_step = None if step is None or n == 0 or step >= n - 1 else max(0, int(step))
+        self.selected_pos = pos
+
+    def close(self) -> None:
+        """Free the session's temp files (gr.State's delete_callback)."""
+        self._close_trace()
+        self._hold(None)
+        if self._dir:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            self._dir = None
+
+    def _hold(self, decoder: SpeculativeDecoder | None) -> None:
+        """Pin the live run's models in the model cache (specviz.models.pin); release the old ones."""
+        old = getattr(self, "_pinned", ())
+        models = () if decoder is None else (decoder.target, getattr(decoder.proposer, "model", None))
+        self._pinned = tuple(m for m in models if m is not None)
+        pin(*self._pinned)
+        unpin(*old)
+
+    def _new_trace_path(self, settings: Settings) -> str:
+        if self._dir is None or not os.path.isdir(self._dir):
+            self._dir = tempfile.mkdtemp(prefix="specviz-session-")
+        slug = "".join(c if c.isalnum() or c in "-_." else "-" for c in settings.target.split("/")[-1])[:40]
+        how = {NGRAM: "ngram", DRAFT: "draft", CROSS: "xdraft", EARLY: "early-exit"}[settings.proposer]
+        return os.path.join(self._dir, f"specviz-trace-{slug}-{how}-k{settings.k}-{time.strftime('%H%M%S')}.jsonl")
+
+    def _close_trace(self) -> None:
+        fh, self._trace_fh = self._trace_fh, None
+        if fh is not None:
+            try:
+                fh.close()
+            except OSError:
+                pass
+        if self.mode == "live" and self.trace_path and self._dir and self.trace_path.startswith(self._dir):
+            try:
+                os.remove(self.trace_path)
+            except OSError:
+                pass
+        self.trace_path = None
+
+
+__all__ = [
+    "CROSS", "DRAFT", "EARLY", "MAX_K", "MAX_NEW_TOKENS", "NGRAM", "PROPOSERS", "SCHEDULES", "USES_DRAFT_MODEL",
+    "PlaygroundState", "Settings", "parse_settings",
+]

@@ -1,0 +1,241 @@
+"""Plotly figures of a run: pure functions of StepRecords / Stats (no Gradio).
+
+Figures are kept light (no template, small margins, a few traces, built as one dict and validated
+once: Plotly's incremental update_* calls cost ~50 ms a figure) so the app can redraw them
+after every step. Colours come from :mod:`specviz.viz.theme`.
+"""
+
+from __future__ import annotations
+
+import html
+from typing import Sequence
+
+import plotly.graph_objects as go
+
+from ..records import Stats, StepRecord, TopToken
+from .theme import COLORS, FONT, KIND_LABELS
+from .tokens import is_greedy, token_label
+
+__all__ = [
+    "acceptance_by_position_figure", "empty_figure", "timeline_figure", "tokens_per_step_figure", "topk_figure",
+]
+
+HEIGHT = 280
+_BR = '<br><span style="font-size:11.5px">'  # the chart title's second, smaller line
+
+
+def _axis(**kw) -> dict:
+    base = dict(showgrid=False, zeroline=False, linecolor=COLORS["grid"], ticks="", automargin=True)
+    base.update(kw)
+    return base
+
+
+def _figure(traces: list[dict], title: str, *, height: int = HEIGHT, xaxis: dict | None = None,
+            yaxis: dict | None = None, margin: dict | None = None, annotations: list[dict] | None = None,
+            **layout_kw) -> go.Figure:
+    """One figure from plain dicts, in the app's house style."""
+    layout = dict(
+        template="none",
+        title=dict(text=title, x=0.01, xanchor="left", y=0.97, yanchor="top", font=dict(size=13, color=COLORS["ink"])),
+        height=height,
+        margin=dict(l=48, r=16, t=64, b=48) | (margin or {}),
+        font=dict(family=FONT, size=11, color=COLORS["ink"]),
+        paper_bgcolor="rgba(0,0,0,0)",
+        plot_bgcolor="rgba(0,0,0,0)",
+        legend=dict(orientation="h", x=0, xanchor="left", y=1.0, yanchor="bottom", font=dict(size=10),
+                    bgcolor="rgba(0,0,0,0)"),
+        hoverlabel=dict(font=dict(family=FONT, size=11)),
+        xaxis=_axis(**(xaxis or {})),
+        yaxis=_axis(showgrid=True, gridcolor=COLORS["grid"], **(yaxis or {})),
+        annotations=annotations or [],
+    )
+    layout.update(layout_kw)
+    return go.Figure(dict(data=traces, layout=layout))
+
+
+def empty_figure(title: str, message: str = "No steps yet") -> go.Figure:
+    note = dict(text=html.escape(message), x=0.5, y=0.5, xref="paper", yref="paper", showarrow=False,
+                font=dict(size=12, color=COLORS["muted"]))
+    return _figure([], title, xaxis=dict(visible=False), yaxis=dict(visible=False), annotations=[note])
+
+
+def _axis_label(text: str) -> str:
+    """A token as a chart label: whitespace visible and escaped, since Plotly reads some HTML."""
+    return html.escape(token_label(text), quote=False)
+
+
+def _xlabel(text: str) -> dict:
+    return dict(text=text, font=dict(size=10))
+
+
+# -- the step inspector chart ------------------------------------------------------------------
+
+
+def topk_figure(record: StepRecord | None, position: int | None = None) -> go.Figure:
+    """Grouped bars of the top-10 tokens of p (target) and q (draft) at one position of a step.
+
+    At the rejected position it also shows the residual norm(max(0, p − q)) and marks the token
+    sampled from it; at the bonus position (all drafts accepted) it shows p and the bonus token.
+    Point-mass proposers (n-gram) have q = 1 on the drafted token. ``position`` is 0-based
+    (0..k-1 the drafts, k the bonus position); None means where the step was decided.
+    """
+    title = "Top-10 of p and q"
+    if record is None:
+        return empty_figure(title, "Run a step to see its distributions")
+    n, k = record.n_accepted, record.k
+    pos = n if position is None else max(0, min(int(position), k if n == k else k - 1))
+    greedy = is_greedy(record)
+
+    p_top: Sequence[TopToken]
+    q_top: Sequence[TopToken] = ()
+    residual: Sequence[TopToken] = ()
+    exact_p: dict[int, float] = {}
+    exact_q: dict[int, float] = {}
+    drafted: tuple[int, str] | None = None
+    sampled: tuple[int, str] | None = None
+    if pos < k:
+        d = record.drafts[pos]
+        p_top = d.top_p
+        q_top = d.top_q or ((d.token_id, d.text, 1.0),)  # point mass on the drafted token
+        exact_p[d.token_id], exact_q[d.token_id] = d.p, d.q
+        drafted = (d.token_id, d.text)
+        if d.verdict == "rejected":
+            residual = record.top_residual
+            sampled = (record.next_token_id, record.next_token_text)
+            exact_p[record.next_token_id] = record.next_p
+        verdict = {"accepted": "accepted", "rejected": "rejected", "discarded": "discarded (never judged)"}[d.verdict]
+        if greedy and d.verdict != "discarded":
+            why = " (= argmax p)" if d.accepted else " (≠ argmax p)"
+        elif d.u is not None:
+            why = f": u {d.u:.2f} {'≤' if d.accepted else '>'} min(1, p/q) {d.ratio:.2f}"
+        else:
+            why = ""
+        title = f"Step {record.index + 1} · position {pos + 1}{_BR}draft “{_axis_label(d.text)}” {verdict}{why}</span>"
+    else:
+        p_top = record.top_next
+        sampled = (record.next_token_id, record.next_token_text)
+        exact_p[record.next_token_id] = record.next_p
+        kind = "bonus token" if record.k else "target-only token"
+        title = f"Step {record.index + 1} · position {pos + 1}{_BR}{kind} “{_axis_label(record.next_token_text)}” from p</span>"
+
+    p_map = {t: v for t, _s, v in p_top} | exact_p
+    q_map = {t: v for t, _s, v in q_top} | exact_q
+    r_map = {t: v for t, _s, v in residual}
+    texts = {t: s for t, s, _v in (*p_top, *q_top, *residual)}
+    forced = [x for x in (drafted, sampled) if x is not None]
+    for t, s in forced:
+        texts.setdefault(t, s)
+
+    def score(t: int) -> float:
+        return max(p_map.get(t, 0.0), q_map.get(t, 0.0), r_map.get(t, 0.0))
+
+    ids = sorted(texts, key=score, reverse=True)[:12]
+    for t, _s in forced:
+        if t not in ids:
+            ids.append(t)
+    labels, seen = [], set()  # unique axis labels: two ids can render the same
+    for t in ids:
+        lab = _axis_label(texts[t])
+        if lab in seen:
+            lab = f"{lab} #{t}"
+        seen.add(lab)
+        labels.append(lab)
+
+    traces = [dict(type="bar", name="p (target)", x=labels, y=[p_map.get(t) for t in ids], marker=dict(color=COLORS["p"]),
+                   hovertemplate="%{x}<br>p = %{y:.3f}<extra></extra>")]
+    if pos < k:
+        traces.append(dict(type="bar", name="q (draft)" if record.drafts[pos].top_q else "q (point mass)", x=labels,
+                           y=[q_map.get(t) for t in ids], marker=dict(color=COLORS["q"]),
+                           hovertemplate="%{x}<br>q = %{y:.3f}<extra></extra>"))
+    if residual:
+        traces.append(dict(type="bar", name="residual norm(max(0, p − q))", x=labels, y=[r_map.get(t) for t in ids],
+                           marker=dict(color=COLORS["residual"]), hovertemplate="%{x}<br>residual = %{y:.3f}<extra></extra>"))
+    ymax = max([score(t) for t in ids] + [0.05])
+    notes = []
+    if drafted is not None:
+        i = ids.index(drafted[0])
+        notes.append(dict(x=labels[i], y=score(drafted[0]), text="drafted x", showarrow=True, arrowhead=2, ax=0, ay=-24,
+                          font=dict(size=10, color=COLORS["q"]), arrowcolor=COLORS["q"]))
+    if sampled is not None:
+        i = ids.index(sampled[0])
+        color = COLORS[record.next_kind]
+        name = {"resampled": "resampled", "bonus": "bonus", "target": "sampled"}[record.next_kind]
+        y = max(p_map.get(sampled[0], 0.0), r_map.get(sampled[0], 0.0)) + ymax * 0.07
+        traces.append(dict(type="scatter", x=[labels[i]], y=[y], mode="markers", name=f"{name} token",
+                           marker=dict(symbol="star", size=13, color=color, line=dict(width=1, color="white")),
+                           hovertemplate=f"{name}: %{{x}}<extra></extra>"))
+    return _figure(
+        traces, title, height=320, barmode="group", bargap=0.25, bargroupgap=0.05, margin=dict(t=96), annotations=notes,
+        xaxis=dict(type="category", tickangle=-35, tickfont=dict(size=11)),  # "3" is a token, not a number
+        yaxis=dict(range=[0, ymax * 1.22], tickformat=".0%" if ymax > 0.2 else ".2f"),
+    )
+
+
+# -- run plots ---------------------------------------------------------------------------------
+
+
+def acceptance_by_position_figure(stats: Stats | None) -> go.Figure:
+    """Acceptance rate per draft position i (steps with draft i accepted / steps with >= i drafts)."""
+    title = "Acceptance rate by draft position"
+    if stats is None or not stats.per_position:
+        return empty_figure(title, "No drafts yet")
+    xs = list(range(1, len(stats.per_position) + 1))
+    traces = [
+        dict(type="bar", x=xs, y=list(stats.per_position), marker=dict(color=COLORS["accepted"]), name="per position",
+             text=[f"{v:.0%}" for v in stats.per_position], textposition="outside", cliponaxis=False,
+             hovertemplate="position %{x}<br>accepted in %{y:.0%} of the steps that drafted it<extra></extra>"),
+        dict(type="scatter", x=[0.5, len(xs) + 0.5], y=[stats.acceptance_rate] * 2, mode="lines",
+             name=f"overall {stats.acceptance_rate:.0%}", line=dict(color=COLORS["muted"], dash="dash", width=1.5),
+             hoverinfo="skip"),
+    ]
+    return _figure(traces, title, yaxis=dict(range=[0, 1.15], tickformat=".0%"),
+                   xaxis=dict(title=_xlabel("draft position"), dtick=1, range=[0.4, len(xs) + 0.6]))
+
+
+def timeline_figure(steps: Sequence[StepRecord]) -> go.Figure:
+    """Per-step time as stacked bars (draft, verify, other ms), with the k of each step."""
+    title = "Time per step (ms)"
+    if not steps:
+        return empty_figure(title)
+    xs = [s.index + 1 for s in steps]
+    custom = [[s.k, s.n_accepted, s.n_committed] for s in steps]
+    hover = ("step %{x}<br>%{fullData.name}: %{y:.1f} ms<br>k = %{customdata[0]}, accepted %{customdata[1]}, "
+             "committed %{customdata[2]}<extra></extra>")
+    traces = [
+        dict(type="bar", x=xs, y=[round(getattr(s, key), 2) for s in steps], name=name, marker=dict(color=COLORS[key]),
+             customdata=custom, hovertemplate=hover)
+        for key, name in (("draft_ms", "draft"), ("verify_ms", "verify"), ("other_ms", "other"))
+    ]
+    traces.append(dict(type="scatter", x=xs, y=[s.k for s in steps], name="k (drafted)", yaxis="y2", mode="lines+markers",
+                       line=dict(color=COLORS["muted"], width=1, shape="hv"), marker=dict(size=4),
+                       hovertemplate="step %{x}: k = %{y}<extra></extra>"))
+    kmax = max(max(s.k for s in steps), 1)
+    return _figure(
+        traces, title, barmode="stack", bargap=0.15, margin=dict(r=32),
+        xaxis=dict(title=_xlabel("step")),
+        yaxis2=dict(overlaying="y", side="right", range=[0, kmax * 1.6], showgrid=False, zeroline=False,
+                    tickfont=dict(size=9, color=COLORS["muted"]), dtick=max(1, kmax // 4)),
+    )
+
+
+def tokens_per_step_figure(steps: Sequence[StepRecord]) -> go.Figure:
+    """Tokens committed per step: the accepted drafts plus the correction / bonus token."""
+    title = "Tokens committed per step"
+    if not steps:
+        return empty_figure(title)
+    xs = [s.index + 1 for s in steps]
+    traces = [dict(type="bar", x=xs, y=[min(s.n_accepted, s.n_committed) for s in steps], name="accepted",
+                   marker=dict(color=COLORS["accepted"]), hovertemplate="step %{x}: %{y} accepted<extra></extra>")]
+    names = {"resampled": "resampled", "bonus": "bonus", "target": "target"}
+    for kind, name in names.items():
+        ys = [1 if (s.next_kind == kind and s.n_committed > s.n_accepted) else 0 for s in steps]
+        if any(ys):
+            traces.append(dict(type="bar", x=xs, y=ys, name=name, marker=dict(color=COLORS[kind]),
+                               hovertemplate=f"step %{{x}}: + {KIND_LABELS[kind]}<extra></extra>"))
+    traces.append(dict(type="scatter", x=xs, y=[s.k + 1 for s in steps], name="k + 1",
+                       mode="markers", marker=dict(symbol="line-ew", size=9, line=dict(width=1.5, color=COLORS["muted"])),
+                       hovertemplate="step %{x}: at most %{y}<extra></extra>"))
+    tau = sum(s.n_committed for s in steps) / len(steps)
+    kmax = max(s.k for s in steps)
+    return _figure(traces, f"{title} · τ = {tau:.2f}", barmode="stack", bargap=0.15, xaxis=dict(title=_xlabel("step")),
+                   yaxis=dict(dtick=1 if kmax <= 8 else 2, rangemode="tozero"))

@@ -1,0 +1,368 @@
+"""Token HTML, legend, metric cards and the draft table: pure functions of records (no Gradio).
+
+Every token text goes through :func:`html.escape`, so a token such as ``<script>`` shows as text.
+Whitespace stays readable: spaces are kept (the view uses ``white-space: pre-wrap``), a newline
+shows a faint ``↵`` and then breaks the line, tabs and control characters get visible glyphs.
+
+Markup contract (used by the CSS in ``specviz/assets/style.css``, the app's click handler and the
+browser tests): every token is a ``<span class="tok tok-KIND">`` with ``data-step`` (0-based step
+index), ``data-pos`` (position within the step) and ``data-tip`` (the tooltip text: p, q,
+min(1, p/q), u and the verdict). KIND is one of accepted, resampled, bonus, target (committed) or
+rejected, discarded (struck through, not part of the text).
+"""
+
+from __future__ import annotations
+
+import html
+import unicodedata
+from typing import Sequence
+
+from ..records import DraftDecision, Stats, StepRecord
+from .theme import COLORS, KIND_LABELS
+
+__all__ = [
+    "DRAFT_COLUMNS", "draft_table_html", "draft_table_rows", "is_greedy", "legend_html", "metrics_html", "message_html",
+    "position_choices", "default_position", "token_label", "tokens_html", "step_summary", "step_summary_text",
+]
+
+_GLYPHS = {" ": "␣", "\n": "↵", "\t": "⇥", "\r": "␍"}
+
+
+# -- token text ------------------------------------------------------------------------------
+
+
+def token_label(text: str) -> str:
+    """Plain-text label for tables and chart axes: whitespace made visible (not HTML-escaped)."""
+    if text == "":
+        return "∅"
+    out = []
+    for ch in text:
+        if ch in _GLYPHS:
+            out.append(_GLYPHS[ch])
+        elif unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp"):
+            out.append(f"\\x{ord(ch):02x}" if ord(ch) < 256 else f"\\u{ord(ch):04x}")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def _token_inner(text: str) -> str:
+    """Token text -> HTML for the flowing text view (escaped, whitespace visible but natural)."""
+    if text == "":
+        return '<span class="ws">∅</span>'
+    out = []
+    for ch in text:
+        if ch == "\n":
+            out.append('<span class="ws">↵</span>\n')
+        elif ch == "\t":
+            out.append('<span class="ws">⇥</span>\t')
+        elif ch == "\r":
+            out.append('<span class="ws">␍</span>')
+        elif ch != " " and unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp"):
+            code = f"\\x{ord(ch):02x}" if ord(ch) < 256 else f"\\u{ord(ch):04x}"
+            out.append(f'<span class="ws">{code}</span>')
+        else:
+            out.append(html.escape(ch))
+    inner = "".join(out)
+    if text.strip(" ") == "":  # a token of only spaces: show a faint dot per space
+        inner = f'<span class="ws">{"·" * len(text)}</span>'
+    return inner
+
+
+def _fmt(x: float | None, digits: int = 3) -> str:
+    if x is None:
+        return "—"
+    return f"{x:.{digits}f}"
+
+
+def is_greedy(record: StepRecord) -> bool:
+    """Greedy steps draw no u: every judged draft has ``u is None``."""
+    judged = [d for d in record.drafts if d.verdict != "discarded"]
+    return bool(judged) and all(d.u is None for d in judged)
+
+
+def _real_ratio(d: DraftDecision) -> float:
+    return min(1.0, d.p / d.q) if d.q > 0 else 1.0
+
+
+def _draft_tip(record: StepRecord, d: DraftDecision, greedy: bool) -> str:
+    mark = {"accepted": "✓ accepted", "rejected": "✗ rejected", "discarded": "– discarded"}[d.verdict]
+    lines = [
+        f"step {record.index + 1} · draft {d.position + 1} of {record.k} · {mark}",
+        f"token {token_label(d.text)!r}  (id {d.token_id})",
+        f"p = {d.p:.3f}   q = {d.q:.3f}   min(1, p/q) = {_real_ratio(d):.3f}",
+    ]
+    if d.verdict == "discarded":
+        lines.append("never judged: an earlier draft of this step was rejected")
+    elif greedy:
+        lines.append("greedy: " + ("x = argmax p, so accepted" if d.accepted else "x ≠ argmax p, so rejected"))
+    elif d.u is not None:
+        sign = "≤" if d.accepted else ">"
+        lines.append(f"u = {d.u:.3f} {sign} {d.ratio:.3f}  →  {d.verdict}")
+    return "\n".join(lines)
+
+
+def _residual_of(record: StepRecord, token_id: int) -> float | None:
+    for tid, _text, prob in record.top_residual:
+        if tid == token_id:
+            return prob
+    return None
+
+
+def _next_tip(record: StepRecord, greedy: bool) -> str:
+    label = repr(token_label(record.next_token_text))
+    head = f"step {record.index + 1} · "
+    if record.next_kind == "resampled":
+        rejected = record.n_accepted + 1
+        if greedy:
+            how = "greedy correction: argmax p at the rejected position"
+        else:
+            how = "sampled from the residual norm(max(0, p − q))"
+        lines = [head + f"correction after draft {rejected} was rejected", f"token {label}  (id {record.next_token_id})", how]
+        r = _residual_of(record, record.next_token_id)
+        lines.append(f"p = {record.next_p:.3f}" + (f"   residual = {r:.3f}" if r is not None else ""))
+    elif record.next_kind == "bonus":
+        lines = [
+            head + f"bonus token: all {record.k} drafts accepted",
+            f"token {label}  (id {record.next_token_id})",
+            ("argmax p" if greedy else "sampled from p") + f" at position {record.k + 1}",
+            f"p = {record.next_p:.3f}",
+        ]
+    else:
+        lines = [
+            head + "target-only token (nothing drafted)",
+            f"token {label}  (id {record.next_token_id})",
+            f"p = {record.next_p:.3f}",
+        ]
+    return "\n".join(lines)
+
+
+def _span(kind: str, text: str, step: int, pos: int, tip: str) -> str:
+    return (
+        f'<span class="tok tok-{kind}" data-step="{step}" data-pos="{pos}" '
+        f'data-tip="{html.escape(tip, quote=True)}">{_token_inner(text)}</span>'
+    )
+
+
+def _step_html(record: StepRecord, selected: bool) -> str:
+    greedy = is_greedy(record)
+    n, c = record.n_accepted, record.n_committed
+    parts: list[str] = []
+    # 1. the accepted prefix (only what was committed: EOS / max tokens may cut it)
+    for d in record.drafts[: min(n, c)]:
+        parts.append(_span("accepted", d.text, record.index, d.position, _draft_tip(record, d, greedy)))
+    # 2. the rejected draft and the discarded ones after it, struck through in place
+    if n < record.k and c > n:
+        for d in record.drafts[n:]:
+            parts.append(_span(d.verdict, d.text, record.index, d.position, _draft_tip(record, d, greedy)))
+    # 3. the correction / bonus / target token, if it was committed
+    if c > n:
+        parts.append(_span(record.next_kind, record.next_token_text, record.index, n, _next_tip(record, greedy)))
+    cls = "sv-step sel" if selected else "sv-step"
+    return f'<span class="{cls}" data-step="{record.index}">{"".join(parts)}</span>'
+
+
+def tokens_html(
+    prompt_text: str,
+    steps: Sequence[StepRecord],
+    selected_step: int | None = None,
+    *,
+    empty_hint: str = "Press <b>Step</b> to draft, verify and commit the first tokens, or <b>Play</b> to run to the end.",
+    max_prompt_chars: int = 4000,
+) -> str:
+    """The prompt (muted) and every committed token coloured by how it got there, with the
+    rejected drafts of each step struck through right after that step's accepted prefix."""
+    prompt = prompt_text if len(prompt_text) <= max_prompt_chars else "…" + prompt_text[-max_prompt_chars:]
+    prompt_html = html.escape(prompt).replace("\n", '<span class="ws">↵</span>\n')
+    head = f'<div class="sv-prompt" title="the prompt">{prompt_html}</div>' if prompt_text else ""
+    if not steps:
+        body = f'<div class="sv-empty">{empty_hint}</div>'
+    else:
+        body = "".join(_step_html(s, s.index == selected_step) for s in steps)
+        last = steps[-1]
+        if last.finished:
+            why = "end of sequence" if last.finished == "eos" else "max new tokens reached"
+            body += f'<span class="sv-end" title="the run finished: {why}">■ {why}</span>'
+        body = f'<div class="sv-out">{body}</div>'
+    return f'<div class="sv-tokens" data-steps="{len(steps)}">{head}{body}</div>'
+
+
+def legend_html() -> str:
+    """Swatches for each token kind, using the same classes as the token view."""
+    items = [
+        ("accepted", "the draft", "accepted draft"),
+        ("resampled", "fix", "resampled correction"),
+        ("bonus", "extra", "bonus token"),
+        ("target", "plain", "target-only"),
+        ("rejected", "wrong", "rejected draft"),
+        ("discarded", "later", "discarded (after a rejection)"),
+    ]
+    chips = "".join(
+        f'<span class="sv-legend-item"><span class="tok tok-{kind}">{sample}</span>{html.escape(label)}</span>'
+        for kind, sample, label in items
+    )
+    return f'<div class="sv-legend">{chips}<span class="sv-legend-hint">hover a token for p, q, u · click it to inspect its step</span></div>'
+
+
+def message_html(text: str, kind: str = "error") -> str:
+    """A status box: kind is "error", "info" or "ok". The text is escaped."""
+    if not text:
+        return ""
+    icon = {"error": "⚠", "info": "ℹ", "ok": "✓"}.get(kind, "ℹ")
+    return f'<div class="sv-msg sv-msg-{kind}" role="{"alert" if kind == "error" else "status"}"><span class="sv-msg-icon">{icon}</span><span class="sv-msg-text">{html.escape(text)}</span></div>'
+
+
+# -- metrics ---------------------------------------------------------------------------------
+
+
+def _card(key: str, label: str, value: str, sub: str = "", cls: str = "") -> str:
+    sub_html = f'<div class="sv-card-sub">{sub}</div>' if sub else ""
+    return (
+        f'<div class="sv-card {cls}" data-metric="{key}"><div class="sv-card-label">{label}</div>'
+        f'<div class="sv-card-value">{value}</div>{sub_html}</div>'
+    )
+
+
+def metrics_html(stats: Stats | None, baseline_stats: Stats | None = None, *, engine_ms: float | None = None) -> str:
+    """Metric cards: steps, drafted, accepted, acceptance rate, tau, tokens/s, target forward
+    passes vs target-only, and the speedup against ``baseline_stats`` (pass a finished
+    target-only run on the same target, prompt and settings, else None)."""
+    s = stats
+    if s is None:
+        s = Stats(0, 0, 0, 0, 0.0, 0.0, (), 0.0, 0.0, 0, 0.0, 0.0, 0.0, 0.0)
+    prefill_forwards = max(0, s.target_forwards - s.steps)
+    plain_forwards = s.new_tokens + prefill_forwards  # target-only: one forward per token
+    saved = (1 - s.target_forwards / plain_forwards) if plain_forwards and s.steps else None
+    cards = [
+        _card("steps", "Steps", f"{s.steps}", "target verify passes"),
+        _card("drafted", "Drafted", f"{s.drafted}", "draft tokens proposed"),
+        _card("accepted", "Accepted", f"{s.accepted}", "drafts kept"),
+        _card("acceptance", "Acceptance rate", f"{s.acceptance_rate:.0%}" if s.drafted else "—", "accepted / drafted"),
+        _card("tau", "Mean accept. length τ", f"{s.mean_acceptance_length:.2f}" if s.steps else "—", "tokens per step"),
+        _card("tps", "Tokens / s", f"{s.tokens_per_s:.1f}" if s.steps else "—", f"{s.new_tokens} tokens · engine time"),
+        _card(
+            "forwards", "Target forwards", f"{s.target_forwards}" if s.steps else "—",
+            f"vs {plain_forwards} target-only" + (f" (−{saved:.0%})" if saved and saved > 0 else ""),
+        ),
+    ]
+    if baseline_stats is not None and baseline_stats.tokens_per_s > 0 and s.tokens_per_s > 0:
+        speedup = s.tokens_per_s / baseline_stats.tokens_per_s
+        cls = "sv-good" if speedup >= 1.0 else "sv-bad"
+        cards.append(_card("speedup", "Speedup", f"{speedup:.2f}×", f"vs target-only {baseline_stats.tokens_per_s:.1f} tok/s", cls))
+    else:
+        hint = "run target-only to compare" if baseline_stats is None else "needs a speculative run"
+        cards.append(_card("speedup", "Speedup", "—", hint, "sv-pending"))
+    extra = f' data-engine-ms="{engine_ms:.3f}"' if engine_ms is not None else ""
+    return f'<div class="sv-metrics"{extra}>{"".join(cards)}</div>'
+
+
+# -- the step inspector ------------------------------------------------------------------------
+
+DRAFT_COLUMNS = ["#", "token", "q(x)", "p(x)", "min(1,p/q)", "u", "verdict"]
+
+
+def draft_table_rows(record: StepRecord | None) -> list[list[str]]:
+    """Rows for the draft table of one step: each draft x_i (token, q, p, min(1, p/q), u,
+    verdict), then the token sampled after them (correction, bonus or target-only)."""
+    if record is None:
+        return []
+    greedy = is_greedy(record)
+    rows: list[list[str]] = []
+    for d in record.drafts:
+        if d.verdict == "accepted":
+            verdict = "✓ = argmax p" if greedy else "✓ accepted"
+        elif d.verdict == "rejected":
+            verdict = "✗ ≠ argmax p" if greedy else "✗ rejected"
+        else:
+            verdict = "– discarded"
+        if d.accepted and d.position >= record.n_committed:
+            verdict += " · cut off"
+        u = _fmt(d.u)
+        rows.append([str(d.position + 1), token_label(d.text), _fmt(d.q), _fmt(d.p), _fmt(_real_ratio(d)), u, verdict])
+    how = {
+        "resampled": "↻ argmax p" if greedy else "↻ resampled",
+        "bonus": "★ bonus",
+        "target": "target-only",
+    }[record.next_kind]
+    if record.n_committed <= record.n_accepted:
+        how += " · cut off"
+    rows.append([f"→{record.n_accepted + 1}", token_label(record.next_token_text), "", _fmt(record.next_p), "", "", how])
+    return rows
+
+
+def draft_table_html(record: StepRecord | None, selected_pos: int | None = None) -> str:
+    """The draft table as HTML: one row per draft x_i and one for the token sampled after them,
+    each row coloured by its verdict and carrying ``data-pos`` (the chart position it selects)."""
+    if record is None:
+        return '<div class="sv-table-empty sv-muted">The drafts of the selected step appear here.</div>'
+    rows = draft_table_rows(record)
+    kinds = [d.verdict for d in record.drafts] + [record.next_kind]
+    # the row of the sampled token charts the position it was sampled at: n (rejected) or k (bonus)
+    positions = [d.position for d in record.drafts] + [record.n_accepted]
+    sel = default_position(record) if selected_pos is None else selected_pos
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in DRAFT_COLUMNS)
+    body = []
+    for i, (row, kind, pos) in enumerate(zip(rows, kinds, positions)):
+        last = i == len(rows) - 1
+        cells = [html.escape(c) for c in row]
+        cells[1] = f'<code class="tok tok-{kind}">{cells[1]}</code>'
+        cells[6] = f'<span class="sv-v sv-v-{kind}">{cells[6]}</span>'
+        cls = f"sv-row sv-row-{kind}" + (" sv-next" if last else "") + (" sel" if pos == sel else "")
+        tds = "".join(f"<td>{c}</td>" for c in cells)
+        body.append(f'<tr class="{cls}" data-pos="{pos}">{tds}</tr>')
+    return (
+        f'<div class="sv-table-wrap"><table class="sv-table" data-step="{record.index}"><thead><tr>{head}</tr></thead>'
+        f'<tbody>{"".join(body)}</tbody></table></div>'
+    )
+
+
+def position_choices(record: StepRecord | None) -> list[str]:
+    """Labels for the positions of a step that have distributions to chart: each draft, and the
+    bonus position when every draft was accepted (or the only position of a target-only step)."""
+    if record is None:
+        return []
+    marks = {"accepted": "✓", "rejected": "✗", "discarded": "–"}
+    out = [f"{d.position + 1}: {token_label(d.text)} {marks[d.verdict]}" for d in record.drafts]
+    if record.n_accepted == record.k:
+        mark = "★ bonus" if record.k else "target"
+        out.append(f"{record.k + 1}: {token_label(record.next_token_text)} {mark}")
+    return out
+
+
+def default_position(record: StepRecord | None) -> int:
+    """Where the step was decided: the rejected draft, else the bonus position."""
+    return 0 if record is None else record.n_accepted
+
+
+def step_summary_text(record: StepRecord) -> str:
+    """What a step did, in words: drafted, kept, rejected, and the token sampled after."""
+    n, k = record.n_accepted, record.k
+    nxt = repr(token_label(record.next_token_text))
+    if k == 0:
+        return f"nothing drafted, one target-only token {nxt}"
+    if n == k:
+        return f"all {k} drafts accepted + bonus token {nxt}"
+    return f"{n} of {k} drafts accepted, draft {n + 1} rejected, correction {nxt} resampled"
+
+
+def step_summary(record: StepRecord | None) -> str:
+    """One line (HTML) about a step: what was drafted, kept and sampled, and its timings."""
+    if record is None:
+        return '<div class="sv-step-summary sv-muted">No step yet.</div>'
+    ms = f"draft {record.draft_ms:.0f} ms · verify {record.verify_ms:.0f} ms · other {record.other_ms:.0f} ms"
+    mapping = ""
+    d_toks, t_toks = record.info.get("draft_tokens"), record.info.get("target_tokens")
+    if isinstance(d_toks, list) and isinstance(t_toks, list):  # a re-tokenizing proposer
+        show = lambda toks: " ".join(f"<code>{html.escape(token_label(str(t)))}</code>" for t in toks) or "∅"
+        mapping = (f'<div class="sv-muted sv-mapping">draft model tokens {show(d_toks)} → re-tokenized for the '
+                   f"target {show(t_toks)}</div>")
+    return (
+        f'<div class="sv-step-summary"><b>Step {record.index + 1}</b>: {html.escape(step_summary_text(record))}; '
+        f"committed {record.n_committed} token{'s' if record.n_committed != 1 else ''}. "
+        f'<span class="sv-muted">{ms}</span>{mapping}</div>'
+    )
+
+
+# Keep the palette importable from here too (the CSS test checks it against style.css).
+PALETTE = COLORS
+LABELS = KIND_LABELS

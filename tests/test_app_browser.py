@@ -1,0 +1,386 @@
+"""The running app: handlers called directly, then the page driven in headless Chromium.
+
+The app is served in this process on 127.0.0.1 with tiny random models (tests/app_server.py);
+Playwright drives Debian's Chromium (/usr/bin/chromium, never a downloaded browser).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+import app_server
+
+CHROMIUM = os.environ.get("SPECVIZ_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--disable-dev-shm-usage"]
+TIMEOUT_MS = 60_000
+
+
+@pytest.fixture(scope="module")
+def tiny_env(tmp_path_factory):
+    env = app_server.tiny_env(tmp_path_factory.mktemp("tiny-models"))
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    yield env
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
+# -- handlers, without a browser ---------------------------------------------------------------
+
+
+def _raw(env, **change):
+    from specviz.ui.state import DRAFT
+
+    args = dict(target=env["SPECVIZ_DEFAULT_TARGET"], proposer=DRAFT, draft=env["SPECVIZ_DEFAULT_DRAFT"], k=4,
+                temperature=1.0, top_p=1.0, top_k=0, seed=0, max_new_tokens=12, prompt=app_server.TINY_PROMPT, chat=True,
+                schedule="constant", layers=1)
+    args.update(change)
+    return tuple(args.values())
+
+
+def test_step_handler_streams_status_then_the_step(tiny_env):
+    from specviz.ui import playground as pg
+    from specviz.ui.state import PlaygroundState
+
+    st = PlaygroundState()
+    frames = list(pg.on_step(st, *_raw(tiny_env)))
+    assert all(len(f) == 13 for f in frames)
+    text, charts = frames[-2], frames[-1]  # the step's text first, then its charts
+    assert len(st.steps) == 1 and 'data-steps="1"' in text[1] and "sv-table" in text[7]
+    assert charts[1] == {"__type__": "update"} and charts[8] is not None and charts[12]["value"]
+    frames = list(pg.on_step(st, *_raw(tiny_env)))
+    assert len(st.steps) == 2
+    # a new setting starts a new run
+    list(pg.on_step(st, *_raw(tiny_env, k=2)))
+    assert len(st.steps) == 1 and "Settings changed" in st.message[0]
+    st.close()
+
+
+def test_generators_may_resume_on_other_threads(tiny_env):
+    """Gradio runs each next() of a sync generator in a worker thread, often a different one:
+    no lock may be held across a yield (an RLock would fail to release)."""
+    import threading
+
+    from specviz.ui import playground as pg
+    from specviz.ui.state import PlaygroundState
+
+    st = PlaygroundState()
+    for handler in (pg.on_step, pg.on_play, pg.on_baseline):
+        gen = handler(st, *_raw(tiny_env, max_new_tokens=6))
+        frames, errors = [], []
+        while True:
+            box = {}
+
+            def pull():
+                try:
+                    box["frame"] = next(gen)
+                except StopIteration:
+                    box["stop"] = True
+                except BaseException as e:  # noqa: BLE001
+                    errors.append(e)
+                    box["stop"] = True
+
+            t = threading.Thread(target=pull)
+            t.start()
+            t.join()
+            if "stop" in box:
+                break
+            frames.append(box["frame"])
+        assert not errors and frames and st.message[1] != "error", (handler.__name__, st.message)
+    st.close()
+
+
+@pytest.mark.parametrize("proposer", ["cross", "early"])
+def test_other_proposers_run(tiny_env, proposer):
+    from specviz.ui import playground as pg
+    from specviz.ui.state import CROSS, EARLY, PlaygroundState
+
+    st = PlaygroundState()
+    which = CROSS if proposer == "cross" else EARLY
+    list(pg.on_play(st, *_raw(tiny_env, proposer=which, schedule="heuristic", max_new_tokens=10)))
+    assert st.done and st.message[1] == "ok", st.message
+    if which == CROSS:
+        assert "draft_tokens" in st.steps[0].info
+    list(pg.on_step(st, *_raw(tiny_env, proposer=EARLY, layers=5)))  # deeper than the 2-layer target
+    assert st.message[1] == "error" and "layers" in st.message[0]
+    st.close()
+
+
+def test_handler_errors_are_messages_and_the_session_survives(tiny_env):
+    from specviz.ui import playground as pg
+    from specviz.ui.state import NGRAM, PlaygroundState
+
+    st = PlaygroundState()
+    list(pg.on_step(st, *_raw(tiny_env, proposer=NGRAM)))
+    assert len(st.steps) == 1
+    for bad, text in [
+        (dict(target="no-such-owner/no-such-model-xyz"), "no-such-owner/no-such-model-xyz"),
+        (dict(prompt="  "), "prompt is empty"),
+        (dict(k=40), "from 1 to 16"),
+        (dict(draft=str(Path(tiny_env["SPECVIZ_DEFAULT_TARGET"]).parent / "missing")), "missing"),
+    ]:
+        frames = list(pg.on_step(st, *_raw(tiny_env, **bad)))
+        assert st.message[1] == "error" and text in st.message[0], st.message
+        assert "Traceback" not in frames[-1][0] and "sv-msg-error" in frames[-1][0]
+    list(pg.on_step(st, *_raw(tiny_env, proposer=NGRAM)))
+    assert len(st.steps) == 2  # the same run went on
+    st.close()
+
+
+def test_play_pause_reset_and_baseline_handlers(tiny_env):
+    from specviz.ui import playground as pg
+    from specviz.ui.state import PlaygroundState
+
+    st = PlaygroundState()
+    frames = list(pg.on_play(st, *_raw(tiny_env)))
+    assert st.done and frames[-1][12]["value"]  # the trace download is offered at the end
+    frames = list(pg.on_baseline(st, *_raw(tiny_env)))
+    assert st.comparable_baseline() is not None and "×" in frames[-1][2]
+    assert "speedup" in st.message[0]
+    pg.on_pause(st)
+    assert st.stop.is_set()
+    out = pg.on_reset(st)
+    assert not st.steps and st.baseline_session is None and 'data-steps="0"' in out[1]
+    st.close()
+
+
+# -- the browser -------------------------------------------------------------------------------
+
+
+def _have_browser() -> str | None:
+    if not (Path(CHROMIUM).exists() or shutil.which(CHROMIUM)):
+        return f"{CHROMIUM} is missing (apt-get install chromium, or set SPECVIZ_CHROMIUM)"
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        return "playwright is not installed (pip install playwright)"
+    return None
+
+
+@pytest.fixture(scope="module")
+def app_url(tiny_env):
+    reason = _have_browser()
+    if reason:
+        pytest.skip(reason)
+    demo, url = app_server.start(tiny_env)
+    yield url
+    demo.close()
+
+
+@pytest.fixture(scope="module")
+def browser(app_url):
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def page(browser, app_url):
+    context = browser.new_context(viewport={"width": 1280, "height": 800}, accept_downloads=True)
+    pg = context.new_page()
+    errors: list[str] = []
+    pg.on("pageerror", lambda e: errors.append(str(e)))
+    pg.set_default_timeout(TIMEOUT_MS)
+    pg.goto(app_url)
+    pg.wait_for_selector("#sv-step-btn")
+    pg.js_errors = errors
+    yield pg
+    context.close()
+
+
+def _steps_shown(page) -> int:
+    return int(page.get_attribute("#sv-tokens .sv-tokens", "data-steps"))
+
+
+def _metric(page, key: str) -> str:
+    return page.inner_text(f'#sv-metrics [data-metric="{key}"] .sv-card-value').strip()
+
+
+def _click_step(page, expect: int) -> None:
+    page.click("#sv-step-btn")
+    page.wait_for_function(f"document.querySelector('#sv-tokens .sv-tokens')?.dataset.steps === '{expect}'")
+
+
+def _play_to_end(page) -> None:
+    page.click("#sv-play-btn")
+    page.wait_for_selector("#sv-tokens .sv-end")
+    page.wait_for_function("document.querySelector('#sv-status').innerText.includes('Finished')")
+
+
+def _set_dropdown(page, elem_id: str, value: str) -> None:
+    box = page.locator(f"#{elem_id} input")
+    box.click()
+    box.fill(value)
+    box.press("Enter")
+    page.locator("#sv-prompt textarea").click()  # blur: the custom value is committed
+
+
+@pytest.mark.browser
+def test_three_steps_show_their_tokens_and_markup(page):
+    assert _metric(page, "steps") == "0"
+    page.fill("#sv-prompt textarea", app_server.TINY_PROMPT)
+    for i in range(1, 4):
+        _click_step(page, i)
+        assert _metric(page, "steps") == str(i)
+    for step in range(3):
+        assert page.locator(f'#sv-tokens .tok[data-step="{step}"]').count() >= 1
+    # seed 0 at temperature 1 on the tiny pair: a rejection, a bonus step, another rejection
+    assert page.locator("#sv-tokens .tok-accepted").count() >= 1
+    assert page.locator("#sv-tokens .tok-rejected").count() == 2
+    assert page.locator("#sv-tokens .tok-resampled").count() == 2
+    assert page.locator("#sv-tokens .tok-bonus").count() == 1
+    assert page.locator("#sv-tokens .tok-rejected").first.evaluate("e => getComputedStyle(e).textDecorationLine") == "line-through"
+    assert _metric(page, "drafted") == "12"
+    assert _metric(page, "acceptance").endswith("%")
+    # the inspector follows the latest step
+    assert "Step 3" in page.inner_text("#sv-summary")
+    assert page.locator("#sv-draft-table tbody tr").count() == 5  # 4 drafts and the correction
+    assert "rejected" in page.inner_text("#sv-draft-table")
+    assert not page.js_errors
+
+
+@pytest.mark.browser
+def test_hover_and_click_a_token_inspect_its_step(page):
+    for i in range(1, 4):
+        _click_step(page, i)
+    tok = page.locator('#sv-tokens .tok-rejected[data-step="0"]')
+    tok.hover()
+    tip = page.locator("#sv-tip")
+    tip.wait_for(state="visible")
+    text = tip.inner_text()
+    assert "rejected" in text and "p = " in text and "q = " in text and "min(1, p/q)" in text and "u = " in text
+    tok.click()
+    page.wait_for_function("document.querySelector('#sv-summary').innerText.includes('Step 1')")
+    assert page.locator('#sv-tokens .sv-step.sel[data-step="0"]').count() == 1
+    assert "position 2" in page.inner_text("#sv-topk")  # the clicked (rejected) position is charted
+    assert page.locator("#sv-topk .legendtext", has_text="residual").count() == 1
+    page.click('#sv-draft-table tr[data-pos="0"]')  # a table row charts its position
+    page.wait_for_function("(document.querySelector('#sv-topk .gtitle')?.textContent || '').includes('position 1')")
+    assert page.locator('#sv-draft-table tr.sel[data-pos="0"]').count() == 1
+
+
+@pytest.mark.browser
+def test_play_runs_to_the_end_and_the_plots_render(page):
+    _play_to_end(page)
+    n = _steps_shown(page)
+    assert n >= 3 and _metric(page, "steps") == str(n)
+    for plot in ("sv-plot-acceptance", "sv-plot-timeline", "sv-plot-tokens", "sv-topk"):
+        page.wait_for_selector(f"#{plot} .main-svg")
+        assert page.locator(f"#{plot} g.point").count() > 0, plot  # bars were drawn
+    assert page.locator("#sv-plot-timeline g.point").count() >= 3 * n - 3  # draft/verify/other per step
+    assert not page.js_errors
+
+
+@pytest.mark.browser
+def test_target_only_run_shows_the_speedup(page):
+    _play_to_end(page)
+    assert _metric(page, "speedup") == "—"
+    page.click("#sv-baseline-btn")
+    page.wait_for_function(
+        "document.querySelector('#sv-metrics [data-metric=\"speedup\"] .sv-card-value')?.innerText.includes('×')"
+    )
+    assert re.fullmatch(r"\d+\.\d\d×", _metric(page, "speedup"))
+    assert page.locator("#sv-baseline .tok-target").count() >= 1
+    assert "speedup" in page.inner_text("#sv-status")
+
+
+@pytest.mark.browser
+def test_unknown_model_shows_an_error_and_the_next_step_works(page, tiny_env):
+    _click_step(page, 1)
+    _set_dropdown(page, "sv-target", "no-such-owner/no-such-model-xyz")
+    page.click("#sv-step-btn")
+    page.wait_for_selector("#sv-status .sv-msg-error")
+    err = page.inner_text("#sv-status")
+    assert "no-such-owner/no-such-model-xyz" in err and "Traceback" not in err
+    assert _steps_shown(page) == 1  # the run is still there
+    _set_dropdown(page, "sv-target", tiny_env["SPECVIZ_DEFAULT_TARGET"])
+    _click_step(page, 2)
+    assert page.locator("#sv-status .sv-msg-error").count() == 0
+
+
+@pytest.mark.browser
+def test_each_browser_session_has_its_own_run(browser, app_url, page):
+    other = browser.new_context(viewport={"width": 1280, "height": 800}).new_page()
+    other.set_default_timeout(TIMEOUT_MS)
+    other.goto(app_url)
+    other.wait_for_selector("#sv-step-btn")
+    _click_step(page, 1)
+    _click_step(page, 2)
+    _click_step(other, 1)
+    assert _steps_shown(page) == 2 and _steps_shown(other) == 1
+    other.click("#sv-reset-btn")
+    other.wait_for_function("document.querySelector('#sv-tokens .sv-tokens')?.dataset.steps === '0'")
+    _click_step(page, 3)
+    other.context.close()
+
+
+@pytest.mark.browser
+def test_trace_download_and_replay(browser, app_url, page, tmp_path):
+    _play_to_end(page)
+    n = _steps_shown(page)
+    with page.expect_download() as dl:
+        page.click("#sv-download")
+    path = tmp_path / "trace.jsonl"
+    dl.value.save_as(path)
+    from specviz import load_trace
+
+    assert len(load_trace(path).steps) == n
+
+    replay = browser.new_context(viewport={"width": 1280, "height": 800}).new_page()
+    replay.set_default_timeout(TIMEOUT_MS)
+    replay.goto(app_url)
+    replay.wait_for_selector("#sv-step-btn")
+    with replay.expect_file_chooser() as chooser:
+        replay.click("#sv-upload")
+    chooser.value.set_files(str(path))
+    replay.wait_for_function(f"document.querySelector('#sv-tokens .sv-tokens')?.dataset.steps === '{n}'")
+    assert "Loaded a trace" in replay.inner_text("#sv-status")
+    assert replay.inner_text("#sv-tokens .sv-out") == page.inner_text("#sv-tokens .sv-out")
+    replay.click("#sv-play-btn")  # replays from the first step
+    replay.wait_for_function(f"document.querySelector('#sv-tokens .sv-tokens')?.dataset.steps === '{n}' && "
+                             "document.querySelector('#sv-status').innerText.includes('Finished')")
+    replay.context.close()
+
+
+def _overlaps(boxes: list[dict]) -> list[tuple[int, int]]:
+    bad = []
+    for i, a in enumerate(boxes):
+        for j, b in enumerate(boxes[:i]):
+            if a["x"] < b["x"] + b["width"] - 1 and b["x"] < a["x"] + a["width"] - 1 and \
+               a["y"] < b["y"] + b["height"] - 1 and b["y"] < a["y"] + a["height"] - 1:
+                bad.append((j, i))
+    return bad
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("width, height", [(1280, 800), (390, 844)])
+def test_layout_has_no_overlaps(browser, app_url, width, height):
+    pg = browser.new_context(viewport={"width": width, "height": height}).new_page()
+    pg.set_default_timeout(TIMEOUT_MS)
+    pg.goto(app_url)
+    pg.wait_for_selector("#sv-step-btn")
+    _play_to_end(pg)
+    assert pg.evaluate("document.documentElement.scrollWidth") <= width + 1  # nothing sticks out sideways
+    parts = ["#sv-settings", "#sv-prompt", "#sv-buttons", "#sv-status", "#sv-metrics", "#sv-legend", "#sv-tokens",
+             "#sv-step-slider", "#sv-draft-table", "#sv-topk", "#sv-plot-acceptance", "#sv-plot-timeline",
+             "#sv-plot-tokens", "#sv-download"]
+    boxes = [pg.locator(sel).bounding_box() for sel in parts]
+    assert all(b and b["width"] > 0 for b in boxes), dict(zip(parts, boxes))
+    assert not _overlaps(boxes), [(parts[i], parts[j]) for i, j in _overlaps(boxes)]
+    for group in ("#sv-buttons button", "#sv-metrics .sv-card"):
+        items = [pg.locator(group).nth(i).bounding_box() for i in range(pg.locator(group).count())]
+        assert not _overlaps(items), group
+        assert all(b["x"] >= 0 and b["x"] + b["width"] <= width + 1 for b in items), group
+    pg.context.close()
