@@ -120,6 +120,8 @@ def measure_steps(url: str, n: int = 10, width: int = 1280, height: int = 800) -
         page.wait_for_function("document.querySelector('#sv-tokens .sv-tokens')?.dataset.steps === '1'")
         page.wait_for_timeout(1000)
         for i in range(2, n + 2):
+            if "Finished" in page.inner_text("#sv-status"):
+                break  # the run ended (max new tokens): fewer steps than asked
             page.evaluate(_CLICK_AND_WATCH, i)
             page.wait_for_function("window.__sv_m.shown && window.__sv_m.drawn", polling=50)
             m = page.evaluate("window.__sv_m")
@@ -181,6 +183,8 @@ def _main() -> None:
 
     if args.builtin:
         env = {"GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1"}
+        if args.measure:  # room for N steps, however many tokens each commits
+            env.setdefault("SPECVIZ_DEFAULT_MAX_NEW_TOKENS", os.environ.get("SPECVIZ_DEFAULT_MAX_NEW_TOKENS", "256"))
     else:
         root = Path(tempfile.gettempdir()) / "specviz-tiny-models"
         root.mkdir(exist_ok=True)

@@ -115,6 +115,20 @@ def test_other_proposers_run(tiny_env, proposer):
     st.close()
 
 
+def test_model_loading_progress_is_streamed(tiny_env, tmp_path):
+    """A model that is not loaded yet: its loading stages show in the status box before the step."""
+    from specviz.ui import playground as pg
+    from specviz.ui.state import NGRAM, PlaygroundState
+
+    target, _draft = app_server.make_tiny_models(tmp_path)  # a new path: not in the model cache
+    st = PlaygroundState()
+    frames = list(pg.on_step(st, *_raw(tiny_env, target=target, proposer=NGRAM)))
+    statuses = [f[0] for f in frames[:-2]]
+    assert any("Loading" in s for s in statuses) and any(target in s for s in statuses), statuses
+    assert len(st.steps) == 1
+    st.close()
+
+
 def test_handler_errors_are_messages_and_the_session_survives(tiny_env):
     from specviz.ui import playground as pg
     from specviz.ui.state import NGRAM, PlaygroundState
@@ -249,6 +263,16 @@ def test_three_steps_show_their_tokens_and_markup(page):
     assert page.locator("#sv-draft-table tbody tr").count() == 5  # 4 drafts and the correction
     assert "rejected" in page.inner_text("#sv-draft-table")
     assert not page.js_errors
+
+
+@pytest.mark.browser
+def test_an_example_prompt_fills_the_prompt_box(page):
+    page.click("#sv-examples input")
+    option = page.locator("ul[role=listbox] li", has_text="extraction").first
+    label = option.inner_text()
+    option.click()
+    page.wait_for_function("document.querySelector('#sv-prompt textarea').value.startsWith('Given the following data')")
+    assert "extraction" in label
 
 
 @pytest.mark.browser

@@ -327,6 +327,9 @@ def _ensure_live_session(state: PlaygroundState, raw: tuple) -> Iterator[list[An
         elif item is not None:
             yield _status_only(state)
     with state.lock:
+        if state.mode == "live" and state.session is not None and state.settings == settings:
+            return  # another click started this very run while the models loaded
+        state.epoch += 1  # a Play still running on the old settings stops
         state.start(settings, result)
         state.note = "Settings changed, so a new run started. " if changed else ""
         state.message = (f"{state.note}{settings.describe()}.", "info")
@@ -378,10 +381,11 @@ def _step_message(state: PlaygroundState, record) -> tuple[str, str]:
 def on_play(state: PlaygroundState, *raw) -> Iterator[list[Any]]:
     """Step until done, redrawing after each step; Pause stops it after the current step."""
     state.stop.clear()
-    epoch = state.epoch
     try:
         if state.mode == "live":
             yield from _ensure_live_session(state, raw)
+        epoch = state.epoch  # a Reset, a trace load or a new run (another event) stops this loop
+        if state.mode == "live":
             if state.session is not None and state.session.done:
                 state.message = ("This run has finished. Press Reset (or change a setting) to start a new one.", "info")
                 yield _status_only(state)
