@@ -36,7 +36,7 @@ PAIRS = {"gemma-3-270m": "gemma-3-270m@int8", "smollm2-135m": "smollm2-135m@int8
 CROSS_PAIRS = {"gemma-3-270m": "smollm2-135m", "smollm2-135m": "gemma-3-270m@int8"}
 EXAMPLE_IDS = (134, 124, 82, 136, 164, 104, 144, 322, 114, 92)  # bundled Spec-Bench question ids
 PLAY_MIN_INTERVAL_S = 0.08  # Play redraws at most this often (tiny models step in milliseconds)
-PLAY_CHART_INTERVAL_S = 0.5  # ... and its Plotly charts at most this often (each costs ~60 ms in a browser)
+PLAY_CHART_INTERVAL_S = 1.0  # ... and its Plotly charts at most this often (4 charts: ~250 ms of browser CPU)
 REPLAY_MAX_DELAY_S = 0.5
 
 
