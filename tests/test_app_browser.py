@@ -18,7 +18,7 @@ import app_server
 CHROMIUM = os.environ.get("SPECVIZ_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
                  "--disable-sync", "--disable-dev-shm-usage"]
-TIMEOUT_MS = 60_000
+TIMEOUT_MS = 120_000
 
 
 @pytest.fixture(scope="module")
