@@ -16,7 +16,8 @@ import torch
 
 from ..algorithm import acceptance_ratio, residual_distribution, typical_threshold
 from ..learn import RULES, MeasuredRun, RuleExperiment, speedup_curve
-from .theme import COLORS, FONT
+from .figures import _figure as house_figure
+from .theme import COLORS
 from .tokens import token_label
 
 __all__ = ["comparison_figure", "histogram_figure", "rule_figure", "speedup_figure", "unique_labels"]
@@ -24,34 +25,12 @@ __all__ = ["comparison_figure", "histogram_figure", "rule_figure", "speedup_figu
 HEIGHT = 320
 
 
-def _axis(**kw) -> dict:
-    base = dict(showgrid=False, zeroline=False, linecolor=COLORS["grid"], ticks="", automargin=True)
-    base.update(kw)
-    return base
-
-
 def _figure(traces: list[dict], title: str, *, height: int = HEIGHT, xaxis: dict | None = None,
             yaxis: dict | None = None, annotations: list[dict] | None = None, shapes: list[dict] | None = None,
             **layout_kw) -> go.Figure:
-    """One figure from plain dicts, in the app's house style (as in specviz.viz.figures)."""
-    layout = dict(
-        template="none",
-        title=dict(text=title, x=0.01, xanchor="left", y=0.97, yanchor="top", font=dict(size=13, color=COLORS["ink"])),
-        height=height,
-        margin=dict(l=52, r=52, t=80, b=48),
-        font=dict(family=FONT, size=11, color=COLORS["ink"]),
-        paper_bgcolor="rgba(0,0,0,0)",
-        plot_bgcolor="rgba(0,0,0,0)",
-        legend=dict(orientation="h", x=0, xanchor="left", y=1.0, yanchor="bottom", font=dict(size=10),
-                    bgcolor="rgba(0,0,0,0)"),
-        hoverlabel=dict(font=dict(family=FONT, size=11)),
-        xaxis=_axis(**(xaxis or {})),
-        yaxis=_axis(showgrid=True, gridcolor=COLORS["grid"], **(yaxis or {})),
-        annotations=annotations or [],
-        shapes=shapes or [],
-    )
-    layout.update(layout_kw)
-    return go.Figure(dict(data=traces, layout=layout))
+    """The playground's house-style figure, with room for the Learn tab's side axis and shapes."""
+    return house_figure(traces, title, height=height, xaxis=xaxis, yaxis=yaxis, margin=dict(l=52, r=52, t=80),
+                        annotations=annotations, shapes=shapes or [], **layout_kw)
 
 
 def _label(text: str) -> str:
