@@ -12,7 +12,7 @@ variable                       default    meaning
 ``SPECVIZ_MAX_PROMPT_TOKENS``  2048       longest prompt, in the target's tokens (chat template
                                           included); also a cheap pre-check of 16 characters a token
 ``SPECVIZ_MAX_NEW_TOKENS``     512        most new tokens one run may generate
-``SPECVIZ_MAX_K``              16         most tokens drafted per step
+``SPECVIZ_MAX_K``              16         most tokens drafted per step (at most 32, the engine's)
 ``SPECVIZ_ALLOW_LOCAL_PATHS``  off        ``1`` lets visitors name local directories as models
 ``SPECVIZ_MAX_PARAMS``         RAM/2      refuse models with more parameters (see specviz.models)
 ``SPECVIZ_CONCURRENCY``        2          model runs at once, across all visitors (see specviz.ui)
@@ -42,14 +42,16 @@ __all__ = [
     "check_model_name",
     "check_prompt_chars",
     "check_prompt_tokens",
+    "check_prompts_fit",
     "load_checked",
 ]
 
+ENGINE_MAX_K = 32  # specviz.engine.MAX_K (not imported: the engine imports torch)
 CHARS_PER_TOKEN = 16  # a prompt longer than max_prompt_tokens * this is refused before tokenizing
 _TRUE = {"1", "true", "yes", "on"}
 
 
-def _env_int(name: str, default: int, lo: int = 1) -> int:
+def _env_int(name: str, default: int, lo: int = 1, hi: int | None = None) -> int:
     raw = os.environ.get(name, "").strip()
     if not raw:
         return default
@@ -59,6 +61,8 @@ def _env_int(name: str, default: int, lo: int = 1) -> int:
         raise ValueError(f"{name}={raw!r} is not a whole number") from None
     if value < lo:
         raise ValueError(f"{name}={raw!r} must be at least {lo}")
+    if hi is not None and value > hi:
+        raise ValueError(f"{name}={raw!r} must be at most {hi}")
     return value
 
 
@@ -90,7 +94,7 @@ class Limits:
         return cls(
             max_prompt_tokens=_env_int("SPECVIZ_MAX_PROMPT_TOKENS", 2048),
             max_new_tokens=_env_int("SPECVIZ_MAX_NEW_TOKENS", 512),
-            max_k=_env_int("SPECVIZ_MAX_K", 16),
+            max_k=_env_int("SPECVIZ_MAX_K", 16, hi=ENGINE_MAX_K),
             allow_local_paths=os.environ.get("SPECVIZ_ALLOW_LOCAL_PATHS", "").strip().lower() in _TRUE,
             model_memory_gb=_env_float("SPECVIZ_MODEL_MEMORY_GB"),
         )
@@ -184,6 +188,18 @@ def count_prompt_tokens(tokenizer: Any, prompt: str, chat: bool = True) -> int:
         except Exception:  # noqa: BLE001 - fall back to the plain count
             pass
     return len(tokenizer(prompt)["input_ids"])
+
+
+def check_prompts_fit(tokenizer: Any, prompts: list[str], chat: bool = True, limits: Limits | None = None) -> None:
+    """Every prompt's token count (chat template included) against ``max_prompt_tokens``; the
+    message says which prompt is too long when there are several."""
+    lim = limits or Limits.from_env()
+    for i, prompt in enumerate(prompts):
+        check_prompt_chars(prompt, lim)
+        try:
+            check_prompt_tokens(count_prompt_tokens(tokenizer, prompt, chat), lim)
+        except ValueError as e:
+            raise ValueError(f"prompt {i + 1}: {e}" if len(prompts) > 1 else str(e)) from None
 
 
 def load_checked(name: str, limits: Limits | None = None, **kwargs: Any):

@@ -386,3 +386,37 @@ def test_learn_tab_refuses_local_paths(models_dir, monkeypatch):
     html, _ = list(lt.on_model_sample(models_dir["target"], lt.DRAFT_MODEL, models_dir["draft"], "abc", "exact", 1.0,
                                       1.0, 100, 0))[-1]
     assert "local paths are disabled" in html
+
+
+def test_learn_and_bench_tabs_count_prompt_tokens(models_dir, allow_local, monkeypatch):
+    """The token limit is checked in tokens (not only characters) once the target's tokenizer is loaded."""
+    from specviz.ui import bench_tab as bt
+    from specviz.ui import learn_tab as lt
+
+    monkeypatch.setenv("SPECVIZ_MAX_PROMPT_TOKENS", "8")  # 8 * 16 characters pass the cheap pre-check
+    prefix = "the cat sat on the mat " * 2  # 46 characters, one token each with the char tokenizer
+    html, fig = list(lt.on_model_sample(models_dir["target"], lt.DRAFT_MODEL, models_dir["draft"], prefix, "exact",
+                                        1.0, 1.0, 100, 0))[-1]
+    assert "SPECVIZ_MAX_PROMPT_TOKENS" in html
+    req = bt.parse_request(target=models_dir["target"], proposers=["ngram"], ks=[2], source=bt.CUSTOM, categories=[],
+                           custom="short\n" + prefix, n_prompts=2, max_new_tokens=4, temperature=0.0, compare_hf=False)
+    with pytest.raises(ValueError, match=r"prompt 2: .*SPECVIZ_MAX_PROMPT_TOKENS"):
+        bt._load(req, lambda _msg: None)
+
+
+def test_the_sliders_stop_at_the_hosts_limits(monkeypatch):
+    from specviz import engine
+    from specviz.ui import build_demo
+
+    assert L.ENGINE_MAX_K == engine.MAX_K
+    monkeypatch.setenv("SPECVIZ_MAX_K", "33")
+    with pytest.raises(ValueError, match="at most 32"):
+        L.Limits.from_env()
+    monkeypatch.setenv("SPECVIZ_MAX_K", "6")
+    monkeypatch.setenv("SPECVIZ_MAX_NEW_TOKENS", "100")
+    monkeypatch.setenv("SPECVIZ_DEFAULT_MAX_NEW_TOKENS", "300")
+    demo = build_demo()
+    sliders = {c.elem_id: c for c in demo.blocks.values() if getattr(c, "elem_id", None) in ("sv-k", "sv-max-new",
+                                                                                          "sv-bench-max-new")}
+    assert sliders["sv-k"].maximum == 6 and sliders["sv-max-new"].maximum == 100
+    assert sliders["sv-max-new"].value == 100 and sliders["sv-bench-max-new"].maximum == 100

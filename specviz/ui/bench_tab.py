@@ -27,6 +27,7 @@ import gradio as gr
 
 from .. import bench as B
 from .. import prompts as P
+from ..limits import Limits
 from ..metrics import why_no_speedup
 from ..records import Sampling
 from ..viz import bench as V
@@ -37,7 +38,6 @@ BUNDLED = "Spec-Bench dev prompts"
 CUSTOM = "My prompts (one per line)"
 K_CHOICES = [1, 2, 3, 4, 5, 6, 8, 10, 12, 16]
 MAX_PROMPTS = 160
-MAX_NEW_TOKENS = 512
 RENDER_EVERY_S = 2.0  # redraw plots at most this often (and after every prompt)
 PLOT_ORDER = list(V.FIGURES)
 
@@ -150,8 +150,6 @@ def parse_request(target, proposers, ks, source, categories, custom, n_prompts, 
         raise ValueError("number of prompts, max new tokens and temperature must be numbers") from None
     if not 1 <= n <= MAX_PROMPTS:
         raise ValueError(f"number of prompts must be between 1 and {MAX_PROMPTS}")
-    if not 1 <= max_new <= MAX_NEW_TOKENS:
-        raise ValueError(f"max new tokens must be between 1 and {MAX_NEW_TOKENS}")
     if source == CUSTOM:
         rows = P.from_lines(custom or "")[:n]
         if not rows:
@@ -245,9 +243,10 @@ def _in_thread(fn: Callable[[Callable[[str], None]], Any], poll_s: float = 0.25)
 
 
 def _load(req: Request, report: Callable[[str], None]):
-    from ..limits import load_checked as load_model  # the web UI checks model names (hosting limits)
+    from ..limits import check_prompts_fit, load_checked as load_model  # hosting limits (names, prompt tokens)
 
     target = load_model(req.target, progress=report)
+    check_prompts_fit(target.tokenizer, [r.prompt for r in req.prompts], chat=True)  # the sweep's chat default
     proposers = {}
     for spec in req.proposers:
         p = B.parse_proposer(spec, target, load=lambda name, **kw: load_model(name, progress=report, **kw))
@@ -369,7 +368,8 @@ def build_bench_tab(defaults: BenchDefaults | None = None) -> BenchView:
                             visible=d.prompt_source == CUSTOM, elem_id="sv-bench-custom")
     with gr.Row():
         n_prompts = gr.Slider(1, MAX_PROMPTS, value=d.n_prompts, step=1, label="Prompts to run", elem_id="sv-bench-n")
-        max_new = gr.Slider(1, MAX_NEW_TOKENS, value=d.max_new_tokens, step=1, label="Max new tokens", elem_id="sv-bench-max-new")
+        most_new = Limits.from_env().max_new_tokens
+        max_new = gr.Slider(1, most_new, value=min(d.max_new_tokens, most_new), step=1, label="Max new tokens", elem_id="sv-bench-max-new")
         temperature = gr.Slider(0, 2, value=d.temperature, step=0.05, label="Temperature (0 = greedy)", elem_id="sv-bench-temperature")
         compare_hf = gr.Checkbox(value=d.compare_hf, label="Also time transformers' generate()", elem_id="sv-bench-hf")
     with gr.Row():

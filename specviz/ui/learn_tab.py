@@ -19,7 +19,7 @@ from typing import Any, Iterator
 import gradio as gr
 
 from .. import learn
-from ..limits import load_checked
+from ..limits import check_prompt_chars, check_prompts_fit, load_checked
 from ..models import load_model
 from ..records import Sampling
 from ..viz import message_html
@@ -209,12 +209,14 @@ def on_model_sample(target: str, proposer: str, draft: str, prefix: str, rule: s
             raise ValueError("choose a target model (a built-in name, a Hugging Face id or a local directory)")
         if not isinstance(prefix, str) or not prefix.strip():
             raise ValueError("the prefix is empty: type the text whose next token to sample")
+        check_prompt_chars(prefix)  # hosting limit, before any model loads
         use_draft = proposer != NGRAM
         if use_draft and not (draft or "").strip():
             raise ValueError("choose a draft model, or switch the proposer to n-gram")
         yield message_html(f"Loading {target}{' and ' + draft.strip() if use_draft else ''} (cached after the first time)…",
                            "info"), gr.skip()
         tm = load_checked(target)  # hosting limits: no local paths unless allowed
+        check_prompts_fit(tm.tokenizer, [prefix], chat=False)  # the prefix is used as typed
         dm = load_checked(draft.strip()) if use_draft else None
         nt = learn.next_token_distributions(tm, dm, prefix, sampling)
         cmp = learn.compare_with_speculation(nt.p, nt.q, int(n_i), int(seed_i), rule)

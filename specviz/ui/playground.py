@@ -20,11 +20,11 @@ import gradio as gr
 from .. import viz
 from ..engine import SpeculativeDecoder
 from ..models import list_models, load_model
-from ..limits import check_prompt_tokens, count_prompt_tokens
+from ..limits import Limits, check_prompt_tokens, count_prompt_tokens
 from ..prompts import PromptRow, read_jsonl, bundled_path
 from ..proposers import CrossTokenizerDraft, DraftModel, EarlyExit, NGram
 from .state import (
-    CROSS, DRAFT, EARLY, MAX_K, MAX_NEW_TOKENS, NGRAM, PROPOSERS, SCHEDULES, USES_DRAFT_MODEL, PlaygroundState,
+    CROSS, DRAFT, EARLY, NGRAM, PROPOSERS, SCHEDULES, USES_DRAFT_MODEL, PlaygroundState,
     Settings, parse_settings,
 )
 
@@ -72,7 +72,7 @@ class Defaults:
         except ValueError:
             max_new, temperature = 64, 0.0
         return cls(target=target, draft=draft, proposer=proposer, prompt=prompt, temperature=max(0.0, min(temperature, 2.0)),
-                   max_new_tokens=max(1, min(max_new, MAX_NEW_TOKENS)))
+                   max_new_tokens=max(1, min(max_new, Limits.from_env().max_new_tokens)))
 
 
 def example_prompts() -> list[tuple[str, str]]:
@@ -584,6 +584,7 @@ def on_proposer_change(target: str, proposer: str, draft: str) -> tuple[Any, Any
 def build_playground(defaults: Defaults | None = None) -> PlaygroundView:
     """Lay out the playground (inside a gr.Blocks / gr.Tab context) and wire its events."""
     d = defaults or Defaults.from_env()
+    lim = Limits.from_env()  # the sliders stop at the host's caps
     examples = example_prompts()
     state = gr.State(PlaygroundState, delete_callback=lambda s: s.close() if isinstance(s, PlaygroundState) else None)
 
@@ -597,10 +598,10 @@ def build_playground(defaults: Defaults | None = None) -> PlaygroundView:
                                 visible=d.proposer in USES_DRAFT_MODEL, elem_id="sv-draft")
             layers = gr.Number(value=4, label="Early-exit layers", info="the target's first L layers draft", minimum=1,
                                precision=0, visible=d.proposer == EARLY, elem_id="sv-layers")
-            k = gr.Slider(1, MAX_K, value=d.k, step=1, label="k", info="tokens drafted per step", elem_id="sv-k")
+            k = gr.Slider(1, lim.max_k, value=min(d.k, lim.max_k), step=1, label="k", info="tokens drafted per step", elem_id="sv-k")
             schedule = gr.Dropdown(list(SCHEDULES), value="constant", label="k schedule",
                                    info="how k changes from step to step", elem_id="sv-schedule")
-            max_new = gr.Slider(1, 512, value=d.max_new_tokens, step=1, label="Max new tokens", elem_id="sv-max-new")
+            max_new = gr.Slider(1, lim.max_new_tokens, value=d.max_new_tokens, step=1, label="Max new tokens", elem_id="sv-max-new")
             with gr.Accordion("Sampling", open=True):
                 temperature = gr.Slider(0, 2, value=d.temperature, step=0.05, label="Temperature", info="0 = greedy",
                                         elem_id="sv-temperature")

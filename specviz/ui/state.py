@@ -19,11 +19,9 @@ from typing import IO, Any, Callable
 from ..engine import Session, SpeculativeDecoder, compute_stats
 from ..hooks import TraceRecorder, load_trace
 from ..records import Sampling, Stats, StepRecord
-from ..limits import check_request
+from ..limits import Limits, check_request
 from ..models import pin, unpin
 
-MAX_K = 16
-MAX_NEW_TOKENS = 1024
 MAX_TEMPERATURE = 5.0
 
 NGRAM = "n-gram (prompt lookup)"
@@ -86,12 +84,13 @@ def _number(value: Any, name: str) -> float:
     return x
 
 
-def _whole(value: Any, name: str, lo: int, hi: int | None = None) -> int:
+def _whole(value: Any, name: str, lo: int, hi: int | None = None, why: str = "") -> int:
+    """A whole number in [lo, hi]; ``why`` names where the upper bound comes from."""
     x = _number(value, name)
     if x != int(x):
         raise ValueError(f"{name} must be a whole number, got {value!r}")
     if x < lo or (hi is not None and x > hi):
-        rng = f"from {lo} to {hi}" if hi is not None else f">= {lo}"
+        rng = f"from {lo} to {hi}{why}" if hi is not None else f">= {lo}"
         raise ValueError(f"{name} must be {rng}, got {int(x)}")
     return int(x)
 
@@ -112,7 +111,8 @@ def parse_settings(
     if schedule not in SCHEDULES:
         raise ValueError(f"unknown k schedule {schedule!r}; choose one of: {', '.join(SCHEDULES)}")
     n_layers = _whole(layers, "early-exit layers", 1) if proposer == EARLY else None
-    k = _whole(k, "k (tokens drafted per step)", 1, MAX_K)
+    lim = Limits.from_env()  # the host's caps (SPECVIZ_MAX_K, SPECVIZ_MAX_NEW_TOKENS, ...), read per request
+    k = _whole(k, "k (tokens drafted per step)", 1, lim.max_k, " on this server (SPECVIZ_MAX_K)")
     t = _number(temperature, "temperature")
     if not 0 <= t <= MAX_TEMPERATURE:
         raise ValueError(f"temperature must be from 0 (greedy) to {MAX_TEMPERATURE:g}, got {t:g}")
@@ -121,10 +121,10 @@ def parse_settings(
         raise ValueError(f"top-p must be in (0, 1] (1 = off), got {tp:g}")
     tk = _whole(top_k, "top-k", 0)
     seed = _whole(seed, "seed", 0, 2**63 - 1)
-    n = _whole(max_new_tokens, "max new tokens", 1, MAX_NEW_TOKENS)
+    n = _whole(max_new_tokens, "max new tokens", 1, lim.max_new_tokens, " on this server (SPECVIZ_MAX_NEW_TOKENS)")
     if not isinstance(prompt, str) or not prompt.strip():
         raise ValueError("the prompt is empty: type some text or pick an example")
-    check_request(target, draft_name if proposer in USES_DRAFT_MODEL else None, k, n, prompt)  # hosting limits
+    check_request(target, draft_name if proposer in USES_DRAFT_MODEL else None, k, n, prompt, lim)  # hosting limits
     return Settings(
         target=target, proposer=proposer, draft=draft_name if proposer in USES_DRAFT_MODEL else None, k=k,
         temperature=t, top_p=None if tp >= 1 else tp, top_k=tk or None, seed=seed, max_new_tokens=n,
@@ -335,6 +335,6 @@ class PlaygroundState:
 
 
 __all__ = [
-    "CROSS", "DRAFT", "EARLY", "MAX_K", "MAX_NEW_TOKENS", "NGRAM", "PROPOSERS", "SCHEDULES", "USES_DRAFT_MODEL",
+    "CROSS", "DRAFT", "EARLY", "NGRAM", "PROPOSERS", "SCHEDULES", "USES_DRAFT_MODEL",
     "PlaygroundState", "Settings", "parse_settings",
 ]
