@@ -31,6 +31,7 @@ from ..limits import Limits
 from ..metrics import why_no_speedup
 from ..records import Sampling
 from ..viz import bench as V
+from . import zerogpu
 
 log = logging.getLogger("specviz.ui.bench")
 
@@ -258,6 +259,34 @@ def _load(req: Request, report: Callable[[str], None]):
 # -- handlers -----------------------------------------------------------------------------------
 
 
+def _config(req: Request) -> B.BenchConfig:
+    return B.BenchConfig(ks=req.ks, max_new_tokens=req.max_new_tokens, sampling=req.sampling, compare_hf=req.compare_hf)
+
+
+def sweep_report(req: Request) -> dict[str, Any]:
+    """The whole sweep in one call, pure (a request in, the report out): what ZeroGPU runs in its
+    GPU worker, where nothing streams back until it ends."""
+    target, proposers = _load(req, lambda msg: log.info("%s", msg))
+    sweep = B.Sweep(target, proposers, list(req.prompts), _config(req), prompt_source=req.source)
+    for _ in sweep.events():
+        pass
+    return sweep.report()
+
+
+sweep_report.gpu_seconds = zerogpu.SWEEP_SECONDS  # type: ignore[attr-defined]
+
+
+def _done_message(report: dict[str, Any]) -> str:
+    m = report["meta"]
+    if m["stopped"]:
+        text, kind = f"Stopped after {m['runs_done']} of {m['runs_planned']} runs; the results so far are below.", "info"
+    else:
+        text, kind = (
+            f"Done in {m['wall_s']:.1f} s: decoding {m['timed_s']:.1f} s, warm-up {m['warmup_s']:.1f} s, "
+            f"overhead {100 * m['overhead_frac']:.1f}%.", "ok")
+    return progress_html(m["runs_done"], m["runs_planned"], text, kind)
+
+
 def on_run(state: BenchState, *raw) -> Iterator[list[Any]]:
     """Load the models, run the sweep, stream progress, rows and plots; Stop ends it early."""
     state.stop.clear()
@@ -267,6 +296,13 @@ def on_run(state: BenchState, *raw) -> Iterator[list[Any]]:
             req = parse_request(*raw)
         except ValueError as e:
             yield _render(state, None, progress_html(0, 0, str(e), "error"))
+            return
+        if zerogpu.active():  # the GPU is lent per call, in a forked worker: one call, no streaming
+            yield _render(state, None, progress_html(0, 0, f"Running the sweep on a ZeroGPU GPU ({req.target}); "
+                                                           "the results appear when it ends. Stop cannot reach it."))
+            report = zerogpu.on_gpu(sweep_report, req)
+            state.report = report
+            yield _render(state, report, _done_message(report), files=True)
             return
         yield _render(state, None, progress_html(0, 0, f"Loading {req.target}…"))
         loaded = None
@@ -279,8 +315,7 @@ def on_run(state: BenchState, *raw) -> Iterator[list[Any]]:
                 yield _render(state, None, progress_html(0, 0, "Stopped before the sweep started.", "info"))
                 return
         target, proposers = loaded
-        config = B.BenchConfig(ks=req.ks, max_new_tokens=req.max_new_tokens, sampling=req.sampling, compare_hf=req.compare_hf)
-        sweep = B.Sweep(target, proposers, list(req.prompts), config, prompt_source=req.source)
+        sweep = B.Sweep(target, proposers, list(req.prompts), _config(req), prompt_source=req.source)
         last = 0.0
         for ev in sweep.events(should_stop=state.stop.is_set):
             if ev.kind == "warmup":
@@ -297,14 +332,7 @@ def on_run(state: BenchState, *raw) -> Iterator[list[Any]]:
             yield _render(state, report, msg, plots=redraw) if report else _render(state, None, msg)
         report = sweep.report()
         state.report = report
-        m = report["meta"]
-        if m["stopped"]:
-            text, kind = f"Stopped after {m['runs_done']} of {m['runs_planned']} runs; the results so far are below.", "info"
-        else:
-            text, kind = (
-                f"Done in {m['wall_s']:.1f} s: decoding {m['timed_s']:.1f} s, warm-up {m['warmup_s']:.1f} s, "
-                f"overhead {100 * m['overhead_frac']:.1f}%.", "ok")
-        yield _render(state, report, progress_html(m["runs_done"], m["runs_planned"], text, kind), files=True)
+        yield _render(state, report, _done_message(report), files=True)
     except Exception as e:  # noqa: BLE001 - shown as a message, never a traceback
         yield _render(state, None, progress_html(0, 0, _friendly(e), "error"))
     finally:

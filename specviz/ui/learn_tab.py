@@ -19,6 +19,7 @@ from typing import Any, Iterator
 import gradio as gr
 
 from .. import learn
+from . import zerogpu
 from ..limits import check_prompt_chars, check_prompts_fit, load_checked
 from ..models import load_model
 from ..records import Sampling
@@ -190,6 +191,27 @@ def _decode(tokenizer, i: int | None) -> str:
     return tokenizer.decode([i], skip_special_tokens=False)
 
 
+def compare_on_model(target: str, draft: str | None, prefix: str, sampling: Sampling, n: int, seed: int,
+                     rule: str) -> tuple[str, Any]:
+    """Part 2's work, pure (plain arguments in, the page's HTML and figure out), so that on
+    ZeroGPU it runs in the GPU worker: p and q after the prefix, then N samples both ways."""
+    tm = load_checked(target)  # hosting limits: no local paths unless allowed
+    check_prompts_fit(tm.tokenizer, [prefix], chat=False)  # the prefix is used as typed
+    dm = load_checked(draft) if draft else None
+    nt = learn.next_token_distributions(tm, dm, prefix, sampling)
+    cmp = learn.compare_with_speculation(nt.p, nt.q, n, seed, rule)
+    ids, p, q, spec, plain = learn.comparison_rows(nt.p, nt.q, cmp)
+    labels = vl.unique_labels([_decode(tm.tokenizer, i) for i in ids], [-1 if i is None else i for i in ids])
+    fig = vl.comparison_figure(labels, p, q, spec, plain, n=cmp.n, tv_spec=cmp.tv_spec, tv_plain=cmp.tv_plain,
+                               q_name="q (n-gram point mass)" if dm is None else "q (draft)", rule=rule)
+    extra = ""
+    if nt.draft_token is not None:
+        extra = f" The n-gram drafts “{_decode(tm.tokenizer, nt.draft_token)}” (p = {float(nt.p[nt.draft_token]):.3f})."
+    html = (f'<div class="sv-learn-model" data-tv-spec="{cmp.tv_spec:.4f}" data-tv-plain="{cmp.tv_plain:.4f}" '
+            f'data-tv-between="{cmp.tv_between:.4f}">{message_html(cmp.message + extra, cmp.kind)}</div>')
+    return html, fig
+
+
 def on_model_sample(target: str, proposer: str, draft: str, prefix: str, rule: str, temperature: Any, top_p: Any,
                     n: Any, seed: Any) -> Iterator[tuple[str, Any]]:
     """Load the models (cached), get p and q after the prefix, sample N times both ways."""
@@ -215,21 +237,8 @@ def on_model_sample(target: str, proposer: str, draft: str, prefix: str, rule: s
             raise ValueError("choose a draft model, or switch the proposer to n-gram")
         yield message_html(f"Loading {target}{' and ' + draft.strip() if use_draft else ''} (cached after the first time)…",
                            "info"), gr.skip()
-        tm = load_checked(target)  # hosting limits: no local paths unless allowed
-        check_prompts_fit(tm.tokenizer, [prefix], chat=False)  # the prefix is used as typed
-        dm = load_checked(draft.strip()) if use_draft else None
-        nt = learn.next_token_distributions(tm, dm, prefix, sampling)
-        cmp = learn.compare_with_speculation(nt.p, nt.q, int(n_i), int(seed_i), rule)
-        ids, p, q, spec, plain = learn.comparison_rows(nt.p, nt.q, cmp)
-        labels = vl.unique_labels([_decode(tm.tokenizer, i) for i in ids], [-1 if i is None else i for i in ids])
-        fig = vl.comparison_figure(labels, p, q, spec, plain, n=cmp.n, tv_spec=cmp.tv_spec, tv_plain=cmp.tv_plain,
-                                   q_name="q (n-gram point mass)" if dm is None else "q (draft)", rule=rule)
-        extra = ""
-        if nt.draft_token is not None:
-            extra = f" The n-gram drafts “{_decode(tm.tokenizer, nt.draft_token)}” (p = {float(nt.p[nt.draft_token]):.3f})."
-        html = (f'<div class="sv-learn-model" data-tv-spec="{cmp.tv_spec:.4f}" data-tv-plain="{cmp.tv_plain:.4f}" '
-                f'data-tv-between="{cmp.tv_between:.4f}">{message_html(cmp.message + extra, cmp.kind)}</div>')
-        yield html, fig
+        yield zerogpu.on_gpu(compare_on_model, target, draft.strip() if use_draft else None, prefix, sampling,
+                             int(n_i), int(seed_i), rule)
     except Exception as e:  # noqa: BLE001
         yield message_html(_friendly(e), "error"), gr.skip()
 

@@ -23,6 +23,7 @@ from ..models import list_models, load_model
 from ..limits import Limits, check_prompt_tokens, count_prompt_tokens
 from ..prompts import PromptRow, read_jsonl, bundled_path
 from ..proposers import CrossTokenizerDraft, DraftModel, EarlyExit, NGram
+from . import zerogpu
 from .state import (
     CROSS, DRAFT, EARLY, NGRAM, PROPOSERS, SCHEDULES, USES_DRAFT_MODEL, PlaygroundState,
     Settings, parse_settings,
@@ -320,17 +321,25 @@ def _ensure_live_session(state: PlaygroundState, raw: tuple) -> Iterator[list[An
         log.info("%s", msg)
         state.message = (f"{msg}", "info")
 
-    result = None
-    for item in _in_thread(lambda report: build_decoder(settings, report), on_progress):
-        if isinstance(item, tuple):
-            result = item[0]
-        elif item is not None:
-            yield _status_only(state)
+    result: Any = None
+    if zerogpu.active():  # the GPU is lent per call, in a forked worker: record the run, replay it here
+        state.message = (f"Running {settings.describe()} on a ZeroGPU GPU; its steps then replay here…", "info")
+        yield _status_only(state)
+        result = zerogpu.record(settings, state.new_trace_path(settings))
+    else:
+        for item in _in_thread(lambda report: build_decoder(settings, report), on_progress):
+            if isinstance(item, tuple):
+                result = item[0]
+            elif item is not None:
+                yield _status_only(state)
     with state.lock:
         if state.mode == "live" and state.session is not None and state.settings == settings:
             return  # another click started this very run while the models loaded
         state.epoch += 1  # a Play still running on the old settings stops
-        state.start(settings, result)
+        if isinstance(result, zerogpu.ReplaySession):
+            state.start_recorded(settings, result)
+        else:
+            state.start(settings, result)
         state.note = "Settings changed, so a new run started. " if changed else ""
         state.message = (f"{state.note}{settings.describe()}.", "info")
 
@@ -451,14 +460,17 @@ def on_baseline(state: PlaygroundState, *raw) -> Iterator[list[Any]]:
         def on_progress(msg: str) -> None:
             state.message = (msg, "info")
 
-        decoder = None
-        for item in _in_thread(lambda report: build_decoder(settings, report, target_only=True), on_progress):
-            if isinstance(item, tuple):
-                decoder = item[0]
-            elif item is not None:
-                yield _status_only(state)
+        decoder = recorded = None
+        if zerogpu.active():
+            recorded = zerogpu.record(settings, state.new_trace_path(settings, target_only=True), target_only=True)
+        else:
+            for item in _in_thread(lambda report: build_decoder(settings, report, target_only=True), on_progress):
+                if isinstance(item, tuple):
+                    decoder = item[0]
+                elif item is not None:
+                    yield _status_only(state)
         with state.lock:
-            state.start_baseline(settings, decoder)
+            state.start_baseline(settings, decoder, recorded)
             session = state.baseline_session
             state.message = ("Running target-only: one target forward pass per token.", "info")
             frame = render(state, plots=False, inspector=False, baseline=True)

@@ -216,7 +216,7 @@ class PlaygroundState:
         self._close_trace()
         self.mode = "live"
         self.trace_steps, self.trace_header, self.trace_stats, self.trace_source = (), {}, None, None
-        self.trace_path = self._new_trace_path(settings)
+        self.trace_path = self.new_trace_path(settings)
         self._trace_fh = open(self.trace_path, "w", encoding="utf-8", buffering=1)  # line-buffered
         session = decoder.start(
             settings.prompt, max_new_tokens=settings.max_new_tokens, seed=settings.seed,
@@ -225,6 +225,20 @@ class PlaygroundState:
         self.settings, self.session = settings, session
         self._hold(decoder)  # its models stay cached while this run lives
         self.steps = session.steps  # the session appends to it
+        self.prompt_text = settings.prompt
+        self.selected_step = self.selected_pos = None
+        self.last_engine_ms = None
+
+    def start_recorded(self, settings: Settings, session: Any) -> None:
+        """A run recorded in one go elsewhere (on ZeroGPU: ``ui.zerogpu.ReplaySession``), stepped
+        like a live one; its trace file is the download."""
+        self._close_trace()
+        self.mode = "live"
+        self.trace_steps, self.trace_header, self.trace_stats, self.trace_source = (), {}, None, None
+        self.trace_path = session.path
+        self._hold(None)
+        self.settings, self.session = settings, session
+        self.steps = session.steps
         self.prompt_text = settings.prompt
         self.selected_step = self.selected_pos = None
         self.last_engine_ms = None
@@ -273,8 +287,9 @@ class PlaygroundState:
         self.selected_step = self.selected_pos = None
 
     # -- the baseline ----------------------------------------------------------------------
-    def start_baseline(self, settings: Settings, decoder: SpeculativeDecoder) -> None:
-        self.baseline_session = decoder.start(
+    def start_baseline(self, settings: Settings, decoder: SpeculativeDecoder | None, session: Any = None) -> None:
+        """The target-only run: a live session of ``decoder``, or a recorded ``session``."""
+        self.baseline_session = session if session is not None else decoder.start(
             settings.prompt, max_new_tokens=settings.max_new_tokens, seed=settings.seed, chat=settings.chat
         )
         self.baseline_steps = self.baseline_session.steps
@@ -312,12 +327,17 @@ class PlaygroundState:
         pin(*self._pinned)
         unpin(*old)
 
-    def _new_trace_path(self, settings: Settings) -> str:
+    def new_trace_path(self, settings: Settings, target_only: bool = False) -> str:
+        """A fresh file in this session's temp folder for a run's trace."""
         if self._dir is None or not os.path.isdir(self._dir):
             self._dir = tempfile.mkdtemp(prefix="specviz-session-")
         slug = "".join(c if c.isalnum() or c in "-_." else "-" for c in settings.target.split("/")[-1])[:40]
-        how = {NGRAM: "ngram", DRAFT: "draft", CROSS: "xdraft", EARLY: "early-exit"}[settings.proposer]
-        return os.path.join(self._dir, f"specviz-trace-{slug}-{how}-k{settings.k}-{time.strftime('%H%M%S')}.jsonl")
+        how = "target-only" if target_only else (
+            {NGRAM: "ngram", DRAFT: "draft", CROSS: "xdraft", EARLY: "early-exit"}[settings.proposer] + f"-k{settings.k}")
+        fd, path = tempfile.mkstemp(prefix=f"specviz-trace-{slug}-{how}-{time.strftime('%H%M%S')}-", suffix=".jsonl",
+                                    dir=self._dir)
+        os.close(fd)
+        return path
 
     def _close_trace(self) -> None:
         fh, self._trace_fh = self._trace_fh, None
