@@ -53,6 +53,9 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BUILTIN_MODELS",
+    "HUB_PAIRS",
+    "hub_pairs",
+    "hub_reachable",
     "LoadedModel",
     "cache_dir",
     "clear_model_cache",
@@ -749,6 +752,41 @@ def _load_float(spec: _Spec, dev: torch.device, dt: torch.dtype, report: Progres
         except Exception as e:  # noqa: BLE001
             raise _hub_error(spec.source, e, local_only) from e
     return LoadedModel(model, tok, spec.display_name, dev, dt, None)
+
+
+# Hub pairs that share a tokenizer, offered in the web UI's model menus when the hub answers:
+# target -> its natural draft (the small model of the same family).
+HUB_PAIRS: dict[str, str] = {
+    "HuggingFaceTB/SmolLM2-360M-Instruct": "HuggingFaceTB/SmolLM2-135M-Instruct",
+    "HuggingFaceTB/SmolLM2-1.7B-Instruct": "HuggingFaceTB/SmolLM2-135M-Instruct",
+    "Qwen/Qwen2.5-1.5B-Instruct": "Qwen/Qwen2.5-0.5B-Instruct",
+    "EleutherAI/pythia-410m": "EleutherAI/pythia-70m",
+}
+_reachable: dict[str, bool] = {}
+
+
+def hub_reachable(timeout_s: float = 3.0) -> bool:
+    """Whether the Hugging Face hub answers (asked once per process, with a short timeout).
+    ``SPECVIZ_HUB_MODELS=1`` / ``0`` says so without asking; HF_HUB_OFFLINE means no."""
+    forced = os.environ.get("SPECVIZ_HUB_MODELS", "").strip().lower()
+    if forced in ("1", "true", "yes", "on"):
+        return True
+    if forced in ("0", "false", "no", "off") or _hub_offline():
+        return False
+    if "answer" not in _reachable:
+        try:
+            from huggingface_hub import HfApi
+
+            HfApi().model_info(next(iter(HUB_PAIRS.values())), timeout=timeout_s)
+            _reachable["answer"] = True
+        except Exception:  # noqa: BLE001 - no network, a proxy, a hub outage: offer the built-ins only
+            _reachable["answer"] = False
+    return _reachable["answer"]
+
+
+def hub_pairs() -> dict[str, str]:
+    """:data:`HUB_PAIRS` when the hub answers, else nothing."""
+    return dict(HUB_PAIRS) if hub_reachable() else {}
 
 
 def _hub_offline() -> bool:

@@ -420,3 +420,27 @@ def test_the_sliders_stop_at_the_hosts_limits(monkeypatch):
                                                                                           "sv-bench-max-new")}
     assert sliders["sv-k"].maximum == 6 and sliders["sv-max-new"].maximum == 100
     assert sliders["sv-max-new"].value == 100 and sliders["sv-bench-max-new"].maximum == 100
+
+
+def test_hub_pairs_join_the_menus_only_when_the_hub_answers(monkeypatch):
+    from specviz.ui import bench_tab as bt
+    from specviz.ui import playground as pg
+
+    monkeypatch.setenv("SPECVIZ_HUB_MODELS", "0")
+    assert not M.hub_reachable() and M.hub_pairs() == {}
+    d = pg.Defaults.from_env()
+    assert not any("/" in name for name in pg.target_choices(d))
+    monkeypatch.delenv("SPECVIZ_HUB_MODELS")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # offline: no hub, and no network call to find out
+    assert not M.hub_reachable()
+    monkeypatch.setenv("SPECVIZ_HUB_MODELS", "1")  # a Space: the hub answers
+    targets = pg.target_choices(d)
+    assert "HuggingFaceTB/SmolLM2-360M-Instruct" in targets and "Qwen/Qwen2.5-1.5B-Instruct" in targets
+    assert "EleutherAI/pythia-70m" in pg.draft_choices(d)
+    assert pg.auto_draft("Qwen/Qwen2.5-1.5B-Instruct", pg.DRAFT, "gemma-3-270m@int8") == "Qwen/Qwen2.5-0.5B-Instruct"
+    assert pg.auto_draft("EleutherAI/pythia-410m", pg.DRAFT, "my/own-draft") is None  # typed by the user: kept
+    bench_targets = bt._target_choices(bt.BenchDefaults.from_env())
+    assert "HuggingFaceTB/SmolLM2-1.7B-Instruct" in bench_targets
+    assert "draft:HuggingFaceTB/SmolLM2-135M-Instruct" in bt._proposer_choices(bt.BenchDefaults.from_env(), bench_targets)
+    for target, draft in M.HUB_PAIRS.items():  # every pair passes the web UI's name check
+        assert L.check_model_name(target, L.Limits()) == target and L.check_model_name(draft, L.Limits()) == draft

@@ -352,17 +352,20 @@ def on_source(source: str):
 
 def _target_choices(defaults: BenchDefaults) -> list[str]:
     try:
-        from ..models import list_models
+        from ..models import hub_pairs, list_models
 
-        names = [m["name"] for m in list_models()]
+        names = [m["name"] for m in list_models()] + list(hub_pairs())  # hub targets when the hub answers
     except Exception:  # noqa: BLE001 - the box also takes any name
         names = []
     return list(dict.fromkeys([defaults.target, *names]))
 
 
 def _proposer_choices(defaults: BenchDefaults, targets: Sequence[str]) -> list[str]:
-    extra = ["ngram", "ngram:2", "ngram:4"] + [f"draft:{t}@int8" for t in targets if "@" not in t]
-    extra += [f"draft:{t}" for t in targets]
+    from ..models import HUB_PAIRS
+
+    extra = ["ngram", "ngram:2", "ngram:4"] + [f"draft:{HUB_PAIRS[t]}" for t in targets if t in HUB_PAIRS]
+    extra += [f"draft:{t}@int8" for t in targets if "@" not in t and t not in HUB_PAIRS]
+    extra += [f"draft:{t}" for t in targets if t not in HUB_PAIRS]
     return list(dict.fromkeys([*defaults.proposers, *extra]))
 
 

@@ -19,7 +19,7 @@ import gradio as gr
 
 from .. import viz
 from ..engine import SpeculativeDecoder
-from ..models import list_models, load_model
+from ..models import HUB_PAIRS, hub_pairs, list_models, load_model
 from ..limits import Limits, check_prompt_tokens, count_prompt_tokens
 from ..prompts import PromptRow, read_jsonl, bundled_path
 from ..proposers import CrossTokenizerDraft, DraftModel, EarlyExit, NGram
@@ -62,7 +62,7 @@ class Defaults:
         """SPECVIZ_DEFAULT_TARGET / _DRAFT / _PROPOSER (ngram, draft, cross, early) / _PROMPT /
         _MAX_NEW_TOKENS / _TEMPERATURE."""
         target = os.environ.get("SPECVIZ_DEFAULT_TARGET", "").strip() or "gemma-3-270m"
-        draft = os.environ.get("SPECVIZ_DEFAULT_DRAFT", "").strip() or PAIRS.get(target, f"{target}@int8")
+        draft = os.environ.get("SPECVIZ_DEFAULT_DRAFT", "").strip() or {**PAIRS, **HUB_PAIRS}.get(target, f"{target}@int8")
         proposer = {"ngram": NGRAM, "n-gram": NGRAM, "cross": CROSS, "early": EARLY, "early-exit": EARLY}.get(
             os.environ.get("SPECVIZ_DEFAULT_PROPOSER", "draft").strip().lower(), DRAFT)
         examples = example_prompts()
@@ -92,21 +92,24 @@ def example_prompts() -> list[tuple[str, str]]:
 
 
 def target_choices(defaults: Defaults) -> list[str]:
+    """The default, the built-ins, and the hub pairs' targets when the hub answers (a Space)."""
     names = [m["name"] for m in list_models()]
-    return list(dict.fromkeys([defaults.target, *names]))
+    return list(dict.fromkeys([defaults.target, *names, *hub_pairs()]))
 
 
 def draft_choices(defaults: Defaults) -> list[str]:
     names = [m["name"] for m in list_models()]
-    return list(dict.fromkeys([defaults.draft, *(PAIRS.get(n, f"{n}@int8") for n in names), *names]))
+    return list(dict.fromkeys([defaults.draft, *(PAIRS.get(n, f"{n}@int8") for n in names), *names,
+                               *hub_pairs().values()]))
 
 
 def auto_draft(target: str, proposer: str, current: str) -> str | None:
     """The draft to switch to when the target or proposer changes, unless the user typed one."""
-    auto = set(PAIRS.values()) | set(CROSS_PAIRS.values())
+    pairs = {**PAIRS, **hub_pairs()}
+    auto = set(pairs.values()) | set(CROSS_PAIRS.values())
     if current and current not in auto:
         return None
-    table = CROSS_PAIRS if proposer == CROSS else PAIRS
+    table = CROSS_PAIRS if proposer == CROSS else pairs
     return table.get(target)
 
 
