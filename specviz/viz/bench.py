@@ -15,6 +15,7 @@ from typing import Any, Callable, Mapping, Sequence
 import plotly.graph_objects as go
 
 from ..metrics import expected_tokens_per_step, why_no_speedup
+from .figures import _figure as house_figure
 from .theme import COLORS, FONT
 
 __all__ = [
@@ -31,30 +32,16 @@ PALETTE = ["#2563eb", "#db2777", "#0d9488", "#ea580c", "#7c3aed", "#65a30d", "#0
 IMPL_DASH = {"specviz": "solid", "hf": "dot"}
 
 
-def _axis(**kw) -> dict:
-    base = dict(showgrid=False, zeroline=False, linecolor=COLORS["grid"], automargin=True)
-    base.update(kw)
-    return base
-
-
 def _figure(traces: list[dict], title: str, xtitle: str, ytitle: str, *, shapes=None, annotations=None,
             xaxis: dict | None = None, yaxis: dict | None = None, **layout_kw) -> go.Figure:
-    layout = dict(
-        template="none",
-        title=dict(text=title, x=0.01, xanchor="left", y=0.97, yanchor="top", font=dict(size=13, color=COLORS["ink"])),
-        height=HEIGHT,
-        margin=dict(l=56, r=16, t=72, b=48),
-        font=dict(family=FONT, size=11, color=COLORS["ink"]),
-        paper_bgcolor="rgba(0,0,0,0)",
-        plot_bgcolor="rgba(0,0,0,0)",
-        legend=dict(orientation="h", x=0, xanchor="left", y=1.0, yanchor="bottom", font=dict(size=10), bgcolor="rgba(0,0,0,0)"),
-        xaxis=_axis(title=dict(text=xtitle, font=dict(size=11)), **(xaxis or {})),
-        yaxis=_axis(title=dict(text=ytitle, font=dict(size=11)), showgrid=True, gridcolor=COLORS["grid"], **(yaxis or {})),
-        shapes=shapes or [],
-        annotations=annotations or [],
+    """The playground's house-style figure, taller, with titled axes and room for a legend."""
+    return house_figure(
+        traces, title, height=HEIGHT, margin=dict(l=56, t=72), annotations=annotations, shapes=shapes or [],
+        xaxis=dict(title=dict(text=xtitle, font=dict(size=11)), **(xaxis or {})),
+        yaxis=dict(title=dict(text=ytitle, font=dict(size=11)), **(yaxis or {})),
+        hoverlabel=None,  # Plotly's default hover font, as these charts have always had
+        **layout_kw,
     )
-    layout.update(layout_kw)
-    return go.Figure(dict(data=traces, layout=layout))
 
 
 def _empty(title: str, message: str = "No results yet: run a sweep") -> go.Figure:
@@ -117,6 +104,15 @@ def _kaxis(rows: Sequence[Row]) -> dict:
     return dict(tickmode="array", tickvals=ks) if ks else {}
 
 
+def _k_figure(rows: Sequence[Row], traces: list[dict], title: str, ytitle: str, refs: Sequence[tuple] = (),
+              yaxis: dict | None = None) -> go.Figure:
+    """Lines over k (a tick at each swept k, y from zero unless ``yaxis`` says otherwise), with a
+    horizontal reference line for each ``(y, label[, dash])`` in ``refs``."""
+    marks = [_hline(*ref) for ref in refs]
+    return _figure(traces, title, "k (tokens drafted per step)", ytitle, shapes=[s for s, _ in marks],
+                   annotations=[n for _, n in marks], xaxis=_kaxis(rows), yaxis=yaxis or dict(rangemode="tozero"))
+
+
 # -- the figures ------------------------------------------------------------------------------
 
 
@@ -127,15 +123,12 @@ def latency_figure(rows: Sequence[Row]) -> go.Figure:
         return _empty(title)
     colors = _colors(rows)
     traces = [_line(rs, "ms_per_token", _name(p, i), colors[p], IMPL_DASH[i], ".1f") for p, i, rs in _series(rows)]
-    shapes, notes = [], []
+    refs = []
     for impl, dash in (("specviz", "dash"), ("hf", "dot")):
         b = _baseline(rows, impl)
         if b and b.get("ms_per_token"):
-            s, n = _hline(b["ms_per_token"], f"target-only{' (hf)' if impl == 'hf' else ''} {b['ms_per_token']:.1f} ms", dash)
-            shapes.append(s)
-            notes.append(n)
-    return _figure(traces, title, "k (tokens drafted per step)", "ms per token", shapes=shapes, annotations=notes,
-                   xaxis=_kaxis(rows), yaxis=dict(rangemode="tozero"))
+            refs.append((b["ms_per_token"], f"target-only{' (hf)' if impl == 'hf' else ''} {b['ms_per_token']:.1f} ms", dash))
+    return _k_figure(rows, traces, title, "ms per token", refs)
 
 
 def speedup_figure(rows: Sequence[Row]) -> go.Figure:
@@ -149,9 +142,7 @@ def speedup_figure(rows: Sequence[Row]) -> go.Figure:
             f"<br>vs specviz target-only: {r['speedup_vs_specviz']:.2f}" if r["impl"] == "hf" and r.get("speedup_vs_specviz") else ""))
         for p, i, rs in _series(rows)
     ]
-    s, n = _hline(1.0, "target-only = 1.0")
-    return _figure(traces, title, "k (tokens drafted per step)", "speedup (x)", shapes=[s], annotations=[n],
-                   xaxis=_kaxis(rows), yaxis=dict(rangemode="tozero"))
+    return _k_figure(rows, traces, title, "speedup (x)", [(1.0, "target-only = 1.0")])
 
 
 def acceptance_rate_figure(rows: Sequence[Row]) -> go.Figure:
@@ -162,8 +153,7 @@ def acceptance_rate_figure(rows: Sequence[Row]) -> go.Figure:
         return _empty(title)
     colors = _colors(rows)
     traces = [_line(rs, "acceptance_rate", p, colors[p]) for p, _, rs in series]
-    return _figure(traces, title, "k (tokens drafted per step)", "acceptance rate a", xaxis=_kaxis(rows),
-                   yaxis=dict(range=[0, 1.05]))
+    return _k_figure(rows, traces, title, "acceptance rate a", yaxis=dict(range=[0, 1.05]))
 
 
 def acceptance_length_figure(rows: Sequence[Row]) -> go.Figure:
@@ -188,9 +178,7 @@ def acceptance_length_figure(rows: Sequence[Row]) -> go.Figure:
             line=dict(color=colors[p], dash="dash", width=1.5), marker=dict(symbol="diamond-open", size=9, color=colors[p]),
             hovertext=[f"{html.escape(p)} theory<br>k={t['k']}, a={t['a']:.2f}: E = {t['E']:.2f}" for t in th], hoverinfo="text",
         ))
-    s, n = _hline(1.0, "target-only = 1 token/step")
-    return _figure(traces, title, "k (tokens drafted per step)", "tokens per step", shapes=[s], annotations=[n],
-                   xaxis=_kaxis(rows), yaxis=dict(rangemode="tozero"))
+    return _k_figure(rows, traces, title, "tokens per step", [(1.0, "target-only = 1 token/step")])
 
 
 def predicted_speedup_figure(rows: Sequence[Row]) -> go.Figure:
@@ -208,9 +196,7 @@ def predicted_speedup_figure(rows: Sequence[Row]) -> go.Figure:
             extra=lambda r: f"<br>a={r['acceptance_rate']:.2f}, c={r['c']:.3f}, v={r['v']:.2f}" if r.get("c") is not None else "",
             symbol="diamond-open",
         ))
-    s, n = _hline(1.0, "no gain")
-    return _figure(traces, title, "k (tokens drafted per step)", "speedup (x)", shapes=[s], annotations=[n],
-                   xaxis=_kaxis(rows), yaxis=dict(rangemode="tozero"))
+    return _k_figure(rows, traces, title, "speedup (x)", [(1.0, "no gain")])
 
 
 def per_position_figure(rows: Sequence[Row]) -> go.Figure:
