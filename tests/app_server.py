@@ -12,7 +12,9 @@ saves the page at 1280x800 (plus a 390 px wide phone view next to it).
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import socket
 import sys
 import time
@@ -60,6 +62,34 @@ def tiny_env(root: Path) -> dict[str, str]:
     }
 
 
+@contextlib.contextmanager
+def patched_environ(env: dict[str, str]):
+    """Set ``env`` in os.environ for the block, then put back what was there before."""
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield env
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def wait_until_up(url: str, seconds: float = 60) -> str:
+    """Poll ``url`` until it answers 200 (at most ``seconds``); returns it."""
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        try:
+            with urllib.request.urlopen(url, timeout=2) as r:
+                if r.status == 200:
+                    break
+        except OSError:
+            time.sleep(0.2)
+    return url
+
+
 def start(env: dict[str, str], port: int | None = None):
     """Build and launch the demo in this process (background threads); returns (demo, url)."""
     os.environ.update(env)
@@ -68,21 +98,28 @@ def start(env: dict[str, str], port: int | None = None):
     port = port or free_port()
     demo = build_demo()
     launch(demo, server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
-    url = f"http://127.0.0.1:{port}/"
-    deadline = time.time() + 60
-    while time.time() < deadline:
-        try:
-            with urllib.request.urlopen(url, timeout=2) as r:
-                if r.status == 200:
-                    break
-        except OSError:
-            time.sleep(0.2)
-    return demo, url
+    return demo, wait_until_up(f"http://127.0.0.1:{port}/")
 
 
 CHROMIUM = os.environ.get("SPECVIZ_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
                  "--disable-sync", "--disable-dev-shm-usage"]
+
+
+def missing_browser() -> str | None:
+    """Why the browser tests cannot run here (no Chromium, no Playwright), or None when they can."""
+    if not (Path(CHROMIUM).exists() or shutil.which(CHROMIUM)):
+        return f"{CHROMIUM} is missing (apt-get install chromium, or set SPECVIZ_CHROMIUM)"
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        return "playwright is not installed (pip install playwright)"
+    return None
+
+
+def launch_chromium(playwright):
+    """Debian's headless Chromium (never a downloaded browser) through a started Playwright."""
+    return playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
 
 # Runs in the page: click Step, then note (once per frame) when the new step's tokens are shown
 # and when every plot has been redrawn with it.
@@ -111,7 +148,7 @@ def measure_steps(url: str, n: int = 10, width: int = 1280, height: int = 800) -
 
     rows = []
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        browser = launch_chromium(p)
         page = browser.new_page(viewport={"width": width, "height": height})
         page.set_default_timeout(600_000)
         page.goto(url)
@@ -137,7 +174,7 @@ def screenshot(url: str, path: str, narrow_path: str | None = None) -> None:
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        browser = launch_chromium(p)
         page = browser.new_page(viewport={"width": 1280, "height": 800})
         page.set_default_timeout(900_000)
         page.goto(url)

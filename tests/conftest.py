@@ -32,20 +32,22 @@ def make_char_tokenizer():
     )
 
 
-def make_llama(vocab_size: int, hidden: int, layers: int, seed: int, sharpen: float = 1.0):
-    """A random Llama; ``sharpen`` scales the LM head so its distributions are peaked, not flat."""
+def make_llama(vocab_size: int, hidden: int, layers: int, seed: int, sharpen: float = 1.0, **config_kwargs):
+    """A random Llama (eval mode) seeded with ``torch.manual_seed(seed)``; ``sharpen`` scales the LM
+    head so its distributions are peaked, not flat. ``config_kwargs`` override LlamaConfig fields
+    (defaults: bos 1, eos 2, pad 0, 1024 positions)."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(seed)
-    cfg = LlamaConfig(
+    cfg = LlamaConfig(**dict(
         vocab_size=vocab_size, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
         bos_token_id=1, eos_token_id=2, pad_token_id=0, tie_word_embeddings=False,
-    )
+    ) | config_kwargs)
     model = LlamaForCausalLM(cfg).eval()
     with torch.no_grad():
         model.lm_head.weight.mul_(sharpen)
-    model.generation_config.pad_token_id = 0
+    model.generation_config.pad_token_id = cfg.pad_token_id
     return model
 
 
@@ -94,9 +96,9 @@ CORPUS = [
 ]
 
 
-def make_bpe_tokenizer(vocab_size: int = 300):
-    """A byte-level BPE trained here on a few sentences: a *different* tokenizer from the
-    character one (other ids, multi-character tokens), for cross-tokenizer drafting."""
+def train_bpe(texts, vocab_size: int, specials, post_processor=None, **fast_kwargs):
+    """A byte-level BPE (any text encodes) trained on ``texts``, with specials named <pad> <s> </s> <unk>
+    in the order ``specials`` gives them ids; ``fast_kwargs`` go to PreTrainedTokenizerFast."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -104,11 +106,20 @@ def make_bpe_tokenizer(vocab_size: int = 300):
     tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tk.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size, special_tokens=["<pad>", "<s>", "</s>", "<unk>"],
+        vocab_size=vocab_size, special_tokens=list(specials),
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False,
     )
-    tk.train_from_iterator(CORPUS * 20, trainer)
-    return PreTrainedTokenizerFast(tokenizer_object=tk, bos_token="<s>", eos_token="</s>", unk_token="<unk>", pad_token="<pad>")
+    tk.train_from_iterator(texts, trainer)
+    if post_processor is not None:
+        tk.post_processor = post_processor
+    return PreTrainedTokenizerFast(tokenizer_object=tk, bos_token="<s>", eos_token="</s>", unk_token="<unk>",
+                                   pad_token="<pad>", **fast_kwargs)
+
+
+def make_bpe_tokenizer(vocab_size: int = 300):
+    """A byte-level BPE trained here on a few sentences: a *different* tokenizer from the
+    character one (other ids, multi-character tokens), for cross-tokenizer drafting."""
+    return train_bpe(CORPUS * 20, vocab_size, ["<pad>", "<s>", "</s>", "<unk>"])
 
 
 @pytest.fixture(scope="session")
@@ -116,3 +127,53 @@ def bpe_draft():
     """A random model over a different (BPE) tokenizer."""
     tok = make_bpe_tokenizer()
     return loaded(make_llama(len(tok), 32, 2, seed=4, sharpen=30.0), tok, "tiny-bpe")
+
+
+# -- the app and the browser (tests/app_server.py), for the browser and load tests -------------
+
+
+@pytest.fixture(scope="module")
+def tiny_env(tmp_path_factory):
+    """The app's defaults naming tiny local models, set in os.environ for the module, then restored."""
+    import app_server
+
+    with app_server.patched_environ(app_server.tiny_env(tmp_path_factory.mktemp("tiny-models"))) as env:
+        yield env
+
+
+@pytest.fixture(scope="module")
+def tiny_app(tiny_env):
+    """The whole app served in this process on the tiny models: its URL."""
+    import app_server
+
+    demo, url = app_server.start(tiny_env)
+    yield url
+    demo.close()
+
+
+@pytest.fixture(scope="module")
+def needs_browser():
+    """Skips the test where Chromium or Playwright is missing."""
+    import app_server
+
+    reason = app_server.missing_browser()
+    if reason:
+        pytest.skip(reason)
+
+
+@pytest.fixture(scope="module")
+def app_url(needs_browser, tiny_app):
+    """The served app's URL, for tests that open it in the browser (skipped, and nothing served, without one)."""
+    return tiny_app
+
+
+@pytest.fixture(scope="module")
+def browser(needs_browser):
+    """Debian's headless Chromium driven by Playwright, one per test module."""
+    import app_server
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = app_server.launch_chromium(p)
+        yield b
+        b.close()

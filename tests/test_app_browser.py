@@ -6,32 +6,16 @@ Playwright drives Debian's Chromium (/usr/bin/chromium, never a downloaded brows
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
 from pathlib import Path
 
 import pytest
 
 import app_server
 
-CHROMIUM = os.environ.get("SPECVIZ_CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", "--disable-dev-shm-usage"]
 TIMEOUT_MS = 120_000
-
-
-@pytest.fixture(scope="module")
-def tiny_env(tmp_path_factory):
-    env = app_server.tiny_env(tmp_path_factory.mktemp("tiny-models"))
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    yield env
-    for k, v in saved.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
+# Fixtures from conftest.py: tiny_env (the tiny models as the app's defaults), app_url (the app
+# served on them; skips without a browser), browser (Debian's Chromium through Playwright).
 
 
 # -- handlers, without a browser ---------------------------------------------------------------
@@ -168,36 +152,6 @@ def test_play_pause_reset_and_baseline_handlers(tiny_env):
 
 
 # -- the browser -------------------------------------------------------------------------------
-
-
-def _have_browser() -> str | None:
-    if not (Path(CHROMIUM).exists() or shutil.which(CHROMIUM)):
-        return f"{CHROMIUM} is missing (apt-get install chromium, or set SPECVIZ_CHROMIUM)"
-    try:
-        import playwright.sync_api  # noqa: F401
-    except ImportError:
-        return "playwright is not installed (pip install playwright)"
-    return None
-
-
-@pytest.fixture(scope="module")
-def app_url(tiny_env):
-    reason = _have_browser()
-    if reason:
-        pytest.skip(reason)
-    demo, url = app_server.start(tiny_env)
-    yield url
-    demo.close()
-
-
-@pytest.fixture(scope="module")
-def browser(app_url):
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield b
-        b.close()
 
 
 @pytest.fixture

@@ -7,74 +7,37 @@ Debian's Chromium through Playwright (never `playwright install`).
 from __future__ import annotations
 
 import os
-import socket
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
-CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+import app_server
 
-pytestmark = [
-    pytest.mark.browser,
-    pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"no Chromium at {CHROMIUM} (apt-get install chromium)"),
-]
+pytestmark = pytest.mark.browser
+# The browser fixture (Debian's Chromium through Playwright; skips without it) is in conftest.py.
 
 PROMPTS = "the cat sat on the mat. the cat sat on the\nabc abc abc abc abc\nnever run: only two prompts are asked for"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    pytest.importorskip("playwright.sync_api")
     os.environ["GRADIO_ANALYTICS_ENABLED"] = "False"
     import gradio as gr
 
-    from conftest import make_char_tokenizer, make_llama, perturbed
     from specviz.ui.bench_tab import CUSTOM, BenchDefaults, build_bench_tab
 
-    root = tmp_path_factory.mktemp("bench-ui-models")
-    tok = make_char_tokenizer()
-    target = make_llama(len(tok), 64, 2, seed=0, sharpen=30.0)
-    for name, model in (("target", target), ("draft", perturbed(target, 0.1, seed=2))):
-        model.save_pretrained(str(root / name))
-        tok.save_pretrained(str(root / name))
+    target, draft = app_server.make_tiny_models(tmp_path_factory.mktemp("bench-ui-models"))
     defaults = BenchDefaults(
-        target=str(root / "target"), proposers=["ngram", f"draft:{root / 'draft'}"], ks=[1, 2, 4], n_prompts=2,
+        target=target, proposers=["ngram", f"draft:{draft}"], ks=[1, 2, 4], n_prompts=2,
         max_new_tokens=8, prompt_source=CUSTOM, custom_prompts=PROMPTS,
     )
     with gr.Blocks(analytics_enabled=False) as demo:
         with gr.Tab("Benchmark"):
             build_bench_tab(defaults)
-    port = _free_port()
+    port = app_server.free_port()
     demo.queue().launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
-    url = f"http://127.0.0.1:{port}/"
-    deadline = time.time() + 60
-    while time.time() < deadline:
-        try:
-            with urllib.request.urlopen(url, timeout=2):
-                break
-        except OSError:
-            time.sleep(0.2)
-    yield url
+    yield app_server.wait_until_up(f"http://127.0.0.1:{port}/")
     demo.close()
-
-
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        yield b
-        b.close()
 
 
 @pytest.fixture

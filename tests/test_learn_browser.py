@@ -7,58 +7,17 @@ through SPECVIZ_DEFAULT_TARGET / SPECVIZ_DEFAULT_DRAFT); Playwright drives Debia
 
 from __future__ import annotations
 
-import os
-import shutil
 from pathlib import Path
 
 import pytest
 
-import app_server
 from specviz.algorithm import expected_speedup
 
-CHROMIUM = os.environ.get("SPECVIZ_CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", "--disable-dev-shm-usage"]
 TIMEOUT_MS = 30_000
 
 pytestmark = pytest.mark.browser
-
-
-def _skip_reason() -> str | None:
-    if not (Path(CHROMIUM).exists() or shutil.which(CHROMIUM)):
-        return f"{CHROMIUM} is missing (apt-get install chromium, or set SPECVIZ_CHROMIUM)"
-    try:
-        import playwright.sync_api  # noqa: F401
-    except ImportError:
-        return "playwright is not installed (pip install playwright)"
-    return None
-
-
-@pytest.fixture(scope="module")
-def app_url(tmp_path_factory):
-    reason = _skip_reason()
-    if reason:
-        pytest.skip(reason)
-    env = app_server.tiny_env(tmp_path_factory.mktemp("learn-models"))
-    saved = {k: os.environ.get(k) for k in env}
-    demo, url = app_server.start(env)
-    yield url
-    demo.close()
-    for k, v in saved.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
-
-
-@pytest.fixture(scope="module")
-def browser(app_url):
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield b
-        b.close()
+# Fixtures from conftest.py: app_url (the app served on tiny models; skips without a browser) and
+# browser (Debian's Chromium through Playwright).
 
 
 def _open_learn(browser, url: str, width: int = 1280, height: int = 900):

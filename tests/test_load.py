@@ -7,7 +7,6 @@ The playground handlers are Gradio API endpoints named after their functions (/o
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
@@ -19,26 +18,14 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import app_server  # noqa: E402
 
-
-@pytest.fixture(scope="module")
-def served(tmp_path_factory):
-    pytest.importorskip("gradio_client")
-    env = app_server.tiny_env(tmp_path_factory.mktemp("load-models"))
-    saved = {k: os.environ.get(k) for k in env}
-    demo, url = app_server.start(env)
-    yield env, url
-    demo.close()
-    for k, v in saved.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
+pytest.importorskip("gradio_client")
 
 
-def test_eight_concurrent_sessions_match_their_single_runs(served):
+def test_eight_concurrent_sessions_match_their_single_runs(tiny_env, tiny_app):
+    """tiny_env / tiny_app (conftest.py): the tiny models as the app's defaults, and the app served on them."""
     import load_test
 
-    env, url = served
+    env, url = tiny_env, tiny_app
     out = load_test.run_load(url, env["SPECVIZ_DEFAULT_TARGET"], env["SPECVIZ_DEFAULT_DRAFT"], sessions=8, seeds=2,
                              max_new_tokens=24, prompt=app_server.TINY_PROMPT)
     print(load_test.report(out))

@@ -15,6 +15,11 @@ from typing import Any
 
 import torch
 
+try:
+    from conftest import make_llama, train_bpe  # the one builder of tiny Llamas and BPE tokenizers
+except ImportError:  # tests/ imported as a package
+    from tests.conftest import make_llama, train_bpe
+
 SPECIAL_TOKENS = ["<unk>", "<s>", "</s>", "<pad>"]  # ids 0, 1, 2, 3
 
 CORPUS = [
@@ -39,33 +44,13 @@ def make_tiny_tokenizer(tmp_dir: str | Path | None = None, vocab_size: int = 384
     Specials: <unk>=0, <s>=1 (bos, prepended when ``add_bos``), </s>=2 (eos), <pad>=3; it has a
     small chat template. Saved to ``tmp_dir`` when given. Deterministic.
     """
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
-    from transformers import PreTrainedTokenizerFast
+    from tokenizers import processors
 
-    core = Tokenizer(models.BPE(unk_token="<unk>"))
-    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    core.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
-        special_tokens=SPECIAL_TOKENS,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    core.train_from_iterator(CORPUS * 4, trainer=trainer)
     if add_bos:
-        core.post_processor = processors.TemplateProcessing(
-            single="<s> $A", pair="<s> $A <s> $B", special_tokens=[("<s>", 1)]
-        )
+        post = processors.TemplateProcessing(single="<s> $A", pair="<s> $A <s> $B", special_tokens=[("<s>", 1)])
     else:
-        core.post_processor = processors.ByteLevel(trim_offsets=False)
-    tok = PreTrainedTokenizerFast(
-        tokenizer_object=core,
-        bos_token="<s>",
-        eos_token="</s>",
-        unk_token="<unk>",
-        pad_token="<pad>",
-        chat_template=CHAT_TEMPLATE,
-    )
+        post = processors.ByteLevel(trim_offsets=False)
+    tok = train_bpe(CORPUS * 4, vocab_size, SPECIAL_TOKENS, post_processor=post, chat_template=CHAT_TEMPLATE)
     if tmp_dir is not None:
         Path(tmp_dir).mkdir(parents=True, exist_ok=True)
         tok.save_pretrained(str(tmp_dir))
@@ -86,28 +71,16 @@ def make_tiny_model(
     ``config_kwargs`` override LlamaConfig fields (e.g. ``initializer_range=0.2`` for peakier
     distributions).
     """
-    from transformers import LlamaConfig, LlamaForCausalLM
-
     tok = tokenizer if tokenizer is not None else make_tiny_tokenizer()
     settings: dict[str, Any] = dict(
-        vocab_size=len(tok),
-        hidden_size=hidden,
-        intermediate_size=2 * hidden,
-        num_hidden_layers=layers,
-        num_attention_heads=4,
-        num_key_value_heads=2,
         max_position_embeddings=512,
         bos_token_id=tok.bos_token_id,
         eos_token_id=tok.eos_token_id,
         pad_token_id=tok.pad_token_id,
-        tie_word_embeddings=False,
     )
     settings.update(config_kwargs)
-    config = LlamaConfig(**settings)
     with torch.random.fork_rng(devices=[]):  # seed locally, leave the global RNG alone
-        torch.manual_seed(seed)
-        model = LlamaForCausalLM(config)
-    model.eval()
+        model = make_llama(settings.pop("vocab_size", len(tok)), hidden, layers, seed, **settings)
     model.generation_config.pad_token_id = tok.pad_token_id
     if dir is not None:
         Path(dir).mkdir(parents=True, exist_ok=True)
