@@ -82,6 +82,7 @@ class Verification:
     ratio: torch.Tensor  # [k] min(1, p/q); greedy: 1.0 where x_i == argmax p else 0.0
     u: torch.Tensor | None  # [k] uniform draws (None when greedy)
     residual: torch.Tensor | None  # [V] the distribution next_token was drawn from after a rejection
+    threshold: torch.Tensor | None = None  # [k] typical rule only: min(eps, delta * exp(-H(p_i)))
 
 
 @dataclass(frozen=True)
@@ -173,8 +174,8 @@ def _verify_typical(p, drafts, p_x, q_x, acceptance: Acceptance, generator) -> V
     accepted = p_x > threshold
     n = _accepted_prefix(accepted)
     if n == k:
-        return Verification(n, sample(p[k], generator), False, p_x, q_x, accepted.to(p.dtype), None, None)
-    return Verification(n, int(p[n].argmax()), True, p_x, q_x, accepted.to(p.dtype), None, None)
+        return Verification(n, sample(p[k], generator), False, p_x, q_x, accepted.to(p.dtype), None, None, threshold)
+    return Verification(n, int(p[n].argmax()), True, p_x, q_x, accepted.to(p.dtype), None, None, threshold)
 
 
 def _accepted_prefix(accepted: torch.Tensor) -> int:

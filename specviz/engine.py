@@ -334,6 +334,7 @@ class Session:
             top_q_vals = top_q_ids = [[] for _ in range(k)]
         ids, p_x, q_x, ratio = proposal.tokens.tolist(), ver.p_x.tolist(), ver.q_x.tolist(), ver.ratio.tolist()
         u = ver.u.tolist() if ver.u is not None else [None] * k
+        threshold = ver.threshold.tolist() if ver.threshold is not None else [None] * k
         drafts = tuple(
             DraftDecision(
                 position=i,
@@ -346,6 +347,7 @@ class Session:
                 verdict="accepted" if i < n else ("rejected" if i == n else "discarded"),
                 top_p=texts.tops(top_p_vals[i], top_p_ids[i]),
                 top_q=texts.tops(top_q_vals[i], top_q_ids[i]),
+                threshold=threshold[i] if i <= n else None,
             )
             for i in range(k)
         )
@@ -372,6 +374,7 @@ class Session:
             other_ms=0.0,
             finished=self.finished,
             info=dict(proposal.info),
+            rule="typical" if ver.threshold is not None else "exact",
         )
 
     # -- results -----------------------------------------------------------------------------

@@ -71,6 +71,7 @@ class DraftDecision:
     verdict: str  # "accepted" | "rejected" | "discarded" (after the first rejection, never judged)
     top_p: tuple[TopToken, ...] = ()  # top-10 of p at this position
     top_q: tuple[TopToken, ...] = ()  # top-10 of q at this position (empty for point masses)
+    threshold: float | None = None  # typical rule only: accepted iff p > min(eps, delta * exp(-H(p)))
 
     @property
     def accepted(self) -> bool:
@@ -98,6 +99,7 @@ class StepRecord:
     other_ms: float
     finished: str | None = None  # "eos" | "length" when this step ended the session
     info: dict[str, Any] = field(default_factory=dict)  # proposer extras (e.g. token mapping)
+    rule: str = "exact"  # the acceptance rule that judged the drafts: "exact" or "typical" (LOSSY)
 
     @property
     def total_ms(self) -> float:
@@ -126,7 +128,8 @@ def _draft_from_dict(d: dict[str, Any]) -> DraftDecision:
     d = dict(d)
     for name in ("top_p", "top_q"):
         d[name] = tuple(tuple(t) for t in d.get(name, ()))
-    return DraftDecision(**d)
+    known = {f.name for f in fields(DraftDecision)}
+    return DraftDecision(**{key: v for key, v in d.items() if key in known})
 
 
 @dataclass(frozen=True)

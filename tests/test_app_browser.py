@@ -220,6 +220,16 @@ def test_three_steps_show_their_tokens_and_markup(page):
 
 
 @pytest.mark.browser
+def test_typical_acceptance_is_offered_and_labelled_lossy(page):
+    page.fill("#sv-prompt textarea", app_server.TINY_PROMPT)
+    page.get_by_label("typical (LOSSY)").check()
+    _click_step(page, 1)
+    assert "LOSSY" in page.inner_text("#sv-status") and "LOSSY" in page.inner_text("#sv-summary")
+    assert "p>" in page.inner_text("#sv-draft-table")  # each judged draft against its threshold
+    assert not page.js_errors
+
+
+@pytest.mark.browser
 def test_an_example_prompt_fills_the_prompt_box(page):
     page.click("#sv-examples input")
     option = page.locator("ul[role=listbox] li", has_text="extraction").first

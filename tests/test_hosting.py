@@ -444,3 +444,29 @@ def test_hub_pairs_join_the_menus_only_when_the_hub_answers(monkeypatch):
     assert "draft:HuggingFaceTB/SmolLM2-135M-Instruct" in bt._proposer_choices(bt.BenchDefaults.from_env(), bench_targets)
     for target, draft in M.HUB_PAIRS.items():  # every pair passes the web UI's name check
         assert L.check_model_name(target, L.Limits()) == target and L.check_model_name(draft, L.Limits()) == draft
+
+
+def test_the_playground_offers_typical_acceptance_labelled_lossy(models_dir, allow_local):
+    """Typical acceptance in the playground: recorded per step (rule and threshold), shown as LOSSY
+    in the status, the tooltips and the draft table, and kept in the trace."""
+    from specviz.hooks import load_trace
+    from specviz.ui import playground as pg
+    from specviz.ui.state import PlaygroundState, parse_settings
+    from specviz.viz import tokens as vt
+
+    st = PlaygroundState()
+    frames = list(pg.on_play(st, *_raw(models_dir, max_new_tokens=16, acceptance="typical (LOSSY)")))
+    assert st.settings.acceptance == "typical" and "LOSSY" in st.settings.describe()
+    judged = [d for s in st.steps for d in s.drafts if d.verdict != "discarded"]
+    assert judged and all(s.rule == "typical" for s in st.steps)
+    assert all(d.threshold is not None and d.u is None and d.accepted == (d.p > d.threshold) for d in judged)
+    tip = vt.tokens_html(st.prompt_text, st.steps)
+    assert "typical (LOSSY)" in tip and "greedy:" not in tip
+    assert "LOSSY" in vt.step_summary_text(st.steps[-1])
+    assert any(row[5].startswith("p>") for row in vt.draft_table_rows(st.steps[0])[:-1])
+    assert frames and "Traceback" not in frames[-1][0]
+    back = load_trace(st.trace_path).steps  # the run's own trace (the download)
+    assert [s.rule for s in back] == [s.rule for s in st.steps] and back[0].drafts == st.steps[0].drafts
+    st.close()
+    with pytest.raises(ValueError, match="unknown acceptance rule"):
+        parse_settings(*_raw(models_dir, acceptance="fast"))

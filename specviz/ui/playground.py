@@ -18,6 +18,7 @@ from typing import Any, Callable, Iterator
 import gradio as gr
 
 from .. import viz
+from ..algorithm import Acceptance
 from ..engine import SpeculativeDecoder
 from ..models import HUB_PAIRS, hub_pairs, list_models, load_model
 from ..limits import Limits, check_prompt_tokens, count_prompt_tokens
@@ -25,7 +26,7 @@ from ..prompts import PromptRow, read_jsonl, bundled_path
 from ..proposers import CrossTokenizerDraft, DraftModel, EarlyExit, NGram
 from . import zerogpu
 from .state import (
-    CROSS, DRAFT, EARLY, NGRAM, PROPOSERS, SCHEDULES, USES_DRAFT_MODEL, PlaygroundState,
+    CROSS, DRAFT, EARLY, NGRAM, PROPOSERS, RULES, SCHEDULES, USES_DRAFT_MODEL, PlaygroundState,
     Settings, parse_settings,
 )
 
@@ -131,7 +132,8 @@ def build_decoder(settings: Settings, progress: Callable[[str], None], *, target
         assert settings.draft is not None
         draft = load_model(settings.draft, progress=progress)
         proposer = DraftModel(draft) if settings.proposer == DRAFT else CrossTokenizerDraft(draft)
-    return SpeculativeDecoder(target, proposer, k=settings.k, sampling=settings.sampling, schedule=settings.schedule)
+    return SpeculativeDecoder(target, proposer, k=settings.k, sampling=settings.sampling, schedule=settings.schedule,
+                              acceptance=Acceptance(settings.acceptance))
 
 
 def _in_thread(fn: Callable[[Callable[[str], None]], Any], on_progress: Callable[[str], None], poll_s: float = 0.25) -> Iterator[Any]:
@@ -616,6 +618,9 @@ def build_playground(defaults: Defaults | None = None) -> PlaygroundView:
             k = gr.Slider(1, lim.max_k, value=min(d.k, lim.max_k), step=1, label="k", info="tokens drafted per step", elem_id="sv-k")
             schedule = gr.Dropdown(list(SCHEDULES), value="constant", label="k schedule",
                                    info="how k changes from step to step", elem_id="sv-schedule")
+            rule = gr.Radio(list(RULES), value="exact", label="Acceptance rule",
+                                  info="exact keeps the target's distribution; typical is LOSSY (Medusa, vLLM) "
+                                       "and only applies when sampling (T > 0)", elem_id="sv-acceptance")
             max_new = gr.Slider(1, lim.max_new_tokens, value=d.max_new_tokens, step=1, label="Max new tokens", elem_id="sv-max-new")
             with gr.Accordion("Sampling", open=True):
                 temperature = gr.Slider(0, 2, value=d.temperature, step=0.05, label="Temperature", info="0 = greedy",
@@ -667,7 +672,8 @@ def build_playground(defaults: Defaults | None = None) -> PlaygroundView:
         upload = gr.UploadButton("⤒ Load a trace to replay", file_types=[".jsonl", ".json", ".txt"], type="filepath",
                                  elem_id="sv-upload", size="md")
 
-    controls = [target, proposer, draft, k, temperature, top_p, top_k, seed, max_new, prompt, chat, schedule, layers]
+    controls = [target, proposer, draft, k, temperature, top_p, top_k, seed, max_new, prompt, chat, schedule, layers,
+                rule]
     view = PlaygroundView(state, controls, status, tokens, metrics, baseline, step_slider, position, summary, table,
                           topk, acceptance, timeline, tps, download)
     outs = view.outputs

@@ -31,6 +31,7 @@ EARLY = "early exit (first layers)"
 PROPOSERS = (NGRAM, DRAFT, CROSS, EARLY)
 USES_DRAFT_MODEL = (DRAFT, CROSS)
 SCHEDULES = ("constant", "heuristic", "confidence")
+RULES = {"exact": "exact", "typical (LOSSY)": "typical"}  # the menu's labels -> Acceptance.rule
 
 Progress = Callable[[str], None]
 
@@ -55,6 +56,7 @@ class Settings:
     chat: bool = True
     schedule: str = "constant"  # how k moves between steps (specviz.schedules)
     layers: int | None = None  # EARLY: how many of the target's layers draft
+    acceptance: str = "exact"  # the acceptance rule: "exact" or "typical" (LOSSY; specviz.algorithm.Acceptance)
 
     @property
     def sampling(self) -> Sampling:
@@ -69,7 +71,8 @@ class Settings:
                EARLY: f"its first {self.layers} layers"}[self.proposer]
         mode = "greedy" if self.temperature == 0 else f"T={self.temperature:g}"
         sched = "" if self.schedule == "constant" else f" ({self.schedule})"
-        return f"{self.target} + {how}, k={self.k}{sched}, {mode}"
+        rule = ", typical acceptance (LOSSY)" if self.acceptance == "typical" and self.temperature > 0 else ""
+        return f"{self.target} + {how}, k={self.k}{sched}, {mode}{rule}"
 
 
 def _number(value: Any, name: str) -> float:
@@ -98,6 +101,7 @@ def _whole(value: Any, name: str, lo: int, hi: int | None = None, why: str = "")
 def parse_settings(
     target: Any, proposer: Any, draft: Any, k: Any, temperature: Any, top_p: Any, top_k: Any,
     seed: Any, max_new_tokens: Any, prompt: Any, chat: Any = True, schedule: Any = "constant", layers: Any = 4,
+    acceptance: Any = "exact",
 ) -> Settings:
     """The raw control values -> Settings, or a ValueError that says what to fix."""
     target = (target or "").strip() if isinstance(target, str) else ""
@@ -108,6 +112,9 @@ def parse_settings(
     draft_name = (draft or "").strip() if isinstance(draft, str) else ""
     if proposer in USES_DRAFT_MODEL and not draft_name:
         raise ValueError("choose a draft model, or switch the proposer to n-gram")
+    rule = RULES.get(acceptance, acceptance)
+    if rule not in RULES.values():
+        raise ValueError(f"unknown acceptance rule {acceptance!r}; choose one of: {', '.join(RULES)}")
     if schedule not in SCHEDULES:
         raise ValueError(f"unknown k schedule {schedule!r}; choose one of: {', '.join(SCHEDULES)}")
     n_layers = _whole(layers, "early-exit layers", 1) if proposer == EARLY else None
@@ -128,7 +135,7 @@ def parse_settings(
     return Settings(
         target=target, proposer=proposer, draft=draft_name if proposer in USES_DRAFT_MODEL else None, k=k,
         temperature=t, top_p=None if tp >= 1 else tp, top_k=tk or None, seed=seed, max_new_tokens=n,
-        prompt=prompt, chat=bool(chat), schedule=schedule, layers=n_layers,
+        prompt=prompt, chat=bool(chat), schedule=schedule, layers=n_layers, acceptance=rule,
     )
 
 
@@ -355,6 +362,6 @@ class PlaygroundState:
 
 
 __all__ = [
-    "CROSS", "DRAFT", "EARLY", "NGRAM", "PROPOSERS", "SCHEDULES", "USES_DRAFT_MODEL",
+    "CROSS", "DRAFT", "EARLY", "NGRAM", "PROPOSERS", "RULES", "SCHEDULES", "USES_DRAFT_MODEL",
     "PlaygroundState", "Settings", "parse_settings",
 ]

@@ -76,9 +76,15 @@ def _fmt(x: float | None, digits: int = 3) -> str:
 
 
 def is_greedy(record: StepRecord) -> bool:
-    """Greedy steps draw no u: every judged draft has ``u is None``."""
+    """Greedy steps draw no u: every judged draft has ``u is None`` (the typical rule draws none
+    either, but compares p with a threshold)."""
     judged = [d for d in record.drafts if d.verdict != "discarded"]
-    return bool(judged) and all(d.u is None for d in judged)
+    return record.rule == "exact" and bool(judged) and all(d.u is None for d in judged)
+
+
+def is_typical(record: StepRecord) -> bool:
+    """Judged by LOSSY typical acceptance (p(x) > min(eps, delta * exp(-H(p))), argmax p after a rejection)."""
+    return record.rule == "typical"
 
 
 def _real_ratio(d: DraftDecision) -> float:
@@ -96,6 +102,9 @@ def _draft_tip(record: StepRecord, d: DraftDecision, greedy: bool) -> str:
         lines.append("never judged: an earlier draft of this step was rejected")
     elif greedy:
         lines.append("greedy: " + ("x = argmax p, so accepted" if d.accepted else "x ≠ argmax p, so rejected"))
+    elif is_typical(record) and d.threshold is not None:
+        sign = ">" if d.accepted else "≤"
+        lines.append(f"typical (LOSSY): p = {d.p:.3f} {sign} min(ε, δ·e^(−H(p))) = {d.threshold:.3f}  →  {d.verdict}")
     elif d.u is not None:
         sign = "≤" if d.accepted else ">"
         lines.append(f"u = {d.u:.3f} {sign} {d.ratio:.3f}  →  {d.verdict}")
@@ -277,10 +286,10 @@ def draft_table_rows(record: StepRecord | None) -> list[list[str]]:
             verdict = "– discarded"
         if d.accepted and d.position >= record.n_committed:
             verdict += " · cut off"
-        u = _fmt(d.u)
+        u = f"p>{_fmt(d.threshold)}" if is_typical(record) and d.threshold is not None else _fmt(d.u)
         rows.append([str(d.position + 1), token_label(d.text), _fmt(d.q), _fmt(d.p), _fmt(_real_ratio(d)), u, verdict])
     how = {
-        "resampled": "↻ argmax p" if greedy else "↻ resampled",
+        "resampled": "↻ argmax p" if greedy or is_typical(record) else "↻ resampled",
         "bonus": "★ bonus",
         "target": "target-only",
     }[record.next_kind]
@@ -340,9 +349,11 @@ def step_summary_text(record: StepRecord) -> str:
     nxt = repr(token_label(record.next_token_text))
     if k == 0:
         return f"nothing drafted, one target-only token {nxt}"
+    lossy = " (typical acceptance, LOSSY)" if is_typical(record) else ""
     if n == k:
-        return f"all {k} drafts accepted + bonus token {nxt}"
-    return f"{n} of {k} drafts accepted, draft {n + 1} rejected, correction {nxt} resampled"
+        return f"all {k} drafts accepted + bonus token {nxt}{lossy}"
+    how = "taken as argmax p" if is_typical(record) else "resampled"
+    return f"{n} of {k} drafts accepted, draft {n + 1} rejected, correction {nxt} {how}{lossy}"
 
 
 def step_summary(record: StepRecord | None) -> str:
