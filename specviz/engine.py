@@ -135,15 +135,9 @@ class SpeculativeDecoder:
         ids = encode_prompt(self.target.tokenizer, prompt, chat=chat)
         return Session(self, ids, _check_max_new_tokens(max_new_tokens), seed, hooks, prompt if isinstance(prompt, str) else "")
 
-    def generate(
-        self,
-        prompt: str | Sequence[int],
-        max_new_tokens: int = 64,
-        seed: int = 0,
-        hooks: Iterable[Hook] = (),
-        chat: bool = False,
-    ) -> GenerationResult:
-        session = self.start(prompt, max_new_tokens=max_new_tokens, seed=seed, hooks=hooks, chat=chat)
+    def generate(self, prompt: str | Sequence[int], *args: Any, **options: Any) -> GenerationResult:
+        """``start(prompt, ...)`` (same arguments, defaults and checks), stepped until done."""
+        session = self.start(prompt, *args, **options)
         while not session.done:
             session.step()
         return session.result()

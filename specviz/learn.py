@@ -39,6 +39,7 @@ from .algorithm import (
     typical_threshold,
 )
 from .records import Sampling
+from .parsing import finite_number
 
 __all__ = [
     "BROKEN_RULES", "MAX_TOKENS", "MIN_TOKENS", "PRESETS", "RULES", "MeasuredRun", "NextToken", "RuleExperiment",
@@ -97,18 +98,8 @@ def _to_float(value: Any, what: str) -> float:
         text = value.strip().rstrip("%")
         if not text:
             raise ValueError(f"{what} is empty: enter a number (0 for 'never')")
-        try:
-            x = float(text) / (100.0 if value.strip().endswith("%") else 1.0)
-        except ValueError:
-            raise ValueError(f"{what} must be a number, got {value!r}") from None
-    else:
-        try:
-            x = float(value)
-        except (TypeError, ValueError):
-            raise ValueError(f"{what} must be a number, got {value!r}") from None
-    if not math.isfinite(x):
-        raise ValueError(f"{what} must be a finite number, got {value!r}")
-    return x
+        return finite_number(value, what, text=text, scale=100.0 if value.strip().endswith("%") else 1.0)
+    return finite_number(value, what)
 
 
 def parse_distribution(values: str | Sequence[Any], name: str = "p", *, min_tokens: int = MIN_TOKENS,

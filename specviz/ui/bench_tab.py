@@ -14,7 +14,6 @@ from __future__ import annotations
 import html
 import logging
 import os
-import queue
 import shutil
 import tempfile
 import threading
@@ -32,6 +31,7 @@ from ..metrics import why_no_speedup
 from ..records import Sampling
 from ..viz import bench as V
 from . import zerogpu
+from .threads import in_thread
 
 log = logging.getLogger("specviz.ui.bench")
 
@@ -221,28 +221,6 @@ def _friendly(e: BaseException) -> str:
     return f"unexpected error ({type(e).__name__}): {e}"
 
 
-def _in_thread(fn: Callable[[Callable[[str], None]], Any], poll_s: float = 0.25) -> Iterator[Any]:
-    """Run ``fn(report)`` in a thread, yielding its progress messages, then ``(result,)``."""
-    messages: queue.Queue[str] = queue.Queue()
-    box: dict[str, Any] = {}
-
-    def work() -> None:
-        try:
-            box["result"] = fn(messages.put)
-        except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread
-            box["error"] = e
-
-    t = threading.Thread(target=work, daemon=True, name="specviz-bench-load")
-    t.start()
-    while t.is_alive():
-        t.join(poll_s)
-        while not messages.empty():
-            yield messages.get()
-    if "error" in box:
-        raise box["error"]
-    yield (box.get("result"),)
-
-
 def _load(req: Request, report: Callable[[str], None]):
     from ..limits import check_prompts_fit, load_checked as load_model  # hosting limits (names, prompt tokens)
 
@@ -306,7 +284,7 @@ def on_run(state: BenchState, *raw) -> Iterator[list[Any]]:
             return
         yield _render(state, None, progress_html(0, 0, f"Loading {req.target}…"))
         loaded = None
-        for item in _in_thread(lambda report: _load(req, report)):
+        for item in in_thread(lambda report: _load(req, report), name="specviz-bench-load"):
             if isinstance(item, tuple):
                 loaded = item[0]
             else:

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import logging
 import os
-import queue
-import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
@@ -29,6 +27,7 @@ from .state import (
     CROSS, DRAFT, EARLY, NGRAM, PROPOSERS, RULES, SCHEDULES, USES_DRAFT_MODEL, PlaygroundState,
     Settings, parse_settings,
 )
+from .threads import in_thread
 
 log = logging.getLogger("specviz.ui")
 
@@ -134,33 +133,6 @@ def build_decoder(settings: Settings, progress: Callable[[str], None], *, target
         proposer = DraftModel(draft) if settings.proposer == DRAFT else CrossTokenizerDraft(draft)
     return SpeculativeDecoder(target, proposer, k=settings.k, sampling=settings.sampling, schedule=settings.schedule,
                               acceptance=Acceptance(settings.acceptance))
-
-
-def _in_thread(fn: Callable[[Callable[[str], None]], Any], on_progress: Callable[[str], None], poll_s: float = 0.25) -> Iterator[Any]:
-    """Run ``fn(progress)`` in a thread; yield each progress message (None every poll while
-    waiting), and finally the result wrapped in a 1-tuple. Re-raises fn's exception."""
-    messages: queue.Queue[str] = queue.Queue()
-    box: dict[str, Any] = {}
-
-    def work() -> None:
-        try:
-            box["result"] = fn(messages.put)
-        except BaseException as e:  # noqa: BLE001 - handed back to the caller's thread
-            box["error"] = e
-
-    thread = threading.Thread(target=work, daemon=True, name="specviz-load")
-    thread.start()
-    while thread.is_alive():
-        thread.join(poll_s)
-        while not messages.empty():
-            msg = messages.get()
-            on_progress(msg)
-            yield msg
-    while not messages.empty():
-        on_progress(messages.get())
-    if "error" in box:
-        raise box["error"]
-    yield (box.get("result"),)
 
 
 def _friendly(e: BaseException) -> str:
@@ -332,7 +304,7 @@ def _ensure_live_session(state: PlaygroundState, raw: tuple) -> Iterator[list[An
         yield _status_only(state)
         result = zerogpu.record(settings, state.new_trace_path(settings))
     else:
-        for item in _in_thread(lambda report: build_decoder(settings, report), on_progress):
+        for item in in_thread(lambda report: build_decoder(settings, report), on_progress):
             if isinstance(item, tuple):
                 result = item[0]
             elif item is not None:
@@ -469,7 +441,7 @@ def on_baseline(state: PlaygroundState, *raw) -> Iterator[list[Any]]:
         if zerogpu.active():
             recorded = zerogpu.record(settings, state.new_trace_path(settings, target_only=True), target_only=True)
         else:
-            for item in _in_thread(lambda report: build_decoder(settings, report, target_only=True), on_progress):
+            for item in in_thread(lambda report: build_decoder(settings, report, target_only=True), on_progress):
                 if isinstance(item, tuple):
                     decoder = item[0]
                 elif item is not None:

@@ -7,7 +7,6 @@ through its ``lock`` so a Step pressed while Play is running cannot corrupt the 
 
 from __future__ import annotations
 
-import math
 import os
 import shutil
 import tempfile
@@ -21,6 +20,7 @@ from ..hooks import TraceRecorder, load_trace
 from ..records import Sampling, Stats, StepRecord
 from ..limits import Limits, check_request
 from ..models import pin, unpin
+from ..parsing import finite_number
 
 MAX_TEMPERATURE = 5.0
 
@@ -78,13 +78,7 @@ class Settings:
 def _number(value: Any, name: str) -> float:
     if value is None or (isinstance(value, str) and not value.strip()):
         raise ValueError(f"{name} is empty: enter a number")
-    try:
-        x = float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} must be a number, got {value!r}") from None
-    if not math.isfinite(x):
-        raise ValueError(f"{name} must be a finite number, got {value!r}")
-    return x
+    return finite_number(value, name)
 
 
 def _whole(value: Any, name: str, lo: int, hi: int | None = None, why: str = "") -> int:
