@@ -13,23 +13,7 @@ import pytest
 from specviz import Sampling, SpeculativeDecoder, compute_stats, load_trace
 from specviz.proposers import DraftModel, NGram
 from specviz.records import DraftDecision, StepRecord
-from specviz.viz import (
-    COLORS,
-    DRAFT_COLUMNS,
-    acceptance_by_position_figure,
-    default_position,
-    draft_table_rows,
-    legend_html,
-    message_html,
-    metrics_html,
-    position_choices,
-    step_summary,
-    timeline_figure,
-    token_label,
-    tokens_html,
-    tokens_per_step_figure,
-    topk_figure,
-)
+from specviz import viz
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -96,7 +80,7 @@ def _spans(html_text):
 
 
 def test_tokens_html_marks_each_kind_in_order():
-    h = tokens_html("Prompt <b>", [rejected_step(0), bonus_step(1)])
+    h = viz.tokens_html("Prompt <b>", [rejected_step(0), bonus_step(1)])
     kinds = [(k, int(s), int(p)) for k, s, p, _tip in _spans(h)]
     # step 0: accepted prefix, the rejected and discarded drafts struck in place, then the correction
     assert kinds == [
@@ -108,22 +92,22 @@ def test_tokens_html_marks_each_kind_in_order():
 
 
 def test_tokens_html_escapes_token_text():
-    h = tokens_html("", [rejected_step()])
+    h = viz.tokens_html("", [rejected_step()])
     assert "<script>" not in h
     assert "&lt;script&gt;" in h
 
 
 def test_tokens_html_shows_whitespace_visibly():
-    h = tokens_html("", [rejected_step()])
+    h = viz.tokens_html("", [rejected_step()])
     assert '<span class="ws">↵</span>\n' in h  # the discarded newline token shows a glyph and breaks
-    assert token_label(" the") == "␣the"
-    assert token_label("\n\t") == "↵⇥"
-    assert token_label("") == "∅"
-    assert token_label("\x00") == "\\x00"
+    assert viz.token_label(" the") == "␣the"
+    assert viz.token_label("\n\t") == "↵⇥"
+    assert viz.token_label("") == "∅"
+    assert viz.token_label("\x00") == "\\x00"
 
 
 def test_tooltips_carry_p_q_ratio_u_and_verdict():
-    tips = {(k, int(p)): tip for k, _s, p, tip in _spans(tokens_html("", [rejected_step()]))}
+    tips = {(k, int(p)): tip for k, _s, p, tip in _spans(viz.tokens_html("", [rejected_step()]))}
     acc = tips[("accepted", 0)]
     assert "p = 0.900" in acc and "q = 0.800" in acc and "min(1, p/q) = 1.000" in acc
     assert "u = 0.200" in acc and "accepted" in acc
@@ -134,13 +118,13 @@ def test_tooltips_carry_p_q_ratio_u_and_verdict():
 
 
 def test_greedy_tooltips_explain_argmax():
-    tips = [tip for *_x, tip in _spans(tokens_html("", [greedy_step()]))]
+    tips = [tip for *_x, tip in _spans(viz.tokens_html("", [greedy_step()]))]
     assert "argmax p" in tips[0] and "accepted" in tips[0]
     assert "x ≠ argmax p" in tips[1]
 
 
 def test_selected_step_and_finished_marker():
-    h = tokens_html("", [rejected_step(0), bonus_step(1, finished="length")], selected_step=0)
+    h = viz.tokens_html("", [rejected_step(0), bonus_step(1, finished="length")], selected_step=0)
     assert '<span class="sv-step sel" data-step="0">' in h
     assert '<span class="sv-step" data-step="1">' in h
     assert "max new tokens reached" in h
@@ -151,22 +135,22 @@ def test_tokens_cut_by_max_tokens_are_not_shown_as_committed():
     from dataclasses import replace
 
     cut = replace(rec, committed=(10,), committed_text=(" the",))  # max_new_tokens stopped after draft 1
-    kinds = [k for k, *_ in _spans(tokens_html("", [cut]))]
+    kinds = [k for k, *_ in _spans(viz.tokens_html("", [cut]))]
     assert kinds == ["accepted"]
 
 
 def test_empty_view_and_legend():
-    assert "Press <b>Step</b>" in tokens_html("hi", [])
-    legend = legend_html()
+    assert "Press <b>Step</b>" in viz.tokens_html("hi", [])
+    legend = viz.legend_html()
     for kind in ("accepted", "resampled", "bonus", "target", "rejected", "discarded"):
         assert f"tok-{kind}" in legend
     assert "hover a token" in legend
 
 
 def test_message_html_escapes():
-    h = message_html("bad <model>", "error")
+    h = viz.message_html("bad <model>", "error")
     assert "&lt;model&gt;" in h and "sv-msg-error" in h and 'role="alert"' in h
-    assert message_html("") == ""
+    assert viz.message_html("") == ""
 
 
 # -- metrics -----------------------------------------------------------------------------------
@@ -181,7 +165,7 @@ def _card_value(h, key):
 def test_metrics_html_values_and_speedup():
     steps = [rejected_step(0), bonus_step(1)]
     stats = compute_stats(steps, prefill_ms=4.0, target_forwards=3)
-    h = metrics_html(stats)
+    h = viz.metrics_html(stats)
     assert _card_value(h, "steps") == "2"
     assert _card_value(h, "drafted") == "5"
     assert _card_value(h, "accepted") == "3"
@@ -191,14 +175,14 @@ def test_metrics_html_values_and_speedup():
     assert "vs 6 target-only" in h  # 5 tokens + 1 prefill forward
     assert _card_value(h, "speedup") == "—"
     base = compute_stats([target_step(i) for i in range(5)], prefill_ms=4.0, target_forwards=6)
-    h2 = metrics_html(stats, base, engine_ms=12.5)
+    h2 = viz.metrics_html(stats, base, engine_ms=12.5)
     want = stats.tokens_per_s / base.tokens_per_s
     assert _card_value(h2, "speedup") == f"{want:.2f}×"
     assert 'data-engine-ms="12.500"' in h2
 
 
 def test_metrics_html_before_any_step():
-    h = metrics_html(None)
+    h = viz.metrics_html(None)
     assert _card_value(h, "steps") == "0"
     assert _card_value(h, "tau") == "—"
 
@@ -207,40 +191,38 @@ def test_metrics_html_before_any_step():
 
 
 def test_draft_table_rows():
-    rows = draft_table_rows(rejected_step())
-    assert len(DRAFT_COLUMNS) == 7 and all(len(r) == 7 for r in rows)
+    rows = viz.draft_table_rows(rejected_step())
+    assert len(viz.DRAFT_COLUMNS) == 7 and all(len(r) == 7 for r in rows)
     assert rows[0] == ["1", "␣the", "0.800", "0.900", "1.000", "0.200", "✓ accepted"]
     assert rows[1][1] == "<script>" and rows[1][4] == "0.143" and rows[1][6] == "✗ rejected"
     assert rows[2][6] == "– discarded" and rows[2][5] == "—"
     assert rows[3][0] == "→2" and rows[3][1] == "X" and rows[3][6] == "↻ resampled"
-    assert draft_table_rows(None) == []
-    g = draft_table_rows(greedy_step())
+    assert viz.draft_table_rows(None) == []
+    g = viz.draft_table_rows(greedy_step())
     assert g[0][5] == "—" and g[0][6] == "✓ = argmax p" and g[1][6] == "✗ ≠ argmax p" and g[2][6] == "↻ argmax p"
-    assert "bonus" in draft_table_rows(bonus_step())[-1][6]
+    assert "bonus" in viz.draft_table_rows(bonus_step())[-1][6]
 
 
 def test_draft_table_html():
-    from specviz.viz import draft_table_html
-
-    h = draft_table_html(rejected_step())
+    h = viz.draft_table_html(rejected_step())
     rows = re.findall(r'<tr class="([^"]*)" data-pos="(\d+)">', h)
     assert [(c.split()[1], int(p)) for c, p in rows] == [
         ("sv-row-accepted", 0), ("sv-row-rejected", 1), ("sv-row-discarded", 2), ("sv-row-resampled", 1)]
     assert [int(p) for c, p in rows if "sel" in c.split()] == [1, 1]  # the deciding position, by default
     assert "&lt;script&gt;" in h and "<script>" not in h
-    assert "sel" in re.findall(r'<tr class="([^"]*)" data-pos="0">', draft_table_html(rejected_step(), 0))[0]
-    assert re.findall(r'data-pos="(\d+)"', draft_table_html(bonus_step()))[-1] == "2"  # the bonus position
-    assert "appear here" in draft_table_html(None)
+    assert "sel" in re.findall(r'<tr class="([^"]*)" data-pos="0">', viz.draft_table_html(rejected_step(), 0))[0]
+    assert re.findall(r'data-pos="(\d+)"', viz.draft_table_html(bonus_step()))[-1] == "2"  # the bonus position
+    assert "appear here" in viz.draft_table_html(None)
 
 
 def test_positions_and_summary():
-    assert position_choices(rejected_step()) == ["1: ␣the ✓", "2: <script> ✗", "3: ↵ –"]
-    assert default_position(rejected_step()) == 1
-    assert position_choices(bonus_step())[-1] == "3: c ★ bonus"
-    assert default_position(bonus_step()) == 2
-    assert position_choices(target_step()) == ["1: q target"]
-    assert "rejected" in step_summary(rejected_step()) and "Step 1" in step_summary(rejected_step())
-    assert "No step" in step_summary(None)
+    assert viz.position_choices(rejected_step()) == ["1: ␣the ✓", "2: <script> ✗", "3: ↵ –"]
+    assert viz.default_position(rejected_step()) == 1
+    assert viz.position_choices(bonus_step())[-1] == "3: c ★ bonus"
+    assert viz.default_position(bonus_step()) == 2
+    assert viz.position_choices(target_step()) == ["1: q target"]
+    assert "rejected" in viz.step_summary(rejected_step()) and "Step 1" in viz.step_summary(rejected_step())
+    assert "No step" in viz.step_summary(None)
 
 
 def _trace(fig, name_start):
@@ -248,7 +230,7 @@ def _trace(fig, name_start):
 
 
 def test_topk_figure_at_the_rejected_position_shows_the_residual():
-    fig = topk_figure(rejected_step(), 1)
+    fig = viz.topk_figure(rejected_step(), 1)
     (p,) = _trace(fig, "p (target)")
     (q,) = _trace(fig, "q (draft)")
     (r,) = _trace(fig, "residual")
@@ -264,36 +246,36 @@ def test_topk_figure_at_the_rejected_position_shows_the_residual():
 
 
 def test_topk_figure_other_positions():
-    fig = topk_figure(rejected_step(), 0)  # an accepted draft: p and q, no residual
+    fig = viz.topk_figure(rejected_step(), 0)  # an accepted draft: p and q, no residual
     assert not _trace(fig, "residual") and _trace(fig, "q (draft)")
-    fig = topk_figure(bonus_step(), 2)  # the bonus position: p only, a star on the bonus token
+    fig = viz.topk_figure(bonus_step(), 2)  # the bonus position: p only, a star on the bonus token
     assert _trace(fig, "bonus token") and not _trace(fig, "q")
-    fig = topk_figure(bonus_step(), 0)  # n-gram: q is a point mass on the draft
+    fig = viz.topk_figure(bonus_step(), 0)  # n-gram: q is a point mass on the draft
     (q,) = _trace(fig, "q (point mass)")
     assert max(v for v in q.y if v is not None) == 1.0
-    assert topk_figure(target_step(), None).data  # target-only step
-    assert topk_figure(None, None).layout.annotations  # placeholder
-    assert topk_figure(rejected_step(), 99).layout.title.text.startswith("Step 1 · position 3")  # clamped
+    assert viz.topk_figure(target_step(), None).data  # target-only step
+    assert viz.topk_figure(None, None).layout.annotations  # placeholder
+    assert viz.topk_figure(rejected_step(), 99).layout.title.text.startswith("Step 1 · position 3")  # clamped
 
 
 def test_run_figures():
     steps = [rejected_step(0), bonus_step(1), target_step(2)]
     stats = compute_stats(steps)
-    acc = acceptance_by_position_figure(stats)
+    acc = viz.acceptance_by_position_figure(stats)
     assert list(acc.data[0].y) == list(stats.per_position)
-    assert acc.data[0].marker.color == COLORS["accepted"]
-    tl = timeline_figure(steps)
+    assert acc.data[0].marker.color == viz.COLORS["accepted"]
+    tl = viz.timeline_figure(steps)
     bars = [t for t in tl.data if t.type == "bar"]
     assert [t.name for t in bars] == ["draft", "verify", "other"] and tl.layout.barmode == "stack"
     assert list(bars[1].y) == [20.0, 15.0, 10.0]
     (k,) = [t for t in tl.data if t.type == "scatter"]
     assert list(k.y) == [3, 2, 0] and k.yaxis == "y2"
-    tps = tokens_per_step_figure(steps)
+    tps = viz.tokens_per_step_figure(steps)
     names = [t.name for t in tps.data]
     assert names[:4] == ["accepted", "resampled", "bonus", "target"]
     assert list(tps.data[0].y) == [1, 2, 0]
     assert "τ = 2.00" in tps.layout.title.text
-    for fig in (acceptance_by_position_figure(None), timeline_figure([]), tokens_per_step_figure([])):
+    for fig in (viz.acceptance_by_position_figure(None), viz.timeline_figure([]), viz.tokens_per_step_figure([])):
         assert fig.layout.annotations[0].text  # "No steps yet"
         json.loads(fig.to_json())
 
@@ -301,7 +283,7 @@ def test_run_figures():
 def test_palette_matches_the_stylesheet():
     css = (ROOT / "specviz" / "assets" / "style.css").read_text()
     for kind in ("accepted", "resampled", "bonus", "target", "rejected", "discarded", "p", "q"):
-        assert f"--sv-{kind}: {COLORS[kind]};" in css, kind
+        assert f"--sv-{kind}: {viz.COLORS[kind]};" in css, kind
 
 
 def test_viz_does_not_import_gradio():
@@ -320,27 +302,27 @@ def real_run(tiny_target, near_draft):
 
 def test_renderers_on_a_real_run(real_run):
     steps = real_run.steps
-    h = tokens_html("the cat sat on the mat", steps)
+    h = viz.tokens_html("the cat sat on the mat", steps)
     spans = _spans(h)
     committed = [s for s in spans if s[0] in ("accepted", "resampled", "bonus", "target")]
     assert len(committed) == real_run.stats.new_tokens
     for rec in steps:
-        rows = draft_table_rows(rec)
+        rows = viz.draft_table_rows(rec)
         assert len(rows) == rec.k + 1
-        for pos in range(len(position_choices(rec))):
-            fig = topk_figure(rec, pos)
+        for pos in range(len(viz.position_choices(rec))):
+            fig = viz.topk_figure(rec, pos)
             assert fig.data
-    assert acceptance_by_position_figure(real_run.stats).data
-    assert timeline_figure(steps).data and tokens_per_step_figure(steps).data
+    assert viz.acceptance_by_position_figure(real_run.stats).data
+    assert viz.timeline_figure(steps).data and viz.tokens_per_step_figure(steps).data
 
 
 def test_ngram_records_render(tiny_target):
     dec = SpeculativeDecoder(tiny_target, NGram(), k=3)
     res = dec.generate("abc abc abc abc", max_new_tokens=12)
-    h = tokens_html("abc abc abc abc", res.steps)
+    h = viz.tokens_html("abc abc abc abc", res.steps)
     assert len([s for s in _spans(h) if s[0] != "rejected" and s[0] != "discarded"]) == res.stats.new_tokens
     for rec in res.steps:
-        topk_figure(rec, None)
+        viz.topk_figure(rec, None)
 
 
 # -- settings and per-session state ------------------------------------------------------------
@@ -447,7 +429,7 @@ def test_step_summary_shows_a_re_tokenized_draft():
     from dataclasses import replace
 
     rec = replace(rejected_step(), info={"draft_tokens": [" Comp", "any"], "target_tokens": [" Company", "<x>"]})
-    h = step_summary(rec)
+    h = viz.step_summary(rec)
     assert "<code>␣Comp</code> <code>any</code>" in h and "<code>&lt;x&gt;</code>" in h
 
 
