@@ -355,7 +355,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "amber, bonus tokens violet, rejected drafts red and struck through.")
     _add_model_args(g)
     g.add_argument("--proposer", default="ngram",
-                   help="ngram, ngram:N, draft:NAME, draft:NAME@int8, early-exit:L, xdraft:NAME or none (default: ngram)")
+                   help="ngram, ngram:N, draft:NAME, draft:NAME@int8, ngram+draft:NAME, early-exit:L, xdraft:NAME or none (default: ngram)")
     g.add_argument("--k", type=_positive_int, default=4, help="tokens drafted per step (default 4)")
     g.add_argument("--schedule", default="constant",
                    help="k schedule: constant (default), heuristic (k+2 after a full accept, k-1 otherwise), "
@@ -374,7 +374,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "prompt in turn, optionally also transformers' generate().")
     _add_model_args(b)
     b.add_argument("--proposer", action="append", metavar="SPEC",
-                   help="repeatable: ngram, ngram:N, draft:NAME, draft:NAME@int8, early-exit:L, xdraft:NAME (default: ngram)")
+                   help="repeatable: ngram, ngram:N, draft:NAME, draft:NAME@int8, ngram+draft:NAME, early-exit:L, xdraft:NAME (default: ngram)")
     b.add_argument("--k", default="1,2,4,8", help="comma-separated draft lengths (default 1,2,4,8)")
     b.add_argument("--schedule", action="append", metavar="NAME",
                    help="repeatable k schedule swept beside each k: constant (default), heuristic, confidence:T")

@@ -223,15 +223,15 @@ def check_request(target: str, draft: str | None, k: int, max_new_tokens: int, p
 
 def check_bench_request(target: str, proposer_specs: list[str], ks: Any, max_new_tokens: int, prompts: list[str],
                         limits: Limits | None = None) -> None:
-    """The benchmark tab's request: model names (the target and every ``draft:NAME`` /
-    ``xdraft:NAME`` proposer), each k, max new tokens and every prompt's length."""
+    """The benchmark tab's request: model names (the target and every ``draft:NAME``,
+    ``ngram+draft:NAME`` and ``xdraft:NAME`` proposer), each k, max new tokens and every prompt's length."""
     lim = limits or Limits.from_env()
     check_model_name(target, lim)
     from .bench import check_proposer_spec
 
     for spec in proposer_specs:
         kind, arg = check_proposer_spec(spec)
-        if kind in ("draft", "xdraft") and arg:
+        if kind in ("draft", "xdraft", "ngram+draft") and arg:
             check_model_name(arg, lim)
     for k in ks or ():
         check_k(int(k), lim)

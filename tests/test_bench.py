@@ -65,11 +65,13 @@ def test_parse_proposer_draft_loads_on_the_targets_device(tiny_target, near_draf
     calls.clear()
     B.parse_proposer("draft:some-model@int8", tiny_target, load=load)
     assert calls[0][0] == "some-model@int8"  # load_model understands the suffix
+    hybrid = B.parse_proposer("ngram+draft:some-model", tiny_target, load=load)
+    assert hybrid.name == f"ngram+draft:{near_draft.name}" and hybrid.model is near_draft
 
 
 @pytest.mark.parametrize("spec, words", [
     ("", "empty"), ("   ", "empty"), ("bogus", "unknown proposer"), ("ngram:0", "N >= 1"), ("ngram:x", "N >= 1"),
-    ("draft:", "needs a model name"), ("eagle:3", "unknown proposer"), ("none:1", "unknown proposer"),
+    ("draft:", "needs a model name"), ("ngram+draft:", "needs a model name"), ("eagle:3", "unknown proposer"), ("none:1", "unknown proposer"),
 ])
 def test_parse_proposer_rejects_bad_specs(tiny_target, spec, words):
     with pytest.raises(ValueError, match=words) as info:

@@ -470,3 +470,17 @@ def test_the_playground_offers_typical_acceptance_labelled_lossy(models_dir, all
     st.close()
     with pytest.raises(ValueError, match="unknown acceptance rule"):
         parse_settings(*_raw(models_dir, acceptance="fast"))
+
+
+def test_the_playground_runs_the_ngram_or_draft_proposer(models_dir, allow_local):
+    from specviz.ui import playground as pg
+    from specviz.ui.state import HYBRID, PlaygroundState
+    from specviz.viz import tokens as vt
+
+    st = PlaygroundState()
+    list(pg.on_play(st, *_raw(models_dir, proposer=HYBRID, temperature=0.0, max_new_tokens=30)))
+    assert st.message[1] == "ok", st.message
+    sources = {s.info.get("source") for s in st.steps if s.k}
+    assert "ngram" in sources, sources  # the tiny prompt repeats itself
+    assert any("drafted by" in vt.step_summary(s) for s in st.steps)
+    st.close()

@@ -5,7 +5,7 @@ import torch
 
 from specviz import Sampling, SpeculativeDecoder
 from specviz.algorithm import Acceptance, typical_threshold, verify
-from specviz.proposers import CrossTokenizerDraft, DraftModel, EarlyExit, NGram
+from specviz.proposers import CrossTokenizerDraft, DraftModel, EarlyExit, NGram, NGramOrDraft
 from specviz.proposers.cross_tokenizer import text_to_target_tokens
 from specviz.schedules import ConfidenceK, HeuristicK, make_schedule
 from test_engine import PROMPTS, _tv_of_first_two_tokens, hf_greedy
@@ -119,3 +119,20 @@ def test_typical_acceptance_is_labelled_lossy_and_accepts_more(tiny_target, tiny
     assert b >= a
     with pytest.raises(ValueError, match="exact"):
         Acceptance("fast")
+
+
+@pytest.mark.parametrize("k", [1, 3, 8])
+def test_ngram_or_draft_greedy_equality_using_both_sources(tiny_target, tiny_draft, k):
+    prompt = "the cat sat on the mat. the cat sat on the"
+    res = SpeculativeDecoder(tiny_target, NGramOrDraft(DraftModel(tiny_draft)), k=k).generate(prompt, max_new_tokens=40)
+    assert list(res.token_ids) == hf_greedy(tiny_target, prompt, 40)
+    sources = {s.info.get("source") for s in res.steps if s.k}
+    assert sources == {"ngram", "draft"}, sources  # the lookup where the text repeats, the draft elsewhere
+
+
+def test_ngram_or_draft_sampled_output_follows_the_target(tiny_target, tiny_draft):
+    dec = SpeculativeDecoder(tiny_target, NGramOrDraft(DraftModel(tiny_draft), min_ngram=1), k=3, sampling=Sampling(3.0))
+    tv1, tv2 = _tv_of_first_two_tokens(dec, tiny_target, "hello hello hello hel", 1500)
+    assert tv1 < 0.08 and tv2 < 0.08, (tv1, tv2)
+    with pytest.raises(ValueError, match="min_ngram"):
+        NGramOrDraft(DraftModel(tiny_draft), max_ngram=2, min_ngram=3)

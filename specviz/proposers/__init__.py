@@ -4,6 +4,7 @@ from .base import Proposer
 from .cross_tokenizer import CrossTokenizerDraft
 from .draft_model import DraftModel
 from .early_exit import EarlyExit
+from .hybrid import NGramOrDraft
 from .ngram import NGram
 
-__all__ = ["Proposer", "CrossTokenizerDraft", "DraftModel", "EarlyExit", "NGram"]
+__all__ = ["Proposer", "CrossTokenizerDraft", "DraftModel", "EarlyExit", "NGram", "NGramOrDraft"]

@@ -21,10 +21,10 @@ from ..engine import SpeculativeDecoder
 from ..models import HUB_PAIRS, hub_pairs, list_models, load_model
 from ..limits import Limits, check_prompt_tokens, count_prompt_tokens
 from ..prompts import PromptRow, read_jsonl, bundled_path
-from ..proposers import CrossTokenizerDraft, DraftModel, EarlyExit, NGram
+from ..proposers import CrossTokenizerDraft, DraftModel, EarlyExit, NGram, NGramOrDraft
 from . import zerogpu
 from .state import (
-    CROSS, DRAFT, EARLY, NGRAM, PROPOSERS, RULES, SCHEDULES, USES_DRAFT_MODEL, PlaygroundState,
+    CROSS, DRAFT, EARLY, HYBRID, NGRAM, PROPOSERS, RULES, SCHEDULES, USES_DRAFT_MODEL, PlaygroundState,
     Settings, parse_settings,
 )
 from .threads import in_thread
@@ -59,11 +59,12 @@ class Defaults:
 
     @classmethod
     def from_env(cls) -> "Defaults":
-        """SPECVIZ_DEFAULT_TARGET / _DRAFT / _PROPOSER (ngram, draft, cross, early) / _PROMPT /
+        """SPECVIZ_DEFAULT_TARGET / _DRAFT / _PROPOSER (ngram, draft, hybrid, cross, early) / _PROMPT /
         _MAX_NEW_TOKENS / _TEMPERATURE."""
         target = os.environ.get("SPECVIZ_DEFAULT_TARGET", "").strip() or "gemma-3-270m"
         draft = os.environ.get("SPECVIZ_DEFAULT_DRAFT", "").strip() or {**PAIRS, **HUB_PAIRS}.get(target, f"{target}@int8")
-        proposer = {"ngram": NGRAM, "n-gram": NGRAM, "cross": CROSS, "early": EARLY, "early-exit": EARLY}.get(
+        proposer = {"ngram": NGRAM, "n-gram": NGRAM, "hybrid": HYBRID, "ngram+draft": HYBRID, "cross": CROSS,
+                    "early": EARLY, "early-exit": EARLY}.get(
             os.environ.get("SPECVIZ_DEFAULT_PROPOSER", "draft").strip().lower(), DRAFT)
         examples = example_prompts()
         prompt = os.environ.get("SPECVIZ_DEFAULT_PROMPT") or (examples[0][1] if examples else "Explain speculative decoding.")
@@ -130,7 +131,10 @@ def build_decoder(settings: Settings, progress: Callable[[str], None], *, target
     else:
         assert settings.draft is not None
         draft = load_model(settings.draft, progress=progress)
-        proposer = DraftModel(draft) if settings.proposer == DRAFT else CrossTokenizerDraft(draft)
+        if settings.proposer == CROSS:
+            proposer = CrossTokenizerDraft(draft)
+        else:
+            proposer = DraftModel(draft) if settings.proposer == DRAFT else NGramOrDraft(DraftModel(draft))
     return SpeculativeDecoder(target, proposer, k=settings.k, sampling=settings.sampling, schedule=settings.schedule,
                               acceptance=Acceptance(settings.acceptance))
 
@@ -550,7 +554,8 @@ def on_load_trace(state: PlaygroundState, path: Any) -> list[Any]:
         return _status_only(state)
 
 
-_DRAFT_INFO = {DRAFT: "must share the target's tokenizer", CROSS: "any tokenizer: its text is re-tokenized (q = 1)"}
+_DRAFT_INFO = {DRAFT: "must share the target's tokenizer",
+               HYBRID: "drafts only when the n-gram finds no match; must share the target's tokenizer", CROSS: "any tokenizer: its text is re-tokenized (q = 1)"}
 
 
 def on_target_change(target: str, proposer: str, draft: str) -> Any:

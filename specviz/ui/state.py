@@ -28,8 +28,9 @@ NGRAM = "n-gram (prompt lookup)"
 DRAFT = "draft model"
 CROSS = "draft model, other tokenizer"
 EARLY = "early exit (first layers)"
-PROPOSERS = (NGRAM, DRAFT, CROSS, EARLY)
-USES_DRAFT_MODEL = (DRAFT, CROSS)
+HYBRID = "n-gram, else draft model"
+PROPOSERS = (NGRAM, DRAFT, HYBRID, CROSS, EARLY)
+USES_DRAFT_MODEL = (DRAFT, HYBRID, CROSS)
 SCHEDULES = ("constant", "heuristic", "confidence")
 RULES = {"exact": "exact", "typical (LOSSY)": "typical"}  # the menu's labels -> Acceptance.rule
 
@@ -45,7 +46,7 @@ class Settings:
 
     target: str
     proposer: str  # one of PROPOSERS
-    draft: str | None  # the draft model's name (DRAFT and CROSS proposers)
+    draft: str | None  # the draft model's name (DRAFT, HYBRID and CROSS proposers)
     k: int
     temperature: float
     top_p: float | None
@@ -67,7 +68,7 @@ class Settings:
         return (self.target, self.temperature, self.top_p, self.top_k, self.seed, self.max_new_tokens, self.prompt, self.chat)
 
     def describe(self) -> str:
-        how = {NGRAM: "n-gram", DRAFT: f"draft {self.draft}", CROSS: f"re-tokenized draft {self.draft}",
+        how = {NGRAM: "n-gram", DRAFT: f"draft {self.draft}", HYBRID: f"n-gram, else draft {self.draft}", CROSS: f"re-tokenized draft {self.draft}",
                EARLY: f"its first {self.layers} layers"}[self.proposer]
         mode = "greedy" if self.temperature == 0 else f"T={self.temperature:g}"
         sched = "" if self.schedule == "constant" else f" ({self.schedule})"
@@ -334,7 +335,7 @@ class PlaygroundState:
             self._dir = tempfile.mkdtemp(prefix="specviz-session-")
         slug = "".join(c if c.isalnum() or c in "-_." else "-" for c in settings.target.split("/")[-1])[:40]
         how = "target-only" if target_only else (
-            {NGRAM: "ngram", DRAFT: "draft", CROSS: "xdraft", EARLY: "early-exit"}[settings.proposer] + f"-k{settings.k}")
+            {NGRAM: "ngram", DRAFT: "draft", HYBRID: "ngram+draft", CROSS: "xdraft", EARLY: "early-exit"}[settings.proposer] + f"-k{settings.k}")
         fd, path = tempfile.mkstemp(prefix=f"specviz-trace-{slug}-{how}-{time.strftime('%H%M%S')}-", suffix=".jsonl",
                                     dir=self._dir)
         os.close(fd)
@@ -356,6 +357,6 @@ class PlaygroundState:
 
 
 __all__ = [
-    "CROSS", "DRAFT", "EARLY", "NGRAM", "PROPOSERS", "RULES", "SCHEDULES", "USES_DRAFT_MODEL",
+    "CROSS", "DRAFT", "EARLY", "HYBRID", "NGRAM", "PROPOSERS", "RULES", "SCHEDULES", "USES_DRAFT_MODEL",
     "PlaygroundState", "Settings", "parse_settings",
 ]

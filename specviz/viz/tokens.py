@@ -362,6 +362,9 @@ def step_summary(record: StepRecord | None) -> str:
         return '<div class="sv-step-summary sv-muted">No step yet.</div>'
     ms = f"draft {record.draft_ms:.0f} ms · verify {record.verify_ms:.0f} ms · other {record.other_ms:.0f} ms"
     mapping = ""
+    source = record.info.get("source")  # NGramOrDraft: which proposer drafted this step
+    if source in ("ngram", "draft") and record.k:
+        ms = ("drafted by the n-gram lookup (free) · " if source == "ngram" else "drafted by the draft model · ") + ms
     d_toks, t_toks = record.info.get("draft_tokens"), record.info.get("target_tokens")
     if isinstance(d_toks, list) and isinstance(t_toks, list):  # a re-tokenizing proposer
         show = lambda toks: " ".join(f"<code>{html.escape(token_label(str(t)))}</code>" for t in toks) or "∅"
