@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -81,8 +83,27 @@ def _common_prefix(a: list[int], b: list[int]) -> int:
     return i
 
 
+_vocab_keys: "weakref.WeakKeyDictionary[Any, int]" = weakref.WeakKeyDictionary()
+
+
+def _vocab_key(tokenizer) -> int:
+    """A hash of the tokenizer's {token: id} map, computed once per tokenizer object (building a
+    262k-entry vocabulary takes a quarter of a second; sessions start often)."""
+    try:
+        return _vocab_keys[tokenizer]
+    except (KeyError, TypeError):
+        key = hash(frozenset(tokenizer.get_vocab().items()))
+        try:
+            _vocab_keys[tokenizer] = key
+        except TypeError:  # not weak-referenceable: just do not remember it
+            pass
+        return key
+
+
 def check_same_tokenizer(target, draft) -> None:
     """Raise a ValueError unless the draft's token ids mean the same strings as the target's."""
+    if target.tokenizer is draft.tokenizer or _vocab_key(target.tokenizer) == _vocab_key(draft.tokenizer):
+        return
     tv, dv = target.tokenizer.get_vocab(), draft.tokenizer.get_vocab()
     if tv != dv:
         only_t = len(tv.keys() - dv.keys())
