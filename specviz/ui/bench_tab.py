@@ -245,10 +245,7 @@ def sweep_report(req: Request) -> dict[str, Any]:
     """The whole sweep in one call, pure (a request in, the report out): what ZeroGPU runs in its
     GPU worker, where nothing streams back until it ends."""
     target, proposers = _load(req, lambda msg: log.info("%s", msg))
-    sweep = B.Sweep(target, proposers, list(req.prompts), _config(req), prompt_source=req.source)
-    for _ in sweep.events():
-        pass
-    return sweep.report()
+    return B.run_sweep(target, proposers, list(req.prompts), _config(req), prompt_source=req.source)
 
 
 sweep_report.gpu_seconds = zerogpu.SWEEP_SECONDS  # type: ignore[attr-defined]

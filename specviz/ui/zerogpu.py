@@ -17,7 +17,7 @@ Everywhere else (a CPU Space, a laptop, the tests) :func:`on_gpu` just calls the
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 from ..engine import compute_stats
 from ..hooks import TraceRecorder, load_trace
@@ -74,10 +74,8 @@ def record_run(settings: Any, path: str, target_only: bool = False) -> str:
 
     decoder = build_decoder(settings, lambda msg: log.info("%s", msg), target_only=target_only)
     with open(path, "w", encoding="utf-8") as fh:
-        session = decoder.start(settings.prompt, max_new_tokens=settings.max_new_tokens, seed=settings.seed,
-                                hooks=[TraceRecorder(fh)], chat=settings.chat)
-        while not session.done:
-            session.step()
+        decoder.generate(settings.prompt, max_new_tokens=settings.max_new_tokens, seed=settings.seed,
+                         hooks=[TraceRecorder(fh)], chat=settings.chat)
     return path
 
 
@@ -99,19 +97,23 @@ class ReplaySession:
         self.path = path
         self.steps: list[StepRecord] = []
         self.prefill_ms = trace.stats.prefill_ms if trace.stats else 0.0
-        self.target_forwards = 0
 
     @property
     def done(self) -> bool:
         return len(self.steps) >= len(self._records)
+
+    @property
+    def target_forwards(self) -> int:
+        """The prefill and one verify per step, as ``engine.Session`` counts; the recorded total at the end."""
+        if self.done and self._final is not None:
+            return self._final.target_forwards
+        return len(self.steps) + 1 if self.steps else 0
 
     def step(self) -> StepRecord:
         if self.done:
             raise RuntimeError("the recorded run has no more steps")
         record = self._records[len(self.steps)]
         self.steps.append(record)
-        # the prefill and one verify per step, as engine.Session counts; the recorded total at the end
-        self.target_forwards = (self._final.target_forwards if self.done and self._final else len(self.steps) + 1)
         return record
 
     def stats(self) -> Stats:
