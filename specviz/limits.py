@@ -36,7 +36,6 @@ __all__ = [
     "Limits",
     "check_bench_request",
     "check_k",
-    "check_request",
     "count_prompt_tokens",
     "check_max_new_tokens",
     "check_model_name",
@@ -207,18 +206,6 @@ def load_checked(name: str, limits: Limits | None = None, **kwargs: Any):
     from .models import load_model
 
     return load_model(check_model_name(name, limits), **kwargs)
-
-
-def check_request(target: str, draft: str | None, k: int, max_new_tokens: int, prompt: str,
-                  limits: Limits | None = None) -> None:
-    """Every check that needs no model, for one run's settings (used by ``ui.state.parse_settings``)."""
-    lim = limits or Limits.from_env()
-    check_model_name(target, lim)
-    if draft:
-        check_model_name(draft, lim)
-    check_k(k, lim)
-    check_max_new_tokens(max_new_tokens, lim)
-    check_prompt_chars(prompt, lim)
 
 
 def check_bench_request(target: str, proposer_specs: list[str], ks: Any, max_new_tokens: int, prompts: list[str],

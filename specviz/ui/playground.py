@@ -19,7 +19,7 @@ from .. import viz
 from ..algorithm import Acceptance
 from ..engine import SpeculativeDecoder
 from ..models import HUB_PAIRS, hub_pairs, list_models, load_model
-from ..limits import Limits, check_prompt_tokens, count_prompt_tokens
+from ..limits import Limits, check_prompts_fit
 from ..prompts import PromptRow, read_jsonl, bundled_path
 from ..proposers import CrossTokenizerDraft, DraftModel, EarlyExit, NGram, NGramOrDraft
 from . import zerogpu
@@ -120,7 +120,7 @@ def auto_draft(target: str, proposer: str, current: str) -> str | None:
 def build_decoder(settings: Settings, progress: Callable[[str], None], *, target_only: bool = False) -> SpeculativeDecoder:
     """Load the models (cached) and make the decoder; ValueError for anything the user can fix."""
     target = load_model(settings.target, progress=progress)
-    check_prompt_tokens(count_prompt_tokens(target.tokenizer, settings.prompt, settings.chat))  # hosting limit
+    check_prompts_fit(target.tokenizer, [settings.prompt], chat=settings.chat)  # hosting limit
     if target_only:
         return SpeculativeDecoder(target, None, sampling=settings.sampling)
     if settings.proposer == NGRAM:

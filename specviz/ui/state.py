@@ -18,7 +18,7 @@ from typing import IO, Any, Callable
 from ..engine import Session, SpeculativeDecoder, compute_stats
 from ..hooks import TraceRecorder, load_trace
 from ..records import Sampling, Stats, StepRecord
-from ..limits import Limits, check_request
+from ..limits import Limits, check_k, check_max_new_tokens, check_model_name, check_prompt_chars
 from ..models import pin, unpin
 from ..parsing import finite_number
 
@@ -82,13 +82,13 @@ def _number(value: Any, name: str) -> float:
     return finite_number(value, name)
 
 
-def _whole(value: Any, name: str, lo: int, hi: int | None = None, why: str = "") -> int:
-    """A whole number in [lo, hi]; ``why`` names where the upper bound comes from."""
+def _whole(value: Any, name: str, lo: int | None, hi: int | None = None) -> int:
+    """A whole number in [lo, hi] (``lo=None``: any whole number; the caller checks the range)."""
     x = _number(value, name)
     if x != int(x):
         raise ValueError(f"{name} must be a whole number, got {value!r}")
-    if x < lo or (hi is not None and x > hi):
-        rng = f"from {lo} to {hi}{why}" if hi is not None else f">= {lo}"
+    if lo is not None and (x < lo or (hi is not None and x > hi)):
+        rng = f"from {lo} to {hi}" if hi is not None else f">= {lo}"
         raise ValueError(f"{name} must be {rng}, got {int(x)}")
     return int(x)
 
@@ -114,7 +114,8 @@ def parse_settings(
         raise ValueError(f"unknown k schedule {schedule!r}; choose one of: {', '.join(SCHEDULES)}")
     n_layers = _whole(layers, "early-exit layers", 1) if proposer == EARLY else None
     lim = Limits.from_env()  # the host's caps (SPECVIZ_MAX_K, SPECVIZ_MAX_NEW_TOKENS, ...), read per request
-    k = _whole(k, "k (tokens drafted per step)", 1, lim.max_k, " on this server (SPECVIZ_MAX_K)")
+    k = _whole(k, "k (tokens drafted per step)", None)
+    check_k(k, lim)  # the host's range, named in the message
     t = _number(temperature, "temperature")
     if not 0 <= t <= MAX_TEMPERATURE:
         raise ValueError(f"temperature must be from 0 (greedy) to {MAX_TEMPERATURE:g}, got {t:g}")
@@ -123,10 +124,14 @@ def parse_settings(
         raise ValueError(f"top-p must be in (0, 1] (1 = off), got {tp:g}")
     tk = _whole(top_k, "top-k", 0)
     seed = _whole(seed, "seed", 0, 2**63 - 1)
-    n = _whole(max_new_tokens, "max new tokens", 1, lim.max_new_tokens, " on this server (SPECVIZ_MAX_NEW_TOKENS)")
+    n = _whole(max_new_tokens, "max new tokens", None)
+    check_max_new_tokens(n, lim)
     if not isinstance(prompt, str) or not prompt.strip():
         raise ValueError("the prompt is empty: type some text or pick an example")
-    check_request(target, draft_name if proposer in USES_DRAFT_MODEL else None, k, n, prompt, lim)  # hosting limits
+    check_model_name(target, lim)  # hosting limits: names (no local paths unless allowed), prompt length
+    if proposer in USES_DRAFT_MODEL:
+        check_model_name(draft_name, lim)
+    check_prompt_chars(prompt, lim)
     return Settings(
         target=target, proposer=proposer, draft=draft_name if proposer in USES_DRAFT_MODEL else None, k=k,
         temperature=t, top_p=None if tp >= 1 else tp, top_k=tk or None, seed=seed, max_new_tokens=n,
@@ -216,31 +221,28 @@ class PlaygroundState:
     def start(self, settings: Settings, decoder: SpeculativeDecoder) -> None:
         """A fresh live session (the old one, and its trace, are dropped)."""
         self._close_trace()
-        self.mode = "live"
-        self.trace_steps, self.trace_header, self.trace_stats, self.trace_source = (), {}, None, None
-        self.trace_path = self.new_trace_path(settings)
-        self._trace_fh = open(self.trace_path, "w", encoding="utf-8", buffering=1)  # line-buffered
+        path = self.new_trace_path(settings)
+        self._trace_fh = open(path, "w", encoding="utf-8", buffering=1)  # line-buffered
         session = decoder.start(
             settings.prompt, max_new_tokens=settings.max_new_tokens, seed=settings.seed,
             hooks=[TraceRecorder(self._trace_fh)], chat=settings.chat,
         )
-        self.settings, self.session = settings, session
-        self._hold(decoder)  # its models stay cached while this run lives
-        self.steps = session.steps  # the session appends to it
-        self.prompt_text = settings.prompt
-        self.selected_step = self.selected_pos = None
-        self.last_engine_ms = None
+        self._begin(settings, session, path, decoder)
 
     def start_recorded(self, settings: Settings, session: Any) -> None:
         """A run recorded in one go elsewhere (on ZeroGPU: ``ui.zerogpu.ReplaySession``), stepped
         like a live one; its trace file is the download."""
         self._close_trace()
+        self._begin(settings, session, session.path, None)
+
+    def _begin(self, settings: Settings, session: Any, trace_path: str, decoder: SpeculativeDecoder | None) -> None:
+        """Make ``session`` the live run; ``decoder``'s models stay cached while it lives."""
         self.mode = "live"
         self.trace_steps, self.trace_header, self.trace_stats, self.trace_source = (), {}, None, None
-        self.trace_path = session.path
-        self._hold(None)
+        self.trace_path = trace_path
         self.settings, self.session = settings, session
-        self.steps = session.steps
+        self._hold(decoder)
+        self.steps = session.steps  # the session appends to it
         self.prompt_text = settings.prompt
         self.selected_step = self.selected_pos = None
         self.last_engine_ms = None
