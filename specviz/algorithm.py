@@ -4,7 +4,8 @@ Notation follows Leviathan, Kalman & Matias (2023): ``p`` is the target's distri
 draft's (both after the same temperature / top-k / top-p), ``x_i`` the i-th drafted token,
 ``u_i ~ U(0, 1)``. Nothing here touches a model: every function maps tensors to tensors, so the
 rule is tested on hand-written distributions and reused by the engine, the Learn tab and the
-statistical exactness tests.
+statistical exactness tests. What the rule implies for speed (expected tokens per step, expected
+speedup) is in :mod:`specviz.theory`.
 """
 
 from __future__ import annotations
@@ -182,18 +183,3 @@ def _accepted_prefix(accepted: torch.Tensor) -> int:
     """Length of the leading run of True in a [k] bool tensor."""
     return int(accepted.long().cumprod(dim=0).sum())
 
-
-def expected_tokens_per_step(a: float, k: int) -> float:
-    """E[tokens per step] = (1 - a^(k+1)) / (1 - a) for i.i.d. acceptance rate a (paper, eq. 1)."""
-    if a >= 1.0:
-        return float(k + 1)
-    return (1.0 - a ** (k + 1)) / (1.0 - a)
-
-
-def expected_speedup(a: float, k: int, c: float, v: float = 1.0) -> float:
-    """Walltime gain (1 - a^(k+1)) / ((1 - a)(k c + v)).
-
-    c: cost of one draft step / one target step; v: cost of a k+1-token verify pass / one target
-    step (1 in the paper's idealisation).
-    """
-    return expected_tokens_per_step(a, k) / (k * c + v)

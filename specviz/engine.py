@@ -13,13 +13,12 @@ from typing import Any, Iterable, Sequence
 import torch
 
 from .algorithm import EXACT, TOP_N, Acceptance, Verification, logits_to_probs, verify
+from .bounds import ENGINE_MAX_K as MAX_K  # the engine's hard limit on k; kept as engine.MAX_K
 from .hooks import Hook, HookList
 from .kv import cache_length, forward_logits, new_cache, rollback
 from .proposers.base import Proposer, empty_proposal
 from .records import DraftDecision, GenerationResult, Proposal, Sampling, Stats, StepRecord, TopToken
 from .schedules import make_schedule
-
-MAX_K = 32
 
 
 def encode_prompt(tokenizer, prompt: str | Sequence[int], chat: bool = False) -> list[int]:

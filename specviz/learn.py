@@ -10,12 +10,13 @@
    target's ``p`` and the draft's ``q`` (one forward each), :func:`compare_with_speculation`
    samples the next token N times with speculation (the rule on the real ``p`` and ``q``: exactly
    the distribution speculative decoding commits at that position) and without (from ``p``).
-3. The expected-speedup calculator: :func:`speedup_curve`, :func:`best_k`, and the user's measured
-   runs (:func:`parse_measured_runs`, :func:`runs_from_bench_report`).
+3. The expected-speedup calculator: :func:`speedup_curve` and :func:`best_k` (from
+   :mod:`specviz.theory`, re-exported here), and the user's measured runs
+   (:func:`parse_measured_runs`, :func:`runs_from_bench_report`).
 
 The acceptance math is not re-implemented here: it calls :mod:`specviz.algorithm`
-(``acceptance_ratio``, ``residual_distribution``, ``typical_threshold``, ``expected_speedup``),
-the same code the engine verifies with.
+(``acceptance_ratio``, ``residual_distribution``, ``typical_threshold``), the same code the
+engine verifies with, and :mod:`specviz.theory` for the expected speedup.
 """
 
 from __future__ import annotations
@@ -32,14 +33,14 @@ import torch
 from .algorithm import (
     Acceptance,
     acceptance_ratio,
-    expected_speedup,
-    expected_tokens_per_step,
     logits_to_probs,
     residual_distribution,
     typical_threshold,
 )
-from .records import Sampling
+from .bounds import LEARN_CURVE_MAX_K, THEORY_MAX_K
 from .parsing import finite_number
+from .records import Sampling
+from .theory import best_k, speedup_curve
 
 __all__ = [
     "BROKEN_RULES", "MAX_TOKENS", "MIN_TOKENS", "PRESETS", "RULES", "MeasuredRun", "NextToken", "RuleExperiment",
@@ -476,29 +477,7 @@ def comparison_rows(p: torch.Tensor, q: torch.Tensor, cmp: "SpecComparison", n_t
 
 # -- part 3: the expected-speedup calculator ---------------------------------------------------
 
-K_MAX = 16
-
-
-def _check_calc(a: float, c: float, v: float) -> None:
-    if not 0 <= a <= 1:
-        raise ValueError(f"a (acceptance rate) must be from 0 to 1, got {a:g}")
-    if c < 0:
-        raise ValueError(f"c (draft step cost / target step cost) must be >= 0, got {c:g}")
-    if v <= 0:
-        raise ValueError(f"v (verify pass cost / target step cost) must be > 0, got {v:g}")
-
-
-def speedup_curve(a: float, c: float, v: float = 1.0, k_max: int = K_MAX) -> list[tuple[int, float, float]]:
-    """[(k, E[tokens/step], expected speedup)] for k = 1..k_max."""
-    _check_calc(a, c, v)
-    return [(k, expected_tokens_per_step(a, k), expected_speedup(a, k, c, v)) for k in range(1, int(k_max) + 1)]
-
-
-def best_k(a: float, c: float, v: float = 1.0, k_max: int = K_MAX) -> tuple[int, float]:
-    """(k, speedup) with the highest expected speedup for k in 1..k_max (the smallest k on ties)."""
-    curve = speedup_curve(a, c, v, k_max)
-    k, _, s = max(curve, key=lambda t: (t[2], -t[0]))
-    return k, s
+K_MAX = LEARN_CURVE_MAX_K  # the calculator's curve range (specviz.bounds)
 
 
 @dataclass(frozen=True)
@@ -521,8 +500,8 @@ def _run(a: float, k: float, s: float, label: str = "", c: float | None = None, 
          where: str = "") -> MeasuredRun:
     if not 0 <= a <= 1:
         raise ValueError(f"{where}a (acceptance rate) must be from 0 to 1, got {a:g}")
-    if k != int(k) or not 1 <= k <= 64:
-        raise ValueError(f"{where}k must be a whole number from 1 to 64, got {k:g}")
+    if k != int(k) or not 1 <= k <= THEORY_MAX_K:
+        raise ValueError(f"{where}k must be a whole number from 1 to {THEORY_MAX_K}, got {k:g}")
     if s <= 0:
         raise ValueError(f"{where}speedup must be > 0, got {s:g}")
     return MeasuredRun(a, int(k), s, label, c, v)

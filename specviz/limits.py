@@ -31,6 +31,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from .bounds import ENGINE_MAX_K, HOSTING_DEFAULT_MAX_K
+
 __all__ = [
     "CHARS_PER_TOKEN",
     "Limits",
@@ -45,7 +47,6 @@ __all__ = [
     "load_checked",
 ]
 
-ENGINE_MAX_K = 32  # specviz.engine.MAX_K (not imported: the engine imports torch)
 CHARS_PER_TOKEN = 16  # a prompt longer than max_prompt_tokens * this is refused before tokenizing
 _TRUE = {"1", "true", "yes", "on"}
 
@@ -84,7 +85,7 @@ class Limits:
 
     max_prompt_tokens: int = 2048
     max_new_tokens: int = 512
-    max_k: int = 16
+    max_k: int = HOSTING_DEFAULT_MAX_K
     allow_local_paths: bool = False
     model_memory_gb: float | None = None  # None: no byte budget (the count limit still applies)
 
@@ -93,7 +94,7 @@ class Limits:
         return cls(
             max_prompt_tokens=_env_int("SPECVIZ_MAX_PROMPT_TOKENS", 2048),
             max_new_tokens=_env_int("SPECVIZ_MAX_NEW_TOKENS", 512),
-            max_k=_env_int("SPECVIZ_MAX_K", 16, hi=ENGINE_MAX_K),
+            max_k=_env_int("SPECVIZ_MAX_K", HOSTING_DEFAULT_MAX_K, hi=ENGINE_MAX_K),
             allow_local_paths=os.environ.get("SPECVIZ_ALLOW_LOCAL_PATHS", "").strip().lower() in _TRUE,
             model_memory_gb=_env_float("SPECVIZ_MODEL_MEMORY_GB"),
         )

@@ -1,34 +1,28 @@
-"""Acceptance metrics, the speculative-decoding theory, and the "why no speedup?" readout.
+"""Acceptance metrics and the "why no speedup?" readout.
 
-Definitions follow DESIGN.md (the same as vLLM): acceptance rate ``a`` = accepted / drafted,
-mean acceptance length ``tau`` = committed tokens / steps, per-position rate i = steps whose
-draft i was accepted / steps with at least i+1 drafts.
+Definitions (the same as vLLM's; docs/architecture.md, "Metrics"): acceptance rate ``a`` =
+accepted / drafted, mean acceptance length ``tau`` = committed tokens / steps, per-position rate
+i = steps whose draft i was accepted / steps with at least i+1 drafts.
 
-The theory (Leviathan, Kalman & Matias 2023) lives in :mod:`specviz.algorithm` and is re-exported
-here: E[tokens per step] = (1 - a^(k+1)) / (1 - a) and the walltime gain
-E / (k c + v). This module adds how ``c`` and ``v`` are measured from a run's step timings, the
-predicted speedup of a benchmark row, and plain-language explanations of what limits it.
-
-Measured cost ratios (all per step, prefill excluded, so they describe the decode loop):
-
-- ``T`` (target step cost): target-only ms per step = its (draft + verify + other) ms / steps.
-  Target-only commits one token per step, so this is the baseline's ms per generated token.
-- ``c`` = (draft ms / drafted tokens) / T: one draft token's cost in target steps.
-- ``v`` = ((verify ms + other ms) / steps) / T: one verify round (a (k+1)-token target pass
-  plus the accept/commit bookkeeping the baseline also pays once per step) in target steps;
-  1.0 in the paper's idealisation.
-
-With these, a run's time per step is ``(k' c + v) T`` exactly (k' = drafted / steps), so the
-predicted speedup ``E(a, k) / (k c + v)`` differs from the measured one only through the
-acceptance model (E from an i.i.d. ``a`` versus the measured tau), drafts shorter than k, and
-prefill.
+The theory (expected tokens per step, expected speedup, the measured ``c`` and ``v``, the
+predicted speedup of a benchmark row) lives in :mod:`specviz.theory` and is re-exported here for
+callers that read a row's metrics from one place. This module adds plain-language explanations
+of what limits a measured speedup.
 """
 
 from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from .algorithm import expected_speedup, expected_tokens_per_step
+from .theory import (
+    expected_speedup,
+    expected_tokens_per_step,
+    ideal_speedups,
+    limiting_factor,
+    measured_c,
+    measured_v,
+    predicted_speedup,
+)
 
 __all__ = [
     "expected_tokens_per_step", "expected_speedup", "measured_c", "measured_v", "predicted_speedup",
@@ -36,50 +30,9 @@ __all__ = [
 ]
 
 
-def measured_c(draft_ms: float, drafted: int, target_step_ms: float) -> float | None:
-    """c = (draft ms per drafted token) / (target-only ms per step); None if not measurable."""
-    if drafted <= 0 or target_step_ms <= 0:
-        return None
-    return (draft_ms / drafted) / target_step_ms
-
-
-def measured_v(verify_ms: float, other_ms: float, steps: int, target_step_ms: float) -> float | None:
-    """v = ((verify + other) ms per step) / (target-only ms per step); None if not measurable."""
-    if steps <= 0 or target_step_ms <= 0:
-        return None
-    return ((verify_ms + other_ms) / steps) / target_step_ms
-
-
-def predicted_speedup(a: float | None, k: int, c: float | None, v: float | None) -> float | None:
-    """E(a, k) / (k c + v), or None when a, c or v is unknown."""
-    if a is None or c is None or v is None or k < 1 or k * c + v <= 0:
-        return None
-    return expected_speedup(a, k, c, v)
-
-
 def per_position_rates(hits: Sequence[int], trials: Sequence[int]) -> list[float]:
     """Per-position acceptance rates from summed counts (hits[i] / trials[i], 0 where no trials)."""
     return [h / t if t else 0.0 for h, t in zip(hits, trials)]
-
-
-def ideal_speedups(a: float, k: int, c: float, v: float) -> dict[str, float]:
-    """The speedup now and with each factor made ideal in turn (a = 1, c = 0, v = 1).
-
-    The factor whose ideal value gains the most is the one limiting the speedup.
-    """
-    now = expected_speedup(a, k, c, v)
-    return {
-        "now": now,
-        "a": expected_tokens_per_step(1.0, k) / (k * c + v),
-        "c": expected_tokens_per_step(a, k) / v if v > 0 else float("inf"),
-        "v": expected_tokens_per_step(a, k) / (k * c + 1.0),
-    }
-
-
-def limiting_factor(a: float, k: int, c: float, v: float) -> str:
-    """'a', 'c' or 'v': the factor whose ideal value would raise the predicted speedup most."""
-    gains = ideal_speedups(a, k, c, v)
-    return max(("a", "c", "v"), key=lambda f: gains[f])
 
 
 def _fmt(x: float) -> str:
@@ -120,7 +73,7 @@ def explain_row(row: Mapping[str, Any]) -> dict[str, Any]:
             + (f"; at the ideal v = 1 it would give {_fmt(gains['v'])}x." if v > 1.005 else ", no more than one decode step.")
         ),
     }
-    limit = max(("a", "c", "v"), key=lambda f: gains[f])
+    limit = limiting_factor(a, k, c, v)
     out["limit"] = limit
     why = {
         "a": "the acceptance rate limits it: too many drafts are thrown away",

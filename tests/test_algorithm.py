@@ -5,8 +5,6 @@ import torch
 
 from specviz.algorithm import (
     acceptance_ratio,
-    expected_speedup,
-    expected_tokens_per_step,
     logits_to_probs,
     point_mass_residual,
     residual_distribution,
@@ -119,12 +117,3 @@ def test_bad_sampling_settings_raise_helpful_errors(kwargs):
     with pytest.raises(ValueError, match="must"):
         Sampling(**kwargs)
 
-
-def test_theory_against_hand_computed_values():
-    assert expected_tokens_per_step(0.0, 4) == 1.0
-    assert expected_tokens_per_step(1.0, 4) == 5.0
-    assert expected_tokens_per_step(0.5, 2) == pytest.approx(1.75)  # 1 + .5 + .25
-    assert expected_tokens_per_step(0.8, 4) == pytest.approx((1 - 0.8**5) / 0.2)
-    # a = 0.8, k = 4, c = 0.05: (1 - 0.32768) / 0.2 = 3.3616 tokens per step, / (4 * 0.05 + 1)
-    assert expected_speedup(0.8, 4, 0.05) == pytest.approx(3.3616 / 1.2)
-    assert expected_speedup(0.5, 2, 0.1, v=1.5) == pytest.approx(1.75 / 1.7)

@@ -13,7 +13,8 @@ import pytest
 import torch
 
 from specviz import learn
-from specviz.algorithm import Acceptance, expected_speedup, expected_tokens_per_step, verify
+from specviz.algorithm import Acceptance, verify
+from specviz.theory import expected_speedup, expected_tokens_per_step
 from specviz.learn import (
     PRESETS, RULES, compare_with_speculation, next_token_distributions, output_distribution, parse_distribution,
     parse_measured_runs, parse_table, run_rule, sampling_noise, simulate_rule, tv_distance,

@@ -6,12 +6,13 @@ import math
 
 import pytest
 
-from specviz import algorithm, metrics
+from specviz import metrics, theory
 
 
-def test_reexports_are_the_algorithm_functions():
-    assert metrics.expected_tokens_per_step is algorithm.expected_tokens_per_step
-    assert metrics.expected_speedup is algorithm.expected_speedup
+def test_reexports_are_the_theory_functions():
+    for name in ("expected_tokens_per_step", "expected_speedup", "measured_c", "measured_v", "predicted_speedup",
+                 "ideal_speedups", "limiting_factor"):
+        assert getattr(metrics, name) is getattr(theory, name)
 
 
 @pytest.mark.parametrize(

@@ -15,7 +15,9 @@ import plotly.graph_objects as go
 import torch
 
 from ..algorithm import acceptance_ratio, residual_distribution, typical_threshold
-from ..learn import RULES, MeasuredRun, RuleExperiment, speedup_curve
+from ..bounds import LEARN_CURVE_MAX_K
+from ..learn import RULES, MeasuredRun, RuleExperiment
+from ..theory import speedup_curve
 from .figures import _figure as house_figure
 from .theme import COLORS
 from .tokens import token_label
@@ -171,7 +173,7 @@ def empty_learn_figure(title: str, message: str) -> go.Figure:
 # -- part 3: the expected-speedup calculator ---------------------------------------------------
 
 
-def speedup_figure(a: float, c: float, v: float, k: int, runs: Sequence[MeasuredRun] = (), k_max: int = 16) -> go.Figure:
+def speedup_figure(a: float, c: float, v: float, k: int, runs: Sequence[MeasuredRun] = (), k_max: int = LEARN_CURVE_MAX_K) -> go.Figure:
     """Expected speedup vs k for a, c, v (line), the chosen k and the best k marked, E[tokens/step]
     dotted on the right axis, break-even at 1×, and measured runs as amber points."""
     k_max = max(int(k_max), int(k), *(r.k for r in runs)) if runs else max(int(k_max), int(k))
