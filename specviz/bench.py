@@ -9,7 +9,7 @@ One API serves the CLI (``specviz bench``) and the app's Benchmark tab:
 
 ``run_sweep(...)`` wraps that loop with ``on_event`` / ``should_stop`` callbacks.
 
-How it measures (DESIGN.md, Benchmarks): batch size 1, one process, a warm-up of every
+How it measures (docs/architecture.md, "Benchmarks"): batch size 1, one process, a warm-up of every
 configuration first, then the prompts one at a time with every configuration run back to back on
 each prompt (interleaved, so slow drift of the machine hits all configurations alike), the
 order rotated by one configuration per prompt (so none always runs first on a fresh prompt, when

@@ -396,7 +396,7 @@ def _with_timings(record: StepRecord, draft_ms: float, verify_ms: float, other_m
 
 
 def compute_stats(steps: Sequence[StepRecord], prefill_ms: float = 0.0, target_forwards: int | None = None) -> Stats:
-    """Metrics from step records (DESIGN.md, Metrics); usable on a trace loaded back from disk."""
+    """Metrics from step records (docs/architecture.md, "Metrics"); usable on a trace loaded back from disk."""
     n_steps = len(steps)
     drafted = sum(s.k for s in steps)
     # drafts cut off by EOS / max_new_tokens were never committed, so they are not counted

@@ -134,7 +134,7 @@ def _draft_from_dict(d: dict[str, Any]) -> DraftDecision:
 
 @dataclass(frozen=True)
 class Stats:
-    """Run metrics, defined as in vLLM (see DESIGN.md, Metrics)."""
+    """Run metrics, defined as in vLLM (docs/architecture.md, "Metrics")."""
 
     steps: int  # speculative steps (target verify passes)
     drafted: int  # draft tokens proposed
