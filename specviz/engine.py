@@ -15,7 +15,7 @@ import torch
 from .algorithm import EXACT, TOP_N, Acceptance, Verification, logits_to_probs, verify
 from .bounds import ENGINE_MAX_K as MAX_K  # the engine's hard limit on k; kept as engine.MAX_K
 from .hooks import Hook, HookList
-from .kv import cache_length, forward_logits, new_cache, rollback
+from .kv import cache_length, context_window, forward_logits, new_cache, rollback
 from .proposers.base import Proposer, empty_proposal
 from .records import DraftDecision, GenerationResult, Proposal, Sampling, Stats, StepRecord, TopToken
 from .schedules import make_schedule
@@ -79,6 +79,22 @@ def _check_max_new_tokens(n: int) -> int:
     return n
 
 
+def check_context_window(n_prompt: int, max_new_tokens: int, window: int | None, name: str) -> None:
+    """ValueError unless the prompt and max_new_tokens fit the model's context window (None: no limit)."""
+    if window is None:
+        return
+    if n_prompt >= window:
+        raise ValueError(
+            f"the prompt has {n_prompt} tokens, but {name}'s context window is {window} tokens; shorten the "
+            f"prompt to at most {max(1, window - max_new_tokens)} tokens (leaving room for max_new_tokens={max_new_tokens})"
+        )
+    if n_prompt + max_new_tokens > window:
+        raise ValueError(
+            f"the prompt has {n_prompt} tokens and max_new_tokens={max_new_tokens}, but {name}'s context window is "
+            f"{window} tokens; lower max_new_tokens to at most {window - n_prompt} or shorten the prompt"
+        )
+
+
 class SpeculativeDecoder:
     """A target model and a proposer, with k, the sampling settings, a k schedule and the
     acceptance rule (exact by default; ``Acceptance("typical")`` is lossy)."""
@@ -131,8 +147,12 @@ class SpeculativeDecoder:
         hooks: Iterable[Hook] = (),
         chat: bool = False,
     ) -> "Session":
+        """A Session on ``prompt``; ValueError before any forward pass for bad input, including a prompt
+        and max_new_tokens that do not fit the target's context window."""
         ids = encode_prompt(self.target.tokenizer, prompt, chat=chat)
-        return Session(self, ids, _check_max_new_tokens(max_new_tokens), seed, hooks, prompt if isinstance(prompt, str) else "")
+        max_new_tokens = _check_max_new_tokens(max_new_tokens)
+        check_context_window(len(ids), max_new_tokens, context_window(self.target.model), self.target.name)
+        return Session(self, ids, max_new_tokens, seed, hooks, prompt if isinstance(prompt, str) else "")
 
     def generate(self, prompt: str | Sequence[int], *args: Any, **options: Any) -> GenerationResult:
         """``start(prompt, ...)`` (same arguments, defaults and checks), stepped until done."""

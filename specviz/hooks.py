@@ -104,10 +104,18 @@ class Trace:
 
 
 def load_trace(source: str | Path | IO[str] | Iterable[str]) -> Trace:
-    """Read a JSONL trace written by TraceRecorder back into StepRecords."""
+    """Read a JSONL trace written by TraceRecorder back into StepRecords.
+
+    A damaged file (a line that is not JSON, no header first, a step line missing fields) raises
+    a ValueError naming the file and the line.
+    """
+    where = _source_name(source)
     if isinstance(source, (str, Path)):
-        with open(source, encoding="utf-8") as fh:
-            lines = fh.read().splitlines()
+        try:
+            with open(source, encoding="utf-8") as fh:
+                lines = fh.read().splitlines()
+        except UnicodeDecodeError:
+            raise ValueError(f"{where} is not a specviz trace: it is not UTF-8 text") from None
     else:
         lines = list(source)
     header: dict[str, Any] | None = None
@@ -116,9 +124,20 @@ def load_trace(source: str | Path | IO[str] | Iterable[str]) -> Trace:
     for n, line in enumerate(lines, 1):
         if not line.strip():
             continue
+        at = f"{where}, line {n}"
         try:
             obj = json.loads(line)
-            kind = obj.pop("type")
+        except ValueError as exc:
+            raise ValueError(f"{at}: not JSON ({exc}); the file is damaged or not a specviz trace "
+                             "(write traces with specviz.TraceRecorder)") from None
+        if not isinstance(obj, dict) or not isinstance(obj.get("type"), str):
+            raise ValueError(f"{at}: not a trace line (a JSON object with a \"type\"); the file is damaged "
+                             "or not a specviz trace")
+        kind = obj.pop("type")
+        if header is None and kind != "header":
+            raise ValueError(f"{at}: a {kind!r} line before the header; a specviz trace starts with its header "
+                             "line (models, settings, seed): the file is cut or not a trace")
+        try:
             if kind == "header":
                 header = obj
             elif kind == "step":
@@ -126,8 +145,17 @@ def load_trace(source: str | Path | IO[str] | Iterable[str]) -> Trace:
             elif kind == "finish":
                 stats = Stats(**{k: (tuple(v) if isinstance(v, list) else v) for k, v in obj["stats"].items()})
                 text = obj.get("text")
-        except (ValueError, KeyError, TypeError) as exc:
-            raise ValueError(f"not a specviz trace: line {n} could not be read ({exc})") from exc
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise ValueError(f"{at}: a {kind} line with missing or bad fields ({exc}); the file is damaged "
+                             "or from another version of specviz") from None
     if header is None:
-        raise ValueError("not a specviz trace: no header line (write traces with specviz.TraceRecorder)")
+        raise ValueError(f"{where} is not a specviz trace: it has no header line (write traces with specviz.TraceRecorder)")
     return Trace(header, tuple(steps), stats, text)
+
+
+def _source_name(source: Any) -> str:
+    """How error messages name a trace: the file's name, else the stream's, else "the trace"."""
+    if isinstance(source, (str, Path)):
+        return Path(source).name
+    name = getattr(source, "name", None)
+    return Path(name).name if isinstance(name, str) else "the trace"

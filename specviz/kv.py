@@ -41,6 +41,20 @@ def forward_logits(model: torch.nn.Module, input_ids: torch.Tensor, cache, keep:
     return out.logits[0, -keep:].float()  # [keep, V]
 
 
+def context_window(model: torch.nn.Module) -> int | None:
+    """The most positions ``model`` takes (``max_position_embeddings`` of its config, or of its
+    text config for multimodal ones); None when the config sets no limit."""
+    config = getattr(model, "config", None)
+    configs = [config]
+    if config is not None and hasattr(config, "get_text_config"):
+        configs.append(config.get_text_config())
+    for cfg in configs:
+        n = getattr(cfg, "max_position_embeddings", None)
+        if isinstance(n, int) and not isinstance(n, bool) and n > 0:
+            return n
+    return None
+
+
 def vocab_size(model: torch.nn.Module) -> int:
     """The size of the model's logits (its config's vocabulary)."""
     return int(model.config.get_text_config().vocab_size)

@@ -287,3 +287,99 @@ def test_sliding_window_caches_roll_back_exactly(sliding_target):
         full = sliding_target.model(session.context[None]).logits[0, -1]
         assert torch.allclose(via_cache, full, atol=1e-4)
     assert rejected > 0
+
+
+# -- bad input: the context window and damaged traces ------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def short_target(tokenizer):
+    """A tiny target whose context window is 64 positions, and that refuses to run at all: every
+    test here must fail before the first forward pass."""
+    from conftest import loaded, make_llama
+
+    model = make_llama(len(tokenizer), 32, 2, seed=0, max_position_embeddings=64)
+
+    def no_forward(module, args, kwargs):
+        raise AssertionError("a forward pass ran before the bad input was refused")
+
+    model.register_forward_pre_hook(no_forward, with_kwargs=True)
+    return loaded(model, tokenizer, "tiny-64")
+
+
+@pytest.mark.parametrize("make", [
+    lambda t: SpeculativeDecoder(t, NGram(), k=4).generate("the cat sat", max_new_tokens=10**6),
+    lambda t: SpeculativeDecoder(t, None).start("the cat sat", max_new_tokens=10**6),
+    lambda t: autoregressive(t, "the cat sat", max_new_tokens=10**6),
+])
+def test_max_new_tokens_past_the_context_window_is_refused_before_any_forward(short_target, make):
+    n = len(encode_prompt(short_target.tokenizer, "the cat sat"))
+    with pytest.raises(ValueError) as err:
+        make(short_target)
+    msg = str(err.value)
+    assert f"the prompt has {n} tokens and max_new_tokens=1000000" in msg
+    assert "tiny-64's context window is 64 tokens" in msg
+    assert f"lower max_new_tokens to at most {64 - n}" in msg
+
+
+def test_the_largest_max_new_tokens_that_fits_is_accepted(short_target):
+    n = len(encode_prompt(short_target.tokenizer, "the cat sat"))
+    session = SpeculativeDecoder(short_target, None).start("the cat sat", max_new_tokens=64 - n)
+    assert session.max_new_tokens == 64 - n  # no step taken: the model refuses forwards here
+    with pytest.raises(ValueError, match=f"at most {64 - n}"):
+        SpeculativeDecoder(short_target, None).start("the cat sat", max_new_tokens=64 - n + 1)
+
+
+def test_a_prompt_longer_than_the_context_window_is_refused(short_target):
+    prompt = "the cat sat on the mat. " * 5  # 120 characters, one token each
+    with pytest.raises(ValueError, match=r"the prompt has 121 tokens, but tiny-64's context window is 64 tokens; shorten the prompt"):
+        SpeculativeDecoder(short_target, NGram()).generate(prompt, max_new_tokens=1)
+
+
+def test_context_window_of_configs():
+    from transformers import Gemma3Config, Gemma3TextConfig, LlamaConfig
+
+    from specviz.kv import context_window
+
+    class M:
+        def __init__(self, config):
+            self.config = config
+
+    assert context_window(M(LlamaConfig(max_position_embeddings=77))) == 77
+    text = Gemma3TextConfig(max_position_embeddings=99, vocab_size=64, hidden_size=16, num_hidden_layers=1)
+    assert context_window(M(Gemma3Config(text_config=text))) == 99  # multimodal: the text config's
+    assert context_window(M(object())) is None  # no limit stated: nothing to check
+
+
+def _good_trace(tiny_target, tmp_path):
+    path = tmp_path / "good.jsonl"
+    SpeculativeDecoder(tiny_target, NGram(), k=2).generate(PROMPTS[0], max_new_tokens=6, hooks=[TraceRecorder(path)])
+    return path.read_text(encoding="utf-8").splitlines()
+
+
+@pytest.mark.parametrize("damage, line, match", [
+    (lambda ls: ls[:2] + ["{not json"] + ls[2:], 3, "not JSON"),
+    (lambda ls: ls[1:], 1, "before the header"),
+    (lambda ls: [ls[0], ls[1].replace('"n_accepted"', '"n_acceptedX"')] + ls[2:], 2, "step line with missing or bad fields"),
+    (lambda ls: ls[:1] + ["[1, 2, 3]"] + ls[1:], 2, "not a trace line"),
+    (lambda ls: ls[:-1] + ['{"type": "finish", "stats": {"steps": 1}}'], None, "finish line with missing or bad fields"),
+])
+def test_a_damaged_trace_names_the_file_and_the_line(tiny_target, tmp_path, damage, line, match):
+    lines = damage(_good_trace(tiny_target, tmp_path))
+    bad = tmp_path / "damaged.jsonl"
+    bad.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    n = line if line is not None else len(lines)
+    with pytest.raises(ValueError, match=rf"^damaged\.jsonl, line {n}: .*{match}"):
+        load_trace(bad)
+    load_trace(tmp_path / "good.jsonl")  # the undamaged file still loads
+
+
+def test_a_trace_without_a_header_or_not_text_is_refused(tmp_path):
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="empty.jsonl is not a specviz trace: it has no header line"):
+        load_trace(empty)
+    binary = tmp_path / "picture.png"
+    binary.write_bytes(b"\x89PNG\r\n\x1a\n\xff\xfe")
+    with pytest.raises(ValueError, match="picture.png is not a specviz trace: it is not UTF-8"):
+        load_trace(binary)

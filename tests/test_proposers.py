@@ -136,3 +136,29 @@ def test_ngram_or_draft_sampled_output_follows_the_target(tiny_target, tiny_draf
     assert tv1 < 0.08 and tv2 < 0.08, (tv1, tv2)
     with pytest.raises(ValueError, match="min_ngram"):
         NGramOrDraft(DraftModel(tiny_draft), max_ngram=2, min_ngram=3)
+
+
+@pytest.mark.parametrize("window", [30, 8])
+def test_a_draft_with_a_shorter_window_drafts_nothing_past_it(tiny_target, tokenizer, window):
+    """The target's window is 1024, the draft's ``window``: the draft never sees a position it does
+    not have (30: it stops drafting mid-run; 8: the prompt alone is longer, so it never drafts), and
+    the output is still the target's."""
+    from conftest import loaded, make_llama
+
+    short = loaded(make_llama(len(tokenizer), 32, 2, seed=1, sharpen=30.0, max_position_embeddings=window),
+                   tokenizer, f"tiny-draft-{window}")
+    seen = []
+    short.model.register_forward_pre_hook(
+        lambda m, args, kwargs: seen.append(kwargs["cache"].get_seq_length() + kwargs["input_ids"].shape[1]),
+        with_kwargs=True,
+    )
+    prompt = PROMPTS[1]
+    res = SpeculativeDecoder(tiny_target, DraftModel(short), k=4).generate(prompt, max_new_tokens=40)
+    assert list(res.token_ids) == hf_greedy(tiny_target, prompt, 40)
+    assert max(seen, default=0) <= window  # positions fed to the draft: at most its window
+    n_prompt = len(tiny_target.tokenizer(prompt)["input_ids"])
+    length = n_prompt
+    for s in res.steps:
+        assert length + s.k - 1 <= window or s.k == 0
+        length += s.n_committed
+    assert (res.stats.drafted > 0) == (n_prompt < window)

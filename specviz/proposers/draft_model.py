@@ -9,7 +9,7 @@ from typing import Any
 import torch
 
 from ..algorithm import logits_to_probs
-from ..kv import cache_length, forward_logits, new_cache, rollback, vocab_size
+from ..kv import cache_length, context_window, forward_logits, new_cache, rollback, vocab_size
 from ..records import Proposal, Sampling
 
 
@@ -39,8 +39,18 @@ class DraftModel:
 @torch.inference_mode()
 def draft_tokens(draft, state: _DraftState, ctx: list[int], k: int, sampling: Sampling, generator, stop=None):
     """Draft up to k tokens after ``ctx`` with ``draft`` (a LoadedModel), reusing and rolling
-    back its KV cache in ``state``. -> (tokens [k'] long, q [k', state.vocab] or None if k' = 0)"""
+    back its KV cache in ``state``. -> (tokens [k'] long, q [k', state.vocab] or None if k' = 0)
+
+    Never past the draft's context window: drafting x_k feeds positions up to len(ctx) + k - 2,
+    so a draft with a shorter window than the target drafts fewer tokens near its end and none
+    past it (the target goes on alone; a proposer may always propose fewer than k).
+    """
     device = draft.device
+    window = context_window(draft.model)
+    if window is not None:
+        k = min(k, window - len(ctx) + 1)
+    if k <= 0:
+        return torch.empty(0, dtype=torch.long), None
     # 1. Roll the cache back to the longest prefix it shares with the context (at least one
     #    context token must be fed to get the next-token logits).
     keep = min(_common_prefix(state.ids, ctx), len(ctx) - 1)
