@@ -1,8 +1,10 @@
 """Load test: N concurrent sessions against the served app, each pressing Step then Play to the end.
 
-    python benchmarks/load_test.py                      # built-in models, 8 sessions, new server
-    python benchmarks/load_test.py --tiny -n 8          # tiny random models (seconds)
-    python benchmarks/load_test.py --url http://127.0.0.1:7860/ -n 16
+    python -m benchmarks.load_test                      # built-in models, 8 sessions, new server
+    python -m benchmarks.load_test --tiny -n 8          # tiny random models (seconds)
+    python -m benchmarks.load_test --url http://127.0.0.1:7860/ -n 16
+
+(from the repository root: it serves the app with tests/support/app_server.py).
 
 Every session is a ``gradio_client.Client`` (its own Gradio session, hence its own playground
 state) calling the playground's ``/on_step`` and ``/on_play`` endpoints. Sessions with the same
@@ -23,10 +25,6 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
-sys.path.insert(0, str(ROOT))
 
 
 @dataclass
@@ -119,7 +117,7 @@ def main() -> None:
     ap.add_argument("--draft", default="gemma-3-270m@int8")
     args = ap.parse_args()
 
-    import app_server
+    from tests.support import app_server
 
     target, draft, prompt = args.target, args.draft, "Explain speculative decoding in one paragraph."
     demo = None

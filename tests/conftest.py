@@ -1,8 +1,7 @@
-"""Shared fixtures: tiny random models built from configs (nothing is downloaded)."""
+"""Shared fixtures: tiny random models (built in tests/support/tiny.py), the app and the browser."""
 
 from __future__ import annotations
 
-import copy
 import os
 
 import pytest
@@ -13,59 +12,14 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 os.environ.setdefault("SPECVIZ_ALLOW_LOCAL_PATHS", "1")  # tests serve tiny models from local directories
 torch.set_num_threads(1)  # tiny models: one thread is fastest and leaves a core free
 
-CHARS = "abcdefghijklmnopqrstuvwxyz .,!?'\n"
-SPECIALS = ["<pad>", "<bos>", "<eos>", "<unk>"]
-
-
-def make_char_tokenizer():
-    """A character-level fast tokenizer: ids 0-3 special, then one id per character."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
-    from transformers import PreTrainedTokenizerFast
-
-    vocab = {tok: i for i, tok in enumerate(SPECIALS + list(CHARS))}
-    tk = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
-    tk.pre_tokenizer = pre_tokenizers.Split("", "isolated")
-    tk.decoder = decoders.Fuse()
-    tk.post_processor = processors.TemplateProcessing(single="<bos> $A", special_tokens=[("<bos>", 1)])
-    return PreTrainedTokenizerFast(
-        tokenizer_object=tk, bos_token="<bos>", eos_token="<eos>", unk_token="<unk>", pad_token="<pad>"
-    )
-
-
-def make_llama(vocab_size: int, hidden: int, layers: int, seed: int, sharpen: float = 1.0, **config_kwargs):
-    """A random Llama (eval mode) seeded with ``torch.manual_seed(seed)``; ``sharpen`` scales the LM
-    head so its distributions are peaked, not flat. ``config_kwargs`` override LlamaConfig fields
-    (defaults: bos 1, eos 2, pad 0, 1024 positions)."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(seed)
-    cfg = LlamaConfig(**dict(
-        vocab_size=vocab_size, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
-        bos_token_id=1, eos_token_id=2, pad_token_id=0, tie_word_embeddings=False,
-    ) | config_kwargs)
-    model = LlamaForCausalLM(cfg).eval()
-    with torch.no_grad():
-        model.lm_head.weight.mul_(sharpen)
-    model.generation_config.pad_token_id = cfg.pad_token_id
-    return model
-
-
-def loaded(model, tokenizer, name):
-    from specviz.models import LoadedModel
-
-    return LoadedModel(model=model, tokenizer=tokenizer, name=name, device=torch.device("cpu"), dtype=torch.float32)
-
-
-def perturbed(model, scale: float, seed: int):
-    """A copy of ``model`` with Gaussian noise on every weight: a draft that mostly agrees."""
-    twin = copy.deepcopy(model)
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in twin.parameters():
-            p.add_(torch.randn(p.shape, generator=g) * scale * p.std())
-    return twin
-
+from tests.support.tiny import (  # noqa: E402
+    loaded,
+    make_bpe_tokenizer,
+    make_char_tokenizer,
+    make_llama,
+    make_tiny_models,
+    perturbed,
+)
 
 @pytest.fixture(scope="session")
 def tokenizer():
@@ -89,39 +43,6 @@ def near_draft(tiny_target):
     return loaded(perturbed(tiny_target.model, 0.1, seed=2), tiny_target.tokenizer, "tiny-near")
 
 
-CORPUS = [
-    "the cat sat on the mat. the cat sat on the hat.",
-    "hello world, hello again. hello there, said the cat.",
-    "a quick brown fox jumps over the lazy dog, then the dog sat.",
-]
-
-
-def train_bpe(texts, vocab_size: int, specials, post_processor=None, **fast_kwargs):
-    """A byte-level BPE (any text encodes) trained on ``texts``, with specials named <pad> <s> </s> <unk>
-    in the order ``specials`` gives them ids; ``fast_kwargs`` go to PreTrainedTokenizerFast."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    tk = Tokenizer(models.BPE(unk_token="<unk>"))
-    tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tk.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size, special_tokens=list(specials),
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False,
-    )
-    tk.train_from_iterator(texts, trainer)
-    if post_processor is not None:
-        tk.post_processor = post_processor
-    return PreTrainedTokenizerFast(tokenizer_object=tk, bos_token="<s>", eos_token="</s>", unk_token="<unk>",
-                                   pad_token="<pad>", **fast_kwargs)
-
-
-def make_bpe_tokenizer(vocab_size: int = 300):
-    """A byte-level BPE trained here on a few sentences: a *different* tokenizer from the
-    character one (other ids, multi-character tokens), for cross-tokenizer drafting."""
-    return train_bpe(CORPUS * 20, vocab_size, ["<pad>", "<s>", "</s>", "<unk>"])
-
-
 @pytest.fixture(scope="session")
 def bpe_draft():
     """A random model over a different (BPE) tokenizer."""
@@ -129,13 +50,38 @@ def bpe_draft():
     return loaded(make_llama(len(tok), 32, 2, seed=4, sharpen=30.0), tok, "tiny-bpe")
 
 
-# -- the app and the browser (tests/app_server.py), for the browser and load tests -------------
+# -- tiny checkpoints on disk, as the app loads them -----------------------------------------
+
+
+@pytest.fixture(scope="module")
+def models_dir(tmp_path_factory):
+    """Local checkpoints: a tiny target, its noisy draft, a draft with another tokenizer (bpe) and one
+    with a smaller vocabulary (small), as {"target", "draft", "bpe", "small"} paths."""
+    root = tmp_path_factory.mktemp("hosting-models")
+    target, draft = make_tiny_models(root)
+    bpe = make_bpe_tokenizer()
+    for name, tok in (("bpe-draft", bpe), ("small-vocab-draft", make_char_tokenizer("abcdefghij .,"))):
+        make_llama(len(tok), 32, 2, seed=5, sharpen=30.0).save_pretrained(str(root / name))
+        tok.save_pretrained(str(root / name))
+    return {"target": target, "draft": draft, "bpe": str(root / "bpe-draft"), "small": str(root / "small-vocab-draft")}
+
+
+@pytest.fixture
+def allow_local(monkeypatch):
+    """Local model paths allowed, every hosting limit at its default, no hub."""
+    monkeypatch.setenv("SPECVIZ_ALLOW_LOCAL_PATHS", "1")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    for var in ("SPECVIZ_MAX_PROMPT_TOKENS", "SPECVIZ_MAX_NEW_TOKENS", "SPECVIZ_MAX_K", "SPECVIZ_MODEL_MEMORY_GB"):
+        monkeypatch.delenv(var, raising=False)
+
+
+# -- the app and the browser (tests/support), for the browser and load tests --------------------
 
 
 @pytest.fixture(scope="module")
 def tiny_env(tmp_path_factory):
     """The app's defaults naming tiny local models, set in os.environ for the module, then restored."""
-    import app_server
+    from tests.support import app_server
 
     with app_server.patched_environ(app_server.tiny_env(tmp_path_factory.mktemp("tiny-models"))) as env:
         yield env
@@ -144,7 +90,7 @@ def tiny_env(tmp_path_factory):
 @pytest.fixture(scope="module")
 def tiny_app(tiny_env):
     """The whole app served in this process on the tiny models: its URL."""
-    import app_server
+    from tests.support import app_server
 
     demo, url = app_server.start(tiny_env)
     yield url
@@ -154,9 +100,9 @@ def tiny_app(tiny_env):
 @pytest.fixture(scope="module")
 def needs_browser():
     """Skips the test where Chromium or Playwright is missing."""
-    import app_server
+    from tests.support import browser
 
-    reason = app_server.missing_browser()
+    reason = browser.missing_browser()
     if reason:
         pytest.skip(reason)
 
@@ -170,10 +116,11 @@ def app_url(needs_browser, tiny_app):
 @pytest.fixture(scope="module")
 def browser(needs_browser):
     """Debian's headless Chromium driven by Playwright, one per test module."""
-    import app_server
     from playwright.sync_api import sync_playwright
 
+    from tests.support.browser import launch_chromium
+
     with sync_playwright() as p:
-        b = app_server.launch_chromium(p)
+        b = launch_chromium(p)
         yield b
         b.close()

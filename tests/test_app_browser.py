@@ -1,6 +1,6 @@
 """The running app: handlers called directly, then the page driven in headless Chromium.
 
-The app is served in this process on 127.0.0.1 with tiny random models (tests/app_server.py);
+The app is served in this process on 127.0.0.1 with tiny random models (tests/support/app_server.py);
 Playwright drives Debian's Chromium (/usr/bin/chromium, never a downloaded browser).
 """
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-import app_server
+from tests.support import app_server
 
 TIMEOUT_MS = 120_000
 # Fixtures from conftest.py: tiny_env (the tiny models as the app's defaults), app_url (the app

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-import app_server
+from tests.support import app_server
 
 pytestmark = pytest.mark.browser
 # The browser fixture (Debian's Chromium through Playwright; skips without it) is in conftest.py.

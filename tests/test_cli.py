@@ -15,7 +15,7 @@ import pytest
 from specviz import cli
 from specviz.hooks import load_trace
 
-from conftest import make_char_tokenizer, make_llama, perturbed
+from tests.support import make_char_tokenizer, make_llama, perturbed
 
 PROMPT = "the cat sat on the mat. the cat sat on the"
 

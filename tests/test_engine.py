@@ -231,7 +231,7 @@ def test_records_hold_what_the_ui_needs(tiny_target, near_draft):
 
 
 def test_bad_input_raises_clear_errors(tiny_target, tokenizer):
-    from conftest import loaded, make_llama
+    from tests.support import loaded, make_llama
     from transformers import GPT2TokenizerFast  # noqa: F401  (only to show the error names the fix)
 
     with pytest.raises(ValueError, match="from 1 to 32"):
@@ -252,7 +252,7 @@ def test_bad_input_raises_clear_errors(tiny_target, tokenizer):
 @pytest.fixture(scope="module")
 def sliding_target(tokenizer):
     """A tiny Gemma 3 with an 8-token sliding window on most layers (like the built-in's 512)."""
-    from conftest import loaded
+    from tests.support import loaded
     from transformers import Gemma3ForCausalLM, Gemma3TextConfig
 
     torch.manual_seed(3)
@@ -269,7 +269,7 @@ def sliding_target(tokenizer):
 
 
 def test_sliding_window_caches_roll_back_exactly(sliding_target):
-    from conftest import loaded, perturbed
+    from tests.support import loaded, perturbed
 
     near = loaded(perturbed(sliding_target.model, 0.3, seed=1), sliding_target.tokenizer, "near")
     prompt = PROMPTS[0]  # 44 tokens: far past the 8-token window
@@ -296,7 +296,7 @@ def test_sliding_window_caches_roll_back_exactly(sliding_target):
 def short_target(tokenizer):
     """A tiny target whose context window is 64 positions, and that refuses to run at all: every
     test here must fail before the first forward pass."""
-    from conftest import loaded, make_llama
+    from tests.support import loaded, make_llama
 
     model = make_llama(len(tokenizer), 32, 2, seed=0, max_position_embeddings=64)
 

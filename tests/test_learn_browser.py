@@ -1,6 +1,6 @@
 """The Learn tab in headless Chromium, inside the whole app served with tiny models.
 
-The app is served in this process on 127.0.0.1 by tests/app_server.py (tiny random models named
+The app is served in this process on 127.0.0.1 by tests/support/app_server.py (tiny random models named
 through SPECVIZ_DEFAULT_TARGET / SPECVIZ_DEFAULT_DRAFT); Playwright drives Debian's Chromium
 (/usr/bin/chromium, never a downloaded browser).
 """

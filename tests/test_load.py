@@ -7,23 +7,17 @@ The playground handlers are Gradio API endpoints named after their functions (/o
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-import app_server  # noqa: E402
+from tests.support import app_server
 
 pytest.importorskip("gradio_client")
 
 
+@pytest.mark.slow
 def test_eight_concurrent_sessions_match_their_single_runs(tiny_env, tiny_app):
     """tiny_env / tiny_app (conftest.py): the tiny models as the app's defaults, and the app served on them."""
-    import load_test
+    from benchmarks import load_test
 
     env, url = tiny_env, tiny_app
     out = load_test.run_load(url, env["SPECVIZ_DEFAULT_TARGET"], env["SPECVIZ_DEFAULT_DRAFT"], sessions=8, seeds=2,

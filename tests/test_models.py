@@ -10,7 +10,7 @@ import torch
 from specviz import models as M
 
 try:
-    from tiny import make_tiny_model
+    from tests.support import make_tiny_model
 except ImportError:  # tests/ imported as a package
     from tests.tiny import make_tiny_model
 

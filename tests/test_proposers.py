@@ -8,12 +8,12 @@ from specviz.algorithm import Acceptance, typical_threshold, verify
 from specviz.proposers import CrossTokenizerDraft, DraftModel, EarlyExit, NGram, NGramOrDraft
 from specviz.proposers.cross_tokenizer import text_to_target_tokens
 from specviz.schedules import ConfidenceK, HeuristicK, make_schedule
-from test_engine import PROMPTS, _tv_of_first_two_tokens, hf_greedy
+from tests.test_engine import PROMPTS, _tv_of_first_two_tokens, hf_greedy
 
 
 @pytest.fixture(scope="module")
 def deep_target(tokenizer):
-    from conftest import loaded, make_llama
+    from tests.support import loaded, make_llama
 
     return loaded(make_llama(len(tokenizer), 64, 4, seed=6, sharpen=30.0), tokenizer, "tiny-deep")
 
@@ -143,7 +143,7 @@ def test_a_draft_with_a_shorter_window_drafts_nothing_past_it(tiny_target, token
     """The target's window is 1024, the draft's ``window``: the draft never sees a position it does
     not have (30: it stops drafting mid-run; 8: the prompt alone is longer, so it never drafts), and
     the output is still the target's."""
-    from conftest import loaded, make_llama
+    from tests.support import loaded, make_llama
 
     short = loaded(make_llama(len(tokenizer), 32, 2, seed=1, sharpen=30.0, max_position_embeddings=window),
                    tokenizer, f"tiny-draft-{window}")

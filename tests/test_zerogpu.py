@@ -8,15 +8,12 @@ from __future__ import annotations
 import pickle
 import sys
 import types
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
+from tests.support import app_server
 
-import app_server  # noqa: E402
-
-from specviz.ui import zerogpu  # noqa: E402
+from specviz.ui import zerogpu
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,2 @@
+"""The test suite; a package so that tests import their helpers as ``tests.support`` (run
+``pytest`` from the repository root)."""

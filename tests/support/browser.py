@@ -1,0 +1,116 @@
+"""Headless Chromium for the browser tests and the app's measurements (Debian's, never downloaded).
+
+``missing_browser()`` says why the browser tests cannot run here; ``launch_chromium(p)`` starts it
+through Playwright; ``measure_steps`` and ``screenshot`` drive a served app
+(``python -m tests.support.app_server --measure N --screenshot PNG``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+CHROMIUM = os.environ.get("SPECVIZ_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--disable-dev-shm-usage"]
+
+
+def missing_browser() -> str | None:
+    """Why the browser tests cannot run here (no Chromium, no Playwright), or None when they can."""
+    if not (Path(CHROMIUM).exists() or shutil.which(CHROMIUM)):
+        return f"{CHROMIUM} is missing (apt-get install chromium, or set SPECVIZ_CHROMIUM)"
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        return "playwright is not installed (pip install playwright)"
+    return None
+
+
+def launch_chromium(playwright):
+    """Debian's headless Chromium (never a downloaded browser) through a started Playwright."""
+    return playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+
+# Runs in the page: click Step, then note (once per frame) when the new step's tokens are shown
+# and when every plot has been redrawn with it.
+_CLICK_AND_WATCH = """
+(i) => {
+  const m = window.__sv_m = {t0: performance.now()};
+  const title = (sel) => document.querySelector(sel + ' .gtitle')?.textContent || '';
+  const check = () => {
+    const now = performance.now();
+    if (!m.shown && document.querySelector('#sv-tokens .sv-tokens')?.dataset.steps === String(i)) m.shown = now;
+    const bars = document.querySelectorAll('#sv-plot-timeline g.trace.bars')[1];
+    if (!m.drawn && bars && bars.querySelectorAll('g.point').length === i && title('#sv-topk').startsWith('Step ' + i + ' ')
+        && title('#sv-plot-tokens').includes('τ')) m.drawn = now;
+    if (!(m.shown && m.drawn)) requestAnimationFrame(check);
+  };
+  requestAnimationFrame(check);
+  document.querySelector('#sv-step-btn').click();
+}
+"""
+
+
+def measure_steps(url: str, n: int = 10, width: int = 1280, height: int = 800) -> list[dict]:
+    """Click Step n + 1 times (the first loads the models and is not counted); per click: the
+    engine's step time, and click -> shown / click -> everything redrawn, in ms."""
+    from playwright.sync_api import sync_playwright
+
+    rows = []
+    with sync_playwright() as p:
+        browser = launch_chromium(p)
+        page = browser.new_page(viewport={"width": width, "height": height})
+        page.set_default_timeout(600_000)
+        page.goto(url)
+        page.wait_for_selector("#sv-step-btn")
+        page.click("#sv-step-btn")
+        page.wait_for_function("document.querySelector('#sv-tokens .sv-tokens')?.dataset.steps === '1'")
+        page.wait_for_timeout(1000)
+        for i in range(2, n + 2):
+            if "Finished" in page.inner_text("#sv-status"):
+                break  # the run ended (max new tokens): fewer steps than asked
+            page.evaluate(_CLICK_AND_WATCH, i)
+            page.wait_for_function("window.__sv_m.shown && window.__sv_m.drawn", polling=50)
+            m = page.evaluate("window.__sv_m")
+            engine = float(page.get_attribute("#sv-metrics .sv-metrics", "data-engine-ms"))
+            rows.append({"engine_ms": engine, "shown_ms": m["shown"] - m["t0"], "drawn_ms": m["drawn"] - m["t0"]})
+            page.wait_for_timeout(300)
+        browser.close()
+    return rows
+
+
+def screenshot(url: str, path: str, narrow_path: str | None = None) -> None:
+    """A finished run with its target-only baseline, at 1280x800 (full page) and 390 px wide."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = launch_chromium(p)
+        page = browser.new_page(viewport={"width": 1280, "height": 800})
+        page.set_default_timeout(900_000)
+        page.goto(url)
+        page.wait_for_selector("#sv-step-btn")
+        page.click("#sv-play-btn")
+        page.wait_for_function("document.querySelector('#sv-status').innerText.includes('Finished')")
+        page.click("#sv-baseline-btn")
+        page.wait_for_function(
+            "document.querySelector('#sv-metrics [data-metric=\"speedup\"] .sv-card-value')?.innerText.includes('×')")
+        page.wait_for_function("document.querySelector('#sv-status').innerText.includes('speedup')")
+        rejected = page.locator("#sv-tokens .tok-rejected")
+        if rejected.count():  # inspect a step with a rejection, and show its tooltip
+            target = rejected.nth(min(2, rejected.count() - 1))
+            target.click()
+            page.wait_for_timeout(1500)
+            target.hover()
+            page.wait_for_timeout(300)
+        page.screenshot(path=path, full_page=True)
+        if narrow_path:
+            phone = browser.new_page(viewport={"width": 390, "height": 844})
+            phone.set_default_timeout(900_000)
+            phone.goto(url)
+            phone.wait_for_selector("#sv-step-btn")
+            for i in range(1, 4):
+                phone.click("#sv-step-btn")
+                phone.wait_for_function(f"document.querySelector('#sv-tokens .sv-tokens')?.dataset.steps === '{i}'")
+            phone.wait_for_timeout(1000)
+            phone.screenshot(path=narrow_path, full_page=True)
+        browser.close()
