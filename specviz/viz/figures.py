@@ -13,6 +13,7 @@ from typing import Sequence
 import plotly.graph_objects as go
 
 from ..records import Stats, StepRecord, TopToken
+from .numbers import fmt_pair, fmt_prob
 from .theme import COLORS, FONT, KIND_LABELS
 from .tokens import is_greedy, token_label
 
@@ -107,7 +108,8 @@ def topk_figure(record: StepRecord | None, position: int | None = None) -> go.Fi
         if greedy and d.verdict != "discarded":
             why = " (= argmax p)" if d.accepted else " (≠ argmax p)"
         elif d.u is not None:
-            why = f": u {d.u:.2f} {'≤' if d.accepted else '>'} min(1, p/q) {d.ratio:.2f}"
+            su, sr = fmt_pair(d.u, d.ratio)
+            why = f": u {su} {'≤' if d.accepted else '>'} min(1, p/q) {sr}"
         else:
             why = ""
         title = f"Step {record.index + 1} · position {pos + 1}{_BR}draft “{_axis_label(d.text)}” {verdict}{why}</span>"
@@ -141,21 +143,27 @@ def topk_figure(record: StepRecord | None, position: int | None = None) -> go.Fi
         seen.add(lab)
         labels.append(lab)
 
-    traces = [dict(type="bar", name="p (target)", x=labels, y=[p_map.get(t) for t in ids], marker=dict(color=COLORS["p"]),
-                   hovertemplate="%{x}<br>p = %{y:.3f}<extra></extra>")]
+    def bars(name: str, what: str, values: dict[int, float], color: str) -> dict:
+        ys = [values.get(t) for t in ids]  # hover text from viz.numbers: 4.12e-4, never 0.000
+        return dict(type="bar", name=name, x=labels, y=ys, marker=dict(color=color), customdata=[fmt_prob(y) for y in ys],
+                    hovertemplate=f"%{{x}}<br>{what} = %{{customdata}}<extra></extra>")
+
+    traces = [bars("p (target)", "p", p_map, COLORS["p"])]
     if pos < k:
-        traces.append(dict(type="bar", name="q (draft)" if record.drafts[pos].top_q else "q (point mass)", x=labels,
-                           y=[q_map.get(t) for t in ids], marker=dict(color=COLORS["q"]),
-                           hovertemplate="%{x}<br>q = %{y:.3f}<extra></extra>"))
+        traces.append(bars("q (draft)" if record.drafts[pos].top_q else "q (point mass)", "q", q_map, COLORS["q"]))
     if residual:
-        traces.append(dict(type="bar", name="residual norm(max(0, p − q))", x=labels, y=[r_map.get(t) for t in ids],
-                           marker=dict(color=COLORS["residual"]), hovertemplate="%{x}<br>residual = %{y:.3f}<extra></extra>"))
+        traces.append(bars("residual norm(max(0, p − q))", "residual", r_map, COLORS["residual"]))
     ymax = max([score(t) for t in ids] + [0.05])
-    notes = []
     if drafted is not None:
+        # A marker TRACE, not an annotation: Plotly places an annotation's x on a category axis with
+        # r2c, which reads a number-like label ("9") as a category INDEX (the 10th bar); a trace's x
+        # is looked up by its label. So a drafted "9" is marked over the bar "9", not over bar #9.
         i = ids.index(drafted[0])
-        notes.append(dict(x=labels[i], y=score(drafted[0]), text="drafted x", showarrow=True, arrowhead=2, ax=0, ay=-24,
-                          font=dict(size=10, color=COLORS["q"]), arrowcolor=COLORS["q"]))
+        traces.append(dict(type="scatter", x=[labels[i]], y=[score(drafted[0]) + ymax * 0.03], mode="markers+text",
+                           name="drafted x", showlegend=False, text=["drafted x"], textposition="top center",
+                           textfont=dict(size=10, color=COLORS["q"]), cliponaxis=False,
+                           marker=dict(symbol="triangle-down", size=9, color=COLORS["q"]),
+                           hovertemplate="drafted x = %{x}<extra></extra>"))
     if sampled is not None:
         i = ids.index(sampled[0])
         color = COLORS[record.next_kind]
@@ -165,8 +173,9 @@ def topk_figure(record: StepRecord | None, position: int | None = None) -> go.Fi
                            marker=dict(symbol="star", size=13, color=color, line=dict(width=1, color="white")),
                            hovertemplate=f"{name}: %{{x}}<extra></extra>"))
     return _figure(
-        traces, title, height=320, barmode="group", bargap=0.25, bargroupgap=0.05, margin=dict(t=96), annotations=notes,
-        xaxis=dict(type="category", tickangle=-35, tickfont=dict(size=11)),  # "3" is a token, not a number
+        traces, title, height=320, barmode="group", bargap=0.25, bargroupgap=0.05, margin=dict(t=96),
+        # "3" is a token, not a number: a category axis in the bars' own order
+        xaxis=dict(type="category", categoryorder="array", categoryarray=labels, tickangle=-35, tickfont=dict(size=11)),
         yaxis=dict(range=[0, ymax * 1.22], tickformat=".0%" if ymax > 0.2 else ".2f"),
     )
 

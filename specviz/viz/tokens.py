@@ -18,6 +18,7 @@ import unicodedata
 from typing import Sequence
 
 from ..records import DraftDecision, Stats, StepRecord
+from .numbers import decision_cell, decision_line, draft_columns, fmt_prob, ratio_note, rule_of
 from .theme import COLORS, KIND_LABELS
 
 __all__ = [
@@ -69,10 +70,8 @@ def _token_inner(text: str) -> str:
     return inner
 
 
-def _fmt(x: float | None, digits: int = 3) -> str:
-    if x is None:
-        return "—"
-    return f"{x:.{digits}f}"
+def _fmt(x: float | None) -> str:
+    return fmt_prob(x)  # significant figures, never "0.000" (see viz.numbers)
 
 
 def is_greedy(record: StepRecord) -> bool:
@@ -96,18 +95,9 @@ def _draft_tip(record: StepRecord, d: DraftDecision, greedy: bool) -> str:
     lines = [
         f"step {record.index + 1} · draft {d.position + 1} of {record.k} · {mark}",
         f"token {token_label(d.text)!r}  (id {d.token_id})",
-        f"p = {d.p:.3f}   q = {d.q:.3f}   min(1, p/q) = {_real_ratio(d):.3f}",
+        f"p = {_fmt(d.p)}   q = {_fmt(d.q)}   min(1, p/q) = {_fmt(_real_ratio(d))}{ratio_note(rule_of(record))}",
+        decision_line(record, d),
     ]
-    if d.verdict == "discarded":
-        lines.append("never judged: an earlier draft of this step was rejected")
-    elif greedy:
-        lines.append("greedy: " + ("x = argmax p, so accepted" if d.accepted else "x ≠ argmax p, so rejected"))
-    elif is_typical(record) and d.threshold is not None:
-        sign = ">" if d.accepted else "≤"
-        lines.append(f"typical (LOSSY): p = {d.p:.3f} {sign} min(ε, δ·e^(−H(p))) = {d.threshold:.3f}  →  {d.verdict}")
-    elif d.u is not None:
-        sign = "≤" if d.accepted else ">"
-        lines.append(f"u = {d.u:.3f} {sign} {d.ratio:.3f}  →  {d.verdict}")
     return "\n".join(lines)
 
 
@@ -129,19 +119,19 @@ def _next_tip(record: StepRecord, greedy: bool) -> str:
             how = "sampled from the residual norm(max(0, p − q))"
         lines = [head + f"correction after draft {rejected} was rejected", f"token {label}  (id {record.next_token_id})", how]
         r = _residual_of(record, record.next_token_id)
-        lines.append(f"p = {record.next_p:.3f}" + (f"   residual = {r:.3f}" if r is not None else ""))
+        lines.append(f"p = {_fmt(record.next_p)}" + (f"   residual = {_fmt(r)}" if r is not None else ""))
     elif record.next_kind == "bonus":
         lines = [
             head + f"bonus token: all {record.k} drafts accepted",
             f"token {label}  (id {record.next_token_id})",
             ("argmax p" if greedy else "sampled from p") + f" at position {record.k + 1}",
-            f"p = {record.next_p:.3f}",
+            f"p = {_fmt(record.next_p)}",
         ]
     else:
         lines = [
             head + "target-only token (nothing drafted)",
             f"token {label}  (id {record.next_token_id})",
-            f"p = {record.next_p:.3f}",
+            f"p = {_fmt(record.next_p)}",
         ]
     return "\n".join(lines)
 
@@ -247,7 +237,7 @@ def metrics_html(stats: Stats | None, baseline_stats: Stats | None = None, *, en
         _card("drafted", "Drafted", f"{s.drafted}", "draft tokens proposed"),
         _card("accepted", "Accepted", f"{s.accepted}", "drafts kept"),
         _card("acceptance", "Acceptance rate", f"{s.acceptance_rate:.0%}" if s.drafted else "—", "accepted / drafted"),
-        _card("tau", "Mean accept. length τ", f"{s.mean_acceptance_length:.2f}" if s.steps else "—", "tokens per step"),
+        _card("tau", 'Mean accept. length <span class="sv-sym">τ</span>', f"{s.mean_acceptance_length:.2f}" if s.steps else "—", "tokens per step"),
         _card("tps", "Tokens / s", f"{s.tokens_per_s:.1f}" if s.steps else "—", f"{s.new_tokens} tokens · engine time"),
         _card(
             "forwards", "Target forwards", f"{s.target_forwards}" if s.steps else "—",
@@ -286,8 +276,9 @@ def draft_table_rows(record: StepRecord | None) -> list[list[str]]:
             verdict = "– discarded"
         if d.accepted and d.position >= record.n_committed:
             verdict += " · cut off"
-        u = f"p>{_fmt(d.threshold)}" if is_typical(record) and d.threshold is not None else _fmt(d.u)
-        rows.append([str(d.position + 1), token_label(d.text), _fmt(d.q), _fmt(d.p), _fmt(_real_ratio(d)), u, verdict])
+        # typical: the threshold replaces min(1, p/q); greedy: "argmax p?" replaces u (viz.numbers)
+        ratio = _fmt(d.threshold) if is_typical(record) else _fmt(_real_ratio(d))
+        rows.append([str(d.position + 1), token_label(d.text), _fmt(d.q), _fmt(d.p), ratio, decision_cell(record, d), verdict])
     how = {
         "resampled": "↻ argmax p" if greedy or is_typical(record) else "↻ resampled",
         "bonus": "★ bonus",
@@ -309,7 +300,7 @@ def draft_table_html(record: StepRecord | None, selected_pos: int | None = None)
     # the row of the sampled token charts the position it was sampled at: n (rejected) or k (bonus)
     positions = [d.position for d in record.drafts] + [record.n_accepted]
     sel = default_position(record) if selected_pos is None else selected_pos
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in DRAFT_COLUMNS)
+    head = "".join(f'<th title="{html.escape(tip, quote=True)}">{html.escape(c)}</th>' for c, tip in draft_columns(record))
     body = []
     for i, (row, kind, pos) in enumerate(zip(rows, kinds, positions)):
         last = i == len(rows) - 1

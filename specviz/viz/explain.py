@@ -1,0 +1,211 @@
+"""The "why this speedup?" card: a run's own a, k, c, v and tau turned into plain words.
+
+A speedup is a ratio of two rates, so one sentence cannot explain it: the card says what the
+drafts bought (tokens per target pass) and what they cost (draft tokens and a wider verify pass,
+in target steps), and divides one by the other, with the run's own numbers:
+
+    drafts were accepted 96% of the time, so each target pass committed 4.6 tokens instead of 1;
+    but one draft token costs 0.50 of a target step here and the 5-token verify pass 1.70 steps,
+    so a step costs 3.70 target steps for 4.6 tokens: about 1.24x.
+
+Notation (as in :mod:`specviz.metrics`): ``a`` = accepted / drafted, ``tau`` = committed tokens /
+steps, ``c`` = one draft token's cost and ``v`` = one verify round's cost, both in target-only
+decode steps (``T``, measured on the target-only run). Without a target-only run, c and v are
+unknown and the card says so instead of guessing.
+
+Pure functions of numbers and records; no Gradio.
+"""
+
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from ..records import Stats, StepRecord
+
+__all__ = ["SpeedupStory", "explain_speedup", "explain_run", "run_costs", "drafted_fraction", "FASTER", "SLOWER"]
+
+FASTER = 1.05  # a speedup above this is "faster"
+SLOWER = 0.95  # below this "slower"; in between "about even"
+
+
+@dataclass(frozen=True)
+class SpeedupStory:
+    """What the card shows. ``limit`` names the factor that costs the most speed."""
+
+    verdict: str  # "faster" | "even" | "slower" | "unknown" (no baseline) | "nothing drafted"
+    limit: str | None  # "a" acceptance | "c" draft cost | "v" verify cost | "coverage" (n-gram misses) | "overhead" | None
+    headline: str  # one sentence
+    sentences: tuple[str, ...]  # the story, in order
+    advice: str  # what to change, or "" when nothing would help
+    predicted: float | None  # tau / (k' c + v): the decode loop's speedup from a, c, v
+    measured: float | None  # tokens/s over the target-only run's tokens/s
+    numbers: dict = field(default_factory=dict)  # a, k, c, v, tau, tokens, forwards, f, k_eff
+
+    @property
+    def text(self) -> str:
+        return " ".join((self.headline, *self.sentences, self.advice)).strip()
+
+    def html(self) -> str:
+        """The card as HTML (classes sv-why*, styled by lesson.css); every number is escaped text."""
+        body = "".join(f"<li>{html.escape(s)}</li>" for s in self.sentences)
+        advice = f'<p class="sv-why-advice">{html.escape(self.advice)}</p>' if self.advice else ""
+        limit = f' data-limit="{self.limit}"' if self.limit else ""
+        return (
+            f'<div class="sv-why sv-why-{self.verdict.replace(" ", "-")}" data-verdict="{self.verdict}"{limit}>'
+            f'<div class="sv-why-head">{html.escape(self.headline)}</div><ul class="sv-why-list">{body}</ul>{advice}</div>'
+        )
+
+
+def _x(v: float) -> str:
+    return f"{v:.2f}x"
+
+
+def _verdict(speed: float | None) -> str:
+    if speed is None:
+        return "unknown"
+    return "faster" if speed >= FASTER else "slower" if speed < SLOWER else "even"
+
+
+def explain_speedup(*, a: float | None, k: int, tau: float, tokens: int, target_forwards: int,
+                    c: float | None = None, v: float | None = None, speedup: float | None = None,
+                    drafted_fraction: float = 1.0, drafted_per_step: float | None = None,
+                    proposer: str = "draft model", prefill_forwards: int = 1) -> SpeedupStory:
+    """The story of one run's speedup, in plain words.
+
+    a: acceptance rate (accepted / drafted; None when nothing was drafted); k: the draft length
+    asked for; tau: committed tokens / steps; tokens: committed tokens; target_forwards: target
+    passes (prefill included); c, v: costs in target steps (None without a target-only run);
+    speedup: measured tokens/s ratio against target-only (None if not measured yet);
+    drafted_fraction: steps that drafted anything / steps (an n-gram misses some); drafted_per_step:
+    drafted tokens / steps (default k x drafted_fraction); proposer: a short name ("int8 draft",
+    "ngram") used in the advice.
+    """
+    if k < 0 or tau < 0 or tokens < 0 or target_forwards < 0:
+        raise ValueError("k, tau, tokens and target_forwards must be >= 0; pass the run's own Stats values")
+    if not 0.0 <= drafted_fraction <= 1.0:
+        raise ValueError(f"drafted_fraction (steps that drafted / steps) must be from 0 to 1, got {drafted_fraction!r}")
+    plain = tokens + prefill_forwards  # target-only needs one pass per token (plus prefill)
+    k_eff = k * drafted_fraction if drafted_per_step is None else drafted_per_step
+    nums = dict(a=a, k=k, c=c, v=v, tau=tau, tokens=tokens, forwards=target_forwards, f=drafted_fraction, k_eff=k_eff)
+
+    if k == 0 or a is None or k_eff == 0:
+        head = ("Nothing was drafted, so every target pass committed exactly 1 token: this is target-only decoding"
+                + (f" ({_x(speedup)} of the baseline: timing noise)." if speedup is not None else "."))
+        return SpeedupStory("nothing drafted", None, head, (), "Choose a proposer and k >= 1 to speculate.",
+                            None, speedup, nums)
+
+    gained = (f"Drafts were accepted {a:.0%} of the time, so each target pass committed {tau:.1f} tokens instead "
+              f"of 1 ({target_forwards} target passes for {tokens} tokens, where target-only needs {plain}).")
+    sentences = [gained]
+    if drafted_fraction < 0.999:
+        sentences.append(
+            f"The {proposer} drafted on only {drafted_fraction:.0%} of the steps; the others found nothing to "
+            "propose and were plain target steps that commit 1 token.")
+    if c is None or v is None:
+        head = (f"{tau:.1f} tokens per target pass; the speedup needs a target-only run."
+                if speedup is None else f"Measured {_x(speedup)}; the cost of a step is unknown without target-only timings.")
+        sentences.append("Whether that is faster depends on what drafting and the wider verify pass cost in target "
+                         "steps; run target-only on the same prompt and settings to measure them.")
+        limit = "coverage" if drafted_fraction < 0.5 else ("a" if a < 0.5 else None)
+        return SpeedupStory("unknown" if speedup is None else _verdict(speedup), limit, head, tuple(sentences),
+                            "Press “Run target-only” to measure the speedup.", None, speedup, nums)
+
+    step_cost = k_eff * c + v
+    if step_cost <= 0:
+        raise ValueError(f"a step must cost > 0 target steps, got k' c + v = {step_cost!r}; check c and v")
+    predicted = tau / step_cost
+    draft_cost = (f"one draft token costs {c:.2f} of a target step here" if c >= 0.005
+                  else "drafting costs next to nothing here")
+    drafts = f"{k_eff:.1f} drafted tokens per step" if abs(k_eff - k) > 1e-9 else f"{k}"
+    sentences.append(
+        f"But {draft_cost} and the {k + 1}-token verify pass {v:.2f} steps, so a step costs "
+        f"{drafts} x {c:.2f} + {v:.2f} = {step_cost:.2f} target steps for {tau:.1f} tokens: "
+        f"{tau:.2f} / {step_cost:.2f} = {_x(predicted)} in the decode loop.")
+
+    # which factor, made ideal, would gain the most: a = 1, c = 0, v = 1, every step drafting
+    gains = {
+        "a": (1 + k_eff) / step_cost,  # every drafted token accepted
+        "c": tau / v if v > 0 else float("inf"),  # free drafts
+        "v": tau / (k_eff * c + 1.0),  # a verify pass as cheap as one decode step
+    }
+    if 0 < drafted_fraction < 0.999:  # every step drafting like the steps that did
+        tau_full = 1 + (tau - 1) / drafted_fraction
+        gains["coverage"] = tau_full / (k_eff / drafted_fraction * c + v)
+    limit = max(gains, key=lambda f: gains[f])
+    measured = speedup
+    shown = measured if measured is not None else predicted
+    verdict = _verdict(shown)
+    if measured is not None:
+        head = f"Speedup {_x(measured)}: " + {"faster": "speculation pays here.", "even": "about even with target-only.",
+                                              "slower": "slower than target-only."}[verdict]
+        if predicted is not None and abs(measured - predicted) > 0.1 * predicted:
+            sentences.append(
+                f"Measured {_x(measured)} against {_x(predicted)} from the decode loop: the measurement also counts "
+                "the prefill (the draft's too), the time between steps and timing noise.")
+    else:
+        head = f"Expected about {_x(predicted)} (decode loop only); run target-only to measure it."
+    if measured is not None and measured < SLOWER and predicted >= FASTER:
+        limit = "overhead"  # the decode loop pays; what is lost is outside it
+    advice = _advice(limit, verdict, a=a, k=k, c=c, v=v, proposer=proposer, gains=gains, tau=tau,
+                     f=drafted_fraction, predicted=predicted)
+    return SpeedupStory(verdict, limit, head, tuple(sentences), advice, predicted, measured, nums)
+
+
+def _advice(limit: str, verdict: str, *, a: float, k: int, c: float, v: float, proposer: str, gains: dict,
+            tau: float, f: float = 1.0, predicted: float | None = None) -> str:
+    what = {
+        "a": (f"The limit is acceptance: {1 - a:.0%} of the drafts are thrown away. A draft closer to the target, "
+              "a lower temperature or a smaller k keeps more of them."),
+        "c": (f"The limit is the draft's cost: {k} draft tokens cost {k * c:.2f} target steps a round (free drafts "
+              f"would give {_x(gains['c'])}). Lower k or use a cheaper proposer (ngram drafts for free)."),
+        "v": (f"The limit is the verify pass: scoring {k + 1} tokens costs {v:.2f} decode steps on this machine "
+              f"(at v = 1 it would give {_x(gains['v'])}). A smaller k keeps the pass narrow; a GPU makes it nearly free."),
+        "coverage": (f"The limit is coverage: {1 - f:.0%} of the steps drafted nothing. Text that repeats itself "
+                     "(code, extraction, quoting the prompt) gives the n-gram lookup more to draft, or use a draft model."),
+        "overhead": (f"The limit is outside the decode loop, which alone runs at {_x(predicted or 0.0)}: the prefill "
+                     "(a draft model reads the prompt too) and the time between steps. A longer generation amortizes "
+                     "them."),
+    }[limit]
+    if verdict == "faster":
+        return f"It pays. {what.replace('The limit is', 'What limits it most is', 1)}"
+    return what
+
+
+def drafted_fraction(steps: Sequence[StepRecord]) -> float:
+    """Steps that drafted at least one token / steps (1.0 for a draft model; less for an n-gram)."""
+    if not steps:
+        return 0.0
+    return sum(1 for s in steps if s.k > 0) / len(steps)
+
+
+def run_costs(stats: Stats, baseline: Stats | None) -> tuple[float | None, float | None]:
+    """(c, v) of a run against a target-only run: c = draft ms per drafted token / T,
+    v = (verify + other) ms per step / T, T = target-only ms per step. (None, None) without one."""
+    if baseline is None or baseline.steps <= 0 or stats.steps <= 0:
+        return None, None
+    t = (baseline.draft_ms + baseline.verify_ms + baseline.other_ms) / baseline.steps
+    if t <= 0:
+        return None, None
+    c = (stats.draft_ms / stats.drafted) / t if stats.drafted else None
+    v = ((stats.verify_ms + stats.other_ms) / stats.steps) / t
+    return c, v
+
+
+def explain_run(steps: Sequence[StepRecord], stats: Stats, baseline: Stats | None = None, *, k: int,
+                proposer: str = "draft model") -> SpeedupStory:
+    """The card for a playground run: its steps and Stats, and a finished target-only run's Stats
+    (same target, prompt and settings) if there is one."""
+    c, v = run_costs(stats, baseline)
+    speed = None
+    if baseline is not None and baseline.tokens_per_s > 0 and stats.tokens_per_s > 0:
+        speed = stats.tokens_per_s / baseline.tokens_per_s
+    prefill = max(1, stats.target_forwards - stats.steps)
+    return explain_speedup(
+        a=stats.acceptance_rate if stats.drafted else None, k=k, tau=stats.mean_acceptance_length,
+        tokens=stats.new_tokens, target_forwards=stats.target_forwards, c=c, v=v, speedup=speed,
+        drafted_fraction=drafted_fraction(steps) if steps else 1.0,
+        drafted_per_step=(stats.drafted / stats.steps) if stats.steps else None, proposer=proposer,
+        prefill_forwards=prefill,
+    )
