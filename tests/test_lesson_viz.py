@@ -173,6 +173,21 @@ def test_chart_hovers_and_title_use_the_formatter():
     assert "u 0.700 > min(1, p/q) 0.408" in fig.layout.title.text
 
 
+def test_learn_charts_read_digit_tokens_as_categories_and_format_hovers():
+    import torch
+
+    from specviz.viz import learn as vl
+
+    p = torch.tensor([0.6, 0.399588, 0.000412])
+    q = torch.tensor([0.2, 0.3, 0.5])
+    fig = vl.rule_figure(["1", "2", "3"], p, q)
+    assert fig.layout.xaxis.type == "category"
+    (pt,) = _trace(fig, "p (target)")
+    assert list(pt.customdata)[2] == "4.12e-4" and "%{customdata}" in pt.hovertemplate
+    keep = [t for t in fig.data if t.yaxis == "y2"][0]
+    assert "0.00" not in keep.text  # min(1, p/q) = 8.2e-4 is not rounded to nothing
+
+
 def test_column_headers_fit_each_rule():
     heads = lambda rec: [h for h, _tip in numbers.draft_columns(rec)]
     assert heads(rejected_step())[4:6] == ["min(1, p/q)", "u"]

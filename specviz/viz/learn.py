@@ -20,6 +20,7 @@ from ..learn import RULES, MeasuredRun, RuleExperiment
 from ..theory import speedup_curve
 from .figures import _figure as house_figure
 from .theme import COLORS
+from .numbers import fmt_prob
 from .tokens import token_label
 
 __all__ = ["comparison_figure", "histogram_figure", "rule_figure", "speedup_figure", "unique_labels"]
@@ -52,6 +53,11 @@ def unique_labels(texts: Sequence[str], ids: Sequence[int] | None = None) -> lis
     return out
 
 
+def _hover(ys: Sequence[float], what: str) -> dict:
+    """Hover text through viz.numbers (4.12e-4, never 0.000) for a trace of probabilities."""
+    return dict(customdata=[fmt_prob(y) for y in ys], hovertemplate="%{x}<br>" + what + " = %{customdata}<extra></extra>")
+
+
 def _vals(t: torch.Tensor) -> list[float]:
     return [float(v) for v in t.double()]
 
@@ -69,14 +75,12 @@ def rule_figure(tokens: Sequence[str], p: torch.Tensor, q: torch.Tensor, rule: s
     residual = torch.clamp(p - q, min=0.0)
     residual = residual_distribution(p, q) if float(residual.sum()) > 0 else torch.zeros_like(p)
     traces = [
-        dict(type="bar", name="p (target)", x=labels, y=_vals(p), marker=dict(color=COLORS["p"]),
-             hovertemplate="%{x}<br>p = %{y:.3f}<extra></extra>"),
-        dict(type="bar", name="q (draft)", x=labels, y=_vals(q), marker=dict(color=COLORS["q"]),
-             hovertemplate="%{x}<br>q = %{y:.3f}<extra></extra>"),
+        dict(type="bar", name="p (target)", x=labels, y=_vals(p), marker=dict(color=COLORS["p"]), **_hover(_vals(p), "p")),
+        dict(type="bar", name="q (draft)", x=labels, y=_vals(q), marker=dict(color=COLORS["q"]), **_hover(_vals(q), "q")),
     ]
     if not typical:
         traces.append(dict(type="bar", name="residual norm(max(0, p − q))", x=labels, y=_vals(residual),
-                           marker=dict(color=COLORS["residual"]), hovertemplate="%{x}<br>residual = %{y:.3f}<extra></extra>"))
+                           marker=dict(color=COLORS["residual"]), **_hover(_vals(residual), "residual")))
     shapes = []
     if typical:
         thr = float(typical_threshold(p, eps, delta))
@@ -95,14 +99,15 @@ def rule_figure(tokens: Sequence[str], p: torch.Tensor, q: torch.Tensor, rule: s
         title = f"Target p, draft q and the residual · a draft is accepted with chance β = Σ min(p, q) = {kept:.2f}"
     traces.append(dict(
         type="scatter", mode="markers+text", name=name, x=labels, y=_vals(keep), yaxis="y2",
-        text=[f"{float(r):.2f}" for r in keep], textposition="top center", cliponaxis=False,
+        text=[f"{float(r):.2f}" if float(r) >= 0.01 or r == 0 else fmt_prob(float(r)) for r in keep],  # never "0.00"
+        textposition="top center", cliponaxis=False,
         textfont=dict(size=10, color=COLORS["ink"]),
         marker=dict(symbol="diamond", size=9, color=COLORS["accepted"], line=dict(width=1, color="white")),
-        hovertemplate="%{x}<br>" + what + " = %{y:.3f}<extra></extra>"))
+        **_hover(_vals(keep), what)))
     ymax = max(_vals(p) + _vals(q) + ([] if typical else _vals(residual)) + [0.05])
     return _figure(
         traces, title, barmode="group", bargap=0.25, bargroupgap=0.05,
-        xaxis=dict(tickfont=dict(size=12)),
+        xaxis=dict(type="category", tickfont=dict(size=12)),  # "3" is a token, not a number
         yaxis=dict(range=[0, ymax * 1.15], title=dict(text="probability", font=dict(size=10)), tickformat=".0%"),
         yaxis2=dict(range=[0, 1.18], overlaying="y", side="right", showgrid=False, zeroline=False, tickformat=".0%",
                     title=dict(text="kept", font=dict(size=10, color=COLORS["accepted"])),
@@ -122,19 +127,19 @@ def histogram_figure(exp: RuleExperiment) -> go.Figure:
     freq = _vals(exp.freq)
     traces = [
         dict(type="bar", name=f"{exp.n:,} samples, rule: {name}", x=labels, y=freq,
-             marker=dict(color=bar_color, opacity=0.85), customdata=[int(c) for c in exp.counts],
-             hovertemplate="%{x}<br>sampled %{y:.3f} (%{customdata:,} times)<extra></extra>"),
+             marker=dict(color=bar_color, opacity=0.85), customdata=[[f"{int(c):,}", fmt_prob(f)] for c, f in zip(exp.counts, freq)],
+             hovertemplate="%{x}<br>sampled %{customdata[1]} (%{customdata[0]} times)<extra></extra>"),
         dict(type="scatter", mode="markers", name="target p", x=labels, y=_vals(exp.p),
              marker=dict(symbol="line-ew", size=34, color=COLORS["p"], line=dict(width=3, color=COLORS["p"])),
-             hovertemplate="%{x}<br>p = %{y:.3f}<extra></extra>"),
+             **_hover(_vals(exp.p), "p")),
         dict(type="scatter", mode="markers", name=f"this rule in theory{lossy}", x=labels, y=_vals(exp.expected),
              marker=dict(symbol="diamond-open", size=10, color=COLORS["ink"], line=dict(width=1.5)),
-             hovertemplate="%{x}<br>in theory %{y:.3f}<extra></extra>"),
+             **_hover(_vals(exp.expected), "in theory")),
     ]
     verdict = "matches p" if exp.matches else "misses p"
     title = f"Sampled histogram vs p · TV {exp.tv:.3f} · {verdict}{lossy}"
     ymax = max(freq + _vals(exp.p) + _vals(exp.expected) + [0.05])
-    return _figure(traces, title, xaxis=dict(tickfont=dict(size=12)),
+    return _figure(traces, title, xaxis=dict(type="category", tickfont=dict(size=12)),
                    yaxis=dict(range=[0, ymax * 1.15], tickformat=".0%", title=dict(text="share of samples", font=dict(size=10))))
 
 
@@ -150,7 +155,7 @@ def comparison_figure(labels: Sequence[str], p: Sequence[float], q: Sequence[flo
         return empty_learn_figure("Next-token histograms", "Press Sample to compare")
     def trace(name, ys, color, what, **kw):
         return dict(type="bar", name=name, x=list(labels), y=list(ys), marker=dict(color=color, **kw),
-                    hovertemplate="%{x}<br>" + what + " = %{y:.3f}<extra></extra>")
+                    **_hover([float(y) for y in ys], what))
     traces = [
         trace("p (target)", p, COLORS["p"], "p"),
         trace(q_name, q, COLORS["q"], "q", opacity=0.55),
@@ -160,7 +165,7 @@ def comparison_figure(labels: Sequence[str], p: Sequence[float], q: Sequence[flo
     ymax = max(list(p) + list(q) + list(spec) + list(plain) + [0.05])
     title = f"Next token: {how} TV {tv_spec:.3f} from p · without TV {tv_plain:.3f}"
     return _figure(traces, title, barmode="group", bargap=0.2, bargroupgap=0.04,
-                   xaxis=dict(tickangle=-35, tickfont=dict(size=11)),
+                   xaxis=dict(type="category", tickangle=-35, tickfont=dict(size=11)),
                    yaxis=dict(range=[0, ymax * 1.12], tickformat=".0%" if ymax > 0.2 else ".2f"))
 
 

@@ -124,7 +124,7 @@ def race_figure(spec: Sequence[StepRecord], base: Sequence[StepRecord], *, spec_
             words = "".join(t for q in tls[name] for t in q.texts)[-tail_chars:]
             notes.append(dict(x=p.t_ms / 1e3, y=p.tokens, xanchor="right", yanchor="bottom", showarrow=False,
                               text=f"{html.escape(name)}: {p.tokens} tokens at {p.t_ms / 1e3:.2f} s<br>"
-                                   f"<i>…{html.escape(token_label(words))}</i>",
+                                   f"<i>…{html.escape(words.replace(chr(10), '↵ '))}</i>",
                               font=dict(size=10, color=color), align="right"))
     return _figure(traces, title, height=320, margin=dict(t=80), annotations=notes, hovermode="closest",
                    xaxis=dict(title=_xlabel("wall-clock seconds (from the request)"), rangemode="tozero"),
