@@ -36,7 +36,7 @@ except ImportError:  # pragma: no cover - depends on the branch this is merged w
 __all__ = [
     "ASSUMPTIONS", "Prediction", "Agreement", "TOLERANCE", "expected_tokens_per_step_positional",
     "predict_from_positions", "drafted_fraction_of_row", "predict_row", "compare", "speedup_gap_reasons",
-    "row_agreement",
+    "row_agreement", "augment_rows",
 ]
 
 TOLERANCE = 0.10  # measured and predicted "agree" within 10%
@@ -244,3 +244,21 @@ def row_agreement(row: Mapping[str, Any], prompt_rows: Sequence[Mapping[str, Any
         iid = f" (The i.i.d. formula with one pooled a would say tau {pred.tau_iid:.2f}.)"
     return {"prediction": pred, "tau": tau, "speedup": speed, "assumptions": ASSUMPTIONS,
             "text": f"{label}: {tau.text} {speed.text}{iid}"}
+
+
+def augment_rows(rows: Sequence[Mapping[str, Any]], prompt_rows: Sequence[Mapping[str, Any]] = ()) -> list[dict[str, Any]]:
+    """Summary rows with the per-position prediction added (copies; the report is not changed):
+    ``predicted_tau_positional``, ``predicted_speedup_positional``, ``drafted_fraction`` and
+    ``prediction_note`` (measured vs predicted in one sentence, the gap's measured reasons included)."""
+    bases = {r.get("impl"): r for r in rows if not r.get("k") and r.get("kind", "summary") == "summary"}
+    out = []
+    for r in rows:
+        row = dict(r)
+        if r.get("impl") == "specviz" and r.get("k"):
+            ag = row_agreement(r, prompt_rows, bases.get(r.get("impl")))
+            pred = ag["prediction"]
+            if pred is not None:
+                row.update(predicted_tau_positional=pred.tau, predicted_speedup_positional=pred.speedup,
+                           drafted_fraction=pred.drafted_fraction, prediction_note=ag["text"])
+        out.append(row)
+    return out

@@ -504,3 +504,22 @@ def test_lesson_css_covers_phone_width_and_every_new_class():
     assert not missing, missing
     assert PLOT_CONFIG["displayModeBar"] == "hover"
     assert (ROOT / "specviz" / "viz" / "assets" / "lesson.css").exists()
+
+
+def test_augmented_rows_feed_the_benchmark_charts():
+    from specviz.prediction import augment_rows
+    from specviz.viz import bench as vb
+
+    path = ROOT / "assets" / "bench-gemma-cpu.json"
+    if not path.exists():
+        pytest.skip("no bench report in assets/")
+    rep = json.loads(path.read_text())
+    rows = augment_rows(rep["rows"], rep["prompt_rows"])
+    assert rows is not rep["rows"] and "predicted_tau_positional" not in rep["rows"][1]
+    spec = [r for r in rows if r["impl"] == "specviz" and r["k"]]
+    assert spec and all(r["predicted_tau_positional"] == pytest.approx(r["mean_acceptance_length"], rel=0.1) for r in spec)
+    assert all("tau: measured" in r["prediction_note"] for r in spec)
+    fig = vb.predicted_speedup_figure(rows)
+    assert any("(per position)" in t.name for t in fig.data)
+    assert not any("(per position)" in t.name for t in vb.predicted_speedup_figure(rep["rows"]).data)
+    assert any("per-position" in t.name for t in vb.acceptance_length_figure(rows).data)

@@ -178,6 +178,9 @@ def acceptance_length_figure(rows: Sequence[Row]) -> go.Figure:
             line=dict(color=colors[p], dash="dash", width=1.5), marker=dict(symbol="diamond-open", size=9, color=colors[p]),
             hovertext=[f"{html.escape(p)} theory<br>k={t['k']}, a={t['a']:.2f}: E = {t['E']:.2f}" for t in th], hoverinfo="text",
         ))
+        if any(r.get("predicted_tau_positional") is not None for r in rs):  # rows from prediction.augment_rows
+            traces.append(_line(rs, "predicted_tau_positional", f"{p}: from per-position acceptance", colors[p], "dot",
+                                symbol="x-thin-open"))
     return _k_figure(rows, traces, title, "tokens per step", [(1.0, "target-only = 1 token/step")])
 
 
@@ -191,8 +194,11 @@ def predicted_speedup_figure(rows: Sequence[Row]) -> go.Figure:
     traces = []
     for p, _, rs in series:
         traces.append(_line(rs, "speedup", f"{p} measured", colors[p]))
+        # the per-position prediction (prediction.augment_rows) when the rows carry it, else the i.i.d. one
+        positional = any(r.get("predicted_speedup_positional") is not None for r in rs)
         traces.append(_line(
-            rs, "predicted_speedup", f"{p} predicted", colors[p], "dash",
+            rs, "predicted_speedup_positional" if positional else "predicted_speedup",
+            f"{p} predicted" + (" (per position)" if positional else ""), colors[p], "dash",
             extra=lambda r: f"<br>a={r['acceptance_rate']:.2f}, c={r['c']:.3f}, v={r['v']:.2f}" if r.get("c") is not None else "",
             symbol="diamond-open",
         ))
