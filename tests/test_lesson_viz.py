@@ -429,6 +429,14 @@ def test_race_html_is_static_and_animatable():
     assert 'tok tok-bonus' in h and 'tok tok-resampled' in h
     end = race.race_html(spec, base, 10_000)
     assert 'data-t-ms="600"' in end and end.count('data-done="true"') == 2
+    # animated by CSS alone: every token is there, each shown at its own commit time / speed
+    anim = race.race_html(spec, base, speed=2.0)
+    assert "<script" not in anim and "sv-race-animated" in anim
+    delays = [float(x) for x in re.findall(r'class="tok tok-\w+ sv-race-tok" style="animation-delay:([\d.]+)s"', anim)]
+    assert delays[:3] == [0.075] * 3 and delays[-1] == pytest.approx(0.3)  # 150 ms / 2, ..., 600 ms / 2
+    assert len(delays) == 7 + 6 and "animation-duration:0.225s" in anim  # spec ends at 450 ms
+    with pytest.raises(ValueError, match="speed"):
+        race.race_html(spec, base, speed=0)
 
 
 # -- 6. a step in phases ---------------------------------------------------------------------------
@@ -497,7 +505,7 @@ def test_lesson_css_covers_phone_width_and_every_new_class():
     rendered = " ".join([
         explain.explain_speedup(a=0.9, k=2, tau=2.5, tokens=20, target_forwards=9, c=0.1, v=1.2).html(),
         phases.step_phase_html(rejected_step(), "decide", 0), phases.step_phase_html(rejected_step(), "commit"),
-        race.race_html(spec, b, 300.0), viz.metrics_html(None),
+        race.race_html(spec, b, 300.0), race.race_html(spec, b), viz.metrics_html(None),
     ])
     classes = {c for attr in re.findall(r'class="([^"]+)"', rendered) for c in attr.split()}
     missing = [c for c in classes if f".{c}" not in css and f".{c}" not in base]

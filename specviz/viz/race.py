@@ -132,32 +132,54 @@ def race_figure(spec: Sequence[StepRecord], base: Sequence[StepRecord], *, spec_
 
 
 def _lane(name: str, steps: Sequence[StepRecord], t_ms: float, start_ms: float, total_ms: float, color: str,
-          cls: str) -> str:
+          cls: str, speed: float | None = None) -> str:
+    """One run's lane at time t; with ``speed`` (animated) every token is there from the start and
+    CSS shows it at its own commit time (divided by speed), so the race plays without a script."""
     tl = race_timeline(steps, start_ms)
-    done = [p for p in tl if p.t_ms <= t_ms]
-    n = done[-1].tokens if done else 0
-    finished = bool(tl) and len(done) == len(tl)
-    toks = "".join(f'<span class="tok tok-{k}">{_token_inner(t)}</span>' for p in done for t, k in zip(p.texts, p.kinds))
-    width = 100.0 * min(t_ms, tl[-1].t_ms if tl else 0.0) / total_ms if total_ms > 0 else 0.0
-    state = f"finished at {tl[-1].t_ms / 1e3:.2f} s" if finished else f"{n} tokens"
+    end = tl[-1].t_ms if tl else 0.0
+    if speed is not None:
+        toks = "".join(
+            f'<span class="tok tok-{k} sv-race-tok" style="animation-delay:{p.t_ms / speed / 1e3:.3f}s">{_token_inner(t)}</span>'
+            for p in tl for t, k in zip(p.texts, p.kinds))
+        width = 100.0 * end / total_ms if total_ms > 0 else 0.0
+        bar = f'<div class="sv-race-grow" style="width:{width:.1f}%;background:{color};animation-duration:{end / speed / 1e3:.3f}s"></div>'
+        n, finished, state = (tl[-1].tokens if tl else 0), bool(tl), f"{tl[-1].tokens if tl else 0} tokens in {end / 1e3:.2f} s"
+    else:
+        done = [p for p in tl if p.t_ms <= t_ms]
+        n = done[-1].tokens if done else 0
+        finished = bool(tl) and len(done) == len(tl)
+        toks = "".join(f'<span class="tok tok-{k}">{_token_inner(t)}</span>' for p in done for t, k in zip(p.texts, p.kinds))
+        width = 100.0 * min(t_ms, end) / total_ms if total_ms > 0 else 0.0
+        bar = f'<div style="width:{width:.1f}%;background:{color}"></div>'
+        state = f"finished at {end / 1e3:.2f} s" if finished else f"{n} tokens"
     return (
         f'<div class="sv-race-lane {cls}" data-tokens="{n}" data-done="{str(finished).lower()}">'
         f'<div class="sv-race-name"><b>{html.escape(name)}</b> <span class="sv-muted">{state}</span></div>'
-        f'<div class="sv-race-bar"><div style="width:{width:.1f}%;background:{color}"></div></div>'
+        f'<div class="sv-race-bar">{bar}</div>'
         f'<div class="sv-race-text sv-out">{toks}</div></div>'
     )
 
 
-def race_html(spec: Sequence[StepRecord], base: Sequence[StepRecord], t_ms: float, *, spec_start_ms: float = 0.0,
-              base_start_ms: float = 0.0, spec_label: str = "speculative", base_label: str = "target-only") -> str:
-    """Both runs' committed text at time ``t_ms`` as two lanes of tokens with a clock: plain HTML
-    (no script), so a UI can call it with a growing t to play the race and a screenshot needs nothing else."""
+def race_html(spec: Sequence[StepRecord], base: Sequence[StepRecord], t_ms: float | None = None, *,
+              spec_start_ms: float = 0.0, base_start_ms: float = 0.0, spec_label: str = "speculative",
+              base_label: str = "target-only", speed: float = 1.0) -> str:
+    """Both runs' committed text as two lanes of tokens with progress bars: plain HTML (no script).
+
+    With ``t_ms`` it is a frame at that time (a UI may call it with a growing t; a screenshot
+    needs nothing else). With ``t_ms=None`` it is animated by CSS alone: each token appears at
+    its own commit time divided by ``speed`` (2.0 = twice as fast), and a new render replays it.
+    """
+    if speed <= 0:
+        raise ValueError(f"speed must be > 0 (1 = real time, 2 = twice as fast), got {speed!r}")
     total = race_duration_ms(race_timeline(spec, spec_start_ms), race_timeline(base, base_start_ms))
-    t = max(0.0, min(float(t_ms), total))
-    return (
-        f'<div class="sv-race" data-t-ms="{t:.0f}" data-total-ms="{total:.0f}">'
-        f'<div class="sv-race-clock">t = {t / 1e3:.2f} s</div>'
-        + _lane(spec_label, spec, t, spec_start_ms, total, SPEC_COLOR, "sv-race-spec")
-        + _lane(base_label, base, t, base_start_ms, total, BASE_COLOR, "sv-race-base")
-        + "</div>"
+    animated = t_ms is None
+    t = total if animated else max(0.0, min(float(t_ms), total))
+    clock = (f"real time x{speed:g} · {total / 1e3:.2f} s in all" if animated else f"t = {t / 1e3:.2f} s")
+    lanes = "".join(
+        _lane(name, steps, t, start, total, color, cls, speed if animated else None)
+        for name, steps, start, color, cls in ((spec_label, spec, spec_start_ms, SPEC_COLOR, "sv-race-spec"),
+                                              (base_label, base, base_start_ms, BASE_COLOR, "sv-race-base"))
     )
+    mode = "animated" if animated else "frame"
+    return (f'<div class="sv-race sv-race-{mode}" data-t-ms="{t:.0f}" data-total-ms="{total:.0f}">'
+            f'<div class="sv-race-clock">{clock}</div>{lanes}</div>')
