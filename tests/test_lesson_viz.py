@@ -531,3 +531,34 @@ def test_augmented_rows_feed_the_benchmark_charts():
     assert any("(per position)" in t.name for t in fig.data)
     assert not any("(per position)" in t.name for t in vb.predicted_speedup_figure(rep["rows"]).data)
     assert any("per-position" in t.name for t in vb.acceptance_length_figure(rows).data)
+
+
+def test_keyboard_shortcuts_script_and_help():
+    from specviz.viz.styles import KEYS, keys_help_html, lesson_js
+
+    js = lesson_js()
+    for ids, _what in KEYS.values():
+        for i in ids:
+            assert f'"{i}"' in js
+    assert "INPUT|TEXTAREA|SELECT" in js  # never while typing
+    helptext = keys_help_html()
+    assert "<kbd>⇧→</kbd>" in helptext and "next rejection" in helptext and helptext.count("next rejection") == 1
+
+
+@pytest.mark.browser
+def test_keyboard_shortcuts_click_the_buttons(browser):
+    from specviz.viz.styles import lesson_js
+
+    page = browser.new_page()
+    page.set_content("""<div id=sv-next-rejection><button onclick="window.hit=(window.hit||[]).concat('nr')">n</button></div>
+        <button id=sv-play-btn disabled>play</button><button id=sv-pause-btn onclick="window.hit=(window.hit||[]).concat('pause')">p</button>
+        <textarea id=box></textarea>""")
+    page.evaluate(f"({lesson_js()})()")
+    page.evaluate(f"({lesson_js()})()")  # installed once
+    page.keyboard.press("Shift+ArrowRight")
+    page.keyboard.press("]")
+    page.keyboard.press(" ")  # Play is disabled: Pause
+    page.focus("#box")
+    page.keyboard.press("]")  # typing: ignored
+    assert page.evaluate("window.hit") == ["nr", "nr", "pause"]
+    page.close()
