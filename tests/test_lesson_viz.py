@@ -214,7 +214,7 @@ def test_rule_cells_and_tooltips():
 
 def test_tau_label_keeps_its_case():
     h = viz.metrics_html(None)
-    assert '<span class="sv-sym">τ</span>' in h
+    assert '<span class="sv-sym" style="text-transform:none">τ</span>' in h  # works before lesson.css is wired
     assert re.search(r"\.sv-sym[^{]*\{[^}]*text-transform:\s*none", lesson_css())
 
 

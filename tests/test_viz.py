@@ -157,7 +157,7 @@ def test_message_html_escapes():
 
 
 def _card_value(h, key):
-    m = re.search(rf'data-metric="{key}"><div class="sv-card-label">(?:[^<]|<span class="sv-sym">[^<]*</span>)*</div><div class="sv-card-value">([^<]*)</div>', h)
+    m = re.search(rf'data-metric="{key}"><div class="sv-card-label">(?:[^<]|<span class="sv-sym"[^>]*>[^<]*</span>)*</div><div class="sv-card-value">([^<]*)</div>', h)
     assert m, key
     return m.group(1)
 

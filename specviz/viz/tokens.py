@@ -214,6 +214,10 @@ def message_html(text: str, kind: str = "error") -> str:
 # -- metrics ---------------------------------------------------------------------------------
 
 
+# the label is uppercased by CSS; τ must not become "T" (a Greek capital tau)
+_TAU = '<span class="sv-sym" style="text-transform:none">τ</span>'
+
+
 def _card(key: str, label: str, value: str, sub: str = "", cls: str = "") -> str:
     sub_html = f'<div class="sv-card-sub">{sub}</div>' if sub else ""
     return (
@@ -237,7 +241,7 @@ def metrics_html(stats: Stats | None, baseline_stats: Stats | None = None, *, en
         _card("drafted", "Drafted", f"{s.drafted}", "draft tokens proposed"),
         _card("accepted", "Accepted", f"{s.accepted}", "drafts kept"),
         _card("acceptance", "Acceptance rate", f"{s.acceptance_rate:.0%}" if s.drafted else "—", "accepted / drafted"),
-        _card("tau", 'Mean accept. length <span class="sv-sym">τ</span>', f"{s.mean_acceptance_length:.2f}" if s.steps else "—", "tokens per step"),
+        _card("tau", f"Mean accept. length {_TAU}", f"{s.mean_acceptance_length:.2f}" if s.steps else "—", "tokens per step"),
         _card("tps", "Tokens / s", f"{s.tokens_per_s:.1f}" if s.steps else "—", f"{s.new_tokens} tokens · engine time"),
         _card(
             "forwards", "Target forwards", f"{s.target_forwards}" if s.steps else "—",
