@@ -562,3 +562,22 @@ def test_keyboard_shortcuts_click_the_buttons(browser):
     page.keyboard.press("]")  # typing: ignored
     assert page.evaluate("window.hit") == ["nr", "nr", "pause"]
     page.close()
+
+
+def test_card_names_a_better_k_from_the_runs_own_positions():
+    per = [0.9, 0.6, 0.3, 0.1]  # late drafts rarely survive
+    v_curve = {1: 1.05, 2: 1.1, 3: 1.3, 4: 1.7}
+    curve = dict(explain.best_k_curve(per, 0.3, v_curve))
+    assert curve[2] == pytest.approx((1 + 1.5) / (0.6 + 1.1)) and curve[4] == pytest.approx(2.9 / (1.2 + 1.7))
+    assert explain.best_k_from_positions(per, 0.3, v_curve) == (2, pytest.approx(2.5 / 1.7))
+    s = explain.explain_speedup(a=0.475, k=4, tau=2.9, tokens=58, target_forwards=21, c=0.3, v=1.7, speedup=0.95,
+                                per_position=per, v_curve=v_curve)
+    assert s.numbers["best_k"] == 2 and "k = 2 would give about 1.47x (k = 4: 1.00x)" in s.advice
+    assert explain.best_k_from_positions(per, 0.3, {}) == (None, 0.0)
+
+
+def test_v_curve_from_bench_rows():
+    rows = [{"impl": "specviz", "k": 2, "v": 1.2}, {"impl": "specviz", "k": 2, "v": 1.4}, {"impl": "specviz", "k": 2, "v": 9.0},
+            {"impl": "specviz", "k": 4, "v": 1.5}, {"impl": "specviz", "k": 4, "v": 1.7}, {"impl": "hf", "k": 4, "v": 5.0},
+            {"impl": "specviz", "k": 0, "v": None}]
+    assert explain.v_curve_from_rows(rows) == {2: 1.4, 4: pytest.approx(1.6)}

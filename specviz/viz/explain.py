@@ -20,11 +20,14 @@ from __future__ import annotations
 
 import html
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from ..records import Stats, StepRecord
 
-__all__ = ["SpeedupStory", "explain_speedup", "explain_run", "run_costs", "drafted_fraction", "FASTER", "SLOWER"]
+__all__ = [
+    "SpeedupStory", "explain_speedup", "explain_run", "run_costs", "drafted_fraction", "best_k_curve",
+    "best_k_from_positions", "v_curve_from_rows", "FASTER", "SLOWER",
+]
 
 FASTER = 1.05  # a speedup above this is "faster"
 SLOWER = 0.95  # below this "slower"; in between "about even"
@@ -71,7 +74,8 @@ def _verdict(speed: float | None) -> str:
 def explain_speedup(*, a: float | None, k: int, tau: float, tokens: int, target_forwards: int,
                     c: float | None = None, v: float | None = None, speedup: float | None = None,
                     drafted_fraction: float = 1.0, drafted_per_step: float | None = None,
-                    proposer: str = "draft model", prefill_forwards: int = 1) -> SpeedupStory:
+                    proposer: str = "draft model", prefill_forwards: int = 1,
+                    per_position: Sequence[float] = (), v_curve: Mapping[int, float] | None = None) -> SpeedupStory:
     """The story of one run's speedup, in plain words.
 
     a: acceptance rate (accepted / drafted; None when nothing was drafted); k: the draft length
@@ -80,7 +84,9 @@ def explain_speedup(*, a: float | None, k: int, tau: float, tokens: int, target_
     speedup: measured tokens/s ratio against target-only (None if not measured yet);
     drafted_fraction: steps that drafted anything / steps (an n-gram misses some); drafted_per_step:
     drafted tokens / steps (default k x drafted_fraction); proposer: a short name ("int8 draft",
-    "ngram") used in the advice.
+    "ngram") used in the advice; per_position (``Stats.per_position``) and v_curve (k -> the
+    machine's verify cost for a (k+1)-token pass, in target steps) let the card name a better k
+    from the run's own acceptance (see :func:`best_k_from_positions`).
     """
     if k < 0 or tau < 0 or tokens < 0 or target_forwards < 0:
         raise ValueError("k, tau, tokens and target_forwards must be >= 0; pass the run's own Stats values")
@@ -150,6 +156,13 @@ def explain_speedup(*, a: float | None, k: int, tau: float, tokens: int, target_
         limit = "overhead"  # the decode loop pays; what is lost is outside it
     advice = _advice(limit, verdict, a=a, k=k, c=c, v=v, proposer=proposer, gains=gains, tau=tau,
                      f=drafted_fraction, predicted=predicted)
+    if per_position and v_curve:
+        kb, sb = best_k_from_positions(per_position, c, v_curve, drafted_fraction)
+        now = dict(best_k_curve(per_position, c, v_curve, drafted_fraction)).get(k)
+        if kb != k and now is not None and sb > now * 1.05:
+            advice += (f" From this run's own per-position acceptance and this machine's verify costs, k = {kb} "
+                       f"would give about {_x(sb)} (k = {k}: {_x(now)}).")
+            nums["best_k"] = kb
     return SpeedupStory(verdict, limit, head, tuple(sentences), advice, predicted, measured, nums)
 
 
@@ -173,6 +186,42 @@ def _advice(limit: str, verdict: str, *, a: float, k: int, c: float, v: float, p
     return what
 
 
+def best_k_curve(per_position: Sequence[float], c: float, v_curve: Mapping[int, float],
+                 drafted_fraction: float = 1.0) -> list[tuple[int, float]]:
+    """[(k', predicted decode-loop speedup)] for each k' up to len(per_position) with a known
+    verify cost: E = 1 + f sum_{i<k'} r_i (the run's own per-position rates, cut at k') over
+    f k' c + v(k')."""
+    out = []
+    for kk in range(1, len(per_position) + 1):
+        vv = v_curve.get(kk)
+        if vv is None or drafted_fraction * kk * c + vv <= 0:
+            continue
+        e = 1.0 + drafted_fraction * sum(per_position[:kk])
+        out.append((kk, e / (drafted_fraction * kk * c + vv)))
+    return out
+
+
+def best_k_from_positions(per_position: Sequence[float], c: float, v_curve: Mapping[int, float],
+                          drafted_fraction: float = 1.0) -> tuple[int | None, float]:
+    """(k', speedup) with the highest :func:`best_k_curve` value (the smallest k' on ties);
+    (None, 0.0) when no k' has a verify cost."""
+    curve = best_k_curve(per_position, c, v_curve, drafted_fraction)
+    if not curve:
+        return None, 0.0
+    return max(curve, key=lambda t: (t[1], -t[0]))
+
+
+def v_curve_from_rows(rows: Sequence[Mapping]) -> dict[int, float]:
+    """The machine's verify cost per k (median v over a bench report's specviz summary rows at
+    that k): what a (k+1)-token pass costs in target steps, whatever proposed the drafts."""
+    by_k: dict[int, list[float]] = {}
+    for r in rows:
+        if r.get("impl") == "specviz" and r.get("k") and isinstance(r.get("v"), (int, float)):
+            by_k.setdefault(int(r["k"]), []).append(float(r["v"]))
+    return {k: sorted(vs)[len(vs) // 2] if len(vs) % 2 else sum(sorted(vs)[len(vs) // 2 - 1: len(vs) // 2 + 1]) / 2
+            for k, vs in sorted(by_k.items())}
+
+
 def drafted_fraction(steps: Sequence[StepRecord]) -> float:
     """Steps that drafted at least one token / steps (1.0 for a draft model; less for an n-gram)."""
     if not steps:
@@ -194,7 +243,7 @@ def run_costs(stats: Stats, baseline: Stats | None) -> tuple[float | None, float
 
 
 def explain_run(steps: Sequence[StepRecord], stats: Stats, baseline: Stats | None = None, *, k: int,
-                proposer: str = "draft model") -> SpeedupStory:
+                proposer: str = "draft model", v_curve: Mapping[int, float] | None = None) -> SpeedupStory:
     """The card for a playground run: its steps and Stats, and a finished target-only run's Stats
     (same target, prompt and settings) if there is one."""
     c, v = run_costs(stats, baseline)
@@ -207,5 +256,5 @@ def explain_run(steps: Sequence[StepRecord], stats: Stats, baseline: Stats | Non
         tokens=stats.new_tokens, target_forwards=stats.target_forwards, c=c, v=v, speedup=speed,
         drafted_fraction=drafted_fraction(steps) if steps else 1.0,
         drafted_per_step=(stats.drafted / stats.steps) if stats.steps else None, proposer=proposer,
-        prefill_forwards=prefill,
+        prefill_forwards=prefill, per_position=stats.per_position, v_curve=v_curve,
     )
