@@ -19,6 +19,7 @@ Pure functions of numbers and records; no Gradio.
 from __future__ import annotations
 
 import html
+import statistics
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
@@ -218,8 +219,7 @@ def v_curve_from_rows(rows: Sequence[Mapping]) -> dict[int, float]:
     for r in rows:
         if r.get("impl") == "specviz" and r.get("k") and isinstance(r.get("v"), (int, float)):
             by_k.setdefault(int(r["k"]), []).append(float(r["v"]))
-    return {k: sorted(vs)[len(vs) // 2] if len(vs) % 2 else sum(sorted(vs)[len(vs) // 2 - 1: len(vs) // 2 + 1]) / 2
-            for k, vs in sorted(by_k.items())}
+    return {k: statistics.median(vs) for k, vs in sorted(by_k.items())}
 
 
 def drafted_fraction(steps: Sequence[StepRecord]) -> float:
