@@ -203,7 +203,7 @@ def test_column_headers_fit_each_rule():
 
 def test_rule_cells_and_tooltips():
     t = viz.draft_table_rows(typical_step())
-    assert t[0][4] == "0.0900" and t[0][5] == "yes" and t[1][5] == "no"
+    assert t[0][4] == "0.0900" and t[0][5] == "p>thr: yes" and t[1][5] == "p>thr: no"
     g = viz.draft_table_rows(greedy_step())
     assert g[0][5] == "yes" and g[1][5] == "no: argmax is 'z'"
     tips = viz.tokens_html("", [greedy_step()])

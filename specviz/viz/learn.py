@@ -19,8 +19,8 @@ from ..bounds import LEARN_CURVE_MAX_K
 from ..learn import RULES, MeasuredRun, RuleExperiment
 from ..theory import speedup_curve
 from .figures import _figure as house_figure
-from .theme import COLORS
 from .numbers import fmt_prob
+from .theme import COLORS
 from .tokens import token_label
 
 __all__ = ["comparison_figure", "histogram_figure", "rule_figure", "speedup_figure", "unique_labels"]

@@ -151,7 +151,7 @@ def decision_cell(record: StepRecord, d: DraftDecision) -> str:
     if rule == "typical":
         if d.threshold is None:
             return "—"
-        return "yes" if d.accepted else "no"
+        return "p>thr: yes" if d.accepted else "p>thr: no"
     if rule == "greedy":
         if d.accepted:
             return "yes"
