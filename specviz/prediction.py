@@ -17,9 +17,9 @@ steps that drafted at least i tokens (= the drafted fraction f for every i when 
 step drafts the full k). The speedup of the decode loop is then ``tau / (k' c + v)`` with
 ``k'`` = drafted tokens per step and c, v the measured costs (specviz.metrics).
 
-Where :mod:`specviz.theory` exists (expected_tokens_per_step_per_position, conditional_rates,
-expected_tokens_per_step_drafting), those functions are used; otherwise the private fallbacks
-below compute the same numbers.
+The closed forms come from :mod:`specviz.theory` (expected_tokens_per_step_per_position,
+conditional_rates, expected_tokens_per_step_drafting, expected_tokens_per_step); this module adds
+the exact form with per-position reach, the bench-row plumbing and the measured-vs-predicted text.
 """
 
 from __future__ import annotations
@@ -28,10 +28,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-try:  # the theory module (expected tokens/speedup in one place), when present
-    from . import theory as _theory
-except ImportError:  # pragma: no cover - depends on the branch this is merged with
-    _theory = None
+from . import theory
 
 __all__ = [
     "ASSUMPTIONS", "Prediction", "Agreement", "TOLERANCE", "expected_tokens_per_step_positional",
@@ -59,11 +56,6 @@ def _check_rates(rates: Sequence[float], what: str) -> None:
             raise ValueError(f"{what} at position {i + 1} must be from 0 to 1, got {r!r}")
 
 
-def _positional_fallback(per_position: Sequence[float]) -> float:
-    """1 + sum_i r_i: expected tokens per drafting step from reported (cumulative) rates."""
-    return 1.0 + float(sum(per_position))
-
-
 def expected_tokens_per_step_positional(per_position: Sequence[float], drafted_fraction: float = 1.0,
                                         reach: Sequence[float] | None = None) -> float:
     """Expected tokens per step from the reported per-position rates r_i (``Stats.per_position``,
@@ -81,18 +73,8 @@ def expected_tokens_per_step_positional(per_position: Sequence[float], drafted_f
             raise ValueError(f"reach needs one share per position ({len(per_position)}), got {len(reach)}")
         _check_rates(reach, "reach")
         return 1.0 + sum(r * s for r, s in zip(per_position, reach))
-    if _theory is not None and hasattr(_theory, "expected_tokens_per_step_per_position"):
-        drafting = _theory.expected_tokens_per_step_per_position(_theory.conditional_rates(per_position))
-        return _theory.expected_tokens_per_step_drafting(drafting, drafted_fraction)
-    return drafted_fraction * _positional_fallback(per_position) + (1.0 - drafted_fraction)
-
-
-def _iid_tokens_per_step(a: float, k: int) -> float:
-    if _theory is not None:
-        return _theory.expected_tokens_per_step(a, k)
-    from .algorithm import expected_tokens_per_step  # before the theory module existed
-
-    return expected_tokens_per_step(a, k)
+    drafting = theory.expected_tokens_per_step_per_position(theory.conditional_rates(per_position))
+    return theory.expected_tokens_per_step_drafting(drafting, drafted_fraction)
 
 
 # -- predictions ---------------------------------------------------------------------------------
@@ -126,7 +108,7 @@ def predict_from_positions(per_position: Sequence[float], k: int, *, drafted_fra
     speed = None
     if c is not None and v is not None and drafted_per_step * c + v > 0:
         speed = tau / (drafted_per_step * c + v)
-    tau_iid = _iid_tokens_per_step(a, k) if a is not None and k > 0 else None
+    tau_iid = theory.expected_tokens_per_step(a, k) if a is not None and k > 0 else None
     return Prediction(tau, speed, tau_iid, drafted_fraction, drafted_per_step)
 
 

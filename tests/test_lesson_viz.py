@@ -323,15 +323,11 @@ def test_positional_formula_and_speedup():
     assert "per-position" in ASSUMPTIONS and "prefill" in ASSUMPTIONS
 
 
-def test_theory_module_and_fallback_agree():
-    theory = pytest.importorskip("specviz.theory")
-    if not hasattr(theory, "expected_tokens_per_step_per_position"):
-        pytest.skip("specviz.theory has no per-position form yet")
-    from specviz import prediction
-
-    rates = [0.9, 0.7, 0.5]
-    assert prediction._positional_fallback(rates) == pytest.approx(
-        theory.expected_tokens_per_step_per_position(theory.conditional_rates(rates)))
+def test_full_chains_equal_one_plus_the_sum_of_reported_rates():
+    """Through theory's conditional rates and back: 1 + sum_i r_i when each step drafts the full chain."""
+    for rates in ([0.9, 0.7, 0.5], [0.5, 0.0, 0.0], [1.0, 1.0]):
+        assert expected_tokens_per_step_positional(rates) == pytest.approx(1 + sum(rates))
+        assert expected_tokens_per_step_positional(rates, reach=[1.0] * len(rates)) == pytest.approx(1 + sum(rates))
 
 
 def test_compare_agrees_or_explains():
