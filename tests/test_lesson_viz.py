@@ -577,3 +577,40 @@ def test_v_curve_from_bench_rows():
             {"impl": "specviz", "k": 4, "v": 1.5}, {"impl": "specviz", "k": 4, "v": 1.7}, {"impl": "hf", "k": 4, "v": 5.0},
             {"impl": "specviz", "k": 0, "v": None}]
     assert explain.v_curve_from_rows(rows) == {2: 1.4, 4: pytest.approx(1.6)}
+
+
+# -- real records from tiny models -----------------------------------------------------------------
+
+
+def test_lesson_pieces_on_real_runs(tiny_target, near_draft):
+    """Real StepRecords (a draft model at T = 1, greedy too, and target-only) through every piece."""
+    from specviz import Sampling, SpeculativeDecoder
+    from specviz.engine import autoregressive
+    from specviz.proposers import DraftModel
+
+    prompt = "the cat sat on the mat"
+    spec = SpeculativeDecoder(tiny_target, DraftModel(near_draft), k=4, sampling=Sampling(temperature=1.0)).generate(
+        prompt, max_new_tokens=30, seed=3)
+    greedy = SpeculativeDecoder(tiny_target, DraftModel(near_draft), k=3).generate(prompt, max_new_tokens=20, seed=0)
+    base = autoregressive(tiny_target, prompt, max_new_tokens=30, sampling=Sampling(temperature=1.0), seed=3)
+    assert all(s.k == 0 for s in base.steps)
+    # the race ends where each run ends, with each run's own text
+    fig = race.race_figure(spec.steps, base.steps, spec_start_ms=spec.stats.prefill_ms, base_start_ms=base.stats.prefill_ms)
+    assert _trace(fig, "speculative")[0].y[-1] == spec.stats.new_tokens
+    assert _trace(fig, "target-only")[0].y[-1] == base.stats.new_tokens
+    assert race.race_text_at(base.steps, float("inf"))[0] == "".join(t for s in base.steps for t in s.committed_text)
+    # every step renders in every frame, and the frames end on what was committed
+    for run in (spec, greedy):
+        for rec in run.steps:
+            for phase, upto in phases.phase_frames(rec):
+                assert f'data-phase="{phase}"' in phases.step_phase_html(rec, phase, upto)
+            kinds = _kinds(phases.step_phase_html(rec, "commit"))
+            assert kinds == [d.verdict for d in rec.drafts] + ([rec.next_kind] if rec.n_committed > min(rec.n_accepted, rec.n_committed) else [])
+    rejections = phases.rejection_steps(spec.steps)
+    assert rejections and phases.next_rejection(spec.steps, None) == rejections[0]  # T = 1: some drafts fail
+    g = greedy.steps[0]
+    assert g.drafts and "argmax p?" in viz.draft_table_html(g) and "not used at greedy" in viz.tokens_html(prompt, [g])
+    # the card from the two runs' own Stats
+    story = explain.explain_run(spec.steps, spec.stats, base.stats, k=4)
+    assert story.measured is not None and story.predicted is not None and story.verdict in ("faster", "even", "slower")
+    assert f"accepted {spec.stats.acceptance_rate:.0%} of the time" in story.text
