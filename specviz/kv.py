@@ -191,3 +191,25 @@ def keep_slots(cache, tail: int, keep: torch.Tensor | list[int]) -> None:
         layer.values = layer.values.index_select(-2, idx)
         if hasattr(layer, "cumulative_length"):
             layer.cumulative_length -= dropped
+
+
+def score_tree(model: torch.nn.Module, cache, root: torch.Tensor, tokens: torch.Tensor, parents: torch.Tensor) -> torch.Tensor:
+    """One target forward over [root, node_1..node_n] on top of ``cache`` (which holds the context
+    before the root): node i sees the context, the root and its own ancestors, at position
+    len(context) + depth - 1. -> float32 logits [n+1, V] (row 0 after the root, row i+1 after node i).
+
+    root: [1] long (the last committed token), tokens: [n] long, parents: [n] long (-1 = root)
+    """
+    feed = torch.cat([root, tokens])  # [n+1]
+    par = torch.cat([parents.new_full((1,), -1), torch.where(parents < 0, 0, parents + 1)])  # [n+1] root = slot 0
+    par[0] = -1
+    depth = [0]
+    for a in par[1:].tolist():
+        depth.append(depth[a] + 1)
+    positions = cache_length(cache) + torch.tensor(depth, dtype=torch.long, device=tokens.device)  # [n+1]
+    return tree_forward_logits(model, cache, feed, positions, tree_attention(par), positions)
+
+
+def keep_path(cache, n: int, path: list[int] | tuple[int, ...]) -> None:
+    """After ``score_tree`` over n nodes: keep the root and the accepted ``path`` (node indices) only."""
+    keep_slots(cache, n + 1, [0] + [i + 1 for i in path])

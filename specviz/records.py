@@ -81,7 +81,7 @@ class TreeNode:
     text: str
     parent: int  # parent node index, -1 = the root (the last committed token)
     depth: int  # 1 for the root's children
-    q: float  # q(x) at the parent (1.0 for point masses / deterministic drafts)
+    q: float  # the draft's q(x) at the parent (shown; 1.0 when the proposer has no q)
     p: float  # p(x) at the parent: the target's probability of this token there
     r: float | None  # the residual's probability of x when x was tried (= p for the first child)
     ratio: float | None  # the acceptance probability used: min(1, r(x) / q(x)); greedy 1.0 / 0.0
