@@ -268,6 +268,7 @@ def verify_tree(
     generator: torch.Generator | None,
     greedy: bool = False,
     target_argmax: torch.Tensor | None = None,
+    uniforms: list[float] | None = None,
 ) -> TreeVerification:
     """Walk a token tree from the root, keeping one child per depth, and pick the next token.
 
@@ -278,6 +279,8 @@ def verify_tree(
     tokens:  [n] node token ids; parents: [n] parent indices (-1 = root), parent < child
     greedy:  temperature 0: follow the child equal to argmax p; correct with argmax p
     target_argmax: [n+1] argmax of the target logits (greedy only; defaults to argmax p)
+    uniforms: the u draws to use, in the order children are tried (toy examples and tests);
+             default: drawn from ``generator``
 
     Sampling, at a node v with children c_1..c_m (r_1 = p_v):
       sampled children (drawn from q WITHOUT replacement; RSD, Jeon et al. 2024; SpecInfer's
@@ -306,6 +309,7 @@ def verify_tree(
     verdict = ["not reached"] * n
     path: list[int] = []
     node = -1  # the root
+    draws = iter(uniforms) if uniforms is not None else None
     if greedy:
         best = (target_argmax if target_argmax is not None else p.argmax(dim=-1)).tolist()  # [n+1]
         while True:
@@ -334,7 +338,7 @@ def verify_tree(
             x = tok[c]
             point = torch.nn.functional.one_hot(torch.tensor(x, device=p.device), V).to(p.dtype) if q_j is None else q_j  # [V]
             a = float(torch.clamp(r[x] / point[x].clamp_min(torch.finfo(p.dtype).tiny), max=1.0))
-            u = float(torch.rand(1, generator=generator, device=p.device))
+            u = float(next(draws)) if draws is not None else float(torch.rand(1, generator=generator, device=p.device))
             r_x[c], ratio[c], u_list[c] = float(r[x]), a, u
             # 1. Accept c_j with probability min(1, r_j(c_j) / q_j(c_j)).
             if u <= a:
