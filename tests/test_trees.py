@@ -366,12 +366,20 @@ def _exact_joint(target, prompt_ids, sampling, eos=2):
 
 
 def _tv_joint(decoder, prompt, n):
+    """TV between the first two tokens of n seeded runs and the exact target joint, and the TV that
+    n samples drawn straight from the exact joint get (the sampling noise, averaged over 5 draws)."""
     exact = _exact_joint(decoder.target, encode_prompt(decoder.target.tokenizer, prompt), decoder.sampling)
     counts = torch.zeros_like(exact)
     for seed in range(n):
         t = decoder.generate(prompt, max_new_tokens=2, seed=seed).token_ids
         counts[t[0], t[1] if len(t) > 1 else -1] += 1
-    return 0.5 * float((counts / n - exact).abs().sum())
+    g = torch.Generator().manual_seed(0)
+    noise = sum(
+        0.5 * float((torch.bincount(torch.multinomial(exact.flatten(), n, replacement=True, generator=g),
+                                    minlength=exact.numel()) / n - exact.flatten()).abs().sum())
+        for _ in range(5)
+    ) / 5
+    return 0.5 * float((counts / n - exact).abs().sum()), noise
 
 
 def _branching_ngram_prompt(target, sampling, stem="ab c"):
@@ -386,21 +394,25 @@ def _branching_ngram_prompt(target, sampling, stem="ab c"):
     return stem + x + stem + y + stem
 
 
+BRANCHY = "hello world, hello again. hello"  # near_draft's top-2 there get p ~0.4 and ~0.55 from the target
+
+
 @pytest.mark.parametrize("kind", ["ngram-tree", "draft-tree"])
-def test_sampled_first_two_tokens_follow_the_target_joint(tiny_target, tiny_draft, kind, monkeypatch):
-    sampling = Sampling(2.0)
+def test_sampled_first_two_tokens_follow_the_target_joint(tiny_target, near_draft, kind, monkeypatch):
+    sampling = Sampling(1.0)
     if kind == "ngram-tree":
         proposer, prompt = NGramTree(), _branching_ngram_prompt(tiny_target, sampling)
     else:
-        proposer, prompt = DraftTree(tiny_draft, nodes=6, width=3), "hello hello hello hel"
+        proposer, prompt = DraftTree(near_draft, nodes=6, width=3), BRANCHY
     decoder = SpeculativeDecoder(tiny_target, proposer, k=2, sampling=sampling)
     s = decoder.start(prompt, max_new_tokens=2).step()
-    assert len([x for x in s.tree if x.depth == 1]) >= 2  # the tree really branches at the root
-    n = 1200
-    ok = _tv_joint(decoder, prompt, n)
+    root_kids = [x for x in s.tree if x.depth == 1]
+    assert len(root_kids) >= 2 and 0.05 < max(x.p for x in root_kids) < 0.95  # really branches, a likely child
+    n = 800
+    ok, noise = _tv_joint(decoder, prompt, n)
     monkeypatch.setattr(algorithm, "sibling_residual", lambda r, q_j: r)  # the wrong sibling rule
-    bad = _tv_joint(decoder, prompt, n)
-    assert ok < 0.12 and bad > ok + 0.08, (ok, bad)
+    bad, _ = _tv_joint(decoder, prompt, n)
+    assert ok < noise + 0.03 and bad > noise + 0.06, (ok, bad, noise)  # seen: ~0.03-0.04 vs >= 0.1
 
 
 # -- 5. the draft policy of the chain draft model ----------------------------------------------
@@ -414,18 +426,15 @@ def test_argmax_policy_greedy_equals_target_greedy(tiny_target, tiny_draft, near
             assert list(res.token_ids) == hf_greedy(tiny_target, prompt, 30)
 
 
-def test_argmax_policy_is_exact_when_sampling(tiny_target, tiny_draft, monkeypatch):
-    sampling = Sampling(2.0)
-    proposer = DraftModel(tiny_draft, policy="argmax")
-    decoder = SpeculativeDecoder(tiny_target, proposer, k=2, sampling=sampling)
-    prompt = "hello hello hello hel"
-    rec = decoder.start(prompt, max_new_tokens=3).step()
+def test_argmax_policy_is_exact_when_sampling(tiny_target, near_draft, monkeypatch):
+    decoder = SpeculativeDecoder(tiny_target, DraftModel(near_draft, policy="argmax"), k=2, sampling=Sampling(1.0))
+    rec = decoder.start(BRANCHY, max_new_tokens=3).step()
     assert all(d.q == 1.0 for d in rec.drafts) and rec.drafts[0].top_q  # point masses; q still shown
-    n = 1200
-    ok = _tv_joint(decoder, prompt, n)
-    monkeypatch.setattr(algorithm, "point_mass_residual", lambda p, x: p)
-    bad = _tv_joint(decoder, prompt, n)
-    assert ok < 0.12 and bad > ok + 0.05, (ok, bad)
+    n = 800
+    ok, noise = _tv_joint(decoder, BRANCHY, n)
+    monkeypatch.setattr(algorithm, "point_mass_residual", lambda p, x: p)  # correction from p: wrong
+    bad, _ = _tv_joint(decoder, BRANCHY, n)
+    assert ok < noise + 0.03 and bad > noise + 0.06, (ok, bad, noise)  # seen: ~0.03-0.04 vs >= 0.1
 
 
 # -- 6. specs, limits, records -----------------------------------------------------------------
