@@ -501,3 +501,31 @@ def test_tree_steps_round_trip_through_traces(tiny_target, near_draft, tmp_path)
     trace = load_trace(path)
     assert trace.steps == res.steps and trace.stats == res.stats
     assert all(s.tree and s.accepted_path == tuple(i for i, n in enumerate(s.tree) if n.accepted) for s in trace.steps)
+
+
+# -- 7. the pure figure builders ---------------------------------------------------------------
+
+
+def test_tree_figures_show_verdicts_path_and_mask(tiny_target, near_draft):
+    from specviz.viz.tree import tree_figure, tree_layout, tree_mask, tree_mask_figure
+
+    res = SpeculativeDecoder(tiny_target, DraftTree(near_draft), k=4, sampling=Sampling(2.0)).generate(
+        BRANCHY, max_new_tokens=40, seed=3)
+    step = next(s for s in res.steps if any(n.verdict == "rejected" for n in s.tree))
+    fig = tree_figure(step)
+    names = {t.name for t in fig.data if t.name}
+    assert {"accepted", "rejected", "not reached"} <= names
+    hover = " ".join(h for t in fig.data if t.hovertext for h in t.hovertext)
+    assert "accept prob" in hover and "u = " in hover
+    tried_after_rejection = [n for n in step.tree if n.ratio is not None and any(
+        s.parent == n.parent and s.index < n.index and s.verdict == "rejected" for s in step.tree)]
+    if tried_after_rejection:
+        assert "p left after each rejected sibling" in hover
+    pos = tree_layout(step.tree)
+    assert all(pos[n.index][0] == n.depth for n in step.tree) and pos[-1][0] == 0
+    par = T([-1] + [n.parent + 1 for n in step.tree])  # slot 0 = the root
+    assert tree_mask(step) == tree_attention(par).tolist()
+    heat = tree_mask_figure(step).data[0]
+    assert len(heat.z) == len(step.tree) + 1
+    chain = SpeculativeDecoder(tiny_target, DraftModel(near_draft), k=2).generate(BRANCHY, max_new_tokens=3).steps[0]
+    assert len(tree_figure(chain).data) == 0  # a chain step: an empty figure with a note
