@@ -357,7 +357,8 @@ class Session:
         t3 = time.perf_counter()
         record = _with_timings(record, (t1 - t0) * 1e3, (t2 - t1) * 1e3, (t3 - t2) * 1e3)
         self.steps.append(record)
-        self.k_current = decoder.schedule.next_k(self.k_current, MAX_K, record)
+        # a tree's k is its depth budget: the schedule sees the path against the deepest node
+        self.k_current = decoder.schedule.next_k(self.k_current, MAX_K, replace(record, k=max(x.depth for x in record.tree)))
         self.hooks.on_step(self, record)
         if self.done:
             self.hooks.on_finish(self, self.result())

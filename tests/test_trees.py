@@ -529,3 +529,16 @@ def test_tree_figures_show_verdicts_path_and_mask(tiny_target, near_draft):
     assert len(heat.z) == len(step.tree) + 1
     chain = SpeculativeDecoder(tiny_target, DraftModel(near_draft), k=2).generate(BRANCHY, max_new_tokens=3).steps[0]
     assert len(tree_figure(chain).data) == 0  # a chain step: an empty figure with a note
+
+
+def test_chain_views_read_tree_steps_through_chain_view(tiny_target, near_draft):
+    from specviz.viz import position_choices, step_summary_text, topk_figure
+    from specviz.viz.tree import chain_view
+
+    for temperature in (0.0, 2.0):
+        res = SpeculativeDecoder(tiny_target, DraftTree(near_draft), k=4, sampling=Sampling(temperature)).generate(
+            BRANCHY, max_new_tokens=20, seed=3)
+        for s in map(chain_view, res.steps):
+            assert s.k == len(s.drafts) and s.n_accepted <= s.k
+            topk_figure(s)
+            assert step_summary_text(s) and position_choices(s)

@@ -19,9 +19,20 @@ from .figures import _figure, empty_figure
 from .theme import COLORS
 from .tokens import token_label
 
-__all__ = ["tree_figure", "tree_layout", "tree_mask", "tree_mask_figure"]
+__all__ = ["chain_view", "tree_figure", "tree_layout", "tree_mask", "tree_mask_figure"]
 
 VERDICT_COLORS = {"accepted": COLORS["accepted"], "rejected": COLORS["rejected"], "not reached": COLORS["muted"]}
+
+
+def chain_view(record: StepRecord) -> StepRecord:
+    """A tree step as the chain views (token markup, top-10 chart, step summary) expect it: ``k``
+    becomes the length of ``record.drafts`` (the accepted path, plus the child rejected where the
+    walk stopped). Chain steps come back unchanged."""
+    if not record.tree:
+        return record
+    from dataclasses import replace
+
+    return replace(record, k=len(record.drafts))
 
 
 def tree_layout(nodes: tuple[TreeNode, ...]) -> dict[int, tuple[float, float]]:
