@@ -542,3 +542,13 @@ def test_chain_views_read_tree_steps_through_chain_view(tiny_target, near_draft)
             assert s.k == len(s.drafts) and s.n_accepted <= s.k
             topk_figure(s)
             assert step_summary_text(s) and position_choices(s)
+
+
+def test_traces_written_before_trees_still_load(tiny_target, near_draft):
+    from specviz.records import StepRecord
+
+    step = SpeculativeDecoder(tiny_target, DraftModel(near_draft), k=2).generate(BRANCHY, max_new_tokens=3).steps[0]
+    old = step.to_dict()
+    del old["tree"], old["accepted_path"]  # what a trace from before token trees holds
+    back = StepRecord.from_dict(old)
+    assert back == step and back.tree == () and back.accepted_path == ()
