@@ -183,3 +183,182 @@ def _accepted_prefix(accepted: torch.Tensor) -> int:
     """Length of the leading run of True in a [k] bool tensor."""
     return int(accepted.long().cumprod(dim=0).sum())
 
+
+# -- token trees (SpecInfer 2024, EAGLE-2 2024; RSD: Jeon et al. 2024) ---------------------------
+
+
+def check_tree(tokens: torch.Tensor, parents: torch.Tensor) -> list[list[int]]:
+    """Validate a token tree and return its children lists: ``children[v + 1]`` are node v's
+    children in order (``children[0]``: the root's). Raises ValueError for a parent that does not
+    come before its child or for two siblings with the same token (the proposer must merge them).
+
+    tokens: [n] long, parents: [n] long (-1 = a child of the root)
+    """
+    n = int(tokens.shape[0])
+    if parents.shape != tokens.shape:
+        raise ValueError(f"a tree needs one parent per node: {n} tokens but parents of shape {tuple(parents.shape)}")
+    par, tok = parents.tolist(), tokens.tolist()
+    children: list[list[int]] = [[] for _ in range(n + 1)]
+    seen: set[tuple[int, int]] = set()
+    for i, (a, x) in enumerate(zip(par, tok)):
+        if not -1 <= a < i:
+            raise ValueError(f"tree node {i} has parent {a}: parents must be -1 (the root) or an earlier node")
+        if (a, x) in seen:
+            raise ValueError(
+                f"tree node {i} repeats token {x} among the children of node {a}: "
+                "a proposer must merge duplicate siblings into one node"
+            )
+        seen.add((a, x))
+        children[a + 1].append(i)
+    return children
+
+
+def tree_depths(parents: torch.Tensor) -> list[int]:
+    """Depth of each node (1 for the root's children). [n] long -> n ints."""
+    depth: list[int] = []
+    for a in parents.tolist():
+        depth.append(1 if a < 0 else depth[a] + 1)
+    return depth
+
+
+def tree_path(parents: torch.Tensor, node: int) -> list[int]:
+    """Node indices from the root's child down to ``node`` (inclusive)."""
+    par = parents.tolist()
+    path = []
+    while node >= 0:
+        path.append(node)
+        node = par[node]
+    return path[::-1]
+
+
+def sibling_residual(r: torch.Tensor, q_j: torch.Tensor) -> torch.Tensor:
+    """r_{j+1} = norm(max(0, r_j - q_j)) [V]: what is left of the target after child c_j failed.
+
+    With a point mass q_j = onehot(c_j) this is r_j with c_j removed, renormalised.
+    """
+    return residual_distribution(r, q_j)
+
+
+@dataclass(frozen=True)
+class TreeVerification:
+    """The outcome of one verify_tree() call; per-node lists hold None where a node was never tried."""
+
+    path: tuple[int, ...]  # accepted node indices, from the root's child down
+    next_token: int  # correction (no child of the last accepted node kept) or bonus (a leaf kept)
+    resampled: bool  # True when next_token came from the last residual
+    p_x: torch.Tensor  # [n] p(x) at each node's parent
+    q_x: torch.Tensor  # [n] q(x) at each node's parent (ones for point masses)
+    r_x: tuple[float | None, ...]  # the residual's probability of x when x was tried
+    ratio: tuple[float | None, ...]  # acceptance probability used (greedy: 1.0 / 0.0)
+    u: tuple[float | None, ...]  # uniform draws (None when greedy or not tried)
+    residual_mass: tuple[float | None, ...]  # after a rejection: mass of p not yet ruled out
+    verdict: tuple[str, ...]  # "accepted" | "rejected" | "not reached"
+    residual: torch.Tensor | None  # [V] what next_token was drawn from after rejections
+
+    @property
+    def n_accepted(self) -> int:
+        return len(self.path)
+
+
+def verify_tree(
+    p: torch.Tensor,
+    q: torch.Tensor | None,
+    tokens: torch.Tensor,
+    parents: torch.Tensor,
+    *,
+    generator: torch.Generator | None,
+    greedy: bool = False,
+    target_argmax: torch.Tensor | None = None,
+    uniforms: list[float] | None = None,
+) -> TreeVerification:
+    """Walk a token tree from the root, keeping one child per depth, and pick the next token.
+
+    p:       [n+1, V] target distributions: row 0 after the root (the last committed token),
+             row i+1 after node i
+    q:       [n, V] the draft distribution each node was sampled from (its parent's; siblings
+             share it), or None when nodes are point masses (n-gram, top-w, argmax drafts)
+    tokens:  [n] node token ids; parents: [n] parent indices (-1 = root), parent < child
+    greedy:  temperature 0: follow the child equal to argmax p; correct with argmax p
+    target_argmax: [n+1] argmax of the target logits (greedy only; defaults to argmax p)
+    uniforms: the u draws to use, in the order children are tried (toy examples and tests);
+             default: drawn from ``generator``
+
+    Sampling, at a node v with children c_1..c_m (r_1 = p_v):
+      sampled children (drawn from q WITHOUT replacement; RSD, Jeon et al. 2024; SpecInfer's
+      multi-step speculative sampling with distinct candidates):
+        1. accept c_j with probability min(1, r_j(c_j) / q_j(c_j)), q_1 = q;
+        2. after a rejection r_{j+1} = norm(max(0, r_j - q_j)) and q_{j+1} = q_j without c_j,
+           renormalised;
+      point-mass children (q = None): the same steps with q_j = onehot(c_j): accept c_j with
+      probability r_j(c_j); after a rejection r_{j+1} = r_j without c_j, renormalised.
+      3. a child kept: move to it and repeat; no child kept: sample the correction from r_{m+1};
+         a leaf kept: sample the bonus token from p at that leaf.
+    Either way every committed token follows p exactly.
+    """
+    children = check_tree(tokens, parents)
+    n, V = int(tokens.shape[0]), p.shape[-1]
+    if p.shape[0] != n + 1:
+        raise ValueError(f"verify_tree needs n+1 = {n + 1} rows of p (root + one per node), got {p.shape[0]}")
+    tok = tokens.tolist()
+    rows = (parents + 1).clamp_min(0)  # [n] row of p each node is judged under (its parent's)
+    p_x = p[rows, tokens]  # [n]
+    q_x = q[torch.arange(n, device=p.device), tokens] if q is not None else torch.ones_like(p_x)  # [n]
+    r_x: list[float | None] = [None] * n
+    ratio: list[float | None] = [None] * n
+    u_list: list[float | None] = [None] * n
+    mass_left: list[float | None] = [None] * n
+    verdict = ["not reached"] * n
+    path: list[int] = []
+    node = -1  # the root
+    draws = iter(uniforms) if uniforms is not None else None
+    if greedy:
+        best = (target_argmax if target_argmax is not None else p.argmax(dim=-1)).tolist()  # [n+1]
+        while True:
+            want = best[node + 1]
+            kept = None
+            for c in children[node + 1]:
+                hit = tok[c] == want
+                ratio[c], verdict[c] = (1.0, "accepted") if hit else (0.0, "rejected")
+                kept = c if hit else kept
+            if kept is None:
+                return TreeVerification(tuple(path), want, bool(children[node + 1]), p_x, q_x, tuple(r_x),
+                                        tuple(ratio), tuple(u_list), tuple(mass_left), tuple(verdict), None)
+            path.append(kept)
+            node = kept
+    while True:
+        kids = children[node + 1]
+        if not kids:
+            # 3b. A leaf was kept (or the tree is empty): the bonus token comes from p there.
+            return TreeVerification(tuple(path), sample(p[node + 1], generator), False, p_x, q_x, tuple(r_x),
+                                    tuple(ratio), tuple(u_list), tuple(mass_left), tuple(verdict), None)
+        r = p[node + 1]  # [V] r_1 = p at v
+        q_j = q[kids[0]] if q is not None else None  # [V] the draft's distribution at v
+        mass = 1.0
+        kept = None
+        for c in kids:
+            x = tok[c]
+            point = torch.nn.functional.one_hot(torch.tensor(x, device=p.device), V).to(p.dtype) if q_j is None else q_j  # [V]
+            a = float(torch.clamp(r[x] / point[x].clamp_min(torch.finfo(p.dtype).tiny), max=1.0))
+            u = float(next(draws)) if draws is not None else float(torch.rand(1, generator=generator, device=p.device))
+            r_x[c], ratio[c], u_list[c] = float(r[x]), a, u
+            # 1. Accept c_j with probability min(1, r_j(c_j) / q_j(c_j)).
+            if u <= a:
+                verdict[c] = "accepted"
+                kept = c
+                break
+            # 2. Rejected: r_{j+1} = norm(max(0, r_j - q_j)); sampled: q_{j+1} = q_j without c_j.
+            verdict[c] = "rejected"
+            mass *= float(torch.clamp(r - point, min=0.0).sum())
+            mass_left[c] = mass
+            r = sibling_residual(r, point)
+            if q_j is not None:
+                q_j = q_j.clone()
+                q_j[x] = 0.0
+                total = q_j.sum()
+                q_j = q_j / total if total > 0 else q_j
+        if kept is None:
+            # 3a. No child kept: the correction comes from the last residual.
+            return TreeVerification(tuple(path), sample(r, generator), True, p_x, q_x, tuple(r_x),
+                                    tuple(ratio), tuple(u_list), tuple(mass_left), tuple(verdict), r)
+        path.append(kept)
+        node = kept

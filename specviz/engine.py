@@ -8,14 +8,16 @@ baseline pays exactly the same bookkeeping as the speculative path.
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import Any, Iterable, Sequence
 
 import torch
 
-from .algorithm import EXACT, TOP_N, Acceptance, Verification, logits_to_probs, verify
+from .algorithm import EXACT, TOP_N, Acceptance, Verification, logits_to_probs, verify, verify_tree
 from .bounds import ENGINE_MAX_K as MAX_K  # the engine's hard limit on k; kept as engine.MAX_K
 from .hooks import Hook, HookList
-from .kv import cache_length, context_window, forward_logits, new_cache, rollback
+from .kv import cache_length, context_window, forward_logits, keep_path, new_cache, rollback, score_tree
+from .limits import check_tree_nodes
 from .proposers.base import Proposer, empty_proposal
 from .records import DraftDecision, GenerationResult, Proposal, Sampling, Stats, StepRecord, TopToken
 from .schedules import make_schedule
@@ -116,6 +118,8 @@ class SpeculativeDecoder:
             raise ValueError("acceptance must be a specviz.algorithm.Acceptance('exact' | 'typical')")
         self.acceptance = acceptance
         if proposer is not None:
+            if getattr(proposer, "max_nodes", None) is not None:
+                check_tree_nodes(proposer.max_nodes)  # the hosting limit, before any forward
             proposer.init_state(target)  # fail now, not mid-run, if it cannot draft for this target
         if not isinstance(sampling, Sampling):
             raise ValueError("sampling must be a specviz.Sampling(temperature=..., top_k=..., top_p=...)")
@@ -280,10 +284,17 @@ class Session:
             proposal = decoder.proposer.propose(
                 self.proposer_state, self.context, k, sampling, self.generator, stop=decoder.schedule.stop_drafting
             )
-            if proposal.k > k:
-                proposal = Proposal(proposal.tokens[:k], None if proposal.q is None else proposal.q[:k], proposal.info)
+            if proposal.parents is not None:
+                from .trees import prune_tree  # token trees: depth <= k, at most the hosting limit of nodes
+
+                proposal = prune_tree(proposal, k)
+                check_tree_nodes(proposal.k)
+            elif proposal.k > k:
+                proposal = replace(proposal, tokens=proposal.tokens[:k], q=None if proposal.q is None else proposal.q[:k])
         else:
             proposal = empty_proposal(target.device)
+        if proposal.parents is not None:
+            return self._step_tree(proposal, t0)
         drafts = proposal.tokens  # [k]
         k = proposal.k
         self.hooks.on_draft(self, proposal)
@@ -299,7 +310,7 @@ class Session:
         t2 = time.perf_counter()
 
         # 3. Verify: the longest accepted prefix, then a correction or bonus token.
-        q = proposal.q
+        q = proposal.q_for_rule  # None for point masses (n-gram, argmax drafts)
         if q is not None and q.shape[-1] != p.shape[-1]:
             raise ValueError(f"the proposer's q has {q.shape[-1]} columns but the target's vocabulary has {p.shape[-1]}")
         ver = verify(
@@ -310,19 +321,7 @@ class Session:
 
         # 4. Commit x_1..x_n and the next token (stopping at EOS / max_new_tokens), then roll the
         #    target's cache back to everything but the new last token.
-        new = drafts[: ver.n_accepted].tolist() + [ver.next_token]
-        committed: list[int] = []
-        for t in new:
-            if self.n_new + len(committed) >= self.max_new_tokens:
-                break
-            committed.append(t)
-            if t in decoder.eos:
-                self.finished = "eos"
-                break
-        self._buf[self.length : self.length + len(committed)] = torch.tensor(committed, dtype=torch.long)
-        self.length += len(committed)
-        if self.finished is None and self.n_new >= self.max_new_tokens:
-            self.finished = "length"
+        committed = self._commit(drafts[: ver.n_accepted].tolist() + [ver.next_token])
         rollback(self.cache, self.length - 1)
 
         # 5. Record.
@@ -336,6 +335,69 @@ class Session:
         if self.done:
             self.hooks.on_finish(self, self.result())
         return record
+
+    @torch.inference_mode()
+    def _step_tree(self, proposal: Proposal, t0: float) -> StepRecord:
+        """A tree round: one target forward over every node (tree attention mask), verify_tree,
+        commit the accepted path and the correction / bonus, keep only that path in the cache."""
+        from .trees import tree_record
+
+        decoder, target, sampling = self.decoder, self.target, self.decoder.sampling
+        tokens, parents, n = proposal.tokens, proposal.parents, proposal.k  # [n], [n]
+        self.hooks.on_draft(self, proposal)
+        self._sync()
+        t1 = time.perf_counter()
+
+        # 2. Score: one forward over [last committed token, node_1..node_n] -> n+1 rows of p.
+        logits = score_tree(target.model, self.cache, self.context[-1:], tokens, parents)  # [n+1, V]
+        p = logits_to_probs(logits, sampling)  # [n+1, V]
+        self.target_forwards += 1
+        self._sync()
+        t2 = time.perf_counter()
+
+        # 3. Verify: walk down the tree keeping one child per depth, then a correction or bonus.
+        q = proposal.q_for_rule
+        if q is not None and q.shape[-1] != p.shape[-1]:
+            raise ValueError(f"the proposer's q has {q.shape[-1]} columns but the target's vocabulary has {p.shape[-1]}")
+        ver = verify_tree(
+            p, q, tokens, parents, generator=self.generator, greedy=sampling.greedy,
+            target_argmax=logits.argmax(dim=-1) if sampling.greedy else None,
+        )
+        self.hooks.on_verify(self, ver)
+
+        # 4. Commit the path and the next token (EOS / max_new_tokens as for chains), keep only the
+        #    root and the accepted path in the cache, then roll back to all but the new last token.
+        committed = self._commit(tokens[list(ver.path)].tolist() + [ver.next_token])
+        keep_path(self.cache, n, ver.path)
+        rollback(self.cache, self.length - 1)
+
+        # 5. Record.
+        record = tree_record(self, proposal, p, ver, committed)
+        t3 = time.perf_counter()
+        record = _with_timings(record, (t1 - t0) * 1e3, (t2 - t1) * 1e3, (t3 - t2) * 1e3)
+        self.steps.append(record)
+        # a tree's k is its depth budget: the schedule sees the path against the deepest node
+        self.k_current = decoder.schedule.next_k(self.k_current, MAX_K, replace(record, k=max(x.depth for x in record.tree)))
+        self.hooks.on_step(self, record)
+        if self.done:
+            self.hooks.on_finish(self, self.result())
+        return record
+
+    def _commit(self, new: list[int]) -> list[int]:
+        """Append ``new`` to the context, stopping at EOS and at max_new_tokens; -> what was kept."""
+        committed: list[int] = []
+        for t in new:
+            if self.n_new + len(committed) >= self.max_new_tokens:
+                break
+            committed.append(t)
+            if t in self.decoder.eos:
+                self.finished = "eos"
+                break
+        self._buf[self.length : self.length + len(committed)] = torch.tensor(committed, dtype=torch.long)
+        self.length += len(committed)
+        if self.finished is None and self.n_new >= self.max_new_tokens:
+            self.finished = "length"
+        return committed
 
     def _record(self, proposal: Proposal, p: torch.Tensor, ver: Verification, committed: list[int], k: int) -> StepRecord:
         texts = self.decoder.texts
@@ -410,8 +472,6 @@ class Session:
 
 
 def _with_timings(record: StepRecord, draft_ms: float, verify_ms: float, other_ms: float) -> StepRecord:
-    from dataclasses import replace
-
     return replace(record, draft_ms=draft_ms, verify_ms=verify_ms, other_ms=other_ms)
 
 
@@ -422,9 +482,12 @@ def compute_stats(steps: Sequence[StepRecord], prefill_ms: float = 0.0, target_f
     # drafts cut off by EOS / max_new_tokens were never committed, so they are not counted
     accepted = sum(min(s.n_accepted, s.n_committed) for s in steps)
     new_tokens = sum(s.n_committed for s in steps)
-    max_k = max((s.k for s in steps), default=0)
+    # a tree's positions are its depths: position i was reached by steps with a node at depth i+1
+    depth = [max((x.depth for x in s.tree), default=0) if s.tree else s.k for s in steps]
+    max_k = max(depth, default=0)
     per_position = tuple(
-        sum(1 for s in steps if s.k > i and min(s.n_accepted, s.n_committed) > i) / max(1, sum(1 for s in steps if s.k > i))
+        sum(1 for s, d in zip(steps, depth) if d > i and min(s.n_accepted, s.n_committed) > i)
+        / max(1, sum(1 for d in depth if d > i))
         for i in range(max_k)
     )
     draft_ms = sum(s.draft_ms for s in steps)

@@ -13,6 +13,8 @@ variable                       default    meaning
                                           included); also a cheap pre-check of 16 characters a token
 ``SPECVIZ_MAX_NEW_TOKENS``     512        most new tokens one run may generate
 ``SPECVIZ_MAX_K``              16         most tokens drafted per step (at most 32, the engine's)
+``SPECVIZ_MAX_TREE_NODES``     64         most nodes a token tree may have per step (checked by the
+                                          engine too, before any forward; see check_tree_nodes)
 ``SPECVIZ_ALLOW_LOCAL_PATHS``  off        ``1`` lets visitors name local directories as models
 ``SPECVIZ_MAX_PARAMS``         RAM/2      refuse models with more parameters (see specviz.models)
 ``SPECVIZ_CONCURRENCY``        2          model runs at once, across all visitors (see specviz.ui)
@@ -44,6 +46,8 @@ __all__ = [
     "check_prompt_chars",
     "check_prompt_tokens",
     "check_prompts_fit",
+    "check_tree_nodes",
+    "max_tree_nodes",
     "load_checked",
 ]
 
@@ -174,6 +178,24 @@ def check_k(k: int, limits: Limits | None = None) -> None:
     lim = limits or Limits.from_env()
     if not 1 <= k <= lim.max_k:
         raise ValueError(f"k (tokens drafted per step) must be from 1 to {lim.max_k} on this server (SPECVIZ_MAX_K), got {k}")
+
+
+TREE_SYNTAX = "ngram-tree[:N][,nodes=N]  or  draft-tree:NAME[@int8][,nodes=N,width=W]"
+
+
+def max_tree_nodes() -> int:
+    """SPECVIZ_MAX_TREE_NODES (default 64): the most nodes one token tree may have per step."""
+    return _env_int("SPECVIZ_MAX_TREE_NODES", 64)
+
+
+def check_tree_nodes(n: int) -> None:
+    """A tree of ``n`` nodes per step against SPECVIZ_MAX_TREE_NODES (a ValueError showing the syntax)."""
+    most = max_tree_nodes()
+    if n > most:
+        raise ValueError(
+            f"a token tree of {n} nodes per step is more than this server allows ({most}, SPECVIZ_MAX_TREE_NODES); "
+            f"ask for fewer nodes: {TREE_SYNTAX}, e.g. draft-tree:NAME,nodes={min(12, most)}"
+        )
 
 
 def count_prompt_tokens(tokenizer: Any, prompt: str, chat: bool = True) -> int:

@@ -51,10 +51,48 @@ class Proposal:
     tokens: torch.Tensor  # [k] long: drafted token ids x_1..x_k (k may be 0: nothing to propose)
     q: torch.Tensor | None  # [k, V] float: draft distributions after Sampling; None = point masses
     info: dict[str, Any] = field(default_factory=dict)  # proposer-specific extras for the UI
+    # Trees: parents[i] is node i's parent index (-1 = a child of the root, the last committed
+    # token); nodes in topological order (parent index < node index). None = a chain.
+    parents: torch.Tensor | None = None  # [k] long
+    # True when the tokens were chosen deterministically (argmax, top-w, n-gram): the rule then
+    # treats every node as a point mass and q, if given, is only shown.
+    deterministic: bool = False
 
     @property
     def k(self) -> int:
         return int(self.tokens.shape[0])
+
+    @property
+    def is_tree(self) -> bool:
+        return self.parents is not None
+
+    @property
+    def q_for_rule(self) -> torch.Tensor | None:
+        """The q the acceptance rule uses: None (point masses) when the draft was deterministic."""
+        return None if self.deterministic else self.q
+
+
+@dataclass(frozen=True)
+class TreeNode:
+    """The verdict on one node of a token tree (see ``specviz.algorithm.verify_tree``)."""
+
+    index: int  # node index within the step's tree
+    token_id: int
+    text: str
+    parent: int  # parent node index, -1 = the root (the last committed token)
+    depth: int  # 1 for the root's children
+    q: float  # the draft's q(x) at the parent (shown; 1.0 when the proposer has no q)
+    p: float  # p(x) at the parent: the target's probability of this token there
+    r: float | None  # the residual's probability of x when x was tried (= p for the first child)
+    ratio: float | None  # the acceptance probability used: min(1, r(x) / q(x)); greedy 1.0 / 0.0
+    u: float | None  # the uniform draw (None when greedy or never tried)
+    residual_mass: float | None  # after this node's rejection: mass of p still not ruled out
+    verdict: str  # "accepted" | "rejected" | "not reached"
+    top_q: tuple[TopToken, ...] = ()  # top-10 of q at the parent (empty for point masses)
+
+    @property
+    def accepted(self) -> bool:
+        return self.verdict == "accepted"
 
 
 @dataclass(frozen=True)
@@ -100,6 +138,8 @@ class StepRecord:
     finished: str | None = None  # "eos" | "length" when this step ended the session
     info: dict[str, Any] = field(default_factory=dict)  # proposer extras (e.g. token mapping)
     rule: str = "exact"  # the acceptance rule that judged the drafts: "exact" or "typical" (LOSSY)
+    tree: tuple[TreeNode, ...] = ()  # tree steps only: one entry per drafted node (chains: empty)
+    accepted_path: tuple[int, ...] = ()  # tree steps only: node indices from the root down
 
     @property
     def total_ms(self) -> float:
@@ -118,8 +158,9 @@ class StepRecord:
         d["drafts"] = tuple(_draft_from_dict(x) for x in d.get("drafts", ()))
         for name in ("top_next", "top_residual"):
             d[name] = tuple(tuple(t) for t in d.get(name, ()))
-        for name in ("committed", "committed_text"):
+        for name in ("committed", "committed_text", "accepted_path"):
             d[name] = tuple(d.get(name, ()))
+        d["tree"] = tuple(_node_from_dict(x) for x in d.get("tree", ()))
         known = {f.name for f in fields(cls)}
         return cls(**{key: v for key, v in d.items() if key in known})
 
@@ -132,13 +173,20 @@ def _draft_from_dict(d: dict[str, Any]) -> DraftDecision:
     return DraftDecision(**{key: v for key, v in d.items() if key in known})
 
 
+def _node_from_dict(d: dict[str, Any]) -> TreeNode:
+    d = dict(d)
+    d["top_q"] = tuple(tuple(t) for t in d.get("top_q", ()))
+    known = {f.name for f in fields(TreeNode)}
+    return TreeNode(**{key: v for key, v in d.items() if key in known})
+
+
 @dataclass(frozen=True)
 class Stats:
     """Run metrics, defined as in vLLM (docs/architecture.md, "Metrics")."""
 
     steps: int  # speculative steps (target verify passes)
-    drafted: int  # draft tokens proposed
-    accepted: int  # draft tokens accepted
+    drafted: int  # draft tokens proposed (tree steps: every node of the tree)
+    accepted: int  # draft tokens accepted (tree steps: the accepted path length)
     new_tokens: int  # tokens committed
     acceptance_rate: float  # accepted / drafted (0 when nothing was drafted)
     mean_acceptance_length: float  # tau = committed / steps (plain decoding = 1.0)

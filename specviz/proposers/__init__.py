@@ -3,8 +3,10 @@
 from .base import Proposer
 from .cross_tokenizer import CrossTokenizerDraft
 from .draft_model import DraftModel
+from .draft_tree import DraftTree
 from .early_exit import EarlyExit
 from .hybrid import NGramOrDraft
 from .ngram import NGram
+from .ngram_tree import NGramTree
 
-__all__ = ["Proposer", "CrossTokenizerDraft", "DraftModel", "EarlyExit", "NGram", "NGramOrDraft"]
+__all__ = ["Proposer", "CrossTokenizerDraft", "DraftModel", "DraftTree", "EarlyExit", "NGram", "NGramTree", "NGramOrDraft"]

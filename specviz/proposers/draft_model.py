@@ -20,26 +20,39 @@ class _DraftState:
     ids: list[int] = field(default_factory=list)  # tokens the cache holds, in order
 
 
-class DraftModel:
-    """Drafts k tokens autoregressively with its own KV cache, rolled back after rejections."""
+DRAFT_POLICIES = ("sampled", "argmax")
 
-    def __init__(self, model, name: str | None = None):
+
+class DraftModel:
+    """Drafts k tokens autoregressively with its own KV cache, rolled back after rejections.
+
+    policy "sampled" (Leviathan et al.): x_i ~ q, accepted with min(1, p(x_i) / q(x_i)).
+    policy "argmax" (vLLM V1's draft model): x_i = argmax q, a point mass, accepted with
+    probability p(x_i) (q is only shown). Both keep the target's distribution exactly.
+    """
+
+    def __init__(self, model, name: str | None = None, policy: str = "sampled"):
+        if policy not in DRAFT_POLICIES:
+            raise ValueError(f"draft policy must be one of {', '.join(DRAFT_POLICIES)}, got {policy!r}")
         self.model = model  # a specviz.models.LoadedModel
-        self.name = name or f"draft:{model.name}"
+        self.policy = policy
+        self.name = name or (f"draft:{model.name}" + ("" if policy == "sampled" else ",policy=argmax"))
 
     def init_state(self, target) -> _DraftState:
         check_same_tokenizer(target, self.model)
         return _DraftState(cache=new_cache(self.model.model), vocab=vocab_size(target.model))
 
     def propose(self, state: _DraftState, context: torch.Tensor, k: int, sampling: Sampling, generator, stop=None) -> Proposal:
-        tokens, q = draft_tokens(self.model, state, context.tolist(), k, sampling, generator, stop)
-        return Proposal(tokens=tokens.to(context.device), q=None if q is None else q.to(context.device))
+        argmax = self.policy == "argmax"
+        tokens, q = draft_tokens(self.model, state, context.tolist(), k, sampling, generator, stop, argmax=argmax)
+        return Proposal(tokens=tokens.to(context.device), q=None if q is None else q.to(context.device), deterministic=argmax)
 
 
 @torch.inference_mode()
-def draft_tokens(draft, state: _DraftState, ctx: list[int], k: int, sampling: Sampling, generator, stop=None):
+def draft_tokens(draft, state: _DraftState, ctx: list[int], k: int, sampling: Sampling, generator, stop=None, argmax: bool = False):
     """Draft up to k tokens after ``ctx`` with ``draft`` (a LoadedModel), reusing and rolling
-    back its KV cache in ``state``. -> (tokens [k'] long, q [k', state.vocab] or None if k' = 0)
+    back its KV cache in ``state``; ``argmax`` takes argmax q instead of sampling from q.
+    -> (tokens [k'] long, q [k', state.vocab] or None if k' = 0)
 
     Never past the draft's context window: drafting x_k feeds positions up to len(ctx) + k - 2,
     so a draft with a shorter window than the target drafts fewer tokens near its end and none
@@ -67,7 +80,7 @@ def draft_tokens(draft, state: _DraftState, ctx: list[int], k: int, sampling: Sa
         q = logits_to_probs(logits, sampling)  # [V]
         if i > 0 and stop is not None and stop(q):
             break  # the draft is unsure: leave the rest to the target
-        x = int(logits.argmax()) if sampling.greedy else int(torch.multinomial(q, 1, generator=generator))
+        x = int(logits.argmax()) if sampling.greedy or argmax else int(torch.multinomial(q, 1, generator=generator))
         tokens.append(x)
         qs.append(q)
         feed = torch.tensor([x], dtype=torch.long, device=device)

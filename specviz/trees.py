@@ -1,0 +1,101 @@
+"""Token-tree helpers for the engine: cut a proposal to the step's depth, and build the step's
+record (one ``TreeNode`` per node, the accepted path, and the chain view of that path that the
+text markup and the per-position metrics already understand)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+import torch
+
+from .algorithm import TOP_N, TreeVerification, tree_depths
+from .records import DraftDecision, Proposal, StepRecord, TreeNode
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .engine import Session
+
+
+def prune_tree(proposal: Proposal, k: int) -> Proposal:
+    """Drop the nodes deeper than ``k`` (the step's draft budget), re-indexing the parents."""
+    depth = tree_depths(proposal.parents)
+    if max(depth, default=0) <= k:
+        return proposal
+    kept = [i for i, d in enumerate(depth) if d <= k]
+    new_index = {old: new for new, old in enumerate(kept)}
+    parents = [(-1 if a < 0 else new_index[a]) for a in proposal.parents[kept].tolist()]
+    idx = torch.tensor(kept, dtype=torch.long, device=proposal.tokens.device)
+    return replace(
+        proposal,
+        tokens=proposal.tokens[idx],
+        q=None if proposal.q is None else proposal.q[idx],
+        parents=torch.tensor(parents, dtype=torch.long, device=proposal.tokens.device),
+    )
+
+
+def tree_record(session: "Session", proposal: Proposal, p: torch.Tensor, ver: TreeVerification, committed: list[int]) -> StepRecord:
+    """The StepRecord of a tree step. ``drafts`` is the chain view: the accepted path, then the
+    first child tried and rejected at the depth where the walk stopped (if any)."""
+    texts = session.decoder.texts
+    tokens, parents = proposal.tokens.tolist(), proposal.parents.tolist()
+    n = len(tokens)
+    depth = tree_depths(proposal.parents)
+    V = p.shape[-1]
+    top_p_vals, top_p_ids = (t.tolist() for t in torch.topk(p, min(TOP_N, V), dim=-1))  # [n+1, 10]
+    if proposal.q is not None and n:
+        top_q_vals, top_q_ids = (t.tolist() for t in torch.topk(proposal.q, min(TOP_N, V), dim=-1))  # [n, 10]
+        top_q = [texts.tops(top_q_vals[i], top_q_ids[i]) for i in range(n)]
+    else:
+        top_q = [() for _ in range(n)]
+    p_x, q_x = ver.p_x.tolist(), ver.q_x.tolist()
+    if proposal.q is not None and n:  # the draft's q(x), shown even where the rule used point masses
+        q_x = proposal.q[torch.arange(n, device=proposal.q.device), proposal.tokens].tolist()
+    nodes = tuple(
+        TreeNode(
+            index=i, token_id=tokens[i], text=texts(tokens[i]), parent=parents[i], depth=depth[i],
+            q=q_x[i], p=p_x[i], r=ver.r_x[i], ratio=ver.ratio[i], u=ver.u[i],
+            residual_mass=ver.residual_mass[i], verdict=ver.verdict[i], top_q=top_q[i],
+        )
+        for i in range(n)
+    )
+    # the chain view: accepted path, then the first rejected child below its last node
+    last = ver.path[-1] if ver.path else -1
+    shown = list(ver.path)
+    rejected = [i for i in range(n) if parents[i] == last and ver.verdict[i] == "rejected"]
+    if ver.resampled and rejected:
+        shown.append(rejected[0])
+    drafts = tuple(
+        DraftDecision(
+            position=j, token_id=tokens[i], text=texts(tokens[i]), q=q_x[i], p=p_x[i],
+            ratio=ver.ratio[i] if ver.ratio[i] is not None else 0.0, u=ver.u[i], verdict=ver.verdict[i],
+            top_p=texts.tops(top_p_vals[parents[i] + 1], top_p_ids[parents[i] + 1]), top_q=top_q[i],
+        )
+        for j, i in enumerate(shown)
+    )
+    row = last + 1  # the row of p the next token was judged under
+    top_residual = ()
+    if ver.residual is not None:
+        vals, rids = (t.tolist() for t in torch.topk(ver.residual, min(TOP_N, V)))
+        top_residual = texts.tops(vals, rids)
+    return StepRecord(
+        index=len(session.steps),
+        k=n,
+        drafts=drafts,
+        n_accepted=ver.n_accepted,
+        next_token_id=ver.next_token,
+        next_token_text=texts(ver.next_token),
+        next_kind="resampled" if ver.resampled else "bonus",
+        next_p=float(p[row, ver.next_token]),
+        top_next=texts.tops(top_p_vals[row], top_p_ids[row]),
+        top_residual=top_residual,
+        committed=tuple(committed),
+        committed_text=tuple(texts(t) for t in committed),
+        draft_ms=0.0,
+        verify_ms=0.0,
+        other_ms=0.0,
+        finished=session.finished,
+        info=dict(proposal.info),
+        rule="exact",
+        tree=nodes,
+        accepted_path=tuple(ver.path),
+    )
