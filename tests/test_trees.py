@@ -159,7 +159,7 @@ def test_wrong_sibling_rule_fails_the_same_check(sampled, monkeypatch):
 @pytest.fixture(scope="module")
 def gemma_sliding(tokenizer):
     """A tiny Gemma 3 whose sliding window (8) is far shorter than the contexts used here."""
-    from conftest import loaded
+    from tests.support.tiny import loaded
     from transformers import Gemma3ForCausalLM, Gemma3TextConfig
 
     torch.manual_seed(3)
@@ -177,7 +177,7 @@ def gemma_sliding(tokenizer):
 
 @pytest.fixture(scope="module")
 def gemma_near(gemma_sliding):
-    from conftest import loaded, perturbed
+    from tests.support.tiny import loaded, perturbed
 
     return loaded(perturbed(gemma_sliding.model, 0.3, seed=1), gemma_sliding.tokenizer, "tiny-gemma3-near")
 
