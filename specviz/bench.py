@@ -55,88 +55,16 @@ from . import metrics
 from .engine import MAX_K, SpeculativeDecoder, encode_prompt, eos_token_ids
 from .prompts import PromptRow
 from .algorithm import Acceptance
-from .proposers import CrossTokenizerDraft, DraftModel, EarlyExit, NGram, NGramOrDraft, Proposer
+from .proposers import DraftModel, NGram, Proposer
 from .schedules import make_schedule
 from .records import Sampling, StepRecord
 
 SCHEMA = "specviz.bench/1"
 TARGET_ONLY = "target-only"
 
-PROPOSER_HELP = (
-    "proposer specs: 'ngram' (prompt lookup, max n-gram 3), 'ngram:N' (max n-gram N), "
-    "'draft:NAME' (a draft model: a built-in such as smollm2-135m, a local directory or a hub id), "
-    "'draft:NAME@int8' (that model quantized to int8), 'ngram+draft:NAME' (prompt lookup when it matches, "
-    "the draft otherwise), 'early-exit:L' (the target's first L layers), "
-    "'xdraft:NAME' (a draft with a different tokenizer, re-tokenized), 'none' (target-only)"
-)
-
-
 # ---------------------------------------------------------------------------------------------
-# Parsing user input
+# Parsing user input (proposer specs: specviz.proposers.from_spec / check_spec)
 # ---------------------------------------------------------------------------------------------
-
-
-def parse_proposer(spec: str, target, load: Callable[..., Any] | None = None) -> Proposer | None:
-    """A proposer spec -> a Proposer (None for 'none'). Raises ValueError for a bad spec.
-
-    'ngram', 'ngram:N', 'draft:NAME', 'draft:NAME@int8', 'ngram+draft:NAME' (prompt lookup when
-    it matches, the draft otherwise), 'xdraft:NAME', 'early-exit:L', 'none' / 'target-only'. ``load`` is
-    ``specviz.models.load_model`` (injectable for tests); the draft is loaded on the target's
-    device and dtype and checked against the target's tokenizer.
-    """
-    kind, arg = check_proposer_spec(spec)
-    if kind == "none":
-        return None
-    if kind == "ngram":
-        return NGram() if arg is None else NGram(max_ngram=int(arg), name=f"ngram:{arg}")
-    if kind in ("draft", "ngram+draft"):
-        name = arg
-        if load is None:
-            from .models import load_model as load
-        quantized = name.lower().endswith("@int8")
-        device = "auto" if quantized and target.device.type == "cpu" else target.device
-        dtype = "auto" if quantized else target.dtype
-        draft = load(name, device=device, dtype=dtype)
-        proposer = DraftModel(draft, name=f"draft:{draft.name}")
-        proposer.init_state(target)  # raises ValueError when the tokenizers differ
-        return proposer if kind == "draft" else NGramOrDraft(proposer, name=f"ngram+draft:{draft.name}")
-    if kind == "early-exit":
-        return EarlyExit(target, int(arg))
-    if kind == "xdraft":
-        if load is None:
-            from .models import load_model as load
-        draft = load(arg, device=target.device if not arg.lower().endswith("@int8") else "auto")
-        return CrossTokenizerDraft(draft, name=f"xdraft:{draft.name}")
-    raise AssertionError(kind)
-
-
-def check_proposer_spec(spec: str) -> tuple[str, str | None]:
-    """Syntax check of a proposer spec, loading nothing: -> (kind, argument).
-
-    kind is "none", "ngram", "draft", "ngram+draft", "xdraft" or "early-exit"; the argument is the n-gram size (or None) or the draft
-    model's name. Raises ValueError with the accepted forms for anything else.
-    """
-    if not isinstance(spec, str) or not spec.strip():
-        raise ValueError(f"empty proposer spec; {PROPOSER_HELP}")
-    kind, sep, arg = spec.strip().partition(":")
-    kind, arg = kind.strip().lower(), arg.strip()
-    if kind in ("none", "target-only") and not sep:
-        return "none", None
-    if kind == "ngram":
-        if not sep:
-            return "ngram", None
-        if not arg.isdigit() or int(arg) < 1:
-            raise ValueError(f"bad proposer {spec!r}: 'ngram:N' needs a whole number N >= 1, got {arg!r}")
-        return "ngram", str(int(arg))
-    if kind in ("draft", "xdraft", "ngram+draft"):
-        if not arg:
-            raise ValueError(f"bad proposer {spec!r}: '{kind}:NAME' needs a model name, e.g. {kind}:smollm2-135m")
-        return kind, arg
-    if kind == "early-exit":
-        if not arg.isdigit() or int(arg) < 1:
-            raise ValueError(f"bad proposer {spec!r}: 'early-exit:L' needs a whole number of layers L >= 1, got {arg!r}")
-        return "early-exit", str(int(arg))
-    raise ValueError(f"unknown proposer {spec!r}; {PROPOSER_HELP}")
 
 
 def parse_ks(text: str | Iterable[int]) -> tuple[int, ...]:

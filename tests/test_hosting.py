@@ -22,6 +22,7 @@ from conftest import make_bpe_tokenizer, make_llama  # noqa: E402
 
 from specviz import limits as L  # noqa: E402
 from specviz import models as M  # noqa: E402
+from specviz.proposers import REGISTRY  # noqa: E402
 
 
 # -- fixtures ----------------------------------------------------------------------------------
@@ -441,7 +442,10 @@ def test_hub_pairs_join_the_menus_only_when_the_hub_answers(monkeypatch):
     assert pg.auto_draft("EleutherAI/pythia-410m", pg.DRAFT, "my/own-draft") is None  # typed by the user: kept
     bench_targets = bt._target_choices(bt.BenchDefaults.from_env())
     assert "HuggingFaceTB/SmolLM2-1.7B-Instruct" in bench_targets
-    assert "draft:HuggingFaceTB/SmolLM2-135M-Instruct" in bt._proposer_choices(bt.BenchDefaults.from_env(), bench_targets)
+    bench_choices = bt._proposer_choices(bt.BenchDefaults.from_env(), bench_targets)
+    assert "draft:HuggingFaceTB/SmolLM2-135M-Instruct" in bench_choices
+    for kind in REGISTRY:  # every proposer kind is offered
+        assert any(c == kind.prefix or c.startswith(kind.prefix + ":") for c in bench_choices), kind.prefix
     for target, draft in M.HUB_PAIRS.items():  # every pair passes the web UI's name check
         assert L.check_model_name(target, L.Limits()) == target and L.check_model_name(draft, L.Limits()) == draft
 

@@ -26,6 +26,7 @@ import gradio as gr
 
 from .. import bench as B
 from .. import prompts as P
+from .. import runs
 from ..limits import Limits
 from ..metrics import why_no_speedup
 from ..records import Sampling
@@ -137,7 +138,7 @@ def parse_request(target, proposers, ks, source, categories, custom, n_prompts, 
     if not target:
         raise ValueError("choose a target model")
     specs = [s.strip() for s in (proposers or []) if s and s.strip()]
-    specs = [s for s in dict.fromkeys(specs) if B.check_proposer_spec(s)[0] != "none"]
+    specs = [s for s in dict.fromkeys(specs) if not runs.is_target_only(s)]
     if not specs:
         raise ValueError("choose at least one proposer (e.g. ngram or draft:MODEL); target-only is always measured")
     if not ks:
@@ -226,11 +227,7 @@ def _load(req: Request, report: Callable[[str], None]):
 
     target = load_model(req.target, progress=report)
     check_prompts_fit(target.tokenizer, [r.prompt for r in req.prompts], chat=True)  # the sweep's chat default
-    proposers = {}
-    for spec in req.proposers:
-        p = B.parse_proposer(spec, target, load=lambda name, **kw: load_model(name, progress=report, **kw))
-        if p is not None:
-            proposers[p.name] = p
+    proposers = runs.build_proposers(req.proposers, target, load=lambda name, **kw: load_model(name, progress=report, **kw))
     return target, proposers
 
 
@@ -327,21 +324,13 @@ def on_source(source: str):
 
 def _target_choices(defaults: BenchDefaults) -> list[str]:
     try:
-        from ..models import hub_pairs, list_models
-
-        names = [m["name"] for m in list_models()] + list(hub_pairs())  # hub targets when the hub answers
+        return runs.target_choices(defaults.target)  # hub targets when the hub answers
     except Exception:  # noqa: BLE001 - the box also takes any name
-        names = []
-    return list(dict.fromkeys([defaults.target, *names]))
+        return [defaults.target]
 
 
 def _proposer_choices(defaults: BenchDefaults, targets: Sequence[str]) -> list[str]:
-    from ..models import HUB_PAIRS
-
-    extra = ["ngram", "ngram:2", "ngram:4"] + [f"draft:{HUB_PAIRS[t]}" for t in targets if t in HUB_PAIRS]
-    extra += [f"draft:{t}@int8" for t in targets if "@" not in t and t not in HUB_PAIRS]
-    extra += [f"draft:{t}" for t in targets if t not in HUB_PAIRS]
-    return list(dict.fromkeys([*defaults.proposers, *extra]))
+    return runs.bench_proposer_choices(defaults.proposers, targets)
 
 
 def build_bench_tab(defaults: BenchDefaults | None = None) -> BenchView:
@@ -364,7 +353,7 @@ def build_bench_tab(defaults: BenchDefaults | None = None) -> BenchView:
                              elem_id="sv-bench-target", info="a built-in, a local directory or a hub id")
         proposers = gr.Dropdown(_proposer_choices(d, targets), value=d.proposers, multiselect=True, allow_custom_value=True,
                                 label="Proposers", scale=3, elem_id="sv-bench-proposers",
-                                info="ngram, ngram:N, draft:MODEL, draft:MODEL@int8")
+                                info=runs.proposer_hint())
         ks = gr.CheckboxGroup(K_CHOICES, value=d.ks, label="k (tokens drafted per step)", scale=3, elem_id="sv-bench-ks")
     with gr.Row():
         source = gr.Radio([BUNDLED, CUSTOM], value=d.prompt_source, label="Prompts", scale=2, elem_id="sv-bench-source")

@@ -11,30 +11,24 @@ import logging
 import os
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 import gradio as gr
 
 from .. import viz
 from ..algorithm import Acceptance
-from ..engine import SpeculativeDecoder
-from ..models import HUB_PAIRS, hub_pairs, list_models, load_model
-from ..limits import Limits, check_prompts_fit
+from ..limits import Limits
 from ..prompts import PromptRow, read_jsonl, bundled_path
-from ..proposers import CrossTokenizerDraft, DraftModel, EarlyExit, NGram, NGramOrDraft
+from .. import runs
 from . import zerogpu
 from .state import (
-    CROSS, DRAFT, EARLY, HYBRID, NGRAM, PROPOSERS, RULES, SCHEDULES, USES_DRAFT_MODEL, PlaygroundState,
+    CROSS, DRAFT, HYBRID, NGRAM, PROPOSERS, RULES, SCHEDULES, TAKES_LAYERS, USES_DRAFT_MODEL, PlaygroundState,
     Settings, parse_settings,
 )
 from .threads import in_thread
 
 log = logging.getLogger("specviz.ui")
 
-# Same-tokenizer pairs among the built-ins: each target's own int8 copy is its natural draft;
-# for the re-tokenizing proposer, the other family's model.
-PAIRS = {"gemma-3-270m": "gemma-3-270m@int8", "smollm2-135m": "smollm2-135m@int8"}
-CROSS_PAIRS = {"gemma-3-270m": "smollm2-135m", "smollm2-135m": "gemma-3-270m@int8"}
 EXAMPLE_IDS = (134, 124, 82, 136, 164, 104, 144, 322, 114, 92)  # bundled Spec-Bench question ids
 PLAY_MIN_INTERVAL_S = 0.08  # Play redraws at most this often (tiny models step in milliseconds)
 PLAY_CHART_INTERVAL_S = 1.0  # ... and its Plotly charts at most this often (4 charts: ~250 ms of browser CPU)
@@ -62,10 +56,8 @@ class Defaults:
         """SPECVIZ_DEFAULT_TARGET / _DRAFT / _PROPOSER (ngram, draft, hybrid, cross, early) / _PROMPT /
         _MAX_NEW_TOKENS / _TEMPERATURE."""
         target = os.environ.get("SPECVIZ_DEFAULT_TARGET", "").strip() or "gemma-3-270m"
-        draft = os.environ.get("SPECVIZ_DEFAULT_DRAFT", "").strip() or {**PAIRS, **HUB_PAIRS}.get(target, f"{target}@int8")
-        proposer = {"ngram": NGRAM, "n-gram": NGRAM, "hybrid": HYBRID, "ngram+draft": HYBRID, "cross": CROSS,
-                    "early": EARLY, "early-exit": EARLY}.get(
-            os.environ.get("SPECVIZ_DEFAULT_PROPOSER", "draft").strip().lower(), DRAFT)
+        draft = os.environ.get("SPECVIZ_DEFAULT_DRAFT", "").strip() or runs.default_draft(target)
+        proposer = runs.menu_label(os.environ.get("SPECVIZ_DEFAULT_PROPOSER", "draft"))
         examples = example_prompts()
         prompt = os.environ.get("SPECVIZ_DEFAULT_PROMPT") or (examples[0][1] if examples else "Explain speculative decoding.")
         try:
@@ -94,49 +86,15 @@ def example_prompts() -> list[tuple[str, str]]:
 
 def target_choices(defaults: Defaults) -> list[str]:
     """The default, the built-ins, and the hub pairs' targets when the hub answers (a Space)."""
-    names = [m["name"] for m in list_models()]
-    return list(dict.fromkeys([defaults.target, *names, *hub_pairs()]))
+    return runs.target_choices(defaults.target)
 
 
 def draft_choices(defaults: Defaults) -> list[str]:
-    names = [m["name"] for m in list_models()]
-    return list(dict.fromkeys([defaults.draft, *(PAIRS.get(n, f"{n}@int8") for n in names), *names,
-                               *hub_pairs().values()]))
+    return runs.draft_choices(defaults.draft)
 
 
-def auto_draft(target: str, proposer: str, current: str) -> str | None:
-    """The draft to switch to when the target or proposer changes, unless the user typed one."""
-    pairs = {**PAIRS, **hub_pairs()}
-    auto = set(pairs.values()) | set(CROSS_PAIRS.values())
-    if current and current not in auto:
-        return None
-    table = CROSS_PAIRS if proposer == CROSS else pairs
-    return table.get(target)
-
-
-# -- engine glue -----------------------------------------------------------------------------
-
-
-def build_decoder(settings: Settings, progress: Callable[[str], None], *, target_only: bool = False) -> SpeculativeDecoder:
-    """Load the models (cached) and make the decoder; ValueError for anything the user can fix."""
-    target = load_model(settings.target, progress=progress)
-    check_prompts_fit(target.tokenizer, [settings.prompt], chat=settings.chat)  # hosting limit
-    if target_only:
-        return SpeculativeDecoder(target, None, sampling=settings.sampling)
-    if settings.proposer == NGRAM:
-        proposer = NGram()
-    elif settings.proposer == EARLY:
-        assert settings.layers is not None
-        proposer = EarlyExit(target, settings.layers)
-    else:
-        assert settings.draft is not None
-        draft = load_model(settings.draft, progress=progress)
-        if settings.proposer == CROSS:
-            proposer = CrossTokenizerDraft(draft)
-        else:
-            proposer = DraftModel(draft) if settings.proposer == DRAFT else NGramOrDraft(DraftModel(draft))
-    return SpeculativeDecoder(target, proposer, k=settings.k, sampling=settings.sampling, schedule=settings.schedule,
-                              acceptance=Acceptance(settings.acceptance))
+auto_draft = runs.auto_draft  # the draft to switch to when the target or proposer changes
+build_decoder = runs.build_decoder  # settings -> SpeculativeDecoder (outside the UI)
 
 
 def _friendly(e: BaseException) -> str:
@@ -569,7 +527,7 @@ def on_proposer_change(target: str, proposer: str, draft: str) -> tuple[Any, Any
     new = auto_draft(target, proposer, draft) if proposer in USES_DRAFT_MODEL else None
     draft_update = gr.update(visible=proposer in USES_DRAFT_MODEL, info=_DRAFT_INFO.get(proposer),
                              **({"value": new} if new and new != draft else {}))
-    return draft_update, gr.update(visible=proposer == EARLY)
+    return draft_update, gr.update(visible=proposer in TAKES_LAYERS)
 
 
 # -- layout ----------------------------------------------------------------------------------
@@ -591,7 +549,7 @@ def build_playground(defaults: Defaults | None = None) -> PlaygroundView:
                                 info=_DRAFT_INFO[d.proposer] if d.proposer in _DRAFT_INFO else None,
                                 visible=d.proposer in USES_DRAFT_MODEL, elem_id="sv-draft")
             layers = gr.Number(value=4, label="Early-exit layers", info="the target's first L layers draft", minimum=1,
-                               precision=0, visible=d.proposer == EARLY, elem_id="sv-layers")
+                               precision=0, visible=d.proposer in TAKES_LAYERS, elem_id="sv-layers")
             k = gr.Slider(1, lim.max_k, value=min(d.k, lim.max_k), step=1, label="k", info="tokens drafted per step", elem_id="sv-k")
             schedule = gr.Dropdown(list(SCHEDULES), value="constant", label="k schedule",
                                    info="how k changes from step to step", elem_id="sv-schedule")

@@ -21,16 +21,13 @@ from ..records import Sampling, Stats, StepRecord
 from ..limits import Limits, check_k, check_max_new_tokens, check_model_name, check_prompt_chars
 from ..models import pin, unpin
 from ..parsing import finite_number
+from ..runs import MENU, TAKES_LAYERS, USES_DRAFT_MODEL, label_of, prefix_of, spec_for
 
 MAX_TEMPERATURE = 5.0
 
-NGRAM = "n-gram (prompt lookup)"
-DRAFT = "draft model"
-CROSS = "draft model, other tokenizer"
-EARLY = "early exit (first layers)"
-HYBRID = "n-gram, else draft model"
-PROPOSERS = (NGRAM, DRAFT, HYBRID, CROSS, EARLY)
-USES_DRAFT_MODEL = (DRAFT, HYBRID, CROSS)
+# The proposer menu's labels come from the proposer registry (through specviz.runs).
+NGRAM, DRAFT, CROSS, EARLY, HYBRID = (label_of(p) for p in ("ngram", "draft", "xdraft", "early-exit", "ngram+draft"))
+PROPOSERS = MENU
 SCHEDULES = ("constant", "heuristic", "confidence")
 RULES = {"exact": "exact", "typical (LOSSY)": "typical"}  # the menu's labels -> Acceptance.rule
 
@@ -63,13 +60,17 @@ class Settings:
     def sampling(self) -> Sampling:
         return Sampling(temperature=self.temperature, top_k=self.top_k, top_p=self.top_p)
 
+    def spec(self) -> str:
+        """The proposer spec of this run ("draft:gemma-3-270m@int8"; specviz.proposers.from_spec)."""
+        return spec_for(self.proposer, self.draft, self.layers)
+
     def baseline_key(self) -> tuple:
         """What a target-only run must share with this run for its speed to compare."""
         return (self.target, self.temperature, self.top_p, self.top_k, self.seed, self.max_new_tokens, self.prompt, self.chat)
 
     def describe(self) -> str:
         how = {NGRAM: "n-gram", DRAFT: f"draft {self.draft}", HYBRID: f"n-gram, else draft {self.draft}", CROSS: f"re-tokenized draft {self.draft}",
-               EARLY: f"its first {self.layers} layers"}[self.proposer]
+               EARLY: f"its first {self.layers} layers"}.get(self.proposer) or self.spec()
         mode = "greedy" if self.temperature == 0 else f"T={self.temperature:g}"
         sched = "" if self.schedule == "constant" else f" ({self.schedule})"
         rule = ", typical acceptance (LOSSY)" if self.acceptance == "typical" and self.temperature > 0 else ""
@@ -112,7 +113,7 @@ def parse_settings(
         raise ValueError(f"unknown acceptance rule {acceptance!r}; choose one of: {', '.join(RULES)}")
     if schedule not in SCHEDULES:
         raise ValueError(f"unknown k schedule {schedule!r}; choose one of: {', '.join(SCHEDULES)}")
-    n_layers = _whole(layers, "early-exit layers", 1) if proposer == EARLY else None
+    n_layers = _whole(layers, "early-exit layers", 1) if proposer in TAKES_LAYERS else None
     lim = Limits.from_env()  # the host's caps (SPECVIZ_MAX_K, SPECVIZ_MAX_NEW_TOKENS, ...), read per request
     k = _whole(k, "k (tokens drafted per step)", None)
     check_k(k, lim)  # the host's range, named in the message
@@ -337,7 +338,7 @@ class PlaygroundState:
             self._dir = tempfile.mkdtemp(prefix="specviz-session-")
         slug = "".join(c if c.isalnum() or c in "-_." else "-" for c in settings.target.split("/")[-1])[:40]
         how = "target-only" if target_only else (
-            {NGRAM: "ngram", DRAFT: "draft", HYBRID: "ngram+draft", CROSS: "xdraft", EARLY: "early-exit"}[settings.proposer] + f"-k{settings.k}")
+            prefix_of(settings.proposer) + f"-k{settings.k}")
         fd, path = tempfile.mkstemp(prefix=f"specviz-trace-{slug}-{how}-{time.strftime('%H%M%S')}-", suffix=".jsonl",
                                     dir=self._dir)
         os.close(fd)
@@ -359,6 +360,6 @@ class PlaygroundState:
 
 
 __all__ = [
-    "CROSS", "DRAFT", "EARLY", "HYBRID", "NGRAM", "PROPOSERS", "RULES", "SCHEDULES", "USES_DRAFT_MODEL",
+    "CROSS", "DRAFT", "EARLY", "HYBRID", "NGRAM", "PROPOSERS", "RULES", "SCHEDULES", "TAKES_LAYERS", "USES_DRAFT_MODEL",
     "PlaygroundState", "Settings", "parse_settings",
 ]

@@ -70,7 +70,7 @@ def on_gpu(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
 def record_run(settings: Any, path: str, target_only: bool = False) -> str:
     """Run ``settings`` (a ``ui.state.Settings``) to the end, writing every step to the trace
     file ``path``; returns ``path``. Pure: plain arguments in, a file out (safe in a fork)."""
-    from .playground import build_decoder
+    from ..runs import build_decoder
 
     decoder = build_decoder(settings, lambda msg: log.info("%s", msg), target_only=target_only)
     with open(path, "w", encoding="utf-8") as fh:
