@@ -228,7 +228,8 @@ def test_stop_after_three_runs(tiny_target):
         on_event=seen.append, on_row=rows_seen.append, should_stop=lambda: sum(e.kind == "run" for e in seen) >= 3,
     )
     assert [e.kind for e in seen] == ["run", "run", "run", "stopped"]
-    assert rows_seen == rep["prompt_rows"] and len(rows_seen) == 3
+    assert [B.to_record(r) for r in rows_seen] == rep["prompt_rows"] and len(rows_seen) == 3
+    assert all(isinstance(r, B.PromptResult) for r in rows_seen)
     m = rep["meta"]
     assert m["stopped"] and m["runs_done"] == 3 and m["runs_planned"] == 6 and m["warmup_s"] == 0
     assert [(r["proposer"], r["k"], r["prompts"]) for r in rep["rows"]] == [("target-only", 0, 1), ("ngram", 1, 1), ("ngram", 2, 1)]
@@ -246,8 +247,8 @@ def test_sampled_sweep_and_plain_prompts(tiny_target):
 
 
 def test_summarize_is_pure_and_handles_partial_rows(report):
-    rows = B.summarize(report["prompt_rows"][:7])  # prompt 0, up to the first HF rows
-    assert [r["prompts"] for r in rows] == [1] * 7
+    rows = B.summarize(report["prompt_rows"][:7])  # prompt 0, up to the first HF rows (records, as in a file)
+    assert [r.prompts for r in rows] == [1] * 7 and all(isinstance(r, B.SummaryRow) for r in rows)
     assert B.summarize([]) == []
 
 
@@ -344,3 +345,19 @@ def test_report_html(report):
     assert page.count("<tr>") >= 10 + 1
     small = V.report_html(report, include_plotlyjs="cdn")
     assert len(small) < len(page) / 5
+
+
+@pytest.mark.parametrize("name", ["bench-gemma-cpu.json", "bench-gemma-cpu-schedules.json"])
+def test_reports_written_before_typed_rows_still_load_and_summarize_alike(name):
+    from pathlib import Path
+
+    data = B.load_report(Path(__file__).resolve().parents[1] / "assets" / name)
+    typed = [B.PromptResult.from_record(r) for r in data["prompt_rows"]]
+    assert [B.to_record(r) for r in typed] == data["prompt_rows"]  # same keys, same values, same order
+    again = [B.to_record(r) for r in B.summarize(data["prompt_rows"])]
+    assert [(r["proposer"], r["k"], r["impl"]) for r in again] == [(r["proposer"], r["k"], r["impl"]) for r in data["rows"]]
+    for new, old in zip(again, data["rows"]):
+        assert list(new) == list(old)
+        for key in ("new_tokens", "tokens_per_s", "speedup", "acceptance_rate", "c", "predicted_speedup"):
+            assert new[key] == pytest.approx(old[key]), key
+    assert B.csv_text(typed[:0]) == B.csv_text([])

@@ -297,7 +297,7 @@ def on_run(state: BenchState, *raw) -> Iterator[list[Any]]:
                 continue
             now = time.perf_counter()
             redraw = ev.prompt_done or now - last >= RENDER_EVERY_S
-            report = {"rows": sweep.rows(), "prompt_rows": sweep.prompt_rows} if redraw else None
+            report = sweep.live_report() if redraw else None
             if redraw:
                 last = now
             msg = progress_html(ev.done, ev.total, f"Ran {ev.label}")

@@ -22,7 +22,7 @@ from ..prompts import PromptRow, read_jsonl, bundled_path
 from .. import runs
 from . import zerogpu
 from .state import (
-    CROSS, DRAFT, HYBRID, NGRAM, PROPOSERS, RULES, SCHEDULES, TAKES_LAYERS, USES_DRAFT_MODEL, PlaygroundState,
+    CROSS, DRAFT, HYBRID, PROPOSERS, RULES, SCHEDULES, TAKES_LAYERS, USES_DRAFT_MODEL, PlaygroundState,
     Settings, parse_settings,
 )
 from .threads import in_thread
