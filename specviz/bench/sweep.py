@@ -259,11 +259,6 @@ def run_sweep(
 # ---------------------------------------------------------------------------------------------
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def _run_specviz(decoder: SpeculativeDecoder, ids: list[int], max_new_tokens: int, seed: int) -> dict[str, Any]:
     _sync(decoder.target.device)
     t0 = time.perf_counter()

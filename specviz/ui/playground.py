@@ -16,14 +16,13 @@ from typing import Any, Iterator
 import gradio as gr
 
 from .. import viz
-from ..algorithm import Acceptance
 from ..limits import Limits
 from ..prompts import PromptRow, read_jsonl, bundled_path
 from .. import runs
 from . import zerogpu
 from .state import (
     CROSS, DRAFT, HYBRID, PROPOSERS, RULES, SCHEDULES, TAKES_LAYERS, USES_DRAFT_MODEL, PlaygroundState,
-    Settings, parse_settings,
+    parse_settings,
 )
 from .threads import in_thread
 
