@@ -17,6 +17,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 import app_server  # noqa: E402
 
 from specviz.ui import zerogpu  # noqa: E402
+from specviz.replay import Replay  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -102,7 +103,7 @@ def test_playground_records_on_the_gpu_and_replays_the_same_run(models_dir, env,
     on_zero = _play(_raw(models_dir))
     assert [name for name, _ in calls] == ["record_run", "record_run"]  # the run, then the target-only baseline
     assert on_zero.message[1] != "error", on_zero.message
-    assert isinstance(on_zero.session, zerogpu.ReplaySession) and on_zero.session.done
+    assert isinstance(on_zero.session, Replay) and on_zero.session.done
     cpu_ids = [t for s in on_cpu.steps for t in s.committed]
     assert [t for s in on_zero.steps for t in s.committed] == cpu_ids  # same seed, same tokens
     assert [t for s in on_zero.baseline_steps for t in s.committed] == [t for s in on_cpu.baseline_steps for t in s.committed]

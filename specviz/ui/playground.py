@@ -19,6 +19,7 @@ from .. import viz
 from ..limits import Limits
 from ..prompts import PromptRow, read_jsonl, bundled_path
 from .. import runs
+from ..replay import Replay
 from . import zerogpu
 from .state import (
     CROSS, DRAFT, HYBRID, PROPOSERS, RULES, SCHEDULES, TAKES_LAYERS, USES_DRAFT_MODEL, PlaygroundState,
@@ -274,7 +275,7 @@ def _ensure_live_session(state: PlaygroundState, raw: tuple) -> Iterator[list[An
         if state.mode == "live" and state.session is not None and state.settings == settings:
             return  # another click started this very run while the models loaded
         state.epoch += 1  # a Play still running on the old settings stops
-        if isinstance(result, zerogpu.ReplaySession):
+        if isinstance(result, Replay):
             state.start_recorded(settings, result)
         else:
             state.start(settings, result)
@@ -500,10 +501,10 @@ def on_load_trace(state: PlaygroundState, path: Any) -> list[Any]:
         with state.lock:
             state.epoch += 1
             state.load_trace(str(path))
-            h = state.trace_header
+            h = state.session.header
             what = f"{h.get('target', '?')} + {h.get('proposer', '?')}, k={h.get('k', '?')}"
             state.message = (
-                f"Loaded a trace of {len(state.trace_steps)} steps ({what}). Click tokens to inspect them, Play to "
+                f"Loaded a trace of {len(state.session.records)} steps ({what}). Click tokens to inspect them, Play to "
                 "replay it step by step, Reset to go back to live mode.", "ok")
             return render(state, download=True)
     except Exception as e:  # noqa: BLE001
