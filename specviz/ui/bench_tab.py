@@ -11,7 +11,6 @@ Defaults come from ``SPECVIZ_DEFAULT_TARGET`` / ``SPECVIZ_DEFAULT_DRAFT`` (as in
 
 from __future__ import annotations
 
-import html
 import logging
 import os
 import shutil
@@ -31,7 +30,9 @@ from ..limits import Limits
 from ..metrics import why_no_speedup
 from ..records import Sampling
 from ..viz import bench as V
+from ..viz.bench import progress_html
 from . import zerogpu
+from .handlers import friendly_error
 from .threads import in_thread
 
 log = logging.getLogger("specviz.ui.bench")
@@ -59,7 +60,7 @@ class BenchDefaults:
     @classmethod
     def from_env(cls) -> "BenchDefaults":
         target = os.environ.get("SPECVIZ_DEFAULT_TARGET", "").strip() or "gemma-3-270m"
-        draft = os.environ.get("SPECVIZ_DEFAULT_DRAFT", "").strip() or f"{target}@int8"
+        draft = os.environ.get("SPECVIZ_DEFAULT_DRAFT", "").strip() or runs.default_draft(target)
         return cls(target=target, proposers=["ngram", f"draft:{draft}"])
 
 
@@ -171,24 +172,6 @@ def parse_request(target, proposers, ks, source, categories, custom, n_prompts, 
 # -- rendering ----------------------------------------------------------------------------------
 
 
-def progress_html(done: int, total: int, label: str, kind: str = "info") -> str:
-    """A progress bar and a one-line message (kind: info, ok, error)."""
-    color = {"info": "#4f46e5", "ok": "#16a34a", "error": "#dc2626"}.get(kind, "#4f46e5")
-    bar = ""
-    if total:
-        pct = 100.0 * done / total
-        bar = (
-            f'<div class="sv-bench-bar" role="progressbar" aria-valuenow="{done}" aria-valuemax="{total}" '
-            f'style="height:8px;border-radius:4px;background:#e5e7eb;overflow:hidden;margin:4px 0">'
-            f'<div style="width:{pct:.1f}%;height:100%;background:{color};transition:width .3s"></div></div>'
-        )
-    count = f" ({done}/{total} runs)" if total else ""
-    return (
-        f'<div class="sv-bench-progress" data-done="{done}" data-total="{total}" data-kind="{kind}">{bar}'
-        f'<span style="color:{color if kind == "error" else "inherit"}">{html.escape(label)}{count}</span></div>'
-    )
-
-
 def _table_value(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     headers, body = V.table_rows(rows)
     return {"headers": headers, "data": body or [[""] * len(headers)]}
@@ -216,10 +199,7 @@ def _render(state: BenchState, report: dict[str, Any] | None, progress: str, *, 
 
 
 def _friendly(e: BaseException) -> str:
-    if isinstance(e, (ValueError, OSError)):
-        return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-    log.exception("unexpected error in the benchmark tab")
-    return f"unexpected error ({type(e).__name__}): {e}"
+    return friendly_error(e, "the benchmark tab", expected=(ValueError, OSError), first_line=True)
 
 
 def _load(req: Request, report: Callable[[str], None]):

@@ -16,6 +16,7 @@ from typing import Any, Iterator
 import gradio as gr
 
 from .. import viz
+from ..viz.scripts import TABLE_JS, TOKENS_JS
 from ..limits import Limits
 from ..prompts import PromptRow, read_jsonl, bundled_path
 from .. import runs
@@ -25,6 +26,7 @@ from .state import (
     CROSS, DRAFT, HYBRID, PROPOSERS, RULES, SCHEDULES, TAKES_LAYERS, USES_DRAFT_MODEL, PlaygroundState,
     parse_settings,
 )
+from .handlers import friendly_error
 from .threads import in_thread
 
 log = logging.getLogger("specviz.ui")
@@ -98,50 +100,10 @@ build_decoder = runs.build_decoder  # settings -> SpeculativeDecoder (outside th
 
 
 def _friendly(e: BaseException) -> str:
-    if isinstance(e, ValueError):
-        return str(e)
-    if isinstance(e, RuntimeError) and "finished" in str(e):
-        return str(e)
-    log.exception("unexpected error in the playground")
-    return f"unexpected error ({type(e).__name__}): {e}. The playground is still usable; try Reset."
+    return friendly_error(e, "the playground", after=". The playground is still usable; try Reset.")
 
 
 # -- the view --------------------------------------------------------------------------------
-
-TOKENS_JS = r"""
-const pickable = element.classList.contains('sv-pickable');
-let tip = document.getElementById('sv-tip');
-if (!tip) { tip = document.createElement('div'); tip.id = 'sv-tip'; tip.className = 'sv-tip'; document.body.appendChild(tip); }
-let current = null;
-const hide = () => { tip.style.display = 'none'; current = null; };
-const place = () => {
-  if (!current || !document.body.contains(current)) { hide(); return; }
-  const r = current.getBoundingClientRect(), w = tip.offsetWidth, h = tip.offsetHeight;
-  if (r.bottom < 0 || r.top > window.innerHeight) { hide(); return; }
-  const x = Math.min(Math.max(8, r.left), window.innerWidth - w - 8);
-  let y = r.bottom + 6; if (y + h > window.innerHeight - 8) y = Math.max(8, r.top - h - 6);
-  tip.style.left = x + 'px'; tip.style.top = y + 'px';
-};
-const show = (t) => { current = t; tip.textContent = t.dataset.tip; tip.style.display = 'block'; place(); };
-element.addEventListener('mouseover', (e) => { const t = e.target.closest('.tok[data-tip]'); if (t) show(t); });
-element.addEventListener('mouseout', (e) => { const t = e.target.closest('.tok[data-tip]'); if (t && !t.contains(e.relatedTarget)) hide(); });
-element.addEventListener('mouseleave', hide);
-window.addEventListener('scroll', place, true);  // follow the token (or hide when it scrolls away)
-element.addEventListener('click', (e) => {
-  const t = e.target.closest('.tok[data-step]'); if (!t) return;
-  show(t);
-  if (pickable) trigger('pick', {step: Number(t.dataset.step), pos: Number(t.dataset.pos)});
-});
-"""
-
-
-TABLE_JS = r"""
-element.addEventListener('click', (e) => {
-  const row = e.target.closest('tr[data-pos]'); if (!row) return;
-  trigger('pick', {pos: Number(row.dataset.pos)});
-});
-"""
-
 
 @dataclass
 class PlaygroundView:
