@@ -17,6 +17,7 @@ from .algorithm import Acceptance
 from .engine import SpeculativeDecoder
 from .proposers.base import Proposer
 from .proposers.registry import REGISTRY, from_spec, get_kind, syntax_list
+from .prompts import PromptRow, bundled_path, read_jsonl
 from .records import Sampling
 
 Progress = Callable[[str], None]
@@ -70,6 +71,26 @@ def spec_for(label: str, draft: str | None = None, layers: int | None = None) ->
 def proposer_hint() -> str:
     """The Benchmark tab's hint under its proposer box."""
     return syntax_list(include_none=False).replace("NAME", "MODEL")
+
+
+# -- example prompts ---------------------------------------------------------------------------
+
+EXAMPLE_IDS = (134, 124, 82, 136, 164, 104, 144, 322, 114, 92)  # bundled Spec-Bench question ids
+
+
+def example_prompts() -> list[tuple[str, str]]:
+    """(label, prompt) pairs from the bundled Spec-Bench prompts, extraction-style ones first."""
+    try:
+        rows = read_jsonl(bundled_path())
+    except (OSError, ValueError):
+        return []
+    by_id: dict[str, PromptRow] = {r.id: r for r in rows}
+    picked = [by_id[str(i)] for i in EXAMPLE_IDS if str(i) in by_id] or rows[:8]
+    out = []
+    for r in picked:
+        first = " ".join(r.prompt.split())
+        out.append((f"{r.category}: {first[:70]}{'…' if len(first) > 70 else ''}", r.prompt))
+    return out
 
 
 # -- model pairing -----------------------------------------------------------------------------
@@ -194,6 +215,6 @@ def is_target_only(spec: str) -> bool:
 
 __all__: Sequence[str] = [
     "CROSS_PAIRS", "MENU", "PAIRS", "TAKES_LAYERS", "USES_DRAFT_MODEL", "auto_draft", "bench_proposer_choices",
-    "build_decoder", "build_proposers", "default_draft", "draft_choices", "is_target_only", "label_of", "menu_label",
+    "build_decoder", "build_proposers", "default_draft", "draft_choices", "example_prompts", "is_target_only", "label_of", "menu_label",
     "prefix_of", "proposer_hint", "spec_for", "target_choices",
 ]

@@ -18,7 +18,6 @@ import gradio as gr
 from .. import viz
 from ..viz.scripts import TABLE_JS, TOKENS_JS
 from ..limits import Limits
-from ..prompts import PromptRow, read_jsonl, bundled_path
 from .. import runs
 from ..replay import Replay
 from . import zerogpu
@@ -31,7 +30,6 @@ from .threads import in_thread
 
 log = logging.getLogger("specviz.ui")
 
-EXAMPLE_IDS = (134, 124, 82, 136, 164, 104, 144, 322, 114, 92)  # bundled Spec-Bench question ids
 PLAY_MIN_INTERVAL_S = 0.08  # Play redraws at most this often (tiny models step in milliseconds)
 PLAY_CHART_INTERVAL_S = 1.0  # ... and its Plotly charts at most this often (4 charts: ~250 ms of browser CPU)
 REPLAY_MAX_DELAY_S = 0.5
@@ -60,7 +58,7 @@ class Defaults:
         target = os.environ.get("SPECVIZ_DEFAULT_TARGET", "").strip() or "gemma-3-270m"
         draft = os.environ.get("SPECVIZ_DEFAULT_DRAFT", "").strip() or runs.default_draft(target)
         proposer = runs.menu_label(os.environ.get("SPECVIZ_DEFAULT_PROPOSER", "draft"))
-        examples = example_prompts()
+        examples = runs.example_prompts()
         prompt = os.environ.get("SPECVIZ_DEFAULT_PROMPT") or (examples[0][1] if examples else "Explain speculative decoding.")
         try:
             max_new = int(os.environ.get("SPECVIZ_DEFAULT_MAX_NEW_TOKENS", "64"))
@@ -69,21 +67,6 @@ class Defaults:
             max_new, temperature = 64, 0.0
         return cls(target=target, draft=draft, proposer=proposer, prompt=prompt, temperature=max(0.0, min(temperature, 2.0)),
                    max_new_tokens=max(1, min(max_new, Limits.from_env().max_new_tokens)))
-
-
-def example_prompts() -> list[tuple[str, str]]:
-    """(label, prompt) pairs from the bundled Spec-Bench prompts, extraction-style ones first."""
-    try:
-        rows = read_jsonl(bundled_path())
-    except (OSError, ValueError):
-        return []
-    by_id: dict[str, PromptRow] = {r.id: r for r in rows}
-    picked = [by_id[str(i)] for i in EXAMPLE_IDS if str(i) in by_id] or rows[:8]
-    out = []
-    for r in picked:
-        first = " ".join(r.prompt.split())
-        out.append((f"{r.category}: {first[:70]}{'…' if len(first) > 70 else ''}", r.prompt))
-    return out
 
 
 def target_choices(defaults: Defaults) -> list[str]:
@@ -499,7 +482,7 @@ def build_playground(defaults: Defaults | None = None) -> PlaygroundView:
     """Lay out the playground (inside a gr.Blocks / gr.Tab context) and wire its events."""
     d = defaults or Defaults.from_env()
     lim = Limits.from_env()  # the sliders stop at the host's caps
-    examples = example_prompts()
+    examples = runs.example_prompts()
     state = gr.State(PlaygroundState, delete_callback=lambda s: s.close() if isinstance(s, PlaygroundState) else None)
 
     with gr.Row(equal_height=False, elem_id="sv-main-row"):
