@@ -88,3 +88,24 @@ def test_ui_imports_no_proposer_module():
     for path in ui.glob("*.py"):
         text = path.read_text(encoding="utf-8")
         assert "from ..proposers" not in text and "specviz.proposers import" not in text, path.name
+
+
+def test_a_new_kind_with_options_plugs_in(monkeypatch, tiny_target):
+    """What a later proposer does: one entry with options, and from_spec hands them to its builder."""
+    from specviz.proposers import NGram, registry
+
+    def build(arg, target, load):
+        _, opts = split_options(arg or "", ("width",))
+        return NGram(max_ngram=int_option(opts, "width", 3, hi=8), name=f"ngram-tree:{arg or ''}")
+
+    kind = registry.ProposerKind("ngram-tree", "n-gram tree", "ngram-tree[:,width=W]", "test kind", needs_model=False,
+                                 hf_counterpart=False, build=build, options=("width",))
+    monkeypatch.setattr(registry, "REGISTRY", registry.REGISTRY + (kind,))
+    assert check_spec("ngram-tree") == ("ngram-tree", None)
+    assert check_spec("ngram-tree:,WIDTH=5") == ("ngram-tree", ",width=5")
+    assert from_spec("ngram-tree:,width=5", tiny_target).max_ngram == 5
+    with pytest.raises(ValueError, match="unknown option 'depth'.*width"):
+        check_spec("ngram-tree:,depth=2")
+    with pytest.raises(ValueError, match="from 1 to 8"):
+        from_spec("ngram-tree:,width=9", tiny_target)
+    assert "ngram-tree[:,width=W]" in registry.help_text()

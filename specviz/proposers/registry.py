@@ -3,7 +3,8 @@
 A spec is ``PREFIX`` or ``PREFIX:ARG[,key=value...]``: the prefix picks a :class:`ProposerKind`,
 ARG is its argument (an n-gram size, a model name such as ``smollm2-135m@int8``, a layer count)
 and the comma-separated ``key=value`` options after it tune the proposer (each kind lists the
-keys it accepts; any other key is a ValueError). Examples::
+keys it accepts in ``options``; any other key is a ValueError). A kind without an argument takes
+options as ``PREFIX:,key=value``. Examples::
 
     ngram   ngram:4   draft:smollm2-135m@int8   ngram+draft:gemma-3-270m@int8   early-exit:4
     xdraft:smollm2-135m   none
@@ -12,7 +13,22 @@ Everything that shows or checks proposers reads :data:`REGISTRY`: the CLI help, 
 menus and hints, trace file names, the hosting limits and the README table
 (:func:`markdown_table`). Adding a proposer = its class in its own file under
 ``specviz/proposers/`` + one :class:`ProposerKind` entry below (a builder, and ``check_arg`` when
-the argument is not a model name).
+the argument is not a model name), e.g.::
+
+    def _build_draft_tree(arg, target, load):          # arg: "NAME@int8,nodes=16,width=3"
+        from .draft_tree import DraftTree
+        name, opts = split_options(arg, ("nodes", "width"))
+        draft = _load_draft(name, target, load)
+        return DraftTree(draft, nodes=int_option(opts, "nodes", 16, hi=64), width=int_option(opts, "width", 3))
+
+    ProposerKind("draft-tree", "draft model, token tree", "draft-tree:NAME[@int8][,nodes=N,width=W]",
+                 "a draft model's token tree ...", needs_model=True, hf_counterpart=False,
+                 build=_build_draft_tree, arg_required=True, options=("nodes", "width"),
+                 example="draft-tree:smollm2-135m")
+
+The playground's menu, the Benchmark tab's menu, the CLI help, the limits and the README table
+(regenerate it: a test compares) then offer the new kind: ``needs_model`` kinds use the draft
+box, other kinds with ``arg_required`` the layers box, the rest the bare prefix.
 """
 
 from __future__ import annotations
@@ -250,7 +266,7 @@ def check_spec(spec: str) -> tuple[str, str | None]:
     main, opts = split_options(arg, kind.options, spec)
     if kind.check_arg is not None:
         main = kind.check_arg(spec, main)
-    elif not main:
+    elif not main and kind.needs_model:
         raise ValueError(f"bad proposer {spec!r}: '{kind.prefix}:NAME' needs a model name, e.g. {kind.example}")
     return kind.prefix, main + "".join(f",{k}={v}" for k, v in opts.items())
 
