@@ -14,7 +14,7 @@ import time
 import torch
 
 from specviz import Hook, SpeculativeDecoder, TraceRecorder, load_model
-from specviz.bench import parse_proposer
+from specviz.proposers import from_spec
 from specviz.prompts import load_prompts
 
 
@@ -28,7 +28,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2)
     args = ap.parse_args()
     target = load_model(args.target)
-    decoder = SpeculativeDecoder(target, parse_proposer(args.proposer, target), k=args.k)
+    decoder = SpeculativeDecoder(target, from_spec(args.proposer, target), k=args.k)
     prompts = [r.prompt for r in load_prompts(limit=args.limit)]
     variants = {"no hooks": lambda: [], "no-op Hook": lambda: [Hook()], "TraceRecorder": lambda: [TraceRecorder(io.StringIO())]}
     decoder.generate(prompts[0], max_new_tokens=8, chat=True)  # warm-up

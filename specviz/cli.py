@@ -150,7 +150,7 @@ def _loader(args):
 
 
 def cmd_generate(args) -> int:
-    from .bench import check_proposer_spec, parse_proposer
+    from .proposers import check_spec, from_spec
     from .algorithm import Acceptance
     from .engine import SpeculativeDecoder
     from .hooks import TraceRecorder
@@ -161,14 +161,14 @@ def cmd_generate(args) -> int:
     from .engine import MAX_K
 
     sampling = _sampling(args)
-    kind, _ = check_proposer_spec(args.proposer)
+    kind, _ = check_spec(args.proposer)
     if kind != "none" and args.k > MAX_K:
         raise CLIError(f"k (tokens drafted per step) must be a whole number from 1 to {MAX_K}, got {args.k}")
     prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
     if not prompt or not prompt.strip():
         raise CLIError("the prompt is empty: pass --prompt TEXT (or --prompt - to read standard input)")
     target = _load_target(args)
-    proposer = parse_proposer(args.proposer, target, load=_loader(args))
+    proposer = from_spec(args.proposer, target, load=_loader(args))
     decoder = SpeculativeDecoder(
         target, proposer, k=args.k, sampling=sampling, schedule=args.schedule, acceptance=Acceptance(args.acceptance)
     )
@@ -219,6 +219,7 @@ def cmd_bench(args) -> int:
 
     from . import bench as B
     from .metrics import why_no_speedup
+    from .proposers import check_spec, from_spec
 
     if args.limit is not None and args.limit < 1:
         raise CLIError("--limit must be >= 1")
@@ -232,12 +233,12 @@ def cmd_bench(args) -> int:
     )
     specs = args.proposer or ["ngram"]
     for spec in specs:
-        B.check_proposer_spec(spec)
+        check_spec(spec)
     target = _load_target(args)
     proposers = {}
     load = _loader(args)
     for spec in specs:
-        p = B.parse_proposer(spec, target, load=load)
+        p = from_spec(spec, target, load=load)
         if p is not None:
             proposers[p.name] = p
     sweep = B.Sweep(target, proposers, prompts, config, prompt_source=args.prompts or "bundled:specbench-dev")
@@ -347,6 +348,8 @@ def _add_sampling_args(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .proposers.registry import syntax_list
+
     parser = _Parser(prog="specviz", description="Watch, test and measure speculative decoding.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
@@ -355,7 +358,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "amber, bonus tokens violet, rejected drafts red and struck through.")
     _add_model_args(g)
     g.add_argument("--proposer", default="ngram",
-                   help="ngram, ngram:N, draft:NAME, draft:NAME@int8, ngram+draft:NAME, early-exit:L, xdraft:NAME or none (default: ngram)")
+                   help=f"{syntax_list()} (default: ngram)")
     g.add_argument("--k", type=_positive_int, default=4, help="tokens drafted per step (default 4)")
     g.add_argument("--schedule", default="constant",
                    help="k schedule: constant (default), heuristic (k+2 after a full accept, k-1 otherwise), "
@@ -374,7 +377,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "prompt in turn, optionally also transformers' generate().")
     _add_model_args(b)
     b.add_argument("--proposer", action="append", metavar="SPEC",
-                   help="repeatable: ngram, ngram:N, draft:NAME, draft:NAME@int8, ngram+draft:NAME, early-exit:L, xdraft:NAME (default: ngram)")
+                   help=f"repeatable: {syntax_list(include_none=False)} (default: ngram)")
     b.add_argument("--k", default="1,2,4,8", help="comma-separated draft lengths (default 1,2,4,8)")
     b.add_argument("--schedule", action="append", metavar="NAME",
                    help="repeatable k schedule swept beside each k: constant (default), heuristic, confidence:T")

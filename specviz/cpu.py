@@ -4,7 +4,7 @@ Verifying k drafts runs the target's LM head on k + 1 rows at once. On x86 CPUs 
 ``F.linear`` switches GEMM kernels at 4 rows, and a large head's cost nearly doubles there:
 gemma-3-270m's 262,144 x 640 head on 2 threads takes 34 ms for 3 rows, 63 ms for 4 and 102 ms
 for 9, while oneDNN's linear (``torch.ops.mkldnn._linear_pointwise``, the kernel Inductor uses)
-takes 44, 44 and 55 ms (``python -m specviz.cpu``). Whether that holds on another CPU is measured,
+takes 44, 44 and 55 ms (``python benchmarks/lm_head.py``). Whether that holds on another CPU is measured,
 not assumed: :func:`speed_up_lm_head` times both kernels on the model's own head when it is loaded
 and only switches when oneDNN is faster. Both compute the same product; they differ in float
 rounding (~1e-4 on logits), as any two GEMM kernels do.
@@ -89,21 +89,3 @@ def speed_up_lm_head(model: torch.nn.Module) -> bool:
     if faster:
         model.set_output_embeddings(RowAdaptiveLinear(head))
     return faster
-
-
-def _main() -> None:
-    """Print the head timings behind the module docstring for the built-in gemma-3-270m."""
-    from .models import load_model
-
-    torch.set_num_threads(int(os.environ.get("SPECVIZ_THREADS", "2")))
-    os.environ["SPECVIZ_CPU_HEAD"] = "0"
-    weight = load_model("gemma-3-270m").model.get_output_embeddings().weight
-    print(f"gemma-3-270m LM head {tuple(weight.shape)}, {torch.get_num_threads()} threads (median of 5, ms)")
-    print("rows  F.linear  oneDNN")
-    for rows in (1, 2, 3, 4, 5, 9, 17):
-        plain, onednn = time_head(weight, rows, repeats=5)
-        print(f"{rows:>4}  {plain * 1e3:8.1f}  {onednn * 1e3:6.1f}")
-
-
-if __name__ == "__main__":
-    _main()

@@ -233,16 +233,16 @@ def load_checked(name: str, limits: Limits | None = None, **kwargs: Any):
 
 def check_bench_request(target: str, proposer_specs: list[str], ks: Any, max_new_tokens: int, prompts: list[str],
                         limits: Limits | None = None) -> None:
-    """The benchmark tab's request: model names (the target and every ``draft:NAME``,
-    ``ngram+draft:NAME`` and ``xdraft:NAME`` proposer), each k, max new tokens and every prompt's length."""
+    """The benchmark tab's request: model names (the target and every proposer whose
+    registry entry ``needs_model``), each k, max new tokens and every prompt's length."""
     lim = limits or Limits.from_env()
     check_model_name(target, lim)
-    from .bench import check_proposer_spec
+    from .proposers.registry import check_spec, get_kind, split_options
 
     for spec in proposer_specs:
-        kind, arg = check_proposer_spec(spec)
-        if kind in ("draft", "xdraft", "ngram+draft") and arg:
-            check_model_name(arg, lim)
+        prefix, arg = check_spec(spec)
+        if get_kind(prefix).needs_model and arg:
+            check_model_name(split_options(arg, get_kind(prefix).options)[0], lim)
     for k in ks or ():
         check_k(int(k), lim)
     check_max_new_tokens(max_new_tokens, lim)

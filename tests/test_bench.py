@@ -12,7 +12,7 @@ import pytest
 from specviz import bench as B
 from specviz import metrics
 from specviz.prompts import PromptRow
-from specviz.proposers import DraftModel, NGram
+from specviz.proposers import DraftModel, NGram, from_spec
 from specviz.records import Sampling
 from specviz.viz import bench as V
 
@@ -43,29 +43,29 @@ def report(sweep):
 # -- parsing ------------------------------------------------------------------------------------
 
 
-def test_parse_proposer_ngram_and_none(tiny_target):
-    p = B.parse_proposer("ngram", tiny_target)
+def test_from_spec_ngram_and_none(tiny_target):
+    p = from_spec("ngram", tiny_target)
     assert isinstance(p, NGram) and p.max_ngram == 3 and p.name == "ngram"
-    p = B.parse_proposer(" ngram:5 ", tiny_target)
+    p = from_spec(" ngram:5 ", tiny_target)
     assert isinstance(p, NGram) and p.max_ngram == 5 and p.name == "ngram:5"
-    assert B.parse_proposer("none", tiny_target) is None
-    assert B.parse_proposer("target-only", tiny_target) is None
+    assert from_spec("none", tiny_target) is None
+    assert from_spec("target-only", tiny_target) is None
 
 
-def test_parse_proposer_draft_loads_on_the_targets_device(tiny_target, near_draft):
+def test_from_spec_draft_loads_on_the_targets_device(tiny_target, near_draft):
     calls = []
 
     def load(name, **kw):
         calls.append((name, kw))
         return near_draft
 
-    p = B.parse_proposer("draft:some-model", tiny_target, load=load)
+    p = from_spec("draft:some-model", tiny_target, load=load)
     assert isinstance(p, DraftModel) and p.model is near_draft
     assert calls == [("some-model", {"device": tiny_target.device, "dtype": tiny_target.dtype})]
     calls.clear()
-    B.parse_proposer("draft:some-model@int8", tiny_target, load=load)
+    from_spec("draft:some-model@int8", tiny_target, load=load)
     assert calls[0][0] == "some-model@int8"  # load_model understands the suffix
-    hybrid = B.parse_proposer("ngram+draft:some-model", tiny_target, load=load)
+    hybrid = from_spec("ngram+draft:some-model", tiny_target, load=load)
     assert hybrid.name == f"ngram+draft:{near_draft.name}" and hybrid.model is near_draft
 
 
@@ -73,16 +73,16 @@ def test_parse_proposer_draft_loads_on_the_targets_device(tiny_target, near_draf
     ("", "empty"), ("   ", "empty"), ("bogus", "unknown proposer"), ("ngram:0", "N >= 1"), ("ngram:x", "N >= 1"),
     ("draft:", "needs a model name"), ("ngram+draft:", "needs a model name"), ("eagle:3", "unknown proposer"), ("none:1", "unknown proposer"),
 ])
-def test_parse_proposer_rejects_bad_specs(tiny_target, spec, words):
+def test_from_spec_rejects_bad_specs(tiny_target, spec, words):
     with pytest.raises(ValueError, match=words) as info:
-        B.parse_proposer(spec, tiny_target, load=lambda *a, **k: pytest.fail("must not load"))
+        from_spec(spec, tiny_target, load=lambda *a, **k: pytest.fail("must not load"))
     assert "ngram" in str(info.value) or "draft" in str(info.value) or "empty" in str(info.value)
 
 
-def test_parse_proposer_rejects_a_draft_with_another_tokenizer(tiny_target):
+def test_from_spec_rejects_a_draft_with_another_tokenizer(tiny_target):
     other = SimpleNamespace(name="other", tokenizer=SimpleNamespace(get_vocab=lambda: {"x": 0}))
     with pytest.raises(ValueError, match="does not share"):
-        B.parse_proposer("draft:other", tiny_target, load=lambda *a, **k: other)
+        from_spec("draft:other", tiny_target, load=lambda *a, **k: other)
 
 
 def test_parse_ks():
@@ -228,7 +228,8 @@ def test_stop_after_three_runs(tiny_target):
         on_event=seen.append, on_row=rows_seen.append, should_stop=lambda: sum(e.kind == "run" for e in seen) >= 3,
     )
     assert [e.kind for e in seen] == ["run", "run", "run", "stopped"]
-    assert rows_seen == rep["prompt_rows"] and len(rows_seen) == 3
+    assert [B.to_record(r) for r in rows_seen] == rep["prompt_rows"] and len(rows_seen) == 3
+    assert all(isinstance(r, B.PromptResult) for r in rows_seen)
     m = rep["meta"]
     assert m["stopped"] and m["runs_done"] == 3 and m["runs_planned"] == 6 and m["warmup_s"] == 0
     assert [(r["proposer"], r["k"], r["prompts"]) for r in rep["rows"]] == [("target-only", 0, 1), ("ngram", 1, 1), ("ngram", 2, 1)]
@@ -246,8 +247,8 @@ def test_sampled_sweep_and_plain_prompts(tiny_target):
 
 
 def test_summarize_is_pure_and_handles_partial_rows(report):
-    rows = B.summarize(report["prompt_rows"][:7])  # prompt 0, up to the first HF rows
-    assert [r["prompts"] for r in rows] == [1] * 7
+    rows = B.summarize(report["prompt_rows"][:7])  # prompt 0, up to the first HF rows (records, as in a file)
+    assert [r.prompts for r in rows] == [1] * 7 and all(isinstance(r, B.SummaryRow) for r in rows)
     assert B.summarize([]) == []
 
 
@@ -344,3 +345,19 @@ def test_report_html(report):
     assert page.count("<tr>") >= 10 + 1
     small = V.report_html(report, include_plotlyjs="cdn")
     assert len(small) < len(page) / 5
+
+
+@pytest.mark.parametrize("name", ["bench-gemma-cpu.json", "bench-gemma-cpu-schedules.json"])
+def test_reports_written_before_typed_rows_still_load_and_summarize_alike(name):
+    from pathlib import Path
+
+    data = B.load_report(Path(__file__).resolve().parents[1] / "assets" / name)
+    typed = [B.PromptResult.from_record(r) for r in data["prompt_rows"]]
+    assert [B.to_record(r) for r in typed] == data["prompt_rows"]  # same keys, same values, same order
+    again = [B.to_record(r) for r in B.summarize(data["prompt_rows"])]
+    assert [(r["proposer"], r["k"], r["impl"]) for r in again] == [(r["proposer"], r["k"], r["impl"]) for r in data["rows"]]
+    for new, old in zip(again, data["rows"]):
+        assert list(new) == list(old)
+        for key in ("new_tokens", "tokens_per_s", "speedup", "acceptance_rate", "c", "predicted_speedup"):
+            assert new[key] == pytest.approx(old[key]), key
+    assert B.csv_text(typed[:0]) == B.csv_text([])

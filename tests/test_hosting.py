@@ -15,6 +15,7 @@ from tests.support import make_llama
 
 from specviz import limits as L
 from specviz import models as M
+from specviz.proposers import REGISTRY
 
 
 # -- the limits themselves -----------------------------------------------------------------------
@@ -89,20 +90,20 @@ def test_memory_budget_evicts_by_bytes_but_never_a_pinned_model(models_dir, monk
         assert M.load_model(models_dir["target"]) is target  # pinned: kept, over budget
         assert M.load_model(models_dir["draft"]) is draft
     M.load_model(models_dir["bpe"])  # nothing pinned now: the older ones go
-    keys = [k[0] for k in M._cache]
+    keys = [k[0] for k in M.cache._cache]
     assert len(keys) == 1 and keys[0].endswith("bpe-draft")
     M.clear_model_cache()
 
 
 def test_concurrent_loads_of_one_name_load_once(models_dir, monkeypatch):
     M.clear_model_cache()
-    real, calls = M._load_float, []
+    real, calls = M.loading._load_float, []
 
     def counting(*a, **kw):
         calls.append(1)
         return real(*a, **kw)
 
-    monkeypatch.setattr(M, "_load_float", counting)
+    monkeypatch.setattr(M.loading, "_load_float", counting)
     out: list = []
     threads = [threading.Thread(target=lambda: out.append(M.load_model(models_dir["target"]))) for _ in range(4)]
     for t in threads:
@@ -153,7 +154,7 @@ def test_no_remote_code_and_safetensors_only_from_the_hub():
         for line in text.splitlines():
             if "trust_remote_code" in line:
                 assert "trust_remote_code=False" in line, (path, line)
-    models_src = src[root / "models.py"]
+    models_src = "\n".join(text for path, text in src.items() if path.parent == root / "models")
     assert "use_safetensors=True, local_only=local_only" in models_src  # the hub path
     for path, text in src.items():  # nothing user-typed goes to a shell
         assert "shell=True" not in text and "os.system(" not in text, path
@@ -240,6 +241,9 @@ def test_hub_pairs_join_the_menus_only_when_the_hub_answers(monkeypatch):
     assert pg.auto_draft("EleutherAI/pythia-410m", pg.DRAFT, "my/own-draft") is None  # typed by the user: kept
     bench_targets = bt._target_choices(bt.BenchDefaults.from_env())
     assert "HuggingFaceTB/SmolLM2-1.7B-Instruct" in bench_targets
-    assert "draft:HuggingFaceTB/SmolLM2-135M-Instruct" in bt._proposer_choices(bt.BenchDefaults.from_env(), bench_targets)
+    bench_choices = bt._proposer_choices(bt.BenchDefaults.from_env(), bench_targets)
+    assert "draft:HuggingFaceTB/SmolLM2-135M-Instruct" in bench_choices
+    for kind in REGISTRY:  # every proposer kind is offered
+        assert any(c == kind.prefix or c.startswith(kind.prefix + ":") for c in bench_choices), kind.prefix
     for target, draft in M.HUB_PAIRS.items():  # every pair passes the web UI's name check
         assert L.check_model_name(target, L.Limits()) == target and L.check_model_name(draft, L.Limits()) == draft

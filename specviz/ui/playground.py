@@ -11,31 +11,25 @@ import logging
 import os
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 import gradio as gr
 
 from .. import viz
-from ..algorithm import Acceptance
-from ..engine import SpeculativeDecoder
-from ..models import HUB_PAIRS, hub_pairs, list_models, load_model
-from ..limits import Limits, check_prompts_fit
-from ..prompts import PromptRow, read_jsonl, bundled_path
-from ..proposers import CrossTokenizerDraft, DraftModel, EarlyExit, NGram, NGramOrDraft
+from ..viz.scripts import TABLE_JS, TOKENS_JS
+from ..limits import Limits
+from .. import runs
+from ..replay import Replay
 from . import zerogpu
 from .state import (
-    CROSS, DRAFT, EARLY, HYBRID, NGRAM, PROPOSERS, RULES, SCHEDULES, USES_DRAFT_MODEL, PlaygroundState,
-    Settings, parse_settings,
+    CROSS, DRAFT, HYBRID, PROPOSERS, RULES, SCHEDULES, TAKES_LAYERS, USES_DRAFT_MODEL, PlaygroundState,
+    parse_settings,
 )
+from .handlers import friendly_error
 from .threads import in_thread
 
 log = logging.getLogger("specviz.ui")
 
-# Same-tokenizer pairs among the built-ins: each target's own int8 copy is its natural draft;
-# for the re-tokenizing proposer, the other family's model.
-PAIRS = {"gemma-3-270m": "gemma-3-270m@int8", "smollm2-135m": "smollm2-135m@int8"}
-CROSS_PAIRS = {"gemma-3-270m": "smollm2-135m", "smollm2-135m": "gemma-3-270m@int8"}
-EXAMPLE_IDS = (134, 124, 82, 136, 164, 104, 144, 322, 114, 92)  # bundled Spec-Bench question ids
 PLAY_MIN_INTERVAL_S = 0.08  # Play redraws at most this often (tiny models step in milliseconds)
 PLAY_CHART_INTERVAL_S = 1.0  # ... and its Plotly charts at most this often (4 charts: ~250 ms of browser CPU)
 REPLAY_MAX_DELAY_S = 0.5
@@ -62,11 +56,9 @@ class Defaults:
         """SPECVIZ_DEFAULT_TARGET / _DRAFT / _PROPOSER (ngram, draft, hybrid, cross, early) / _PROMPT /
         _MAX_NEW_TOKENS / _TEMPERATURE."""
         target = os.environ.get("SPECVIZ_DEFAULT_TARGET", "").strip() or "gemma-3-270m"
-        draft = os.environ.get("SPECVIZ_DEFAULT_DRAFT", "").strip() or {**PAIRS, **HUB_PAIRS}.get(target, f"{target}@int8")
-        proposer = {"ngram": NGRAM, "n-gram": NGRAM, "hybrid": HYBRID, "ngram+draft": HYBRID, "cross": CROSS,
-                    "early": EARLY, "early-exit": EARLY}.get(
-            os.environ.get("SPECVIZ_DEFAULT_PROPOSER", "draft").strip().lower(), DRAFT)
-        examples = example_prompts()
+        draft = os.environ.get("SPECVIZ_DEFAULT_DRAFT", "").strip() or runs.default_draft(target)
+        proposer = runs.menu_label(os.environ.get("SPECVIZ_DEFAULT_PROPOSER", "draft"))
+        examples = runs.example_prompts()
         prompt = os.environ.get("SPECVIZ_DEFAULT_PROMPT") or (examples[0][1] if examples else "Explain speculative decoding.")
         try:
             max_new = int(os.environ.get("SPECVIZ_DEFAULT_MAX_NEW_TOKENS", "64"))
@@ -77,113 +69,24 @@ class Defaults:
                    max_new_tokens=max(1, min(max_new, Limits.from_env().max_new_tokens)))
 
 
-def example_prompts() -> list[tuple[str, str]]:
-    """(label, prompt) pairs from the bundled Spec-Bench prompts, extraction-style ones first."""
-    try:
-        rows = read_jsonl(bundled_path())
-    except (OSError, ValueError):
-        return []
-    by_id: dict[str, PromptRow] = {r.id: r for r in rows}
-    picked = [by_id[str(i)] for i in EXAMPLE_IDS if str(i) in by_id] or rows[:8]
-    out = []
-    for r in picked:
-        first = " ".join(r.prompt.split())
-        out.append((f"{r.category}: {first[:70]}{'…' if len(first) > 70 else ''}", r.prompt))
-    return out
-
-
 def target_choices(defaults: Defaults) -> list[str]:
     """The default, the built-ins, and the hub pairs' targets when the hub answers (a Space)."""
-    names = [m["name"] for m in list_models()]
-    return list(dict.fromkeys([defaults.target, *names, *hub_pairs()]))
+    return runs.target_choices(defaults.target)
 
 
 def draft_choices(defaults: Defaults) -> list[str]:
-    names = [m["name"] for m in list_models()]
-    return list(dict.fromkeys([defaults.draft, *(PAIRS.get(n, f"{n}@int8") for n in names), *names,
-                               *hub_pairs().values()]))
+    return runs.draft_choices(defaults.draft)
 
 
-def auto_draft(target: str, proposer: str, current: str) -> str | None:
-    """The draft to switch to when the target or proposer changes, unless the user typed one."""
-    pairs = {**PAIRS, **hub_pairs()}
-    auto = set(pairs.values()) | set(CROSS_PAIRS.values())
-    if current and current not in auto:
-        return None
-    table = CROSS_PAIRS if proposer == CROSS else pairs
-    return table.get(target)
-
-
-# -- engine glue -----------------------------------------------------------------------------
-
-
-def build_decoder(settings: Settings, progress: Callable[[str], None], *, target_only: bool = False) -> SpeculativeDecoder:
-    """Load the models (cached) and make the decoder; ValueError for anything the user can fix."""
-    target = load_model(settings.target, progress=progress)
-    check_prompts_fit(target.tokenizer, [settings.prompt], chat=settings.chat)  # hosting limit
-    if target_only:
-        return SpeculativeDecoder(target, None, sampling=settings.sampling)
-    if settings.proposer == NGRAM:
-        proposer = NGram()
-    elif settings.proposer == EARLY:
-        assert settings.layers is not None
-        proposer = EarlyExit(target, settings.layers)
-    else:
-        assert settings.draft is not None
-        draft = load_model(settings.draft, progress=progress)
-        if settings.proposer == CROSS:
-            proposer = CrossTokenizerDraft(draft)
-        else:
-            proposer = DraftModel(draft) if settings.proposer == DRAFT else NGramOrDraft(DraftModel(draft))
-    return SpeculativeDecoder(target, proposer, k=settings.k, sampling=settings.sampling, schedule=settings.schedule,
-                              acceptance=Acceptance(settings.acceptance))
+auto_draft = runs.auto_draft  # the draft to switch to when the target or proposer changes
+build_decoder = runs.build_decoder  # settings -> SpeculativeDecoder (outside the UI)
 
 
 def _friendly(e: BaseException) -> str:
-    if isinstance(e, ValueError):
-        return str(e)
-    if isinstance(e, RuntimeError) and "finished" in str(e):
-        return str(e)
-    log.exception("unexpected error in the playground")
-    return f"unexpected error ({type(e).__name__}): {e}. The playground is still usable; try Reset."
+    return friendly_error(e, "the playground", after=". The playground is still usable; try Reset.")
 
 
 # -- the view --------------------------------------------------------------------------------
-
-TOKENS_JS = r"""
-const pickable = element.classList.contains('sv-pickable');
-let tip = document.getElementById('sv-tip');
-if (!tip) { tip = document.createElement('div'); tip.id = 'sv-tip'; tip.className = 'sv-tip'; document.body.appendChild(tip); }
-let current = null;
-const hide = () => { tip.style.display = 'none'; current = null; };
-const place = () => {
-  if (!current || !document.body.contains(current)) { hide(); return; }
-  const r = current.getBoundingClientRect(), w = tip.offsetWidth, h = tip.offsetHeight;
-  if (r.bottom < 0 || r.top > window.innerHeight) { hide(); return; }
-  const x = Math.min(Math.max(8, r.left), window.innerWidth - w - 8);
-  let y = r.bottom + 6; if (y + h > window.innerHeight - 8) y = Math.max(8, r.top - h - 6);
-  tip.style.left = x + 'px'; tip.style.top = y + 'px';
-};
-const show = (t) => { current = t; tip.textContent = t.dataset.tip; tip.style.display = 'block'; place(); };
-element.addEventListener('mouseover', (e) => { const t = e.target.closest('.tok[data-tip]'); if (t) show(t); });
-element.addEventListener('mouseout', (e) => { const t = e.target.closest('.tok[data-tip]'); if (t && !t.contains(e.relatedTarget)) hide(); });
-element.addEventListener('mouseleave', hide);
-window.addEventListener('scroll', place, true);  // follow the token (or hide when it scrolls away)
-element.addEventListener('click', (e) => {
-  const t = e.target.closest('.tok[data-step]'); if (!t) return;
-  show(t);
-  if (pickable) trigger('pick', {step: Number(t.dataset.step), pos: Number(t.dataset.pos)});
-});
-"""
-
-
-TABLE_JS = r"""
-element.addEventListener('click', (e) => {
-  const row = e.target.closest('tr[data-pos]'); if (!row) return;
-  trigger('pick', {pos: Number(row.dataset.pos)});
-});
-"""
-
 
 @dataclass
 class PlaygroundView:
@@ -317,7 +220,7 @@ def _ensure_live_session(state: PlaygroundState, raw: tuple) -> Iterator[list[An
         if state.mode == "live" and state.session is not None and state.settings == settings:
             return  # another click started this very run while the models loaded
         state.epoch += 1  # a Play still running on the old settings stops
-        if isinstance(result, zerogpu.ReplaySession):
+        if isinstance(result, Replay):
             state.start_recorded(settings, result)
         else:
             state.start(settings, result)
@@ -543,10 +446,10 @@ def on_load_trace(state: PlaygroundState, path: Any) -> list[Any]:
         with state.lock:
             state.epoch += 1
             state.load_trace(str(path))
-            h = state.trace_header
+            h = state.session.header
             what = f"{h.get('target', '?')} + {h.get('proposer', '?')}, k={h.get('k', '?')}"
             state.message = (
-                f"Loaded a trace of {len(state.trace_steps)} steps ({what}). Click tokens to inspect them, Play to "
+                f"Loaded a trace of {len(state.session.records)} steps ({what}). Click tokens to inspect them, Play to "
                 "replay it step by step, Reset to go back to live mode.", "ok")
             return render(state, download=True)
     except Exception as e:  # noqa: BLE001
@@ -569,7 +472,7 @@ def on_proposer_change(target: str, proposer: str, draft: str) -> tuple[Any, Any
     new = auto_draft(target, proposer, draft) if proposer in USES_DRAFT_MODEL else None
     draft_update = gr.update(visible=proposer in USES_DRAFT_MODEL, info=_DRAFT_INFO.get(proposer),
                              **({"value": new} if new and new != draft else {}))
-    return draft_update, gr.update(visible=proposer == EARLY)
+    return draft_update, gr.update(visible=proposer in TAKES_LAYERS)
 
 
 # -- layout ----------------------------------------------------------------------------------
@@ -579,7 +482,7 @@ def build_playground(defaults: Defaults | None = None) -> PlaygroundView:
     """Lay out the playground (inside a gr.Blocks / gr.Tab context) and wire its events."""
     d = defaults or Defaults.from_env()
     lim = Limits.from_env()  # the sliders stop at the host's caps
-    examples = example_prompts()
+    examples = runs.example_prompts()
     state = gr.State(PlaygroundState, delete_callback=lambda s: s.close() if isinstance(s, PlaygroundState) else None)
 
     with gr.Row(equal_height=False, elem_id="sv-main-row"):
@@ -591,7 +494,7 @@ def build_playground(defaults: Defaults | None = None) -> PlaygroundView:
                                 info=_DRAFT_INFO[d.proposer] if d.proposer in _DRAFT_INFO else None,
                                 visible=d.proposer in USES_DRAFT_MODEL, elem_id="sv-draft")
             layers = gr.Number(value=4, label="Early-exit layers", info="the target's first L layers draft", minimum=1,
-                               precision=0, visible=d.proposer == EARLY, elem_id="sv-layers")
+                               precision=0, visible=d.proposer in TAKES_LAYERS, elem_id="sv-layers")
             k = gr.Slider(1, lim.max_k, value=min(d.k, lim.max_k), step=1, label="k", info="tokens drafted per step", elem_id="sv-k")
             schedule = gr.Dropdown(list(SCHEDULES), value="constant", label="k schedule",
                                    info="how k changes from step to step", elem_id="sv-schedule")

@@ -15,22 +15,20 @@ import time
 from dataclasses import dataclass
 from typing import IO, Any, Callable
 
-from ..engine import Session, SpeculativeDecoder, compute_stats
-from ..hooks import TraceRecorder, load_trace
+from ..engine import Session, SpeculativeDecoder
+from ..hooks import TraceRecorder
 from ..records import Sampling, Stats, StepRecord
+from ..replay import Replay
 from ..limits import Limits, check_k, check_max_new_tokens, check_model_name, check_prompt_chars
 from ..models import pin, unpin
 from ..parsing import finite_number
+from ..runs import MENU, TAKES_LAYERS, USES_DRAFT_MODEL, label_of, prefix_of, spec_for
 
 MAX_TEMPERATURE = 5.0
 
-NGRAM = "n-gram (prompt lookup)"
-DRAFT = "draft model"
-CROSS = "draft model, other tokenizer"
-EARLY = "early exit (first layers)"
-HYBRID = "n-gram, else draft model"
-PROPOSERS = (NGRAM, DRAFT, HYBRID, CROSS, EARLY)
-USES_DRAFT_MODEL = (DRAFT, HYBRID, CROSS)
+# The proposer menu's labels come from the proposer registry (through specviz.runs).
+NGRAM, DRAFT, CROSS, EARLY, HYBRID = (label_of(p) for p in ("ngram", "draft", "xdraft", "early-exit", "ngram+draft"))
+PROPOSERS = MENU
 SCHEDULES = ("constant", "heuristic", "confidence")
 RULES = {"exact": "exact", "typical (LOSSY)": "typical"}  # the menu's labels -> Acceptance.rule
 
@@ -63,13 +61,17 @@ class Settings:
     def sampling(self) -> Sampling:
         return Sampling(temperature=self.temperature, top_k=self.top_k, top_p=self.top_p)
 
+    def spec(self) -> str:
+        """The proposer spec of this run ("draft:gemma-3-270m@int8"; specviz.proposers.from_spec)."""
+        return spec_for(self.proposer, self.draft, self.layers)
+
     def baseline_key(self) -> tuple:
         """What a target-only run must share with this run for its speed to compare."""
         return (self.target, self.temperature, self.top_p, self.top_k, self.seed, self.max_new_tokens, self.prompt, self.chat)
 
     def describe(self) -> str:
         how = {NGRAM: "n-gram", DRAFT: f"draft {self.draft}", HYBRID: f"n-gram, else draft {self.draft}", CROSS: f"re-tokenized draft {self.draft}",
-               EARLY: f"its first {self.layers} layers"}[self.proposer]
+               EARLY: f"its first {self.layers} layers"}.get(self.proposer) or self.spec()
         mode = "greedy" if self.temperature == 0 else f"T={self.temperature:g}"
         sched = "" if self.schedule == "constant" else f" ({self.schedule})"
         rule = ", typical acceptance (LOSSY)" if self.acceptance == "typical" and self.temperature > 0 else ""
@@ -112,7 +114,7 @@ def parse_settings(
         raise ValueError(f"unknown acceptance rule {acceptance!r}; choose one of: {', '.join(RULES)}")
     if schedule not in SCHEDULES:
         raise ValueError(f"unknown k schedule {schedule!r}; choose one of: {', '.join(SCHEDULES)}")
-    n_layers = _whole(layers, "early-exit layers", 1) if proposer == EARLY else None
+    n_layers = _whole(layers, "early-exit layers", 1) if proposer in TAKES_LAYERS else None
     lim = Limits.from_env()  # the host's caps (SPECVIZ_MAX_K, SPECVIZ_MAX_NEW_TOKENS, ...), read per request
     k = _whole(k, "k (tokens drafted per step)", None)
     check_k(k, lim)  # the host's range, named in the message
@@ -149,24 +151,16 @@ class PlaygroundState:
         self.lock = threading.RLock()
         self.epoch = 0  # bumped by reset(): a Play loop from an older epoch stops quietly
         self.stop = threading.Event()  # set by Pause
-        self.mode = "live"  # "live" | "trace"
-        self.settings: Settings | None = None
-        self.session: Session | None = None
-        self.steps: list[StepRecord] = []  # what the view shows
+        self.mode = "live"  # "live" | "trace" (an uploaded trace)
+        self.settings: Settings | None = None  # the live run's (None for an uploaded trace)
+        self.session: Session | Replay | None = None  # live, recorded (ZeroGPU) or uploaded: all step alike
+        self.steps: list[StepRecord] = []  # what the view shows (the session's own list)
         self.prompt_text = ""
-        self.prefill_ms = 0.0
-        self.target_forwards: int | None = None
         self.last_engine_ms: float | None = None  # engine time of the latest step (prefill included)
-        # a loaded trace
-        self.trace_steps: tuple[StepRecord, ...] = ()
-        self.trace_header: dict[str, Any] = {}
-        self.trace_stats: Stats | None = None
-        self.trace_source: str | None = None
         # the target-only baseline
         self.baseline_key: tuple | None = None
-        self.baseline_session: Session | None = None
+        self.baseline_session: Session | Replay | None = None
         self.baseline_steps: list[StepRecord] = []
-        self.baseline_prompt = ""
         # the step inspector (None = follow the latest step / the deciding position)
         self.selected_step: int | None = None
         self.selected_pos: int | None = None
@@ -185,16 +179,12 @@ class PlaygroundState:
     # -- derived ---------------------------------------------------------------------------
     @property
     def done(self) -> bool:
-        if self.mode == "trace":
-            return len(self.steps) >= len(self.trace_steps)
         return self.session is not None and self.session.done
 
     def stats(self) -> Stats | None:
-        if not self.steps:
+        if not self.steps or self.session is None:
             return None
-        if self.mode == "live" and self.session is not None:
-            return self.session.stats()
-        return compute_stats(self.steps, self.prefill_ms, self.target_forwards if self.done else None)
+        return self.session.stats()
 
     def baseline_stats(self) -> Stats | None:
         if self.baseline_session is None or not self.baseline_steps:
@@ -230,7 +220,7 @@ class PlaygroundState:
         self._begin(settings, session, path, decoder)
 
     def start_recorded(self, settings: Settings, session: Any) -> None:
-        """A run recorded in one go elsewhere (on ZeroGPU: ``ui.zerogpu.ReplaySession``), stepped
+        """A run recorded in one go elsewhere (on ZeroGPU: a ``specviz.replay.Replay``), stepped
         like a live one; its trace file is the download."""
         self._close_trace()
         self._begin(settings, session, session.path, None)
@@ -238,7 +228,6 @@ class PlaygroundState:
     def _begin(self, settings: Settings, session: Any, trace_path: str, decoder: SpeculativeDecoder | None) -> None:
         """Make ``session`` the live run; ``decoder``'s models stay cached while it lives."""
         self.mode = "live"
-        self.trace_steps, self.trace_header, self.trace_stats, self.trace_source = (), {}, None, None
         self.trace_path = trace_path
         self.settings, self.session = settings, session
         self._hold(decoder)
@@ -249,45 +238,31 @@ class PlaygroundState:
 
     def step(self) -> StepRecord:
         """One step of the live run, or the next record of a loaded trace."""
-        if self.mode == "trace":
-            if self.done:
-                raise ValueError("the end of the trace: press Play to replay it from the start, or Reset for live mode")
-            record = self.trace_steps[len(self.steps)]
-            self.steps.append(record)
-            self.last_engine_ms = record.total_ms
-            return record
         assert self.session is not None
-        first = not self.session.steps
+        first = not self.session.steps and self.mode == "live"
         record = self.session.step()
-        self.prefill_ms = self.session.prefill_ms
-        self.target_forwards = self.session.target_forwards
         self.last_engine_ms = record.total_ms + (self.session.prefill_ms if first else 0.0)
         return record
 
     # -- a loaded trace --------------------------------------------------------------------
     def load_trace(self, path: str) -> None:
-        trace = load_trace(path)
-        if not trace.steps:
-            raise ValueError("this trace has no steps to replay")
+        """An uploaded trace, every step shown; Play replays it from the start."""
+        replay = Replay(path, shown="all", empty_message="this trace has no steps to replay",
+                        end_message="the end of the trace: press Play to replay it from the start, or Reset for live mode")
         self._close_trace()
         self.mode = "trace"
         self._hold(None)
-        self.session = None
+        self.session = replay
         self.settings = None
-        self.trace_steps = trace.steps
-        self.trace_header = trace.header
-        self.trace_stats = trace.stats
-        self.trace_source = path
         self.trace_path = path
-        self.steps = list(trace.steps)
-        self.prompt_text = str(trace.header.get("prompt", "") or "")
-        self.prefill_ms = trace.stats.prefill_ms if trace.stats else 0.0
-        self.target_forwards = trace.stats.target_forwards if trace.stats else None
+        self.steps = replay.steps
+        self.prompt_text = str(replay.header.get("prompt", "") or "")
         self.selected_step = self.selected_pos = None
         self.last_engine_ms = None
 
     def rewind_trace(self) -> None:
-        self.steps = []
+        assert isinstance(self.session, Replay)
+        self.session.rewind()
         self.selected_step = self.selected_pos = None
 
     # -- the baseline ----------------------------------------------------------------------
@@ -298,7 +273,6 @@ class PlaygroundState:
         )
         self.baseline_steps = self.baseline_session.steps
         self.baseline_key = settings.baseline_key()
-        self.baseline_prompt = settings.prompt
 
     # -- housekeeping ----------------------------------------------------------------------
     def reset(self) -> None:
@@ -337,7 +311,7 @@ class PlaygroundState:
             self._dir = tempfile.mkdtemp(prefix="specviz-session-")
         slug = "".join(c if c.isalnum() or c in "-_." else "-" for c in settings.target.split("/")[-1])[:40]
         how = "target-only" if target_only else (
-            {NGRAM: "ngram", DRAFT: "draft", HYBRID: "ngram+draft", CROSS: "xdraft", EARLY: "early-exit"}[settings.proposer] + f"-k{settings.k}")
+            prefix_of(settings.proposer) + f"-k{settings.k}")
         fd, path = tempfile.mkstemp(prefix=f"specviz-trace-{slug}-{how}-{time.strftime('%H%M%S')}-", suffix=".jsonl",
                                     dir=self._dir)
         os.close(fd)
@@ -359,6 +333,6 @@ class PlaygroundState:
 
 
 __all__ = [
-    "CROSS", "DRAFT", "EARLY", "HYBRID", "NGRAM", "PROPOSERS", "RULES", "SCHEDULES", "USES_DRAFT_MODEL",
+    "CROSS", "DRAFT", "EARLY", "HYBRID", "NGRAM", "PROPOSERS", "RULES", "SCHEDULES", "TAKES_LAYERS", "USES_DRAFT_MODEL",
     "PlaygroundState", "Settings", "parse_settings",
 ]

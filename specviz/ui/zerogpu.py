@@ -6,7 +6,7 @@ process*: its arguments and results are pickled across, and nothing it changes i
 memory comes back. So the app hands the GPU only pure work with plain arguments:
 
 - the playground records a whole run (or the target-only baseline) into a trace file in one GPU
-  call (:func:`record_run`), then steps through the recorded steps (:class:`ReplaySession`), so
+  call (:func:`record_run`), then steps through the recorded steps (:class:`specviz.replay.Replay`), so
   Step, Play, Pause and the inspector behave as they do on a CPU;
 - the Learn tab's next-token sampling and the Benchmark tab's sweep are already pure functions
   of the request.
@@ -19,9 +19,8 @@ from __future__ import annotations
 import logging
 from typing import Any, Callable
 
-from ..engine import compute_stats
-from ..hooks import TraceRecorder, load_trace
-from ..records import Stats, StepRecord
+from ..hooks import TraceRecorder
+from ..replay import Replay
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +69,7 @@ def on_gpu(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
 def record_run(settings: Any, path: str, target_only: bool = False) -> str:
     """Run ``settings`` (a ``ui.state.Settings``) to the end, writing every step to the trace
     file ``path``; returns ``path``. Pure: plain arguments in, a file out (safe in a fork)."""
-    from .playground import build_decoder
+    from ..runs import build_decoder
 
     decoder = build_decoder(settings, lambda msg: log.info("%s", msg), target_only=target_only)
     with open(path, "w", encoding="utf-8") as fh:
@@ -79,42 +78,6 @@ def record_run(settings: Any, path: str, target_only: bool = False) -> str:
     return path
 
 
-def record(settings: Any, path: str, target_only: bool = False) -> "ReplaySession":
+def record(settings: Any, path: str, target_only: bool = False) -> Replay:
     """Record the run (on the GPU on ZeroGPU) and return it ready to replay step by step."""
-    return ReplaySession(on_gpu(record_run, settings, path, target_only))
-
-
-class ReplaySession:
-    """A recorded run that steps like a live ``engine.Session``: ``steps`` grows by one record
-    per :meth:`step`; ``done``, ``stats()``, ``prefill_ms`` and ``target_forwards`` as there."""
-
-    def __init__(self, path: str):
-        trace = load_trace(path)
-        if not trace.steps:
-            raise ValueError("the recorded run has no steps")
-        self._records: tuple[StepRecord, ...] = trace.steps
-        self._final: Stats | None = trace.stats
-        self.path = path
-        self.steps: list[StepRecord] = []
-        self.prefill_ms = trace.stats.prefill_ms if trace.stats else 0.0
-
-    @property
-    def done(self) -> bool:
-        return len(self.steps) >= len(self._records)
-
-    @property
-    def target_forwards(self) -> int:
-        """The prefill and one verify per step, as ``engine.Session`` counts; the recorded total at the end."""
-        if self.done and self._final is not None:
-            return self._final.target_forwards
-        return len(self.steps) + 1 if self.steps else 0
-
-    def step(self) -> StepRecord:
-        if self.done:
-            raise RuntimeError("the recorded run has no more steps")
-        record = self._records[len(self.steps)]
-        self.steps.append(record)
-        return record
-
-    def stats(self) -> Stats:
-        return compute_stats(self.steps, self.prefill_ms, self.target_forwards)
+    return Replay(on_gpu(record_run, settings, path, target_only))

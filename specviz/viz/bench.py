@@ -388,3 +388,21 @@ th, td {{ border-bottom: 1px solid {COLORS['grid']}; padding: 4px 8px; text-alig
 <h2>Every configuration</h2>{table}
 <h2>Definitions</h2><ul>{defs_html}</ul>
 </body></html>"""
+
+
+def progress_html(done: int, total: int, label: str, kind: str = "info") -> str:
+    """A progress bar and a one-line message (kind: info, ok, error)."""
+    color = {"info": COLORS["p"], "ok": COLORS["accepted"], "error": COLORS["rejected"]}.get(kind, COLORS["p"])
+    bar = ""
+    if total:
+        pct = 100.0 * done / total
+        bar = (
+            f'<div class="sv-bench-bar" role="progressbar" aria-valuenow="{done}" aria-valuemax="{total}" '
+            f'style="height:8px;border-radius:4px;background:{COLORS["track"]};overflow:hidden;margin:4px 0">'
+            f'<div style="width:{pct:.1f}%;height:100%;background:{color};transition:width .3s"></div></div>'
+        )
+    count = f" ({done}/{total} runs)" if total else ""
+    return (
+        f'<div class="sv-bench-progress" data-done="{done}" data-total="{total}" data-kind="{kind}">{bar}'
+        f'<span style="color:{color if kind == "error" else "inherit"}">{html.escape(label)}{count}</span></div>'
+    )

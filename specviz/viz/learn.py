@@ -21,7 +21,7 @@ from ..theory import speedup_curve
 from .figures import _figure as house_figure
 from .numbers import fmt_prob
 from .theme import COLORS
-from .tokens import token_label
+from .tokens import message_html, token_label
 
 __all__ = ["comparison_figure", "histogram_figure", "rule_figure", "speedup_figure", "unique_labels"]
 
@@ -223,3 +223,36 @@ def speedup_figure(a: float, c: float, v: float, k: int, runs: Sequence[Measured
                    yaxis2=dict(range=[0, max(es) * 1.15], overlaying="y", side="right", showgrid=False, zeroline=False,
                                title=dict(text="E[tokens/step]", font=dict(size=10, color=COLORS["muted"])),
                                tickfont=dict(color=COLORS["muted"])))
+
+
+# -- the Learn tab's HTML ----------------------------------------------------------------------
+
+
+def _card(key: str, label: str, value: str, sub: str = "") -> str:
+    sub_html = f'<div class="sv-card-sub">{sub}</div>' if sub else ""
+    return (f'<div class="sv-card" data-metric="{key}"><div class="sv-card-label">{label}</div>'
+            f'<div class="sv-card-value">{value}</div>{sub_html}</div>')
+
+
+def calc_cards_html(k: int, expected: float, speedup: float, best_k: int, best_speedup: float, cost: float) -> str:
+    """The calculator's four cards: E[tokens / step], the expected speedup, the best k, the cost."""
+    verdict = "faster" if speedup > 1 else "slower"
+    return (
+        '<div class="sv-metrics sv-learn-calc">'
+        + _card("tokens", "E[tokens / step]", f"{expected:.2f}", f"of at most {k + 1}")
+        + _card("speedup", "expected speedup", f"{speedup:.2f}×", f"{verdict} than target-only")
+        + _card("best", "best k", str(best_k), f"{best_speedup:.2f}×")
+        + _card("cost", "cost / step", f"{cost:.2f}", "target steps (k c + v)")
+        + "</div>"
+    )
+
+
+def verdict_html(text: str, kind: str, matches: bool) -> str:
+    """Part 1's verdict: does the sampled histogram match p?"""
+    return f'<div class="sv-learn-verdict" data-matches="{str(matches).lower()}">{message_html(text, kind)}</div>'
+
+
+def model_comparison_html(text: str, kind: str, tv_spec: float, tv_plain: float, tv_between: float) -> str:
+    """Part 2's message, with the total-variation distances as data attributes (for tests)."""
+    return (f'<div class="sv-learn-model" data-tv-spec="{tv_spec:.4f}" data-tv-plain="{tv_plain:.4f}" '
+            f'data-tv-between="{tv_between:.4f}">{message_html(text, kind)}</div>')

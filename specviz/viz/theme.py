@@ -23,6 +23,7 @@ COLORS = {
     "ink": "#64748b",  # chart text: mid slate, readable on the light and the dark theme
     "muted": "#94a3b8",
     "grid": "rgba(148, 163, 184, 0.28)",
+    "track": "#e5e7eb",  # the empty part of a progress bar
 }
 
 # What each token kind is called in the legend, tooltips and charts.

@@ -1,0 +1,110 @@
+"""Report output: the JSON file (schema ``specviz.bench/1``), the CSV of summary rows, a text table."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from .config import SCHEMA
+from .rows import Row, to_record
+
+CSV_COLUMNS = [
+    "proposer", "k", "impl", "prompts", "new_tokens", "wall_s", "tokens_per_s", "ms_per_token", "speedup",
+    "speedup_median", "speedup_vs_specviz", "acceptance_rate", "mean_acceptance_length", "per_position",
+    "steps", "drafted", "accepted", "draft_ms", "verify_ms", "other_ms", "prefill_ms", "step_ms", "c", "v",
+    "expected_tokens_per_step", "predicted_speedup", "same_as_target",
+]
+
+
+def _cell(v: Any) -> Any:
+    if isinstance(v, float):
+        return round(v, 6)
+    if isinstance(v, (list, tuple)):
+        return ";".join(f"{x:.4f}" if isinstance(x, float) else str(x) for x in v)
+    return "" if v is None else v
+
+
+def csv_text(rows: Sequence[Row | Mapping[str, Any]]) -> str:
+    """Summary rows (typed or records) as CSV text, one line per row, columns ``CSV_COLUMNS``."""
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=CSV_COLUMNS, extrasaction="ignore", lineterminator="\n")
+    w.writeheader()
+    for row in rows:
+        r = to_record(row)
+        w.writerow({c: _cell(r.get(c)) for c in CSV_COLUMNS})
+    return buf.getvalue()
+
+
+def write_csv(rows: Sequence[Row | Mapping[str, Any]], path: str | Path) -> Path:
+    p = Path(path)
+    p.write_text(csv_text(rows), encoding="utf-8")
+    return p
+
+
+def _json_safe(obj: Any) -> Any:
+    if hasattr(obj, "KIND"):  # a typed row
+        obj = to_record(obj)
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_json_safe(v) for v in obj]
+    return obj
+
+
+def write_json(report: Mapping[str, Any], path: str | Path) -> Path:
+    """The report as JSON (typed rows written through ``to_record``; NaN and inf as null)."""
+    p = Path(path)
+    p.write_text(json.dumps(_json_safe(report), indent=1, ensure_ascii=False), encoding="utf-8")
+    return p
+
+
+def load_report(path: str | Path) -> dict[str, Any]:
+    """Read a report written by ``write_json`` (checks the schema)."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except ValueError as exc:
+        raise ValueError(f"{path} is not JSON ({exc})") from exc
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+        raise ValueError(f"{path} is not a specviz bench report (schema {SCHEMA!r})")
+    return data
+
+
+def _f(v: Any, fmt: str) -> str:
+    return "-" if v is None else format(v, fmt)
+
+
+def format_table(rows: Sequence[Row | Mapping[str, Any]]) -> str:
+    """A plain-text table of summary rows (typed or records)."""
+    rows = [to_record(r) for r in rows]
+    head = ["proposer", "k", "impl", "prompts", "tokens", "tok/s", "ms/tok", "speedup", "vs specviz", "accept", "tau", "c", "v", "predicted"]
+    body = [
+        [
+            str(r["proposer"]), str(r["k"]), r["impl"], str(r["prompts"]), str(r["new_tokens"]),
+            _f(r["tokens_per_s"], ".2f"), _f(r["ms_per_token"], ".1f"), _f(r["speedup"], ".2f") + ("x" if r["speedup"] is not None else ""),
+            _f(r["speedup_vs_specviz"], ".2f") if r["impl"] == "hf" else "",
+            _f(r["acceptance_rate"], ".2f"), _f(r["mean_acceptance_length"], ".2f"),
+            _f(r["c"], ".3f"), _f(r["v"], ".2f"), _f(r["predicted_speedup"], ".2f"),
+        ]
+        for r in rows
+    ]
+    widths = [max(len(h), *(len(b[i]) for b in body)) if body else len(h) for i, h in enumerate(head)]
+    lines = ["  ".join(h.ljust(w) if i < 3 else h.rjust(w) for i, (h, w) in enumerate(zip(head, widths)))]
+    lines.append("  ".join("-" * w for w in widths))
+    for b in body:
+        lines.append("  ".join(c.ljust(w) if i < 3 else c.rjust(w) for i, (c, w) in enumerate(zip(b, widths))))
+    return "\n".join(lines)
+
+
+def _version(package: str) -> str:
+    try:
+        from importlib.metadata import version
+
+        return version(package)
+    except Exception:  # noqa: BLE001
+        return "unknown"

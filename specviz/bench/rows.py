@@ -1,0 +1,113 @@
+"""The benchmark's rows: one typed record per timed run and one per summary, and their one
+conversion to the report's JSON/CSV records.
+
+The report file (``specviz.bench/1``) stores these as plain JSON objects with a ``kind`` key
+("prompt" or "summary"); :func:`to_record` writes that object and ``from_record`` reads it back,
+so reports written before the rows were typed still load.
+"""
+
+from __future__ import annotations
+
+from dataclasses import MISSING, asdict, dataclass, fields
+from typing import Any, ClassVar, Mapping, TypeVar, Union
+
+R = TypeVar("R", bound="_Row")
+
+
+class _Row:
+    KIND: ClassVar[str]
+
+    @classmethod
+    def from_record(cls: type[R], record: Mapping[str, Any] | R) -> R:
+        """A JSON record (or a row already typed) -> a row; keys it does not know are ignored,
+        keys it lacks (older reports) take their defaults."""
+        if isinstance(record, cls):
+            return record
+        kw = {}
+        for f in fields(cls):  # type: ignore[arg-type]
+            if f.name in record:
+                kw[f.name] = record[f.name]
+            elif f.default is MISSING and f.default_factory is MISSING:  # type: ignore[misc]
+                raise ValueError(f"a {cls.KIND} row needs {f.name!r}; got keys {sorted(record)}")
+        return cls(**kw)
+
+
+@dataclass(frozen=True)
+class PromptResult(_Row):
+    """One timed run: one configuration (proposer x k x impl) on one prompt."""
+
+    KIND: ClassVar[str] = "prompt"
+    proposer: str  # display name: "target-only", "ngram", "draft:smollm2-135m", "ngram [heuristic]", ...
+    k: int  # tokens drafted per step (0 for target-only); a dynamic schedule's starting k
+    impl: str  # "specviz" or "hf" (transformers' generate())
+    prompt_index: int  # position of the prompt in the sweep (0-based)
+    prompt_id: str  # the prompt's id (a Spec-Bench question id, or its 1-based number)
+    category: str  # the prompt's category ("custom" for typed prompts)
+    prompt_tokens: int  # prompt length in target tokens (chat template included)
+    new_tokens: int  # tokens generated (EOS included)
+    wall_s: float  # timed seconds, session start (prefill included) to the last token
+    steps: int  # target forward passes after prefill (HF: generate()'s steps)
+    drafted: int | None = None  # draft tokens proposed (None for HF rows)
+    accepted: int | None = None  # draft tokens kept (None for HF rows)
+    per_position_hits: list[int] = ()  # type: ignore[assignment]  # steps whose draft i was accepted
+    per_position_trials: list[int] = ()  # type: ignore[assignment]  # steps that drafted >= i+1 tokens
+    draft_ms: float | None = None  # time in the proposer (None for HF rows)
+    verify_ms: float | None = None  # time in the target's verify passes
+    other_ms: float | None = None  # the rest of the steps (sampling, rollback, bookkeeping)
+    prefill_ms: float | None = None  # the prompt's forward pass
+    finished: str = "length"  # "eos" or "length"
+    tokens_per_s: float = 0.0  # new_tokens / wall_s
+    ms_per_token: float | None = None  # 1000 wall_s / new_tokens
+    speedup: float | None = None  # tokens_per_s / the same impl's target-only run on this prompt
+    speedup_vs_specviz: float | None = None  # tokens_per_s / specviz's target-only run on this prompt
+    same_as_target: bool | None = None  # greedy: output identical to specviz target-only (None: not checked)
+    acceptance_rate: float | None = None  # accepted / drafted
+    mean_acceptance_length: float | None = None  # new_tokens / steps (tau)
+
+
+@dataclass(frozen=True)
+class SummaryRow(_Row):
+    """One configuration (proposer x k x impl) over every prompt it ran (see specviz.bench)."""
+
+    KIND: ClassVar[str] = "summary"
+    proposer: str  # display name, as in PromptResult
+    k: int  # tokens drafted per step (0 for target-only)
+    impl: str  # "specviz" or "hf"
+    prompts: int  # prompts this configuration ran
+    new_tokens: int  # total new tokens
+    wall_s: float  # total timed seconds
+    tokens_per_s: float  # new_tokens / wall_s (token-weighted mean)
+    ms_per_token: float | None = None  # 1000 / tokens_per_s
+    speedup: float | None = None  # tokens_per_s / the same impl's target-only, on the prompts both ran
+    speedup_vs_specviz: float | None = None  # tokens_per_s / specviz's target-only, on the shared prompts
+    speedup_median: float | None = None  # median of the per-prompt speedups
+    steps: int = 0  # target forward passes after prefill, summed
+    drafted: int | None = None  # draft tokens proposed, summed (None for HF rows)
+    accepted: int | None = None  # draft tokens kept, summed
+    acceptance_rate: float | None = None  # pooled: accepted / drafted
+    mean_acceptance_length: float | None = None  # pooled: new_tokens / steps (tau)
+    per_position: list[float] = ()  # type: ignore[assignment]  # pooled acceptance rate at draft position i
+    draft_ms: float | None = None  # summed proposer time
+    verify_ms: float | None = None  # summed verify time
+    other_ms: float | None = None  # summed rest of the steps
+    prefill_ms: float | None = None  # summed prefill time
+    step_ms: float | None = None  # (draft + verify + other) ms per step (specviz rows)
+    c: float | None = None  # (draft ms / drafted token) / target-only ms per step
+    v: float | None = None  # ((verify + other) ms / step) / target-only ms per step
+    expected_tokens_per_step: float | None = None  # theory at the measured a and k
+    predicted_speedup: float | None = None  # theory at the measured a, k, c and v
+    same_as_target: float | None = None  # share of prompts whose output matched target-only (greedy)
+
+
+Row = Union[PromptResult, SummaryRow]
+
+
+def to_record(row: Row | Mapping[str, Any]) -> dict[str, Any]:
+    """The one conversion to the report's JSON object / CSV row: ``{"kind": ..., **fields}``.
+    A mapping (a row read from a report) is passed through as a dict."""
+    if isinstance(row, _Row):
+        return {"kind": row.KIND, **{k: list(v) if isinstance(v, tuple) else v for k, v in asdict(row).items()}}
+    return dict(row)
+
+
+__all__ = ["PromptResult", "Row", "SummaryRow", "to_record"]

@@ -1,0 +1,304 @@
+"""The sweep: every configuration on every prompt, interleaved and rotated (see :mod:`specviz.bench`)."""
+
+from __future__ import annotations
+
+import platform
+import time
+from dataclasses import asdict, replace
+from typing import Any, Callable, Iterator, Mapping, Sequence
+
+import torch
+
+from ..algorithm import Acceptance
+from ..engine import SpeculativeDecoder, encode_prompt, eos_token_ids
+from ..prompts import PromptRow
+from ..proposers import Proposer
+from ..records import StepRecord
+from .config import TARGET_ONLY, SCHEMA, BenchConfig, BenchEvent, RunSpec
+from .hf import _hf_kwargs, _run_hf, _sync
+from .report import _version
+from .rows import PromptResult, SummaryRow, to_record
+from .summary import summarize
+
+# ---------------------------------------------------------------------------------------------
+# The sweep
+# ---------------------------------------------------------------------------------------------
+
+
+class Sweep:
+    """A benchmark sweep; iterate it to run, then call ``report()``."""
+
+    def __init__(
+        self,
+        target,
+        proposers: Mapping[str, Proposer | None],
+        prompts: Sequence[PromptRow | str],
+        config: BenchConfig = BenchConfig(),
+        *,
+        prompt_source: str = "",
+    ):
+        if not prompts:
+            raise ValueError("no prompts to benchmark: pick a category with prompts or type some prompts")
+        self.target = target
+        self.config = config
+        self.prompt_source = prompt_source
+        self.prompts = [p if isinstance(p, PromptRow) else PromptRow(str(p), "custom", str(i)) for i, p in enumerate(prompts, 1)]
+        self.proposers = {name: p for name, p in proposers.items() if p is not None}
+        sampling = config.sampling
+        # Decoders are built once: building one checks the proposer can draft for this target.
+        self._decoders: dict[RunSpec, SpeculativeDecoder] = {RunSpec(TARGET_ONLY, 0, "specviz"): SpeculativeDecoder(target, None, sampling=sampling)}
+        acceptance = Acceptance(config.acceptance)
+        for name, prop in self.proposers.items():
+            for k in config.ks:
+                for schedule in config.schedules:
+                    self._decoders[RunSpec(_run_name(name, schedule, acceptance), k, "specviz")] = SpeculativeDecoder(
+                        target, prop, k=k, sampling=sampling, schedule=schedule, acceptance=acceptance
+                    )
+        self._hf: dict[RunSpec, dict[str, Any]] = {}
+        self.hf_skipped: list[str] = []
+        if config.compare_hf:
+            self._hf[RunSpec(TARGET_ONLY, 0, "hf")] = {}
+            for name, prop in self.proposers.items():
+                for k in config.ks:
+                    kw = _hf_kwargs(prop, k)
+                    if kw is None:
+                        if name not in self.hf_skipped:
+                            self.hf_skipped.append(name)
+                        continue
+                    self._hf[RunSpec(name, k, "hf")] = kw
+        self.runs: list[RunSpec] = list(self._decoders) + list(self._hf)
+        self.eos = eos_token_ids(target)
+        self.prompt_rows: list[PromptResult] = []  # every timed run so far, linked to its prompt's baselines
+        self.stopped = False
+        self.finished = False
+        self.wall_s = self.timed_s = self.warmup_s = 0.0
+        self._started: float | None = None
+        self._ids: list[list[int]] | None = None
+        self._out_ids: dict[RunSpec, list[int]] = {}  # the current prompt's outputs, for same_as_target
+        self.started_at = time.strftime("%Y-%m-%dT%H:%M:%S")
+
+    @property
+    def total(self) -> int:
+        return len(self.runs) * len(self.prompts)
+
+    # -- running ----------------------------------------------------------------------------
+    def __iter__(self) -> Iterator[BenchEvent]:
+        return self.events()
+
+    def events(self, should_stop: Callable[[], bool] | None = None) -> Iterator[BenchEvent]:
+        """Run the sweep, yielding a "warmup" event, then one "run" event per timed run."""
+        stop = should_stop or (lambda: False)
+        self._started = time.perf_counter()
+        try:
+            cfg = self.config
+            self._ids = [encode_prompt(self.target.tokenizer, p.prompt, chat=cfg.chat) for p in self.prompts]
+            if cfg.warmup:
+                warm_tokens = min(cfg.warmup_tokens or max(cfg.ks) + 2, cfg.max_new_tokens)
+                yield BenchEvent("warmup", 0, self.total, "warm-up")
+                t0 = time.perf_counter()
+                for spec in self.runs:
+                    if stop():
+                        self.stopped = True
+                        break
+                    self._run(spec, self._ids[0], warm_tokens)
+                self.warmup_s = time.perf_counter() - t0
+            done = 0
+            for i, (prompt, ids) in enumerate(zip(self.prompts, self._ids)):
+                order = self.order(i)
+                for j, spec in enumerate(order):
+                    if self.stopped or stop():
+                        self.stopped = True
+                        yield BenchEvent("stopped", done, self.total, "stopped")
+                        return
+                    out = self._run(spec, ids, cfg.max_new_tokens)
+                    self.timed_s += out["wall_s"]
+                    self._out_ids[spec] = out.pop("token_ids")
+                    row = self._prompt_row(spec, i, prompt, ids, out)
+                    self.prompt_rows.append(row)
+                    self._link(i)
+                    done += 1
+                    yield BenchEvent("run", done, self.total, f"prompt {i + 1}/{len(self.prompts)}: {spec.label}",
+                                     self.prompt_rows[-1], j == len(order) - 1)
+                self._out_ids.clear()
+            self.finished = True
+            yield BenchEvent("done", done, self.total, "done")
+        finally:
+            self.wall_s = time.perf_counter() - self._started
+
+    def _run(self, spec: RunSpec, ids: list[int], max_new_tokens: int) -> dict[str, Any]:
+        if spec.impl == "specviz":
+            return _run_specviz(self._decoders[spec], ids, max_new_tokens, self.config.seed)
+        return _run_hf(self.target, ids, max_new_tokens, self.config.sampling, self.config.seed, self._hf[spec], self.eos)
+
+    def order(self, i: int) -> list[RunSpec]:
+        """The configurations in the order prompt ``i`` runs them: all back to back, rotated by
+        one per prompt so that no configuration always goes first (or last) on a prompt."""
+        r = i % len(self.runs)
+        return self.runs[r:] + self.runs[:r]
+
+    def _prompt_row(self, spec: RunSpec, i: int, prompt: PromptRow, ids: list[int], out: dict[str, Any]) -> PromptResult:
+        n, wall, drafted, steps = out["new_tokens"], out["wall_s"], out["drafted"], out["steps"]
+        return PromptResult(
+            proposer=spec.proposer, k=spec.k, impl=spec.impl, prompt_index=i, prompt_id=prompt.id,
+            category=prompt.category, prompt_tokens=len(ids), **out,
+            tokens_per_s=n / wall if wall > 0 else 0.0,
+            ms_per_token=1e3 * wall / n if n else None,
+            acceptance_rate=out["accepted"] / drafted if drafted else None,
+            mean_acceptance_length=n / steps if steps else None,
+        )
+
+    def _link(self, i: int) -> None:
+        """(Re)compute prompt ``i``'s per-prompt speedups and output checks against its
+        target-only runs, as soon as those have run (they need not run first)."""
+        first = len(self.prompt_rows)
+        while first > 0 and self.prompt_rows[first - 1].prompt_index == i:
+            first -= 1
+        rows = self.prompt_rows[first:]
+        bases = {r.impl: r for r in rows if r.k == 0}
+        base_ids = self._out_ids.get(RunSpec(TARGET_ONLY, 0, "specviz"))
+        greedy = self.config.sampling.greedy
+        for j, r in enumerate(rows, first):
+            change: dict[str, Any] = {}
+            for key, impl in (("speedup", r.impl), ("speedup_vs_specviz", "specviz")):
+                b = bases.get(impl)
+                change[key] = r.tokens_per_s / b.tokens_per_s if b and b.tokens_per_s > 0 and r.new_tokens else None
+            is_base = r.impl == "specviz" and r.k == 0
+            if greedy and base_ids is not None and not is_base:
+                change["same_as_target"] = self._out_ids.get(RunSpec(r.proposer, r.k, r.impl)) == base_ids
+            self.prompt_rows[j] = replace(r, **change)
+
+    # -- results ----------------------------------------------------------------------------
+    def rows(self) -> list[SummaryRow]:
+        """One summary row per configuration, over the prompts run so far."""
+        return summarize(self.prompt_rows, order=self.runs)
+
+    def live_report(self) -> dict[str, Any]:
+        """The rows so far as report records (``{"rows", "prompt_rows"}``), for plots mid-sweep."""
+        return {"rows": [to_record(r) for r in self.rows()], "prompt_rows": [to_record(r) for r in self.prompt_rows]}
+
+    def report(self) -> dict[str, Any]:
+        """The sweep's results as a JSON-ready dict (the schema ``specviz bench --json`` writes)."""
+        wall = self.wall_s if self._started is not None else 0.0
+        overhead = max(0.0, wall - self.timed_s - self.warmup_s)
+        cfg = self.config
+        t = self.target
+        meta = {
+            "target": t.name,
+            "device": str(t.device),
+            "dtype": str(t.dtype).removeprefix("torch."),
+            "quantize": getattr(t, "quantize", None),
+            "proposers": list(self.proposers),
+            "ks": list(cfg.ks),
+            "max_new_tokens": cfg.max_new_tokens,
+            "sampling": asdict(cfg.sampling),
+            "seed": cfg.seed,
+            "chat": cfg.chat,
+            "compare_hf": cfg.compare_hf,
+            "hf_skipped": self.hf_skipped,
+            "prompts": len(self.prompts),
+            "prompt_source": self.prompt_source,
+            "categories": sorted({p.category for p in self.prompts}),
+            "runs_planned": self.total,
+            "runs_done": len(self.prompt_rows),
+            "stopped": self.stopped,
+            "started": self.started_at,
+            "wall_s": wall,
+            "timed_s": self.timed_s,
+            "warmup_s": self.warmup_s,
+            "overhead_s": overhead,
+            "overhead_frac": overhead / wall if wall > 0 else 0.0,
+            "torch": torch.__version__,
+            "transformers": _version("transformers"),
+            "python": platform.python_version(),
+            "machine": platform.machine(),
+            "threads": torch.get_num_threads(),
+            "definitions": {
+                "tokens_per_s": "total new tokens / total timed seconds over the prompts (prefill included)",
+                "speedup": "tokens_per_s / the same impl's target-only tokens_per_s on the same prompts",
+                "speedup_median": "median over prompts of the per-prompt speedup",
+                "speedup_vs_specviz": "tokens_per_s / specviz target-only tokens_per_s (the same for specviz rows)",
+                "acceptance_rate": "accepted draft tokens / drafted tokens, pooled over prompts",
+                "mean_acceptance_length": "committed tokens / steps (target forward passes after prefill), pooled",
+                "per_position": "steps whose draft i was accepted / steps with >= i+1 drafts, pooled",
+                "c": "(draft ms / drafted token) / target-only ms per step",
+                "v": "((verify + other) ms / step) / target-only ms per step",
+                "predicted_speedup": "(1 - a^(k+1)) / ((1 - a)(k c + v)) with the measured a, c, v",
+                "overhead_s": "sweep wall time - timed runs - warm-up (prompt encoding, rows, the caller's work between runs)",
+            },
+        }
+        return {"schema": SCHEMA, "meta": meta, **self.live_report()}
+
+
+def run_sweep(
+    target,
+    proposers: Mapping[str, Proposer | None],
+    prompts: Sequence[PromptRow | str],
+    config: BenchConfig = BenchConfig(),
+    *,
+    on_event: Callable[[BenchEvent], None] | None = None,
+    on_row: Callable[[PromptResult], None] | None = None,
+    should_stop: Callable[[], bool] | None = None,
+    prompt_source: str = "",
+) -> dict[str, Any]:
+    """Run a whole sweep and return its report (see ``Sweep.report``).
+
+    ``on_event`` gets every BenchEvent, ``on_row`` every per-prompt row as it is measured;
+    ``should_stop`` is polled before each run (the sweep then ends with a "stopped" event).
+    """
+    sweep = Sweep(target, proposers, prompts, config, prompt_source=prompt_source)
+    for event in sweep.events(should_stop):
+        if on_event is not None:
+            on_event(event)
+        if on_row is not None and event.row is not None:
+            on_row(event.row)
+    return sweep.report()
+
+
+# ---------------------------------------------------------------------------------------------
+# One timed run
+# ---------------------------------------------------------------------------------------------
+
+
+def _run_specviz(decoder: SpeculativeDecoder, ids: list[int], max_new_tokens: int, seed: int) -> dict[str, Any]:
+    _sync(decoder.target.device)
+    t0 = time.perf_counter()
+    session = decoder.start(ids, max_new_tokens=max_new_tokens, seed=seed)
+    while not session.done:
+        session.step()
+    wall = time.perf_counter() - t0
+    steps = session.steps
+    hits, trials = _position_counts(steps)
+    return {
+        "token_ids": session.new_token_ids,
+        "new_tokens": session.n_new,
+        "wall_s": wall,
+        "steps": len(steps),
+        "drafted": sum(s.k for s in steps),
+        "accepted": sum(min(s.n_accepted, s.n_committed) for s in steps),
+        "per_position_hits": hits,
+        "per_position_trials": trials,
+        "draft_ms": sum(s.draft_ms for s in steps),
+        "verify_ms": sum(s.verify_ms for s in steps),
+        "other_ms": sum(s.other_ms for s in steps),
+        "prefill_ms": session.prefill_ms,
+        "finished": session.finished,
+    }
+
+
+def _position_counts(steps: Sequence[StepRecord]) -> tuple[list[int], list[int]]:
+    """Per-position (accepted, drafted) step counts, as in compute_stats."""
+    max_k = max((s.k for s in steps), default=0)
+    hits, trials = [0] * max_k, [0] * max_k
+    for s in steps:
+        n = min(s.n_accepted, s.n_committed)
+        for i in range(s.k):
+            trials[i] += 1
+            if i < n:
+                hits[i] += 1
+    return hits, trials
+
+
+def _run_name(proposer: str, schedule: str, acceptance: Acceptance) -> str:
+    """The row name of a proposer run: "ngram", "ngram [heuristic]", "ngram (typical, LOSSY)"."""
+    name = proposer if schedule == "constant" else f"{proposer} [{schedule}]"
+    return f"{name} ({acceptance.rule}, LOSSY)" if acceptance.lossy else name

@@ -1,0 +1,148 @@
+"""load_model: resolve the name, check the cache, load (float or int8), cache."""
+
+from __future__ import annotations
+
+import copy
+import shutil
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from .builtin import BUILTIN_MODELS, _convert_lock, _ensure_converted
+from .cache import _cache_get, _cache_put, _CacheKey, _key_lock
+from .device import _check_size, estimate_parameters, resolve_device, resolve_dtype
+from .hub import _auto_config, _from_pretrained, _hub_error, _hub_offline
+from .loaded import LoadedModel
+from .names import _resolve_spec, _Spec
+
+Progress = Callable[[str], None]
+
+
+def load_model(
+    name_or_path: str,
+    device: str | torch.device = "auto",
+    dtype: str | torch.dtype = "auto",
+    quantize: str | None = None,
+    *,
+    progress: Progress | None = None,
+) -> LoadedModel:
+    """Load a causal LM and its tokenizer (cached in-process; see the module docstring).
+
+    ``name_or_path``: a built-in name (``list_models()``), a local checkpoint directory or a hub
+    id ``owner/name``, optionally ending in ``@int8``. ``device``: ``"auto"`` (cuda, mps, cpu) or
+    explicit. ``dtype``: ``"auto"`` (bfloat16 on cuda, else float32), ``"float32"``,
+    ``"bfloat16"``, ``"float16"`` or a ``torch.dtype``. ``quantize``: ``None`` or ``"int8"``
+    (CPU and float32 only; ``device="auto"`` then means cpu). ``progress`` receives short
+    human-readable stage messages. Raises ``ValueError`` with a message meant for the user when
+    the name is unknown, the model is too big, the hub refuses, or options conflict.
+    """
+    report = progress or (lambda _msg: None)
+    spec = _resolve_spec(name_or_path, quantize)
+    if spec.quantize == "int8":
+        is_auto = device is None or (isinstance(device, str) and device.strip().lower() == "auto")
+        dev = torch.device("cpu") if is_auto else resolve_device(device)
+        if dev.type != "cpu":
+            raise ValueError(f"quantize='int8' runs on the CPU only, not on {dev}; use device='cpu' (or 'auto')")
+        dt = resolve_dtype("float32" if dtype in (None, "auto") else dtype, dev)
+        if dt != torch.float32:
+            raise ValueError(f"quantize='int8' needs float32 activations, not {dt}")
+    else:
+        dev = resolve_device(device)
+        dt = resolve_dtype(dtype, dev)
+
+    key: _CacheKey = (f"{spec.kind}:{spec.source}", str(dev), str(dt), spec.quantize)
+    with _key_lock(key):
+        hit = _cache_get(key)
+        if hit is not None:
+            return hit
+        if spec.quantize == "int8":
+            lm = _load_int8(spec, report)
+        else:
+            lm = _load_float(spec, dev, dt, report)
+        _cache_put(key, lm)
+        report(f"{lm.name} ready")
+        return lm
+
+
+def _load_int8(spec: _Spec, report: Progress) -> LoadedModel:
+    cpu, fp32 = torch.device("cpu"), torch.float32
+    base = _cache_get((f"{spec.kind}:{spec.source}", str(cpu), str(fp32), None))
+    if base is not None:
+        model = copy.deepcopy(base.model)  # never touch the shared fp32 model
+        tokenizer = base.tokenizer
+    else:
+        fresh = _load_float(spec, cpu, fp32, report)  # private copy, not cached
+        model, tokenizer = fresh.model, fresh.tokenizer
+    report(f"quantizing {spec.source} to int8…")
+    model = _quantize_int8(model)
+    return LoadedModel(model, tokenizer, spec.display_name, cpu, fp32, "int8")
+
+
+def _quantize_int8(model: torch.nn.Module) -> torch.nn.Module:
+    with warnings.catch_warnings():  # torch.ao.quantization is deprecated upstream, still works
+        warnings.simplefilter("ignore", DeprecationWarning)
+        warnings.simplefilter("ignore", UserWarning)
+        try:
+            from torch.ao.quantization import quantize_dynamic
+        except ImportError as e:
+            raise ValueError(
+                f"quantize='int8' needs torch.ao.quantization.quantize_dynamic, missing in torch {torch.__version__}"
+            ) from e
+        # Replaces every nn.Linear (lm_head included; a tied lm_head gets its own int8 copy,
+        # the fp32 input embedding stays) by a dynamically quantized one.
+        q = quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8, inplace=True)
+    return q.eval()
+
+
+def _load_float(spec: _Spec, dev: torch.device, dt: torch.dtype, report: Progress) -> LoadedModel:
+    if spec.kind == "builtin":
+        b = BUILTIN_MODELS[spec.source]
+        _check_size(b.approx_params, dev, dt, f"built-in model {b.name!r}")
+        directory = _ensure_converted(b, report)
+        report(f"loading {b.name}…")
+        try:
+            model, tok = _from_pretrained(str(directory), dev, dt, use_safetensors=True, local_only=True)
+        except (torch.OutOfMemoryError, MemoryError):
+            raise
+        except Exception as e:  # noqa: BLE001 - a damaged cache: convert again, once
+            report(f"cached copy of {b.name} is unreadable ({type(e).__name__}); converting again…")
+            with _convert_lock(b.name):
+                shutil.rmtree(directory, ignore_errors=True)
+            directory = _ensure_converted(b, report)
+            model, tok = _from_pretrained(str(directory), dev, dt, use_safetensors=True, local_only=True)
+    elif spec.kind == "local":
+        directory = Path(spec.source)
+        if not (directory / "config.json").is_file():
+            raise ValueError(f"{spec.source!r} has no config.json; it is not a transformers model directory")
+        try:
+            config = _auto_config(spec.source, local_only=True)
+        except (OSError, ValueError, KeyError) as e:
+            raise ValueError(f"could not read the config in {spec.source!r}: {e}") from e
+        _check_size(estimate_parameters(config), dev, dt, f"model {spec.source!r}")
+        report(f"loading {spec.source}…")
+        has_safetensors = any(directory.glob("*.safetensors"))
+        try:
+            model, tok = _from_pretrained(
+                spec.source, dev, dt, use_safetensors=True if has_safetensors else None, local_only=True
+            )
+        except (OSError, ValueError, KeyError) as e:
+            raise ValueError(f"could not load the model in {spec.source!r}: {e}") from e
+    else:
+        report(f"fetching the config of {spec.source} from the Hugging Face hub…")
+        local_only = _hub_offline()
+        try:
+            config = _auto_config(spec.source, local_only=local_only)
+        except Exception as e:  # noqa: BLE001
+            raise _hub_error(spec.source, e, local_only) from e
+        _check_size(estimate_parameters(config), dev, dt, f"model {spec.source!r}")
+        report(f"downloading / loading {spec.source}…")
+        try:
+            model, tok = _from_pretrained(spec.source, dev, dt, use_safetensors=True, local_only=local_only)
+        except Exception as e:  # noqa: BLE001
+            raise _hub_error(spec.source, e, local_only) from e
+    from ..cpu import speed_up_lm_head
+
+    speed_up_lm_head(model)  # a large fp32 head on the CPU: oneDNN for 4+ rows where it measures faster
+    return LoadedModel(model, tok, spec.display_name, dev, dt, None)

@@ -1,0 +1,28 @@
+"""Helpers every tab's handlers share: turning an exception into the one line the page shows."""
+
+from __future__ import annotations
+
+import logging
+
+log = logging.getLogger("specviz.ui")
+
+
+def friendly_error(e: BaseException, where: str, *, expected: tuple[type[BaseException], ...] = (ValueError,),
+                   first_line: bool = False, after: str = "") -> str:
+    """The message a handler shows for ``e``.
+
+    ``expected`` errors (bad input: their text says what to change) and a finished session's
+    RuntimeError are shown as they are (``first_line``: only their first line); anything else is
+    logged with its traceback under ``where`` ("the playground") and shown as an unexpected
+    error, followed by ``after`` (what the user can do next).
+    """
+    if isinstance(e, expected) or (isinstance(e, RuntimeError) and "finished" in str(e)):
+        text = str(e).strip()
+        if first_line:
+            return text.splitlines()[0] if text else type(e).__name__
+        return str(e)
+    log.exception("unexpected error in %s", where)
+    return f"unexpected error ({type(e).__name__}): {e}{after}"
+
+
+__all__ = ["friendly_error"]
