@@ -58,6 +58,7 @@ class ProposerKind:
     options: tuple[str, ...] = ()  # the option keys ARG may carry after commas (",key=value")
     aliases: tuple[str, ...] = ()  # other prefixes that mean the same ("target-only")
     example: str = ""  # a spec to show in messages and help; defaults to syntax
+    validate: Callable[[str], Any] | None = None  # checks the whole argument (options' values too), loading nothing
 
     def spec(self, arg: str | None = None) -> str:
         """The spec of this kind with ``arg`` (None: the bare prefix)."""
@@ -132,8 +133,12 @@ def _build_ngram(arg, target, load):
 def _build_draft(arg, target, load):
     from .draft_model import DraftModel
 
-    draft = _load_draft(arg, target, load)
-    proposer = DraftModel(draft, name=f"draft:{draft.name}")
+    _check_draft_policy(arg)
+    name, opts = split_options(arg, ("policy",))
+    policy = opts.get("policy", "sampled").lower()
+    draft = _load_draft(name, target, load)
+    suffix = "" if policy == "sampled" else f",policy={policy}"
+    proposer = DraftModel(draft, name=f"draft:{draft.name}{suffix}", policy=policy)
     proposer.init_state(target)  # raises ValueError when the tokenizers differ
     return proposer
 
@@ -143,6 +148,50 @@ def _build_hybrid(arg, target, load):
 
     draft = _build_draft(arg, target, load)
     return NGramOrDraft(draft, name=f"ngram+draft:{draft.model.name}")
+
+
+def _check_draft_policy(arg: str) -> None:
+    from .draft_model import DRAFT_POLICIES
+
+    _, opts = split_options(arg, ("policy",))
+    policy = opts.get("policy", "sampled").lower()
+    if policy not in DRAFT_POLICIES:
+        raise ValueError(f"bad proposer 'draft:{arg}': policy must be one of {', '.join(DRAFT_POLICIES)}, got {policy!r}; "
+                         "e.g. draft:smollm2-135m,policy=argmax")
+
+
+def _check_tree_size(nodes: int) -> None:
+    from ..limits import check_tree_nodes
+
+    check_tree_nodes(nodes)  # the hosting limit (SPECVIZ_MAX_TREE_NODES), before anything loads
+
+
+def _check_ngram_tree(arg: str) -> None:
+    from .ngram_tree import parse_ngram_tree
+
+    _check_tree_size(parse_ngram_tree(arg)["nodes"])
+
+
+def _check_draft_tree(arg: str) -> None:
+    from .draft_tree import parse_draft_tree
+
+    _check_tree_size(parse_draft_tree(arg)[1]["nodes"])
+
+
+def _build_ngram_tree(arg, target, load):
+    from .ngram_tree import NGramTree, parse_ngram_tree
+
+    return NGramTree(**parse_ngram_tree(arg), name="ngram-tree" + (f":{arg}" if arg else ""))
+
+
+def _build_draft_tree(arg, target, load):
+    from .draft_tree import DraftTree, parse_draft_tree
+
+    name, opts = parse_draft_tree(arg)
+    draft = _load_draft(name, target, load)
+    proposer = DraftTree(draft, **opts, name=f"draft-tree:{draft.name}" + "".join(f",{k}={v}" for k, v in opts.items()))
+    proposer.init_state(target)  # raises ValueError when the tokenizers differ or the model cannot take a tree mask
+    return proposer
 
 
 def _build_early_exit(arg, target, load):
@@ -172,9 +221,11 @@ REGISTRY: tuple[ProposerKind, ...] = (
         build=_build_ngram, check_arg=_whole("'ngram:N' needs a whole number N >= 1"), example="ngram",
     ),
     ProposerKind(
-        "draft", "draft model", "draft:NAME[@int8]", "a smaller model with the target's tokenizer: a built-in such as "
-        "smollm2-135m, a local directory or a hub id, @int8 to quantize it to int8", needs_model=True,
-        hf_counterpart=True, build=_build_draft, arg_required=True, example="draft:smollm2-135m",
+        "draft", "draft model", "draft:NAME[@int8][,policy=argmax]", "a smaller model with the target's tokenizer: a "
+        "built-in such as smollm2-135m, a local directory or a hub id, @int8 to quantize it to int8; drafts sampled "
+        "from q (policy=sampled, the default) or argmax q (policy=argmax, point masses as in vLLM)", needs_model=True,
+        hf_counterpart=True, build=_build_draft, arg_required=True, options=("policy",), example="draft:smollm2-135m",
+        validate=_check_draft_policy,
     ),
     ProposerKind(
         "ngram+draft", "n-gram, else draft model", "ngram+draft:NAME[@int8]", "prompt lookup when it matches, the "
@@ -190,6 +241,20 @@ REGISTRY: tuple[ProposerKind, ...] = (
         "early-exit", "early exit (first layers)", "early-exit:L", "the target's own first L layers and its head draft",
         needs_model=False, hf_counterpart=False, build=_build_early_exit, arg_required=True,
         check_arg=_whole("'early-exit:L' needs a whole number of layers L >= 1"), example="early-exit:4",
+    ),
+    ProposerKind(
+        "ngram-tree", "n-gram token tree", "ngram-tree[:N][,nodes=M]", "every distinct prompt-lookup continuation "
+        "(n-grams up to N, default 3) merged into one token tree of at most M nodes (default 16), depth k; "
+        "point masses", needs_model=False, hf_counterpart=False, build=_build_ngram_tree,
+        check_arg=_whole("'ngram-tree:N' needs a whole number N >= 1"), options=("nodes",), example="ngram-tree:3,nodes=16",
+        validate=_check_ngram_tree,
+    ),
+    ProposerKind(
+        "draft-tree", "draft model, token tree", "draft-tree:NAME[@int8][,nodes=N,width=W]", "EAGLE-2-style dynamic "
+        "tree: the draft expands the W (default 2) most likely children of the best paths at each depth, keeping the "
+        "N (default 12) best nodes by path probability; depth k; point masses", needs_model=True, hf_counterpart=False,
+        build=_build_draft_tree, arg_required=True, options=("nodes", "width"),
+        example="draft-tree:gemma-3-270m@int8,nodes=12,width=2", validate=_check_draft_tree,
     ),
 )
 
@@ -268,7 +333,10 @@ def check_spec(spec: str) -> tuple[str, str | None]:
         main = kind.check_arg(spec, main)
     elif not main and kind.needs_model:
         raise ValueError(f"bad proposer {spec!r}: '{kind.prefix}:NAME' needs a model name, e.g. {kind.example}")
-    return kind.prefix, main + "".join(f",{k}={v}" for k, v in opts.items())
+    full = main + "".join(f",{k}={v}" for k, v in opts.items())
+    if kind.validate is not None:
+        kind.validate(full)  # ValueError showing the valid syntax
+    return kind.prefix, full
 
 
 def from_spec(spec: str, target, load: Loader | None = None) -> Proposer | None:
