@@ -94,9 +94,8 @@ def parse_proposer(spec: str, target, load: Callable[..., Any] | None = None) ->
         if load is None:
             from .models import load_model as load
         quantized = name.lower().endswith("@int8")
-        device = "auto" if quantized and target.device.type == "cpu" else target.device
         dtype = "auto" if quantized else target.dtype
-        draft = load(name, device=device, dtype=dtype)
+        draft = load(name, device=target.device, dtype=dtype)  # @int8 beside a GPU target: a clear ValueError
         proposer = DraftModel(draft, name=f"draft:{draft.name}")
         proposer.init_state(target)  # raises ValueError when the tokenizers differ
         return proposer if kind == "draft" else NGramOrDraft(proposer, name=f"ngram+draft:{draft.name}")
@@ -105,7 +104,7 @@ def parse_proposer(spec: str, target, load: Callable[..., Any] | None = None) ->
     if kind == "xdraft":
         if load is None:
             from .models import load_model as load
-        draft = load(arg, device=target.device if not arg.lower().endswith("@int8") else "auto")
+        draft = load(arg, device=target.device)
         return CrossTokenizerDraft(draft, name=f"xdraft:{draft.name}")
     raise AssertionError(kind)
 
