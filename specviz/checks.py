@@ -133,12 +133,13 @@ def matching_prefix(a: Sequence[int], b: Sequence[int]) -> int:
 
 
 def top2_margin(target, ids: Sequence[int]) -> float:
-    """The gap between the target's two largest next-token logits after ``ids`` (full forward):
-    a divergence where this is ~0 is a rounding tie, not a wrong rule."""
+    """The gap between the target's two largest next-token logits after ``ids`` (full forward),
+    over the largest |logit|: a divergence where this is ~1e-7 is a rounding tie, not a wrong rule."""
     x = torch.tensor([list(ids)], device=target.device)  # [1, L]
     with torch.inference_mode():
-        top = target.model(x).logits[0, -1].float().topk(2).values  # [2]
-    return float(top[0] - top[1])
+        logits = target.model(x).logits[0, -1].float()  # [V]
+    top = logits.topk(2).values  # [2]
+    return float((top[0] - top[1]) / logits.abs().max().clamp_min(1e-30))
 
 
 # -- KV rollback ---------------------------------------------------------------------------------
