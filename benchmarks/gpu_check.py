@@ -408,6 +408,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default="gpu_check.json", help="where to write the JSON report")
     ap.add_argument("--threads", type=int, default=None, help="CPU threads (default: 1 on a CPU run, else torch's)")
     args = ap.parse_args(argv)
+    if int(transformers.__version__.split(".")[0]) < 5:
+        print(f"specviz needs transformers 5 (found {transformers.__version__}): pip install 'transformers>=5,<6'")
+        return 2
     device = resolve_device(args.device)
     if args.threads or device.type == "cpu":
         torch.set_num_threads(args.threads or 1)  # tiny models: one thread is fastest, and CI shares cores
