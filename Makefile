@@ -7,7 +7,7 @@ BIN      := $(VENV)/bin
 TORCH    ?= torch==2.13.0
 STAMP    := $(VENV)/.installed
 
-.PHONY: setup demo test test-fast bench chromium clean
+.PHONY: setup demo test test-fast bench gpu-check gpu-check-cpu chromium clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -39,6 +39,18 @@ test-fast: setup
 bench: setup
 	$(BIN)/specviz bench --target gemma-3-270m --proposer ngram --proposer draft:gemma-3-270m@int8 \
 	  --k 1,2,4,8 --limit 16 --max-new-tokens 64 --compare-hf --json bench.json
+
+# The GPU check needs only torch + transformers and this source tree, so it runs with whatever
+# python has them: the .venv when there is one, else the machine's own python3 (a bare GPU box).
+# `make gpu-check` uses the GPU when there is one and tiny sizes on a CPU; CI runs the CPU
+# version through tests/test_gpu_check.py (part of `make test`).
+GPU_PY   ?= $(if $(wildcard $(BIN)/python),$(BIN)/python,$(PY))
+
+gpu-check:
+	PYTHONPATH=. $(GPU_PY) benchmarks/gpu_check.py --out gpu_check.json
+
+gpu-check-cpu:
+	PYTHONPATH=. $(GPU_PY) benchmarks/gpu_check.py --device cpu --tiny --out gpu_check_cpu.json
 
 clean:
 	rm -rf $(VENV) .pytest_cache build *.egg-info

@@ -34,7 +34,8 @@ def load_model(
     id ``owner/name``, optionally ending in ``@int8``. ``device``: ``"auto"`` (cuda, mps, cpu) or
     explicit. ``dtype``: ``"auto"`` (bfloat16 on cuda, else float32), ``"float32"``,
     ``"bfloat16"``, ``"float16"`` or a ``torch.dtype``. ``quantize``: ``None`` or ``"int8"``
-    (CPU and float32 only; ``device="auto"`` then means cpu). ``progress`` receives short
+    (CPU and float32 only; ``device="auto"`` then means cpu, and is refused where CUDA is
+    available: load the model without @int8 on a GPU). ``progress`` receives short
     human-readable stage messages. Raises ``ValueError`` with a message meant for the user when
     the name is unknown, the model is too big, the hub refuses, or options conflict.
     """
@@ -42,9 +43,13 @@ def load_model(
     spec = _resolve_spec(name_or_path, quantize)
     if spec.quantize == "int8":
         is_auto = device is None or (isinstance(device, str) and device.strip().lower() == "auto")
-        dev = torch.device("cpu") if is_auto else resolve_device(device)
+        dev = torch.device("cpu") if is_auto and not torch.cuda.is_available() else resolve_device(device)
         if dev.type != "cpu":
-            raise ValueError(f"quantize='int8' runs on the CPU only, not on {dev}; use device='cpu' (or 'auto')")
+            raise ValueError(
+                f"{spec.display_name!r}: @int8 is CPU dynamic quantization and cannot run on {dev}"
+                f"{' (device=auto picks the GPU here)' if is_auto else ''}; on the GPU load the model without "
+                "@int8 (it runs in bfloat16 there), or pass device='cpu' to run the int8 copy on the CPU"
+            )
         dt = resolve_dtype("float32" if dtype in (None, "auto") else dtype, dev)
         if dt != torch.float32:
             raise ValueError(f"quantize='int8' needs float32 activations, not {dt}")

@@ -119,9 +119,8 @@ def _load_draft(arg: str, target, load: Loader | None):
     if load is None:
         from ..models import load_model as load
     quantized = arg.lower().endswith("@int8")
-    device = "auto" if quantized and target.device.type == "cpu" else target.device
     dtype = "auto" if quantized else target.dtype
-    return load(arg, device=device, dtype=dtype)
+    return load(arg, device=target.device, dtype=dtype)  # @int8 beside a GPU target: a clear ValueError
 
 
 def _build_ngram(arg, target, load):
@@ -205,7 +204,7 @@ def _build_xdraft(arg, target, load):
 
     if load is None:
         from ..models import load_model as load
-    draft = load(arg, device=target.device if not arg.lower().endswith("@int8") else "auto")
+    draft = load(arg, device=target.device)
     return CrossTokenizerDraft(draft, name=f"xdraft:{draft.name}")
 
 
