@@ -29,8 +29,10 @@ def test_options_parse_and_unknown_keys_are_named():
         split_options("m,depth=2", ("nodes", "width"))
     with pytest.raises(ValueError, match="key=value"):
         split_options("m,nodes", ("nodes",))
-    with pytest.raises(ValueError, match="unknown option 'x'.*none"):
+    with pytest.raises(ValueError, match="unknown option 'x'.*policy"):
         check_spec("draft:m,x=1")
+    with pytest.raises(ValueError, match="unknown option 'x'.*none"):
+        check_spec("early-exit:4,x=1")
     assert int_option({"nodes": "16"}, "nodes", 8, hi=64) == 16
     assert int_option({}, "nodes", 8) == 8
     with pytest.raises(ValueError, match="nodes must be a whole number from 1 to 64"):
@@ -96,16 +98,16 @@ def test_a_new_kind_with_options_plugs_in(monkeypatch, tiny_target):
 
     def build(arg, target, load):
         _, opts = split_options(arg or "", ("width",))
-        return NGram(max_ngram=int_option(opts, "width", 3, hi=8), name=f"ngram-tree:{arg or ''}")
+        return NGram(max_ngram=int_option(opts, "width", 3, hi=8), name=f"demo-kind:{arg or ''}")
 
-    kind = registry.ProposerKind("ngram-tree", "n-gram tree", "ngram-tree[:,width=W]", "test kind", needs_model=False,
+    kind = registry.ProposerKind("demo-kind", "demo kind", "demo-kind[:,width=W]", "test kind", needs_model=False,
                                  hf_counterpart=False, build=build, options=("width",))
     monkeypatch.setattr(registry, "REGISTRY", registry.REGISTRY + (kind,))
-    assert check_spec("ngram-tree") == ("ngram-tree", None)
-    assert check_spec("ngram-tree:,WIDTH=5") == ("ngram-tree", ",width=5")
-    assert from_spec("ngram-tree:,width=5", tiny_target).max_ngram == 5
+    assert check_spec("demo-kind") == ("demo-kind", None)
+    assert check_spec("demo-kind:,WIDTH=5") == ("demo-kind", ",width=5")
+    assert from_spec("demo-kind:,width=5", tiny_target).max_ngram == 5
     with pytest.raises(ValueError, match="unknown option 'depth'.*width"):
-        check_spec("ngram-tree:,depth=2")
+        check_spec("demo-kind:,depth=2")
     with pytest.raises(ValueError, match="from 1 to 8"):
-        from_spec("ngram-tree:,width=9", tiny_target)
-    assert "ngram-tree[:,width=W]" in registry.help_text()
+        from_spec("demo-kind:,width=9", tiny_target)
+    assert "demo-kind[:,width=W]" in registry.help_text()

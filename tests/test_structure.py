@@ -24,13 +24,6 @@ PKG = ROOT / "specviz"
 MAX_LINES = 600
 OUTSIDE_NOTES = "DESIGN" + ".md"  # spelled in two parts so this file does not mention it
 
-# modules over the limit that the structural refactor (issue 10, branch refactor-a) shrinks; the
-# lead drops an entry (and with it the xfail mark) once that lands
-BEING_SPLIT = {
-    "specviz/models.py": "being split into the specviz/models/ package",
-    "specviz/bench.py": "being split into the specviz/bench/ package",
-    "specviz/ui/playground.py": "the UI cleanup moves decoder construction and HTML out of it",
-}
 
 
 def repo_files() -> list[Path]:
@@ -183,8 +176,6 @@ def test_ui_and_plotting_libraries_stay_in_their_layer(library, home):
     assert not offenders, f"{library} is imported outside {home}: {offenders}"
 
 
-@pytest.mark.xfail(strict=False, reason="the UI still builds proposers itself; the proposer registry "
-                   "(specviz.proposers.registry.from_spec, issue 10, branch refactor-a) removes that")
 def test_the_ui_imports_no_proposer():
     offenders = []
     for name, path in modules().items():
@@ -201,9 +192,7 @@ def test_the_ui_imports_no_proposer():
 def _module_params():
     for path in sorted(PKG.rglob("*.py")):
         rel = _rel(path)
-        marks = [pytest.mark.xfail(strict=False, reason=f"{BEING_SPLIT[rel]} (issue 10, branch refactor-a)")
-                 ] if rel in BEING_SPLIT else []
-        yield pytest.param(path, id=rel, marks=marks)
+        yield pytest.param(path, id=rel)
 
 
 @pytest.mark.parametrize("path", _module_params())
