@@ -69,14 +69,17 @@ HELD_OUT = [
 CHAT = {"Q: What is the capital of France?\nA:", "Alice: Hi Bob, how was your weekend?\nBob:"}
 
 CANDIDATES = {
-    # name: None (torch quantize_dynamic as models.py does today) or Int8Options
-    "dynamic-per-tensor (today)": None,
-    "per-channel": Int8Options(per_token=False, smooth_alpha=None),
-    "per-channel+per-token": Int8Options(smooth_alpha=None),
-    "per-channel+per-token+smooth0.5": Int8Options(smooth_alpha=0.5),
-    "per-channel+per-token+smooth0.8": Int8Options(smooth_alpha=0.8),
-    "per-channel+per-token+smooth0.5+8bit": Int8Options(smooth_alpha=0.5, reduce_range=False),
-    "per-channel+per-token+smooth0.5, head float": Int8Options(smooth_alpha=0.5, keep_float=("lm_head",)),
+    # name: None (torch quantize_dynamic on every nn.Linear, as models.py did) or Int8Options
+    "today: dynamic per-tensor 7-bit": None,
+    "per-channel 7-bit": Int8Options(per_token=False, smooth_alpha=None, reduce_range=True),
+    "per-channel+per-token 7-bit": Int8Options(smooth_alpha=None, reduce_range=True),
+    "per-channel+per-token 8-bit": Int8Options(smooth_alpha=None, reduce_range=False),
+    "per-channel+per-token+smooth0.5 7-bit": Int8Options(smooth_alpha=0.5, reduce_range=True),
+    "per-channel+per-token+smooth0.5 8-bit": Int8Options(smooth_alpha=0.5, reduce_range=False),
+    "per-channel+per-token+smooth0.8 8-bit": Int8Options(smooth_alpha=0.8, reduce_range=False),
+    "smooth0.5 8-bit + lm_head float": Int8Options(smooth_alpha=0.5, reduce_range=False, keep_float=("lm_head",)),
+    "smooth0.5 8-bit + down_proj float": Int8Options(smooth_alpha=0.5, reduce_range=False, keep_float=("down_proj",)),
+    "default Int8Options() (chosen)": Int8Options(),
 }
 
 

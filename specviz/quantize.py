@@ -12,6 +12,8 @@ inputs they see (``python benchmarks/int8_quality.py`` measures every option):
 - SmoothQuant (Xiao et al., 2023) outlier migration (``smooth_alpha``): per input channel j,
   s_j = max|X_j|^alpha / max|W_:,j|^(1 - alpha) measured on calibration text; the layer computes
   (x / s) @ (W * s)^T, the same product with the activation outliers moved into the weights;
+- full 8-bit activations where the CPU's kernel does not saturate (VNNI; :func:`kernel_saturates`
+  measures it), instead of the 7 bits ``quantize_dynamic`` uses everywhere;
 - optionally some layers left in float (``keep_float``: name suffixes, e.g. ``"down_proj"``).
 
 Calibration text is the bundled Spec-Bench dev prompts (offline, deterministic).
@@ -35,7 +37,7 @@ class Int8Options:
     per_token: bool = True  # one activation scale per input row (else one per call)
     smooth_alpha: float | None = 0.5  # SmoothQuant migration strength; None: no smoothing
     keep_float: tuple[str, ...] = ()  # Linear layers whose qualified name ends with one of these stay float
-    reduce_range: bool = True  # 7-bit activations (fbgemm's overflow guard); False: full 8 bits
+    reduce_range: bool | None = None  # 7-bit activations; None: 8 bits unless this CPU's kernel saturates
     calibration_prompts: int = 8  # bundled prompts run through the float model for smoothing
 
     def __post_init__(self):
@@ -61,7 +63,7 @@ class Int8Linear(torch.nn.Module):
         # Linear, so code that counts packed int8 weights (LoadedModel.num_parameters) sees these.
         self._packed_params = _pack(weight, None if linear.bias is None else linear.bias.detach().float(), options.per_channel)
         self.per_token = options.per_token
-        self.reduce_range = options.reduce_range
+        self.reduce_range = kernel_saturates() if options.reduce_range is None else options.reduce_range
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # [..., in] -> [..., out]
         lead = x.shape[:-1]
@@ -99,6 +101,22 @@ def _pack(weight: torch.Tensor, bias: torch.Tensor | None, per_channel: bool):
             scale = float(weight.abs().max() / 127.0) or 1e-12
             wq = torch.quantize_per_tensor(weight, scale, 0, torch.qint8)
         return torch.ops.quantized.linear_prepack(wq, bias)
+
+
+_saturates: dict[str, bool] = {}
+
+
+def kernel_saturates() -> bool:
+    """Whether this CPU's int8 kernel saturates full 8-bit activations: without VNNI, x86 int8
+    GEMMs add pairs of uint8 x int8 products in int16, and 2 x 255 x 127 overflows it. Measured
+    once per quantized engine: an all-ones product (exact answer 64) must come out as 64."""
+    engine = torch.backends.quantized.engine
+    if engine not in _saturates:
+        ones = torch.ones(8, 64)  # [out, in]
+        packed = _pack(ones, None, per_channel=True)
+        y = torch.ops.quantized.linear_dynamic(torch.ones(1, 64), packed, False)  # [1, 8]
+        _saturates[engine] = not torch.allclose(y, torch.full_like(y, 64.0), rtol=1e-3)
+    return _saturates[engine]
 
 
 def calibration_token_ids(tokenizer, n_prompts: int = 8, max_tokens: int = 256) -> list[list[int]]:
