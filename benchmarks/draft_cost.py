@@ -2,7 +2,7 @@
 
 Both run on the same int8 copy of --model (specviz.quantize), from the same cached context,
 interleaved in one process; the cache is rolled back after each repeat. Prints ms per token of:
-- bare: model(input_ids=[[x]], past_key_values=cache, use_cache=True, logits_to_keep=1), k times;
+- bare: model(input_ids=[[x]], cache=cache, use_cache=True, logits_to_keep=1), k times;
 - propose: DraftModel.propose(k) (forward + softmax q over the vocabulary + argmax + bookkeeping);
 - propose-argmax: the same loop without q (what greedy decoding needs), for the saving.
 Provisional on a busy machine.
@@ -50,13 +50,13 @@ def main() -> None:
     n = len(ids)
     cache = new_cache(q8.model)
     with torch.inference_mode():
-        q8.model(input_ids=ctx[None, :-1], past_key_values=cache, use_cache=True, logits_to_keep=1)
+        q8.model(input_ids=ctx[None, :-1], cache=cache, use_cache=True, logits_to_keep=1)
 
     def bare():
         with torch.inference_mode():
             x = ctx[-1:]
             for _ in range(args.k):
-                out = q8.model(input_ids=x[None], past_key_values=cache, use_cache=True, logits_to_keep=1)
+                out = q8.model(input_ids=x[None], cache=cache, use_cache=True, logits_to_keep=1)
                 x = out.logits[0, -1].argmax()[None]
         rollback(cache, n - 1)
 

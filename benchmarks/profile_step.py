@@ -142,7 +142,7 @@ def main() -> None:
             labels = [e for e in events if e.key.startswith(("engine.", "algorithm.", "TokenTexts", "draft "))]
             for e in sorted(labels, key=lambda e: -e.cpu_time_total):
                 print(f"  {e.key:<36} {e.cpu_time_total / 1e3 / max(1, n):8.2f} ms/step (incl.)")
-            ops = [e for e in events if e.key.startswith("aten::") and e.key not in ("aten::linear",)]
+            ops = [e for e in events if e.key.startswith(("aten::", "quantized::")) and e.key not in ("aten::linear",)]
             print(f"  top aten ops by self CPU time (ms/step):")
             for e in sorted(ops, key=lambda e: -e.self_cpu_time_total)[: args.rows]:
                 print(f"    {e.key:<34} {e.self_cpu_time_total / 1e3 / max(1, n):8.2f}  x{e.count // max(1, n)}")

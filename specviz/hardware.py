@@ -213,7 +213,9 @@ def _main() -> None:
     print(f"memory read bandwidth: {bw.gb_per_s:.1f} GB/s ({bw.threads} threads, {bw.size_bytes >> 20} MiB float32 sum)")
     print(f"{'model':<16} {'precision':<9} {'MB/token':>9} {'limit tok/s':>11} {'ms/token':>9}")
     for info in list_models():
-        name = getattr(info, "name", info)
+        if not info["available"]:
+            continue
+        name = info["name"]
         model = load_model(name, device="cpu", dtype="float32").model
         for precision in ("float32", "bfloat16", "int8"):
             r = roofline(decode_bytes(model, precision), bw.bytes_per_s)

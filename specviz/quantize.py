@@ -17,6 +17,12 @@ inputs they see (``python benchmarks/int8_quality.py`` measures every option):
 - optionally some layers left in float (``keep_float``: name suffixes, e.g. ``"down_proj"``).
 
 Calibration text is the bundled Spec-Bench dev prompts (offline, deterministic).
+
+Measured on gemma-3-270m (12 held-out prompts x 5 positions after a batched prefill / 4 prompts
+fed token by token; mean next-token overlap with float32): quantize_dynamic as before 0.77 / 0.81;
+per-channel 0.80 / 0.84; + per-token 0.88 / 0.84; + 8-bit 0.93 / 0.92; + smoothing (alpha 0.5),
+the default here, 0.95 / 0.94. Leaving ``down_proj`` in float reaches 0.97 / 0.97 for ~70 MB
+more weights read per token; leaving the LM head in float gains only 0.005.
 """
 
 from __future__ import annotations
