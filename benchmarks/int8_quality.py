@@ -150,7 +150,6 @@ def build(fp, options):
         from torch.ao.quantization import quantize_dynamic
 
         model = quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8, inplace=True)
-        # quantize_dynamic skips the RowAdaptiveLinear wrapper's child? it recurses: fine
         return model.eval()
     return quantize_int8(model, fp.tokenizer, options)
 

@@ -24,7 +24,7 @@ import time
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
-from specviz import algorithm, engine
+from specviz import engine
 from specviz.models import LoadedModel, load_model
 from specviz.proposers import DraftModel, EarlyExit, NGram, NGramOrDraft
 from specviz.quantize import quantize_int8

@@ -69,3 +69,6 @@ def test_verify_costs_cover_every_n_and_leave_no_cache_behind():
     costs = verify_costs(model, context=8, max_n=5, repeats=1)
     assert sorted(costs.seconds) == [1, 2, 3, 4, 5] and costs.context == 8
     assert costs.v[1] == pytest.approx(1.0) and all(t > 0 for t in costs.seconds.values())
+    assert sorted(verify_costs(model, context=4, max_n=2, repeats=2, stat="min").seconds) == [1, 2]
+    with pytest.raises(ValueError, match="stat"):
+        verify_costs(model, context=4, max_n=2, stat="mean")
