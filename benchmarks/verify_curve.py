@@ -1,0 +1,77 @@
+"""The verify pass's cost curve v(n) = t(n) / t(1) on this CPU, and the LM-head kernel per n.
+
+t(n): one forward of n new positions (logits of all n, as verification keeps) on top of a KV
+cache of --context positions, rolled back after each; n interleaved, median of --repeats
+(specviz.hardware.verify_costs). Then, for models whose head specviz.cpu wraps, the head alone
+through F.linear and through oneDNN at each n, and the kernel RowAdaptiveLinear picks.
+Provisional on a busy machine.
+
+    PYTHONPATH=$PWD python benchmarks/verify_curve.py [--models gemma-3-270m,smollm2-135m]
+        [--context 256] [--max-n 17] [--repeats 5] [--threads 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+
+from specviz import cpu
+from specviz.hardware import verify_costs
+from specviz.models import load_model
+
+
+def head_times(weight: torch.Tensor, rows: int, repeats: int, stat: str) -> tuple[float, float]:
+    """(F.linear, oneDNN) seconds for ``rows`` random rows through ``weight``, interleaved."""
+    import statistics
+    import time
+
+    x = torch.randn(rows, weight.shape[1])
+    fns = (lambda: torch.nn.functional.linear(x, weight), lambda: cpu._onednn_linear(x, weight, None))
+    times: list[list[float]] = [[], []]
+    with torch.inference_mode():
+        for fn in fns:
+            fn()
+        for _ in range(repeats):
+            for i, fn in enumerate(fns):
+                t = time.perf_counter()
+                fn()
+                times[i].append(time.perf_counter() - t)
+    pick = statistics.median if stat == "median" else min
+    return pick(times[0]), pick(times[1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", default="gemma-3-270m,smollm2-135m")
+    ap.add_argument("--context", type=int, default=256)
+    ap.add_argument("--max-n", type=int, default=17)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--stat", choices=("median", "min"), default="median",
+                    help="min estimates the quiet cost on a busy machine")
+    ap.add_argument("--no-head", action="store_true", help="skip the LM-head kernel table")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    for name in [m.strip() for m in args.models.split(",") if m.strip()]:
+        lm = load_model(name, device="cpu", dtype="float32")
+        costs = verify_costs(lm.model, context=args.context, max_n=args.max_n, repeats=args.repeats, stat=args.stat)
+        head = lm.model.get_output_embeddings()
+        print(f"\n{name}: forward of n new tokens on a {args.context}-position cache, {args.threads} threads, "
+              f"{args.stat} of {args.repeats} (head: {type(head).__name__})")
+        print("  n   t(n) ms   v(n)")
+        for n, t in costs.seconds.items():
+            print(f"{n:>3} {t * 1e3:>9.1f} {costs.v[n]:>6.2f}")
+        if args.no_head or not isinstance(head, cpu.RowAdaptiveLinear):
+            continue
+        print(f"{name} LM head {tuple(head.weight.shape)} alone (ms): rows, F.linear, oneDNN, picked")
+        for rows in range(1, args.max_n + 1):
+            plain, onednn = head_times(head.weight, rows, args.repeats, args.stat)
+            picked = "F.linear" if rows < cpu.WIDE_ROWS else "oneDNN"
+            best = "F.linear" if plain <= onednn else "oneDNN"
+            flag = "" if picked == best else "  <- slower kernel picked"
+            print(f"{rows:>3} {plain * 1e3:>9.1f} {onednn * 1e3:>7.1f}  {picked}{flag}")
+
+
+if __name__ == "__main__":
+    main()

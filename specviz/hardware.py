@@ -1,0 +1,232 @@
+"""The physical limit of decoding on this machine, and the verify pass's cost curve.
+
+A decode step of a memory-bound model reads every weight once, so it cannot run faster than
+(bytes of weights read per token) / (memory bandwidth): the roofline limit. :func:`bandwidth`
+measures the bandwidth once per process (a large float32 read), :func:`decode_bytes` counts the
+bytes a decode step reads (input embedding: only the row used; LM head: all of it; tied weights
+once; the KV cache optionally), :func:`roofline` combines them and :func:`limit_fraction` says
+how close a run came: target-only tokens/s over the limit, and for speculative decoding both its
+tokens/s over the limit (above 1 is what speculation buys) and its target forwards/s over the
+limit (how close each forward ran to the bound).
+
+:func:`verify_costs` measures t(n), the time of one forward of n new positions on top of a KV
+cache of a realistic prompt, and v(n) = t(n) / t(1): the cost of verifying k = n - 1 drafts
+(Leviathan et al. assume v(n) = 1; on a CPU it is not).
+
+    python -m specviz.hardware            # bandwidth and the limit for each built-in model
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+
+import torch
+
+PRECISION_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "int8": 1}
+
+
+@dataclass(frozen=True)
+class Bandwidth:
+    bytes_per_s: float  # median read bandwidth
+    threads: int  # torch.get_num_threads() when measured
+    size_bytes: int  # the tensor read
+
+    @property
+    def gb_per_s(self) -> float:
+        return self.bytes_per_s / 1e9
+
+
+_measured: dict[tuple[int, int], Bandwidth] = {}
+
+
+def bandwidth(size_bytes: int = 1 << 30, repeats: int = 5, *, refresh: bool = False) -> Bandwidth:
+    """This machine's memory read bandwidth: median over ``repeats`` of summing a float32 tensor
+    of ``size_bytes`` with the current torch thread count. Measured once per (size, threads)
+    per process; ``refresh=True`` measures again."""
+    if size_bytes < 1 << 20 or repeats < 1:
+        raise ValueError(f"measure at least 1 MiB, at least once (got {size_bytes} bytes, {repeats} repeats)")
+    key = (size_bytes, torch.get_num_threads())
+    if not refresh and key in _measured:
+        return _measured[key]
+    x = torch.ones(size_bytes // 4, dtype=torch.float32)  # [N]; ones: pages really allocated
+    with torch.inference_mode():
+        x.sum()  # warm
+        times = []
+        for _ in range(repeats):
+            t = time.perf_counter()
+            x.sum()
+            times.append(time.perf_counter() - t)
+    del x
+    result = Bandwidth(bytes_per_s=(size_bytes // 4) * 4 / statistics.median(times), threads=key[1], size_bytes=size_bytes)
+    _measured[key] = result
+    return result
+
+
+def _element_bytes(t: torch.Tensor, precision: str | None) -> int:
+    if precision is not None and t.is_floating_point():
+        return PRECISION_BYTES[precision]
+    return t.element_size()
+
+
+def decode_bytes(model: torch.nn.Module, precision: str | None = None, kv_positions: int = 0) -> int:
+    """Bytes of weights one decode step of ``model`` reads: every parameter and buffer once (tied
+    ones once), packed int8 Linear weights (1 byte each plus a float scale per row), but of the
+    input embedding only one row; plus, with ``kv_positions`` > 0, the KV cache of that many
+    positions (float32, or 2 bytes for 16-bit precisions).
+
+    ``precision`` (``"float32"``, ``"bfloat16"``, ``"float16"``, ``"int8"``) counts the model as
+    if stored that way: ``"int8"`` means int8 ``nn.Linear`` weights (LM head included) with
+    everything else float32, as ``@int8`` builds it."""
+    if precision is not None and precision not in PRECISION_BYTES:
+        raise ValueError(f"unknown precision {precision!r}; use one of {', '.join(PRECISION_BYTES)} or None")
+    if kv_positions < 0:
+        raise ValueError(f"kv_positions must be >= 0, not {kv_positions}")
+    embed = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
+    embed_weight = getattr(embed, "weight", None)
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    head_weight = getattr(head, "weight", None)
+    head_weight = head_weight if isinstance(head_weight, torch.Tensor) else None
+    seen: set[int] = set()  # tied tensors count once (a tied head: in full, the gather is negligible)
+    linear_weights = {id(m.weight) for m in model.modules() if isinstance(m, torch.nn.Linear)}
+    if head_weight is not None:
+        linear_weights.add(id(head_weight))
+    total = 0
+    for t in list(model.parameters()) + list(model.buffers()):
+        if id(t) in seen:
+            continue
+        seen.add(id(t))
+        if embed_weight is not None and t is embed_weight and (head_weight is None or head_weight is not t):
+            total += t.shape[-1] * _element_bytes(t, None if precision == "int8" else precision)  # one row
+            continue
+        if precision == "int8" and id(t) in linear_weights:
+            total += t.numel() + 4 * t.shape[0]  # int8 weight, one float scale per output row
+        else:
+            total += t.numel() * _element_bytes(t, None if precision == "int8" else precision)
+    for m in model.modules():  # packed int8 Linear layers keep their weights out of parameters()
+        packed = getattr(m, "_packed_params", None)
+        if packed is not None and callable(getattr(m, "weight", None)):
+            w = m.weight()
+            total += w.numel() + 4 * w.shape[0]
+    if kv_positions:
+        total += kv_positions * kv_bytes_per_position(model, precision)
+    return int(total)
+
+
+def kv_bytes_per_position(model: torch.nn.Module, precision: str | None = None) -> int:
+    """Bytes of keys and values one cached position holds across all layers."""
+    cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    per = 2 if precision in ("bfloat16", "float16") else 4
+    return int(2 * cfg.num_hidden_layers * heads * head_dim * per)
+
+
+@dataclass(frozen=True)
+class Roofline:
+    bytes_per_token: int  # weights (and KV) read per decode step
+    bytes_per_s: float  # memory bandwidth
+    tokens_per_s: float  # the limit: one decode step per bytes_per_token / bytes_per_s
+
+    @property
+    def ms_per_token(self) -> float:
+        return 1e3 / self.tokens_per_s
+
+
+def roofline(bytes_per_token: int, bytes_per_s: float) -> Roofline:
+    """The decode limit: bytes_per_s / bytes_per_token tokens per second."""
+    if bytes_per_token <= 0 or bytes_per_s <= 0:
+        raise ValueError(f"bytes per token and bandwidth must be positive (got {bytes_per_token}, {bytes_per_s})")
+    return Roofline(bytes_per_token, bytes_per_s, bytes_per_s / bytes_per_token)
+
+
+@dataclass(frozen=True)
+class LimitFraction:
+    tokens_fraction: float  # (tokens/s) / limit: <= 1 for plain decoding; speculation can pass 1
+    forwards_fraction: float  # (target forwards/s) / limit: how near each forward ran to the bound
+    tokens_per_forward: float  # new tokens per target forward
+
+
+def limit_fraction(tokens_per_s: float, new_tokens: int, target_forwards: int, limit_tokens_per_s: float) -> LimitFraction:
+    """A run's distance from the roofline. Target-only runs do one forward per token, so both
+    fractions agree; a speculative run's tokens_fraction exceeds its forwards_fraction by its
+    tokens per target forward."""
+    if tokens_per_s < 0 or new_tokens < 0 or target_forwards < 0 or limit_tokens_per_s <= 0:
+        raise ValueError("tokens/s, tokens and forwards must be >= 0 and the limit > 0")
+    if target_forwards == 0:
+        if new_tokens:
+            raise ValueError(f"{new_tokens} tokens need at least one target forward")
+        return LimitFraction(0.0, 0.0, 0.0)
+    per_forward = new_tokens / target_forwards
+    forwards_per_s = tokens_per_s / per_forward if per_forward else 0.0
+    return LimitFraction(tokens_per_s / limit_tokens_per_s, forwards_per_s / limit_tokens_per_s, per_forward)
+
+
+@dataclass(frozen=True)
+class VerifyCosts:
+    context: int  # cached positions each forward ran on top of
+    seconds: dict[int, float]  # n -> median t(n)
+
+    @property
+    def v(self) -> dict[int, float]:
+        """n -> t(n) / t(1)."""
+        return {n: t / self.seconds[1] for n, t in self.seconds.items()}
+
+
+@torch.inference_mode()
+def verify_costs(
+    model: torch.nn.Module, context: int = 256, max_n: int = 17, repeats: int = 5, seed: int = 0, stat: str = "median"
+) -> VerifyCosts:
+    """t(n) for n = 1..max_n: one forward of n new tokens (logits of all n, as a verify pass
+    keeps) on top of a KV cache of ``context`` positions, rolled back after each; the n are
+    interleaved within each repeat so a busy machine disturbs them alike. ``stat``: ``"median"``
+    of ``repeats``, or ``"min"`` (the better estimate of the quiet cost on a shared machine)."""
+    from .kv import forward_logits, new_cache, rollback, vocab_size
+
+    if stat not in ("median", "min"):
+        raise ValueError(f"stat must be 'median' or 'min', not {stat!r}")
+    if context < 1 or max_n < 1 or repeats < 1:
+        raise ValueError(f"context, max_n and repeats must be >= 1 (got {context}, {max_n}, {repeats})")
+    device = next(model.parameters()).device
+    gen = torch.Generator().manual_seed(seed)
+    vocab = min(vocab_size(model), 32_000)
+    prompt = torch.randint(3, vocab, (context,), generator=gen).to(device)  # [context]
+    new = torch.randint(3, vocab, (max_n,), generator=gen).to(device)  # [max_n]
+    cache = new_cache(model)
+    forward_logits(model, prompt, cache, 1)
+    rollback(cache, context)
+    forward_logits(model, new, cache, max_n)  # warm the widest shape
+    rollback(cache, context)
+    times: dict[int, list[float]] = {n: [] for n in range(1, max_n + 1)}
+    for _ in range(repeats):
+        for n in range(1, max_n + 1):
+            t = time.perf_counter()
+            forward_logits(model, new[:n], cache, n)
+            times[n].append(time.perf_counter() - t)
+            rollback(cache, context)
+    pick = statistics.median if stat == "median" else min
+    return VerifyCosts(context, {n: pick(v) for n, v in times.items()})
+
+
+def _main() -> None:
+    import os
+
+    from .models import list_models, load_model
+
+    torch.set_num_threads(int(os.environ.get("SPECVIZ_THREADS", "2")))
+    bw = bandwidth()
+    print(f"memory read bandwidth: {bw.gb_per_s:.1f} GB/s ({bw.threads} threads, {bw.size_bytes >> 20} MiB float32 sum)")
+    print(f"{'model':<16} {'precision':<9} {'MB/token':>9} {'limit tok/s':>11} {'ms/token':>9}")
+    for info in list_models():
+        if not info["available"]:
+            continue
+        name = info["name"]
+        model = load_model(name, device="cpu", dtype="float32").model
+        for precision in ("float32", "bfloat16", "int8"):
+            r = roofline(decode_bytes(model, precision), bw.bytes_per_s)
+            print(f"{name:<16} {precision:<9} {r.bytes_per_token / 1e6:>9.1f} {r.tokens_per_s:>11.1f} {r.ms_per_token:>9.1f}")
+
+
+if __name__ == "__main__":
+    _main()

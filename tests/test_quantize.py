@@ -1,0 +1,134 @@
+"""The int8 self-draft stays close to its float model (specviz.quantize)."""
+
+from __future__ import annotations
+
+import copy
+import warnings
+
+import pytest
+import torch
+
+from conftest import make_llama
+from specviz.quantize import Int8Linear, Int8Options, quantize_int8, smoothing_scales
+
+
+def _outlier_input(rows: int = 6, width: int = 64, seed: int = 0) -> torch.Tensor:
+    """Activations with two channels 100x the rest, as Gemma's hidden states have."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(rows, width, generator=g)  # [rows, width]
+    x[:, 3] *= 100
+    x[:, 40] *= 60
+    return x
+
+
+def _linear(width: int = 64, out: int = 48, seed: int = 1) -> torch.nn.Linear:
+    torch.manual_seed(seed)
+    return torch.nn.Linear(width, out, bias=False)
+
+
+def _rel_err(y: torch.Tensor, ref: torch.Tensor) -> float:
+    return float((y - ref).norm() / ref.norm())
+
+
+def test_per_token_rows_equal_single_rows_whatever_their_neighbours():
+    lin = _linear()
+    layer = Int8Linear(lin, None, Int8Options(smooth_alpha=None))
+    x = torch.randn(5, 64)
+    x[0] *= 300  # an attention-sink row
+    with torch.inference_mode():
+        together = layer(x)
+        alone = torch.cat([layer(x[i : i + 1]) for i in range(5)])
+        shared = Int8Linear(lin, None, Int8Options(per_token=False, smooth_alpha=None))(x)
+        ref = lin(x)
+    assert torch.equal(together, alone)
+    # one scale for the batch drowns the small rows; one per row does not
+    assert _rel_err(together[1:], ref[1:]) < 0.05 < _rel_err(shared[1:], ref[1:])
+
+
+def test_smoothing_keeps_the_product_and_cuts_the_error_of_outlier_channels():
+    lin, x = _linear(), _outlier_input()
+    stats = x.abs().amax(dim=0)  # [64]
+    s = smoothing_scales(stats, lin.weight, 0.5)
+    with torch.inference_mode():
+        ref = lin(x)
+        assert torch.allclose(torch.nn.functional.linear(x / s, lin.weight * s), ref, atol=1e-4)
+        plain = Int8Linear(lin, None, Int8Options(smooth_alpha=None))(x)
+        smooth = Int8Linear(lin, s, Int8Options())(x)
+    assert _rel_err(smooth, ref) < 0.5 * _rel_err(plain, ref)
+
+
+def _overlap(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float(torch.minimum(a.softmax(-1), b.softmax(-1)).sum(-1).mean())
+
+
+@pytest.fixture(scope="module")
+def outlier_model(tokenizer):
+    """A tiny Llama whose norms feed a few channels 50x louder than the rest, as Gemma's do."""
+    model = make_llama(len(tokenizer), 64, 2, seed=0, sharpen=30.0)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("layernorm.weight") or name == "model.norm.weight":
+                p[[5, 17]] *= 50.0
+    return model
+
+
+def test_quantize_int8_keeps_a_tiny_model_with_outliers_close(outlier_model, tokenizer):
+    ids = torch.tensor([tokenizer("the cat sat on the mat, then the dog ran off.")["input_ids"]])
+    with torch.inference_mode():
+        ref = outlier_model(input_ids=ids).logits[0]  # [n, V]
+        ours = quantize_int8(copy.deepcopy(outlier_model), tokenizer)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            from torch.ao.quantization import quantize_dynamic
+
+            naive = quantize_dynamic(copy.deepcopy(outlier_model), {torch.nn.Linear}, dtype=torch.qint8)
+        ours_overlap = _overlap(ours(input_ids=ids).logits[0], ref)
+        naive_overlap = _overlap(naive(input_ids=ids).logits[0], ref)
+    assert all(type(m) is not torch.nn.Linear for m in ours.modules())
+    assert ours_overlap > 0.9
+    assert ours_overlap > naive_overlap + 0.05
+
+
+def test_options_are_checked(outlier_model):
+    with pytest.raises(ValueError, match="smooth_alpha"):
+        Int8Options(smooth_alpha=1.5)
+    with pytest.raises(ValueError, match="tokenizer"):
+        quantize_int8(copy.deepcopy(outlier_model))
+    kept = quantize_int8(copy.deepcopy(outlier_model), options=Int8Options(smooth_alpha=None, keep_float=("lm_head",)))
+    assert type(kept.lm_head) is torch.nn.Linear and isinstance(kept.model.layers[0].mlp.down_proj, Int8Linear)
+
+
+HELD_OUT = [  # not the bundled dev prompts (those calibrate the smoothing)
+    "The quick brown fox jumps over the",
+    "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n",
+    "Shopping list:\n1. Eggs\n2. Milk\n3.",
+    "La capitale de l'Italie est",
+]
+
+
+@pytest.mark.slow
+def test_gemma_int8_overlaps_its_float_model():
+    """Next-token overlap sum(min(p, q)) of the int8 copy with float32 gemma-3-270m, after a
+    batched prefill, at the prompt's end and 3 greedy tokens on (a faithful self-draft: >= 0.8)."""
+    from specviz.kv import forward_logits, new_cache
+    from specviz.models import load_model
+
+    torch.set_num_threads(2)
+    try:
+        fp = load_model("gemma-3-270m")
+    except ValueError as exc:
+        pytest.skip(str(exc))
+    q8 = quantize_int8(copy.deepcopy(fp.model), fp.tokenizer)
+    values = []
+    with torch.inference_mode():
+        for text in HELD_OUT:
+            ids = fp.tokenizer(text)["input_ids"]
+            cont: list[int] = []
+            for _ in range(3):  # the float model's greedy continuation
+                cont.append(int(fp.model(input_ids=torch.tensor([ids + cont])).logits[0, -1].argmax()))
+            p = fp.model(input_ids=torch.tensor([ids + cont])).logits[0, len(ids) - 1 :]  # [4, V]
+            cache = new_cache(q8)
+            rows = [forward_logits(q8, torch.tensor(ids), cache, 1)[0]]  # batched prefill
+            rows += [forward_logits(q8, torch.tensor([t]), cache, 1)[0] for t in cont]
+            values.append(_overlap(torch.stack(rows), p))
+    assert sum(values) / len(values) >= 0.8, values
