@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conftest import make_llama
+from tests.support.tiny import make_llama
 from specviz.hardware import (
     bandwidth,
     decode_bytes,

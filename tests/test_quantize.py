@@ -8,7 +8,7 @@ import warnings
 import pytest
 import torch
 
-from conftest import make_llama
+from tests.support.tiny import make_llama
 from specviz.quantize import Int8Linear, Int8Options, quantize_int8, smoothing_scales
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 import shutil
-import warnings
 from collections.abc import Callable
 from pathlib import Path
 
@@ -80,25 +79,11 @@ def _load_int8(spec: _Spec, report: Progress) -> LoadedModel:
     else:
         fresh = _load_float(spec, cpu, fp32, report)  # private copy, not cached
         model, tokenizer = fresh.model, fresh.tokenizer
-    report(f"quantizing {spec.source} to int8…")
-    model = _quantize_int8(model)
+    report(f"quantizing {spec.source} to int8 (per-channel weights, per-token activations, outliers smoothed)…")
+    from ..quantize import quantize_int8
+
+    model = quantize_int8(model, tokenizer).eval()
     return LoadedModel(model, tokenizer, spec.display_name, cpu, fp32, "int8")
-
-
-def _quantize_int8(model: torch.nn.Module) -> torch.nn.Module:
-    with warnings.catch_warnings():  # torch.ao.quantization is deprecated upstream, still works
-        warnings.simplefilter("ignore", DeprecationWarning)
-        warnings.simplefilter("ignore", UserWarning)
-        try:
-            from torch.ao.quantization import quantize_dynamic
-        except ImportError as e:
-            raise ValueError(
-                f"quantize='int8' needs torch.ao.quantization.quantize_dynamic, missing in torch {torch.__version__}"
-            ) from e
-        # Replaces every nn.Linear (lm_head included; a tied lm_head gets its own int8 copy,
-        # the fp32 input embedding stays) by a dynamically quantized one.
-        q = quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8, inplace=True)
-    return q.eval()
 
 
 def _load_float(spec: _Spec, dev: torch.device, dt: torch.dtype, report: Progress) -> LoadedModel:
