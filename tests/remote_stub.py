@@ -132,6 +132,13 @@ class StubServer:
             def do_POST(self):
                 length = int(self.headers.get("Content-Length", 0))
                 payload = json.loads(self.rfile.read(length) or b"{}")
+                if self.path == "/generate" and cfg.engine == "sglang":  # SGLang's native route
+                    if cfg.delay_s:
+                        time.sleep(cfg.delay_s)
+                    out = _completion(cfg, int(payload.get("sampling_params", {}).get("max_new_tokens", 16)))
+                    meta = dict(out.get("meta_info") or {}, prompt_tokens=5, completion_tokens=out["usage"]["completion_tokens"],
+                                finish_reason={"type": "length", "length": out["usage"]["completion_tokens"]})
+                    return self._send(200, json.dumps({"text": out["choices"][0]["text"], "meta_info": meta}))
                 if self.path != "/v1/completions" or not cfg.openai:
                     return self._send(404, "<html>not found</html>", "text/html")
                 if cfg.die_after is not None and cfg.counts["requests"] >= cfg.die_after:

@@ -156,3 +156,26 @@ class Client:
         if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict) or "text" not in choices[0]:
             raise RemoteError(f"{self.url} is not an OpenAI-compatible server (its /v1/completions answer has no choices[0].text)")
         return body, wall
+
+    def generate_sglang(self, prompt: str, max_tokens: int, temperature: float = 0.0) -> tuple[dict[str, Any], float]:
+        """SGLang's native ``POST /generate`` (its ``meta_info`` carries the per-request spec
+        statistics), reshaped like a completion: ``choices[0].text``, ``usage``, ``meta_info``."""
+        payload = {"text": prompt, "sampling_params": {"max_new_tokens": max_tokens, "temperature": temperature}, "stream": False}
+        t0 = time.perf_counter()
+        r = self._call("POST", "/generate", json=payload)
+        wall = time.perf_counter() - t0
+        try:
+            body = r.json() if r.status_code == 200 else None
+        except ValueError:
+            body = None
+        if isinstance(body, list) and body:
+            body = body[0]
+        if not isinstance(body, dict) or not isinstance(body.get("meta_info"), dict) or "text" not in body:
+            raise RemoteError(f"{self.url}: SGLang's POST /generate answered HTTP {r.status_code} without text and meta_info")
+        meta = body["meta_info"]
+        finish = meta.get("finish_reason")
+        return {
+            "choices": [{"index": 0, "text": body["text"], "finish_reason": finish.get("type") if isinstance(finish, dict) else finish}],
+            "usage": {"prompt_tokens": meta.get("prompt_tokens"), "completion_tokens": meta.get("completion_tokens")},
+            "meta_info": meta,
+        }, wall

@@ -5,7 +5,8 @@
     for event in sweep: ...            # bench.BenchEvent: "warmup", one "run" per request, "done"
     report = sweep.report()            # the specviz.bench/1 schema: write_json, csv, report_html
 
-Per request (batch 1, the prompts one at a time, every server back to back on each prompt, the
+SGLang is asked through its native ``POST /generate`` (whose ``meta_info`` carries the
+statistics), every other engine through ``POST /v1/completions``. Per request (batch 1, the prompts one at a time, every server back to back on each prompt, the
 order rotated per prompt like the local lab): ``GET /metrics`` before and after, the completion
 in between, timed by specviz (wall clock, prefill included). A row's numbers come from, in order
 of preference, the response's own per-request statistics (:mod:`.engines`), then the difference
@@ -190,7 +191,10 @@ class RemoteSweep:
     def _measure(self, ep: Endpoint, prompt: str, max_tokens: int, scrape: bool = True) -> dict[str, Any]:
         c, info = self.clients[ep.url], self.info[ep]
         before = self._scrape(ep) if scrape else None
-        body, wall = c.complete(prompt, max_tokens, model=info.model, temperature=self.config.temperature, seed=self.config.seed)
+        if info.engine == "sglang":  # its OpenAI routes may leave meta_info out; the native route has it
+            body, wall = c.generate_sglang(prompt, max_tokens, temperature=self.config.temperature)
+        else:
+            body, wall = c.complete(prompt, max_tokens, model=info.model, temperature=self.config.temperature, seed=self.config.seed)
         after = self._scrape(ep) if scrape else None
         diff = after.minus(before) if before is not None and after is not None else None
         stats = parse_request_stats(body, info.engine)
