@@ -280,3 +280,14 @@ def test_timeout(capsys):
     with StubServer(StubConfig(engine="vllm", delay_s=3.0)) as s:
         rc, _, err = run(capsys, "--remote", s.url, "--limit", "1", "--timeout", "0.5")
     assert rc == 2 and "did not answer within 0.5 s" in _one_line_error(err)
+
+
+def test_replay_strips_from_vllm_detailed_counts():
+    from specviz.remote.replay import remote_steps
+
+    s = remote_steps([3, 0, 1], [3, 3, 2])
+    assert s[0].verdicts == ("accepted",) * 3 + ("bonus",)
+    assert s[1].verdicts == ("rejected", "unchecked", "unchecked", "correction")
+    assert s[2].verdicts == ("accepted", "rejected", "correction") and s[2].committed == 2
+    with pytest.raises(ValueError, match="impossible"):
+        remote_steps([2], [1])
