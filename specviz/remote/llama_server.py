@@ -204,7 +204,8 @@ def server_args(model: Path, spec: str = "ngram", draft: Path | None = None, por
         if n_max:
             args += ["--spec-ngram-simple-size-m", str(n_max)]
     elif spec == "draft":
-        args += ["-md", str(draft or model)]
+        # -md alone loads the draft but does not speculate at this version: name the type too
+        args += ["-md", str(draft or model), "--spec-type", "draft-simple"]
         if n_max:
             args += ["--spec-draft-n-max", str(n_max)]
     elif spec != "none":

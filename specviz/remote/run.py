@@ -165,9 +165,14 @@ class RemoteSweep:
     def _check_spec(self, info: ServerInfo, stats: RequestStats | None) -> None:
         if info.endpoint.baseline:
             return
-        if info.speculative is False or (not info.has_counters and (stats is None or not stats.has_spec)):
-            raise RemoteError(f"{info.endpoint.url}: {NO_SPEC} (no spec-decode counters in /metrics and no "
-                              "per-request statistics); start it with speculative decoding on, or label it target-only=URL")
+        if info.speculative is False:
+            why = "its /slots say speculative: false" if info.engine == "llama.cpp" else "its server info names no speculative algorithm"
+        elif not info.has_counters and (stats is None or not stats.has_spec):
+            why = "no spec-decode counters in /metrics and no per-request statistics"
+        else:
+            return
+        raise RemoteError(f"{info.endpoint.url}: {NO_SPEC} ({why}); start it with speculative decoding on, "
+                          "or label it target-only=URL")
 
     # -- running ----------------------------------------------------------------------------
     def __iter__(self) -> Iterator[BenchEvent]:
