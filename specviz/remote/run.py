@@ -12,7 +12,7 @@ in between, timed by specviz (wall clock, prefill included). A row's numbers com
 of preference, the response's own per-request statistics (:mod:`.engines`), then the difference
 of the Prometheus counters (:mod:`.prom`); ``sources`` says which, ``unavailable`` lists the rest.
 
-Definitions (the local lab's; DESIGN of :mod:`specviz.metrics`):
+Definitions (the local lab's, :mod:`specviz.metrics`):
 
 - acceptance rate = accepted / drafted;
 - steps = committed tokens - accepted drafts (each target pass commits its accepted drafts plus
