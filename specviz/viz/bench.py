@@ -29,7 +29,8 @@ HEIGHT = 320
 TARGET_ONLY = "target-only"
 # One colour per proposer, in the order they appear (the token colours stay for tokens).
 PALETTE = ["#2563eb", "#db2777", "#0d9488", "#ea580c", "#7c3aed", "#65a30d", "#0891b2", "#b45309"]
-IMPL_DASH = {"specviz": "solid", "hf": "dot"}
+IMPL_DASH = {"specviz": "solid", "hf": "dot", "remote": "solid"}
+SPEC_IMPLS = ("specviz", "remote")  # rows with acceptance counts: the local lab and remote servers
 
 
 def _figure(traces: list[dict], title: str, xtitle: str, ytitle: str, *, shapes=None, annotations=None,
@@ -58,7 +59,7 @@ def _colors(rows: Sequence[Row]) -> dict[str, str]:
     return {n: PALETTE[i % len(PALETTE)] for i, n in enumerate(names)}
 
 
-def _series(rows: Sequence[Row], impls: Sequence[str] = ("specviz", "hf")) -> list[tuple[str, str, list[Row]]]:
+def _series(rows: Sequence[Row], impls: Sequence[str] = ("specviz", "hf", "remote")) -> list[tuple[str, str, list[Row]]]:
     """(proposer, impl, rows sorted by k) for every speculative configuration."""
     groups: dict[tuple[str, str], list[Row]] = {}
     for r in rows:
@@ -69,7 +70,7 @@ def _series(rows: Sequence[Row], impls: Sequence[str] = ("specviz", "hf")) -> li
 
 
 def _name(proposer: str, impl: str) -> str:
-    return proposer if impl == "specviz" else f"{proposer} (hf)"
+    return f"{proposer} (hf)" if impl == "hf" else proposer
 
 
 def _line(rows: Sequence[Row], key: str, name: str, color: str, dash: str = "solid", fmt: str = ".2f",
@@ -124,7 +125,7 @@ def latency_figure(rows: Sequence[Row]) -> go.Figure:
     colors = _colors(rows)
     traces = [_line(rs, "ms_per_token", _name(p, i), colors[p], IMPL_DASH[i], ".1f") for p, i, rs in _series(rows)]
     refs = []
-    for impl, dash in (("specviz", "dash"), ("hf", "dot")):
+    for impl, dash in (("specviz", "dash"), ("hf", "dot"), ("remote", "dash")):
         b = _baseline(rows, impl)
         if b and b.get("ms_per_token"):
             refs.append((b["ms_per_token"], f"target-only{' (hf)' if impl == 'hf' else ''} {b['ms_per_token']:.1f} ms", dash))
@@ -148,7 +149,7 @@ def speedup_figure(rows: Sequence[Row]) -> go.Figure:
 def acceptance_rate_figure(rows: Sequence[Row]) -> go.Figure:
     """Acceptance rate a (accepted / drafted) vs k."""
     title = "Acceptance rate vs k"
-    series = _series(rows, ("specviz",))
+    series = _series(rows, SPEC_IMPLS)
     if not series:
         return _empty(title)
     colors = _colors(rows)
@@ -167,7 +168,7 @@ def acceptance_length_figure(rows: Sequence[Row]) -> go.Figure:
     traces = []
     for p, impl, rs in series:
         traces.append(_line(rs, "mean_acceptance_length", _name(p, impl), colors[p], IMPL_DASH[impl]))
-        if impl != "specviz":
+        if impl not in SPEC_IMPLS:
             continue
         th = [
             {"k": r["k"], "E": expected_tokens_per_step(r["acceptance_rate"], r["k"]), "a": r["acceptance_rate"]}
@@ -208,7 +209,7 @@ def predicted_speedup_figure(rows: Sequence[Row]) -> go.Figure:
 def per_position_figure(rows: Sequence[Row]) -> go.Figure:
     """Per-position acceptance: P(draft i accepted | at least i drafted), one line per proposer x k."""
     title = "Acceptance by draft position"
-    series = _series(rows, ("specviz",))
+    series = _series(rows, SPEC_IMPLS)
     if not any(r.get("per_position") for _, _, rs in series for r in rs):
         return _empty(title)
     colors = _colors(rows)
@@ -237,7 +238,7 @@ def category_figure(prompt_rows: Sequence[Row]) -> go.Figure:
     pooled: dict[tuple[str, int], dict[str, list[int]]] = {}
     cats: list[str] = []
     for r in prompt_rows:
-        if r["impl"] != "specviz" or r["k"] == 0 or not r.get("drafted"):
+        if r["impl"] not in SPEC_IMPLS or r["k"] == 0 or not r.get("drafted") or r.get("accepted") is None:
             continue
         if r["category"] not in cats:
             cats.append(r["category"])
