@@ -32,7 +32,7 @@ from specviz.remote.engines import (parse_llamacpp, parse_request_stats, parse_s
                                     positions_from_histogram, positions_from_steps)
 from specviz.remote.prom import engine_from_metrics, parse_spec_counters
 
-from remote_stub import K, STEP_ACCEPTED, StubConfig, StubServer
+from tests.support.remote_stub import K, STEP_ACCEPTED, StubConfig, StubServer
 
 # -- Prometheus counters ------------------------------------------------------------------------
 
