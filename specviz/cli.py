@@ -265,6 +265,9 @@ def cmd_bench(args) -> int:
     )
     why = why_no_speedup(report["rows"])["markdown"].replace("**", "")
     print("\n" + why)
+    from .hardware import roofline_lines
+
+    print("\n" + "\n".join(roofline_lines(report["rows"], target.model, "int8" if target.quantize == "int8" else None)))
     if args.json:
         B.write_json(report, args.json)
         _say(args, f"JSON written to {args.json}")

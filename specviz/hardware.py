@@ -163,6 +163,29 @@ def limit_fraction(tokens_per_s: float, new_tokens: int, target_forwards: int, l
     return LimitFraction(tokens_per_s / limit_tokens_per_s, forwards_per_s / limit_tokens_per_s, per_forward)
 
 
+def roofline_lines(rows: list[dict], model: torch.nn.Module, precision: str | None = None) -> list[str]:
+    """The physical limit beside a benchmark's rows (specviz's own target-only and its fastest
+    speculative configuration): tokens/s as a fraction of bandwidth / bytes read per decode step,
+    and, for the speculative row, its target forwards/s as a fraction (each forward reads the
+    weights once, so a speculative run may pass 1.0 in tokens but not in forwards)."""
+    bw = bandwidth()
+    limit = roofline(decode_bytes(model, precision), bw.bytes_per_s)
+    ours = [r for r in rows if r.get("impl") == "specviz" and r.get("steps")]
+    base = [r for r in ours if r.get("proposer") == "target-only"]
+    spec = [r for r in ours if r.get("proposer") != "target-only"]
+    lines = [f"Physical limit: {bw.gb_per_s:.1f} GB/s read bandwidth ({bw.threads} threads) / "
+             f"{limit.bytes_per_token / 1e6:.0f} MB of weights per decode step = {limit.tokens_per_s:.1f} tokens/s"]
+    for label, row in (("target-only", base[0] if base else None),
+                       ("best speculative", max(spec, key=lambda r: r["tokens_per_s"]) if spec else None)):
+        if row is None:
+            continue
+        f = limit_fraction(row["tokens_per_s"], row["new_tokens"], row["steps"], limit.tokens_per_s)
+        name = "" if label == "target-only" else f" ({row['proposer']}, k={row['k']})"
+        lines.append(f"  {label}{name}: {row['tokens_per_s']:.2f} tokens/s = {f.tokens_fraction:.2f} of the limit; "
+                     f"{f.tokens_per_forward:.2f} tokens per target forward, forwards at {f.forwards_fraction:.2f} of it")
+    return lines
+
+
 @dataclass(frozen=True)
 class VerifyCosts:
     context: int  # cached positions each forward ran on top of

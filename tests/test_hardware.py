@@ -72,3 +72,21 @@ def test_verify_costs_cover_every_n_and_leave_no_cache_behind():
     assert sorted(verify_costs(model, context=4, max_n=2, repeats=2, stat="min").seconds) == [1, 2]
     with pytest.raises(ValueError, match="stat"):
         verify_costs(model, context=4, max_n=2, stat="mean")
+
+
+def test_roofline_lines_name_target_only_and_the_best_speculative_row(monkeypatch):
+    from specviz import hardware as H
+
+    monkeypatch.setattr(H, "bandwidth", lambda: H.Bandwidth(bytes_per_s=10e9, threads=2, size_bytes=1 << 30))
+    model = make_llama(vocab_size=64, hidden=16, layers=1, seed=0)
+    rows = [
+        {"impl": "specviz", "proposer": "target-only", "k": 0, "tokens_per_s": 10.0, "new_tokens": 64, "steps": 64},
+        {"impl": "specviz", "proposer": "ngram", "k": 2, "tokens_per_s": 15.0, "new_tokens": 64, "steps": 32},
+        {"impl": "specviz", "proposer": "ngram", "k": 4, "tokens_per_s": 12.0, "new_tokens": 64, "steps": 30},
+        {"impl": "transformers", "proposer": "ngram", "k": 2, "tokens_per_s": 99.0, "new_tokens": 64, "steps": 32},
+    ]
+    limit = 10e9 / H.decode_bytes(model)
+    lines = H.roofline_lines(rows, model)
+    assert "10.0 GB/s" in lines[0]
+    assert f"{10.0 / limit:.2f} of the limit" in lines[1] and lines[1].lstrip().startswith("target-only")
+    assert "ngram, k=2" in lines[2] and "2.00 tokens per target forward" in lines[2]
