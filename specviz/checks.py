@@ -33,13 +33,13 @@ EOS = 2
 # -- tiny models ---------------------------------------------------------------------------------
 
 
-def char_tokenizer():
+def char_tokenizer(chars: str = CHARS):
     """A character-level fast tokenizer: ids 0-3 special (<pad> <bos> <eos> <unk>), then one id
-    per character of ``CHARS``; prepends <bos>."""
+    per character of ``chars`` (another set, another vocabulary size); prepends <bos>."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
     from transformers import PreTrainedTokenizerFast
 
-    vocab = {tok: i for i, tok in enumerate(SPECIALS + list(CHARS))}
+    vocab = {tok: i for i, tok in enumerate(SPECIALS + list(chars))}
     tk = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
     tk.pre_tokenizer = pre_tokenizers.Split("", "isolated")
     tk.decoder = decoders.Fuse()
@@ -71,7 +71,7 @@ def tiny_llama(vocab_size: int, hidden: int, layers: int, seed: int, sharpen: fl
     return model
 
 
-def tiny_gemma3(vocab_size: int, seed: int = 3, window: int = 8):
+def tiny_gemma3(vocab_size: int, seed: int = 3, window: int = 8, sharpen: float = 20.0):
     """A tiny Gemma 3 whose first two of three layers use a ``window``-token sliding window (the
     built-in gemma-3-270m's is 512): rollback must restore those layers exactly."""
     from transformers import Gemma3ForCausalLM, Gemma3TextConfig
@@ -87,7 +87,7 @@ def tiny_gemma3(vocab_size: int, seed: int = 3, window: int = 8):
         with torch.device("cpu"):
             model = Gemma3ForCausalLM(cfg).eval()
     with torch.no_grad():
-        model.lm_head.weight.mul_(20.0)
+        model.lm_head.weight.mul_(sharpen)
     return model
 
 

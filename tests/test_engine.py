@@ -252,20 +252,10 @@ def test_bad_input_raises_clear_errors(tiny_target, tokenizer):
 @pytest.fixture(scope="module")
 def sliding_target(tokenizer):
     """A tiny Gemma 3 with an 8-token sliding window on most layers (like the built-in's 512)."""
+    from specviz.checks import tiny_gemma3
     from tests.support import loaded
-    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
 
-    torch.manual_seed(3)
-    cfg = Gemma3TextConfig(
-        vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=3,
-        num_attention_heads=4, num_key_value_heads=2, head_dim=16, sliding_window=8,
-        layer_types=["sliding_attention", "sliding_attention", "full_attention"],
-        max_position_embeddings=1024, bos_token_id=1, eos_token_id=2, pad_token_id=0,
-    )
-    model = Gemma3ForCausalLM(cfg).eval()
-    with torch.no_grad():
-        model.lm_head.weight.mul_(20.0)
-    return loaded(model, tokenizer, "tiny-gemma3-sliding")
+    return loaded(tiny_gemma3(len(tokenizer), seed=3, window=8), tokenizer, "tiny-gemma3-sliding")
 
 
 def test_sliding_window_caches_roll_back_exactly(sliding_target):

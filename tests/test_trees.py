@@ -159,20 +159,11 @@ def test_wrong_sibling_rule_fails_the_same_check(sampled, monkeypatch):
 @pytest.fixture(scope="module")
 def gemma_sliding(tokenizer):
     """A tiny Gemma 3 whose sliding window (8) is far shorter than the contexts used here."""
+    from specviz.checks import tiny_gemma3
     from tests.support.tiny import loaded
-    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
 
-    torch.manual_seed(3)
-    cfg = Gemma3TextConfig(
-        vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=3,
-        num_attention_heads=4, num_key_value_heads=2, head_dim=16, sliding_window=8,
-        layer_types=["sliding_attention", "sliding_attention", "full_attention"],
-        max_position_embeddings=1024, bos_token_id=1, eos_token_id=2, pad_token_id=0,
-    )
-    model = Gemma3ForCausalLM(cfg).eval()
-    with torch.no_grad():
-        model.lm_head.weight.mul_(4.0)  # peaked, but not so much that sampling never rejects
-    return loaded(model, tokenizer, "tiny-gemma3-sliding")
+    # peaked, but not so much that sampling never rejects
+    return loaded(tiny_gemma3(len(tokenizer), seed=3, window=8, sharpen=4.0), tokenizer, "tiny-gemma3-sliding")
 
 
 @pytest.fixture(scope="module")

@@ -24,6 +24,8 @@ from typing import Any
 
 import torch
 
+from specviz.checks import char_tokenizer, tiny_llama
+
 TINY_PROMPT = "the cat sat on the mat. the cat sat on the mat. the dog sat on the"
 
 CHARS = "abcdefghijklmnopqrstuvwxyz .,!?'\n"
@@ -33,36 +35,16 @@ SPECIALS = ["<pad>", "<bos>", "<eos>", "<unk>"]
 def make_char_tokenizer(chars: str = CHARS):
     """A character-level fast tokenizer: ids 0-3 special, then one id per character of ``chars``
     (another character set gives another vocabulary size)."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
-    from transformers import PreTrainedTokenizerFast
-
-    vocab = {tok: i for i, tok in enumerate(SPECIALS + list(chars))}
-    tk = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
-    tk.pre_tokenizer = pre_tokenizers.Split("", "isolated")
-    tk.decoder = decoders.Fuse()
-    tk.post_processor = processors.TemplateProcessing(single="<bos> $A", special_tokens=[("<bos>", 1)])
-    return PreTrainedTokenizerFast(
-        tokenizer_object=tk, bos_token="<bos>", eos_token="<eos>", unk_token="<unk>", pad_token="<pad>"
-    )
+    return char_tokenizer(chars)
 
 
 def make_llama(vocab_size: int, hidden: int, layers: int, seed: int, sharpen: float = 1.0, **config_kwargs):
-    """A random Llama (eval mode) seeded with ``torch.manual_seed(seed)``; ``sharpen`` scales the LM
-    head so its distributions are peaked, not flat. ``config_kwargs`` override LlamaConfig fields
-    (defaults: bos 1, eos 2, pad 0, 1024 positions)."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
+    """A random Llama (eval mode), the same weights for the same ``seed`` (specviz.checks.tiny_llama,
+    which the GPU check uses too); ``sharpen`` scales the LM head so its distributions are peaked.
+    ``config_kwargs`` override LlamaConfig fields (defaults: bos 1, eos 2, pad 0, 1024 positions).
+    Like a plain ``torch.manual_seed(seed)`` before building, it leaves the global RNG seeded."""
     torch.manual_seed(seed)
-    cfg = LlamaConfig(**dict(
-        vocab_size=vocab_size, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
-        bos_token_id=1, eos_token_id=2, pad_token_id=0, tie_word_embeddings=False,
-    ) | config_kwargs)
-    model = LlamaForCausalLM(cfg).eval()
-    with torch.no_grad():
-        model.lm_head.weight.mul_(sharpen)
-    model.generation_config.pad_token_id = cfg.pad_token_id
-    return model
+    return tiny_llama(vocab_size, hidden, layers, seed, sharpen, **config_kwargs)
 
 
 def loaded(model, tokenizer, name):
