@@ -268,18 +268,8 @@ def cmd_bench(args) -> int:
     from .hardware import roofline_lines
 
     print("\n" + "\n".join(roofline_lines(report["rows"], target.model, "int8" if target.quantize == "int8" else None)))
-    if args.json:
-        B.write_json(report, args.json)
-        _say(args, f"JSON written to {args.json}")
-    if args.csv:
-        B.write_csv(report["rows"], args.csv)
-        _say(args, f"CSV written to {args.csv}")
-    if args.html:
-        from .viz.bench import report_html
-
-        with open(args.html, "w", encoding="utf-8") as fh:
-            fh.write(report_html(report))
-        _say(args, f"HTML report written to {args.html}")
+    for line in B.write_reports(report, args.json, args.csv, args.html):
+        _say(args, line)
     return 0
 
 

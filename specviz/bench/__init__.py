@@ -37,12 +37,13 @@ Aggregation in a summary row (one per proposer x k x impl):
 
 from .config import SCHEMA, TARGET_ONLY, BenchConfig, BenchEvent, RunSpec, parse_ks
 from .hf import _hf_kwargs  # noqa: F401 - tests check the transformers arguments
-from .report import CSV_COLUMNS, csv_text, format_table, load_report, write_csv, write_json
+from .report import CSV_COLUMNS, csv_text, format_table, load_report, write_csv, write_json, write_reports
 from .rows import PromptResult, SummaryRow, to_record
 from .summary import summarize
 from .sweep import Sweep, run_sweep
 
 __all__ = [
+    "write_reports",
     "CSV_COLUMNS", "SCHEMA", "TARGET_ONLY", "BenchConfig", "BenchEvent", "PromptResult", "RunSpec", "SummaryRow",
     "Sweep", "csv_text", "format_table", "load_report", "parse_ks", "run_sweep", "summarize", "to_record",
     "write_csv", "write_json",

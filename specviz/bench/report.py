@@ -75,6 +75,25 @@ def load_report(path: str | Path) -> dict[str, Any]:
     return data
 
 
+def write_reports(report: Mapping[str, Any], json_path: str | None = None, csv_path: str | None = None,
+                  html_path: str | None = None) -> list[str]:
+    """Write whichever of the JSON report, the CSV summary and the standalone HTML page were asked
+    for (the local and the remote lab alike) -> one "X written to PATH" line per file."""
+    done = []
+    if json_path:
+        write_json(report, json_path)
+        done.append(f"JSON written to {json_path}")
+    if csv_path:
+        write_csv(report["rows"], csv_path)
+        done.append(f"CSV written to {csv_path}")
+    if html_path:
+        from ..viz.bench import report_html  # plotly: only when a page is asked for
+
+        Path(html_path).write_text(report_html(report), encoding="utf-8")
+        done.append(f"HTML report written to {html_path}")
+    return done
+
+
 def _f(v: Any, fmt: str) -> str:
     return "-" if v is None else format(v, fmt)
 

@@ -71,18 +71,8 @@ def bench_remote(args, prompts, say: Callable[[Any, str], None]) -> int:
         if r.get("unavailable") and r["k"]:
             print(f"  {r['proposer']}: not available from this engine: {', '.join(r['unavailable'])}")
     print("\n" + why_no_speedup(report["rows"])["markdown"].replace("**", ""))
-    if args.json:
-        B.write_json(report, args.json)
-        say(args, f"JSON written to {args.json}")
-    if args.csv:
-        B.write_csv(report["rows"], args.csv)
-        say(args, f"CSV written to {args.csv}")
-    if args.html:
-        from ..viz.bench import report_html
-
-        with open(args.html, "w", encoding="utf-8") as fh:
-            fh.write(report_html(report))
-        say(args, f"HTML report written to {args.html}")
+    for line in B.write_reports(report, args.json, args.csv, args.html):
+        say(args, line)
     if m["stopped"]:
         kept = f"{m['runs_done']} of {m['runs_planned']} requests kept" + (" and written" if args.json or args.csv or args.html else "")
         print(f"specviz: error: stopped at {m['stopped_at']}: {m['stopped_reason']} ({kept})", file=sys.stderr)
