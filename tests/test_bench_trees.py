@@ -1,0 +1,118 @@
+"""Tree shapes in the benchmark sweep, and this machine's verify-cost curve (tiny models)."""
+
+from __future__ import annotations
+
+import pytest
+
+from specviz import bench as B
+from specviz import prediction, theory
+from specviz.bench.shapes import expand_tree_shapes, is_tree_spec, parse_tree_nodes, with_tree_nodes
+from specviz.bench.verify_cost import best_k_with_curve, curve_speedups, measure_verify_cost, v_at, verify_curve
+from specviz.prompts import PromptRow
+from specviz.proposers import NGram, check_spec, from_spec
+
+PROMPTS = [PromptRow("the cat sat on the mat. the cat sat on the mat. the dog sat on the", "writing", "1"),
+           PromptRow("abc abd abc abe abc abd abc", "coding", "2")]
+
+
+# -- spec expansion -----------------------------------------------------------------------------
+
+
+def test_expand_tree_shapes_sets_nodes_on_tree_specs_only():
+    specs = expand_tree_shapes(["ngram", "ngram-tree", "draft-tree:m@int8,width=3,nodes=9", "none"], (4, 8))
+    assert specs == ["ngram", "ngram-tree:3,nodes=4", "ngram-tree:3,nodes=8", "draft-tree:m@int8,width=3,nodes=4",
+                     "draft-tree:m@int8,width=3,nodes=8", "none"]
+    for s in specs:
+        check_spec(s)  # every expanded spec is valid syntax
+    assert expand_tree_shapes(["ngram-tree:4"], ()) == ["ngram-tree:4"]
+    assert with_tree_nodes("draft:m", 8) == "draft:m"
+    assert is_tree_spec("ngram-tree:2") and not is_tree_spec("ngram")
+
+
+@pytest.mark.parametrize("bad", ["4,x", "0", "-2", "4.5", "99"])
+def test_parse_tree_nodes_refuses_bad_input(bad):
+    with pytest.raises(ValueError, match="tree nodes"):
+        parse_tree_nodes(bad)
+
+
+def test_parse_tree_nodes():
+    assert parse_tree_nodes("16, 4,8,4") == (4, 8, 16)
+    assert parse_tree_nodes("") == () and parse_tree_nodes(None) == ()
+
+
+# -- the sweep with trees beside chains -----------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tree_report(tiny_target):
+    specs = expand_tree_shapes(["ngram", "ngram-tree"], (2, 6))
+    props = {p.name: p for p in (from_spec(s, tiny_target) for s in specs)}
+    cfg = B.BenchConfig(ks=(2, 3), max_new_tokens=10, compare_hf=True, warmup_tokens=3)
+    sweep = B.Sweep(tiny_target, props, PROMPTS, cfg)
+    list(sweep)
+    return sweep, sweep.report()
+
+
+def test_tree_rows_count_nodes_and_depth(tree_report):
+    sweep, report = tree_report
+    rows = report["rows"]
+    trees = [r for r in rows if r["proposer"].startswith("ngram-tree")]
+    chains = [r for r in rows if r["proposer"] == "ngram" and r["impl"] == "specviz"]
+    assert {r["proposer"] for r in trees} == {"ngram-tree:3,nodes=2", "ngram-tree:3,nodes=6"}
+    for r in trees + chains:
+        assert r["nodes_per_step"] == pytest.approx(r["drafted"] / r["steps"])
+        assert len(r["per_position"]) <= r["k"]  # positions are depths, never more than k
+    assert all(r["tree"] for r in trees) and not any(r["tree"] for r in chains)
+    for r in trees:
+        assert r["expected_tokens_per_step"] is None  # the i.i.d. chain formula is not applied to trees
+        assert r["nodes_per_step"] <= int(r["proposer"].rsplit("=", 1)[1]) + 1e-9
+    for r in chains:
+        assert r["nodes_per_step"] <= r["k"] + 1e-9
+
+
+def test_compare_hf_has_no_rows_for_trees(tree_report):
+    sweep, report = tree_report
+    hf = [r for r in report["rows"] if r["impl"] == "hf"]
+    assert {r["proposer"] for r in hf} == {"target-only", "ngram"}
+    assert set(sweep.hf_skipped) == {"ngram-tree:3,nodes=2", "ngram-tree:3,nodes=6"}
+
+
+def test_positional_prediction_covers_tree_rows(tree_report):
+    _, report = tree_report
+    rows = prediction.augment_rows(report["rows"], report["prompt_rows"])
+    for r in rows:
+        if r["impl"] == "specviz" and r["k"] and r.get("per_position"):
+            # tau = 1 + sum_i r_i reach_i reproduces the measured tokens per step up to the cut last step
+            assert r["predicted_tau_positional"] == pytest.approx(r["mean_acceptance_length"], rel=0.25)
+            assert r["prediction_note"]
+
+
+def test_csv_has_nodes_per_step(tree_report):
+    _, report = tree_report
+    text = B.csv_text(report["rows"])
+    assert "nodes_per_step" in text.splitlines()[0] and "tree" in text.splitlines()[0]
+
+
+# -- verify cost ---------------------------------------------------------------------------------
+
+
+def test_measure_verify_cost_returns_every_n_and_leaves_no_state(tiny_target):
+    pts = measure_verify_cost(tiny_target, ns=(1, 2, 5), context_len=16, reps=2)
+    assert [n for n, _ in pts] == [1, 2, 5] and all(ms > 0 for _, ms in pts)
+    with pytest.raises(ValueError, match="n"):
+        measure_verify_cost(tiny_target, ns=(0,))
+
+
+def test_verify_curve_and_best_k():
+    flat = verify_curve([(n, 10.0) for n in range(1, 18)])
+    assert all(v == 1.0 for _, v in flat)
+    # v = 1 for every n: the curve's best k is the calculator's best k
+    assert best_k_with_curve(0.8, 0.05, flat) == theory.best_k(0.8, 0.05, 1.0, 16)
+    steep = verify_curve([(n, 10.0 * n) for n in range(1, 18)])  # a CPU where t(n) grows linearly
+    k_steep, s_steep = best_k_with_curve(0.8, 0.05, steep)
+    k_flat, _ = best_k_with_curve(0.8, 0.05, flat)
+    assert k_steep < k_flat and s_steep < 1.0  # with v(n) = n nothing pays at a = 0.8
+    assert v_at(steep, 3) == pytest.approx(3.0) and v_at([(1, 1.0), (3, 2.0)], 2) == pytest.approx(1.5)
+    assert [k for k, _, _ in curve_speedups(0.5, 0.1, steep)] == list(range(1, 17))
+    with pytest.raises(ValueError, match="t\\(1\\)"):
+        verify_curve([(2, 5.0)])
