@@ -442,6 +442,11 @@ def build_learn_tab(defaults: LearnDefaults | None = None, playground_state: gr.
             loaded = gr.State([])
             runs_msg = gr.HTML("", elem_id="sv-learn-runs-msg")
 
+    # 4 -- several candidates per position (token trees)
+    from .learn_tree_tab import build_tree_section
+
+    build_tree_section()
+
     # -- wiring
     fast = dict(concurrency_limit=None, show_progress="hidden")
     # Redraws and samples of part 1 take milliseconds; one queue keeps them in order, so a redraw
