@@ -288,7 +288,8 @@ def test_format_table(report):
 def test_every_figure_builder(report):
     figs = V.build_figures(report)
     assert list(figs) == list(V.FIGURES) == [
-        "latency", "speedup", "acceptance_rate", "acceptance_length", "predicted", "per_position", "category"]
+        "latency", "speedup", "acceptance_rate", "acceptance_length", "predicted", "per_position", "category",
+        "tree_tau", "tree_speedup", "verify_cost"]
     names = lambda f: [t.name for t in f.data]  # noqa: E731
     # two proposers x two impls
     assert names(figs["latency"]) == ["ngram", "draft:tiny-near", "ngram (hf)", "draft:tiny-near (hf)"]
@@ -297,7 +298,11 @@ def test_every_figure_builder(report):
     assert list(figs["speedup"].data[0].x) == [1, 2]
     assert names(figs["acceptance_rate"]) == ["ngram", "draft:tiny-near"]
     assert "ngram: theory E(a, k)" in names(figs["acceptance_length"])
-    assert names(figs["predicted"]) == ["ngram measured", "ngram predicted", "draft:tiny-near measured", "draft:tiny-near predicted"]
+    # build_figures adds the per-position prediction (prediction.augment_rows)
+    assert names(figs["predicted"]) == ["ngram measured", "ngram predicted (per position)", "draft:tiny-near measured",
+                                        "draft:tiny-near predicted (per position)"]
+    assert names(figs["tree_tau"])[:2] == ["ngram", "draft:tiny-near"]  # chains over nodes/step, theory beside
+    assert names(figs["tree_tau"])[-1].startswith("chain theory E(a=")
     assert len(figs["per_position"].data) == 4  # proposer x k
     assert {t.type for t in figs["category"].data} == {"bar"}
     assert set(figs["category"].data[0].x) == {"writing", "coding"}
@@ -339,7 +344,7 @@ def test_table_rows(report):
 def test_report_html(report):
     page = V.report_html(report)
     assert page.startswith("<!DOCTYPE html>") and "</html>" in page
-    assert page.count('class="fig"') == 7
+    assert page.count('class="fig"') == len(V.FIGURES)
     assert page.count("plotly.js v") <= 2 and "Plotly.newPlot" in page  # the library is inlined once
     assert "Why (no) speedup?" in page and "Best:" in page
     assert page.count("<tr>") >= 10 + 1

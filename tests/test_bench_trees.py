@@ -116,3 +116,62 @@ def test_verify_curve_and_best_k():
     assert [k for k, _, _ in curve_speedups(0.5, 0.1, steep)] == list(range(1, 17))
     with pytest.raises(ValueError, match="t\\(1\\)"):
         verify_curve([(2, 5.0)])
+
+
+# -- figures, readout and the tab's handlers -------------------------------------------------------
+
+
+def test_tree_figures_plot_against_nodes_with_theory(tree_report):
+    from specviz.viz import bench as V
+
+    _, report = tree_report
+    rep = {**report, "verify_cost": [(n, 10.0 + n) for n in range(1, 18)]}
+    figs = V.build_figures(rep)
+    names = [t.name for t in figs["tree_tau"].data]
+    assert "ngram" in names and "ngram-tree:3 depth 2" in names and "ngram-tree:3 depth 3" in names
+    assert names[-1].startswith("chain theory E(a=")
+    tree = next(t for t in figs["tree_tau"].data if t.name == "ngram-tree:3 depth 2")
+    rows = [r for r in report["rows"] if r["proposer"].startswith("ngram-tree") and r["k"] == 2]
+    assert sorted(tree.x) == sorted(r["nodes_per_step"] for r in rows)  # x = measured nodes verified per step
+    assert [t.name for t in figs["tree_speedup"].data][-1].startswith("theory, measured v(n)")
+    vfig = figs["verify_cost"]
+    assert list(vfig.data[0].y)[0] == 1.0 and list(vfig.data[0].x) == list(range(1, 18))
+    assert "best k" in vfig.layout.annotations[0].text
+    md = V.why_markdown(rep)
+    assert "Measured vs predicted from per-position acceptance" in md and prediction.ASSUMPTIONS in md
+    assert "The verify curve decides" in md
+    headers, body = V.table_rows(V.report_rows(rep))
+    assert "nodes/step" in headers and "speedup predicted" in headers
+    page = V.report_html(rep, include_plotlyjs="cdn")
+    assert page.count('class="fig"') == len(V.FIGURES) and "per-position" in page
+
+
+def test_parse_request_expands_tree_shapes(allow_local, models_dir):
+    from specviz.ui import bench_tab as bt
+
+    req = bt.parse_request(models_dir["target"], ["ngram", "ngram-tree"], [2], bt.CUSTOM, [], "abc abc", 1, 4, 0.0,
+                           False, "4, 8")
+    assert req.proposers == ("ngram", "ngram-tree:3,nodes=4", "ngram-tree:3,nodes=8") and req.tree_nodes == (4, 8)
+    with pytest.raises(ValueError, match="tree nodes"):
+        bt.parse_request(models_dir["target"], ["ngram-tree"], [2], bt.CUSTOM, [], "abc", 1, 4, 0.0, False, "4,x")
+
+
+def test_verify_button_measures_and_attaches_the_curve(allow_local, models_dir, monkeypatch):
+    from specviz.bench import verify_cost
+    from specviz.ui import bench_tab as bt
+
+    real = verify_cost.measure_verify_cost
+    monkeypatch.setattr(bt, "measure_verify_cost", lambda t, ns, context_len, reps: real(t, (1, 2, 3), 8, 1))
+    state = bt.BenchState()
+    frames = list(bt.on_verify(state, models_dir["target"]))
+    msg, vfig, tfig, why = frames[-1]
+    assert 'data-kind="ok"' in msg and "t(1) =" in msg, msg
+    assert [n for n, _ in state.verify_cost] == [1, 2, 3] and state.verify_target == models_dir["target"]
+    assert list(vfig.data[0].x) == [1, 2, 3]
+    report = bt.with_verify_cost(state, {"meta": {"target": models_dir["target"]}, "rows": []})
+    assert report["verify_cost"] == [[n, ms] for n, ms in state.verify_cost]
+    other = bt.with_verify_cost(state, {"meta": {"target": "another"}, "rows": []})
+    assert "verify_cost" not in other  # a curve belongs to the target it was measured on
+    msg = list(bt.on_verify(state, ""))[-1][0]
+    assert 'data-kind="error"' in msg
+    state.close()
