@@ -140,6 +140,9 @@ def test_tree_figures_plot_against_nodes_with_theory(tree_report):
     md = V.why_markdown(rep)
     assert "Measured vs predicted from per-position acceptance" in md and prediction.ASSUMPTIONS in md
     assert "The verify curve decides" in md
+    for r in V.report_rows(rep):  # every row's prediction note is on the page
+        if r.get("prediction_note"):
+            assert r["prediction_note"] in md
     headers, body = V.table_rows(V.report_rows(rep))
     assert "nodes/step" in headers and "speedup predicted" in headers
     page = V.report_html(rep, include_plotlyjs="cdn")
@@ -175,3 +178,22 @@ def test_verify_button_measures_and_attaches_the_curve(allow_local, models_dir, 
     msg = list(bt.on_verify(state, ""))[-1][0]
     assert 'data-kind="error"' in msg
     state.close()
+
+
+def test_cli_tree_nodes_sweeps_each_budget_beside_the_chain(capsys, allow_local, models_dir, tmp_path):
+    import json
+
+    from specviz.cli import main
+
+    out = tmp_path / "t.json"
+    rc = main(["bench", "--target", models_dir["target"], "--proposer", "ngram", "--proposer", "ngram-tree",
+               "--tree-nodes", "2,5", "--k", "2", "--category", "coding", "--limit", "1", "--max-new-tokens", "6",
+               "--compare-hf", "--no-warmup", "--json", str(out), "--quiet"])
+    assert rc == 0, capsys.readouterr().err
+    rep = json.loads(out.read_text())
+    assert [(r["proposer"], r["impl"]) for r in rep["rows"]] == [
+        ("target-only", "specviz"), ("ngram", "specviz"), ("ngram-tree:3,nodes=2", "specviz"),
+        ("ngram-tree:3,nodes=5", "specviz"), ("target-only", "hf"), ("ngram", "hf")]  # no HF rows for trees
+    assert all(r["nodes_per_step"] is not None for r in rep["rows"] if r["impl"] == "specviz" and r["k"])
+    rc = main(["bench", "--target", models_dir["target"], "--proposer", "ngram-tree", "--tree-nodes", "0", "--quiet"])
+    assert rc != 0 and "--tree-nodes" in capsys.readouterr().err

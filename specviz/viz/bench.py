@@ -486,8 +486,12 @@ def why_markdown(report: Mapping[str, Any] | None) -> str:
         best_tree = max(trees, key=lambda r: r.get("speedup") or 0.0)
         if best_tree["prediction_note"] not in notes:
             notes.append(best_tree["prediction_note"])
+    rest = [r["prediction_note"] for r in rows if r.get("prediction_note") and r["prediction_note"] not in notes]
     if notes:
         md += "\n\n**Measured vs predicted from per-position acceptance**\n\n" + "\n".join(f"- {n}" for n in notes)
+    if rest:
+        md += "\n\n**Every other configuration**\n\n" + "\n".join(f"- {n}" for n in rest)
+    if notes or rest:
         md += f"\n\n_{ASSUMPTIONS}_"
     curve = (report or {}).get("verify_cost")
     a = _chain_a(rows)
