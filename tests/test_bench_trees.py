@@ -197,3 +197,14 @@ def test_cli_tree_nodes_sweeps_each_budget_beside_the_chain(capsys, allow_local,
     assert all(r["nodes_per_step"] is not None for r in rep["rows"] if r["impl"] == "specviz" and r["k"])
     rc = main(["bench", "--target", models_dir["target"], "--proposer", "ngram-tree", "--tree-nodes", "0", "--quiet"])
     assert rc != 0 and "--tree-nodes" in capsys.readouterr().err
+
+
+def test_draft_tree_rows_in_the_sweep_are_exact_under_greedy(tiny_target, near_draft):
+    from specviz.proposers.draft_tree import DraftTree
+
+    props = {"draft-tree:near,nodes=3": DraftTree(near_draft, nodes=3, width=2, name="draft-tree:near,nodes=3")}
+    sweep = B.Sweep(tiny_target, props, PROMPTS[:1], B.BenchConfig(ks=(2,), max_new_tokens=8, warmup=False))
+    list(sweep)
+    row = next(r for r in sweep.report()["rows"] if r["proposer"].startswith("draft-tree"))
+    assert row["tree"] and row["same_as_target"] == 1.0  # greedy: the tree's output is the target's
+    assert 0 < row["nodes_per_step"] <= 3 and len(row["per_position"]) <= 2
