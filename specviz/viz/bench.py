@@ -16,7 +16,8 @@ from typing import Any, Callable, Mapping, Sequence
 import plotly.graph_objects as go
 
 from ..metrics import expected_tokens_per_step
-from ..prediction import augment_rows
+from .bench_readout import why_markdown
+from .bench_rows import _chain_a, report_rows
 from .figures import _figure as house_figure
 from .theme import COLORS, FONT
 
@@ -288,13 +289,6 @@ def _shape_series(rows: Sequence[Row]) -> list[tuple[str, list[Row]]]:
     return [(n, sorted(rs, key=lambda r: r["nodes_per_step"])) for n, rs in groups.items()]
 
 
-def _chain_a(rows: Sequence[Row]) -> float | None:
-    """The pooled acceptance rate of the chain rows (accepted / drafted), for the theory line."""
-    acc = sum(r.get("accepted") or 0 for r in rows if r.get("impl") == "specviz" and r.get("k") and not r.get("tree"))
-    dra = sum(r.get("drafted") or 0 for r in rows if r.get("impl") == "specviz" and r.get("k") and not r.get("tree"))
-    return acc / dra if dra else None
-
-
 def _shape_figure(rows: Sequence[Row], key: str, title: str, ytitle: str, theory: Callable[[int], float] | None,
                   theory_name: str, ref: tuple[float, str]) -> go.Figure:
     series = _shape_series(rows)
@@ -407,13 +401,6 @@ FIGURES: dict[str, tuple[str, Callable[[Sequence[Row]], go.Figure], bool]] = {
     "tree_speedup": ("Speedup vs nodes verified", tree_speedup_figure, False),
     "verify_cost": ("Verify cost v(n)", verify_cost_figure, False),
 }
-
-
-def report_rows(report: Mapping[str, Any] | None) -> list[dict[str, Any]]:
-    """The report's summary rows with the per-position prediction added (prediction.augment_rows)."""
-    rows = list((report or {}).get("rows") or [])
-    prompt_rows = list((report or {}).get("prompt_rows") or [])
-    return augment_rows(rows, prompt_rows) if rows else []
 
 
 def build_figures(report: Mapping[str, Any] | None) -> dict[str, go.Figure]:
@@ -556,6 +543,3 @@ def progress_html(done: int, total: int, label: str, kind: str = "info") -> str:
         f'<div class="sv-bench-progress" data-done="{done}" data-total="{total}" data-kind="{kind}">{bar}'
         f'<span style="color:{color if kind == "error" else "inherit"}">{html.escape(label)}{count}</span></div>'
     )
-
-
-from .bench_readout import why_markdown  # noqa: E402 - the readout uses report_rows and _chain_a above

@@ -8,7 +8,7 @@ from typing import Any, Mapping
 
 from ..metrics import why_no_speedup
 from ..prediction import ASSUMPTIONS
-from .bench import _chain_a, report_rows
+from .bench_rows import _chain_a, report_rows
 
 __all__ = ["why_markdown"]
 
