@@ -235,7 +235,12 @@ def cmd_bench(args) -> int:
         compare_hf=args.compare_hf, warmup=not args.no_warmup, schedules=tuple(args.schedule or ["constant"]),
         acceptance=args.acceptance,
     )
-    specs = args.proposer or ["ngram"]
+    from .bench.shapes import expand_tree_shapes, parse_tree_nodes
+
+    try:
+        specs = expand_tree_shapes(args.proposer or ["ngram"], parse_tree_nodes(args.tree_nodes))
+    except ValueError as e:
+        raise CLIError(f"--tree-nodes: {e}") from None
     for spec in specs:
         check_spec(spec)
     target = _load_target(args)
@@ -376,6 +381,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--proposer", action="append", metavar="SPEC",
                    help=f"repeatable: {syntax_list(include_none=False)} (default: ngram)")
     b.add_argument("--k", default="1,2,4,8", help="comma-separated draft lengths (default 1,2,4,8)")
+    b.add_argument("--tree-nodes", default=None, metavar="N,N,...",
+                   help="sweep every tree proposer (ngram-tree, draft-tree:...) at each node budget, e.g. 4,8,16 "
+                        "(depth = k); chains are swept as given")
     b.add_argument("--schedule", action="append", metavar="NAME",
                    help="repeatable k schedule swept beside each k: constant (default), heuristic, confidence:T")
     b.add_argument("--prompts", metavar="FILE.jsonl", default=None,

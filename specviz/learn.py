@@ -269,7 +269,8 @@ def verdict(tv: float, noise: float, theory_tv: float, rule: str, n: int) -> tup
     matches = tv <= limit
     lossy = rule == "typical"
     if matches:
-        text = f"matches p (TV {tv:.3f}, within sampling noise ~{noise:.3f}, ≤ {limit:.3f} at N = {n:,})"
+        text = (f"matches p (TV {tv:.3f}, within the sampling-noise limit {limit:.3f} at N = {n:,}: "
+                f"a histogram of p itself is off by ~{noise:.3f} on average)")
         if theory_tv > 1e-9:
             what = "typical acceptance is lossy" if lossy else "this rule is not exact"
             text += (f", but {what}: in theory its output is TV {theory_tv:.3f} from p here, "
@@ -281,12 +282,12 @@ def verdict(tv: float, noise: float, theory_tv: float, rule: str, n: int) -> tup
             return text, "info", True
         return text + ".", "ok", True
     if lossy:
-        return (f"misses p: TV {tv:.3f} (noise ~{noise:.3f}) — typical acceptance is LOSSY: its output is not p "
+        return (f"misses p: TV {tv:.3f}, above the sampling-noise limit {limit:.3f} at N = {n:,} — typical acceptance is LOSSY: its output is not p "
                 f"(in theory TV {theory_tv:.3f}).", "error", False)
     if rule in BROKEN_RULES:
-        return (f"misses p: TV {tv:.3f} (noise ~{noise:.3f}) — this rule is not exact "
+        return (f"misses p: TV {tv:.3f}, above the sampling-noise limit {limit:.3f} at N = {n:,} — this rule is not exact "
                 f"(in theory TV {theory_tv:.3f} from p).", "error", False)
-    return (f"misses p: TV {tv:.3f} (noise ~{noise:.3f}). The exact rule gives p in theory: with {n:,} samples "
+    return (f"misses p: TV {tv:.3f}, above the sampling-noise limit {limit:.3f}. The exact rule gives p in theory: with {n:,} samples "
             "this is chance; sample again or raise N.", "info", False)
 
 
@@ -428,16 +429,18 @@ def compare_with_speculation(p: torch.Tensor, q: torch.Tensor, n: int = 10_000, 
     ok = tv_s <= NOISE_FACTOR * noise and tv_b <= 2 * NOISE_FACTOR * noise
     if rule == "typical":
         msg = (f"Typical acceptance (LOSSY): with speculation TV {tv_s:.3f} from p (in theory {theory:.3f}), without "
-               f"TV {tv_p:.3f}, between them {tv_b:.3f} (sampling noise ~{noise:.3f}). {kept}; its output is "
+               f"TV {tv_p:.3f}, between them {tv_b:.3f} (sampling-noise limit {NOISE_FACTOR * noise:.3f}). {kept}; its output is "
                f"{'close to' if ok else 'not'} p here.")
         kind = "info" if ok else "error"
     elif ok:
-        msg = (f"Both match p: with speculation TV {tv_s:.3f}, without TV {tv_p:.3f}, between them {tv_b:.3f} "
-               f"(sampling noise ~{noise:.3f}). {kept} (theory Σ min(p, q) = {beta:.0%}), and still the output is p.")
+        msg = (f"Both match p: with speculation TV {tv_s:.3f}, without TV {tv_p:.3f}, between them {tv_b:.3f}, "
+               f"all within the sampling-noise limit ({NOISE_FACTOR * noise:.3f} from p, {2 * NOISE_FACTOR * noise:.3f} "
+               f"between them; ~{noise:.3f} on average at N = {n:,}). {kept} (theory Σ min(p, q) = {beta:.0%}), and still the output is p.")
         kind = "ok"
     else:
-        msg = (f"With speculation TV {tv_s:.3f} from p, without TV {tv_p:.3f}, between them {tv_b:.3f} "
-               f"(sampling noise ~{noise:.3f}): more than the noise, which with {n:,} samples can be chance; "
+        msg = (f"With speculation TV {tv_s:.3f} from p, without TV {tv_p:.3f}, between them {tv_b:.3f}: "
+               f"above the sampling-noise limit ({NOISE_FACTOR * noise:.3f} from p, {2 * NOISE_FACTOR * noise:.3f} between "
+               f"them; ~{noise:.3f} on average), which with {n:,} samples can be chance; "
                "sample again or raise N.")
         kind = "info"
     return SpecComparison(int(n), spec, plain, tv_s, tv_p, tv_b, theory, noise, beta, accepted, rule, msg, kind)
@@ -564,4 +567,25 @@ def mean_costs(runs: Sequence[MeasuredRun]) -> tuple[float | None, float | None,
             mean([r.v for r in runs if r.v is not None]))
 
 
-__all__ += ["K_MAX", "mean_costs"]
+def pick_run(runs: Sequence[MeasuredRun], label: str | None = None) -> MeasuredRun:
+    """The run whose label is ``label``, or (None / unknown label) the run with the best measured
+    speedup. The calculator takes a, c and v from ONE run: averaging them across proposers (an
+    n-gram's c ~ 0.01 with a draft model's c ~ 0.3) describes no proposer at all."""
+    if not runs:
+        raise ValueError("no measured runs to pick from")
+    for r in runs:
+        if label is not None and r.label == label:
+            return r
+    return max(runs, key=lambda r: r.speedup)
+
+
+def runs_by_proposer(runs: Sequence[MeasuredRun]) -> dict[str, list[MeasuredRun]]:
+    """Runs grouped by proposer (the label without its ' k=K' tail), in the order they appear."""
+    out: dict[str, list[MeasuredRun]] = {}
+    for r in runs:
+        name = re.sub(r"\s+k=\d+$", "", r.label) or "run"
+        out.setdefault(name, []).append(r)
+    return out
+
+
+__all__ += ["K_MAX", "mean_costs", "pick_run", "runs_by_proposer"]

@@ -288,7 +288,8 @@ def test_format_table(report):
 def test_every_figure_builder(report):
     figs = V.build_figures(report)
     assert list(figs) == list(V.FIGURES) == [
-        "latency", "speedup", "acceptance_rate", "acceptance_length", "predicted", "per_position", "category"]
+        "latency", "speedup", "acceptance_rate", "acceptance_length", "predicted", "per_position", "category",
+        "tree_tau", "tree_speedup", "verify_cost"]
     names = lambda f: [t.name for t in f.data]  # noqa: E731
     # two proposers x two impls
     assert names(figs["latency"]) == ["ngram", "draft:tiny-near", "ngram (hf)", "draft:tiny-near (hf)"]
@@ -297,7 +298,11 @@ def test_every_figure_builder(report):
     assert list(figs["speedup"].data[0].x) == [1, 2]
     assert names(figs["acceptance_rate"]) == ["ngram", "draft:tiny-near"]
     assert "ngram: theory E(a, k)" in names(figs["acceptance_length"])
-    assert names(figs["predicted"]) == ["ngram measured", "ngram predicted", "draft:tiny-near measured", "draft:tiny-near predicted"]
+    # build_figures adds the per-position prediction (prediction.augment_rows)
+    assert names(figs["predicted"]) == ["ngram measured", "ngram predicted (per position)", "draft:tiny-near measured",
+                                        "draft:tiny-near predicted (per position)"]
+    assert names(figs["tree_tau"])[:2] == ["ngram", "draft:tiny-near"]  # chains over nodes/step, theory beside
+    assert names(figs["tree_tau"])[-1].startswith("chain theory E(a=")
     assert len(figs["per_position"].data) == 4  # proposer x k
     assert {t.type for t in figs["category"].data} == {"bar"}
     assert set(figs["category"].data[0].x) == {"writing", "coding"}
@@ -339,7 +344,7 @@ def test_table_rows(report):
 def test_report_html(report):
     page = V.report_html(report)
     assert page.startswith("<!DOCTYPE html>") and "</html>" in page
-    assert page.count('class="fig"') == 7
+    assert page.count('class="fig"') == len(V.FIGURES)
     assert page.count("plotly.js v") <= 2 and "Plotly.newPlot" in page  # the library is inlined once
     assert "Why (no) speedup?" in page and "Best:" in page
     assert page.count("<tr>") >= 10 + 1
@@ -353,11 +358,14 @@ def test_reports_written_before_typed_rows_still_load_and_summarize_alike(name):
 
     data = B.load_report(Path(__file__).resolve().parents[1] / "assets" / name)
     typed = [B.PromptResult.from_record(r) for r in data["prompt_rows"]]
-    assert [B.to_record(r) for r in typed] == data["prompt_rows"]  # same keys, same values, same order
+    added = {"tree_steps", "nodes_per_step", "tree"}  # fields added since these reports were written (token trees)
+    for new, old in zip((B.to_record(r) for r in typed), data["prompt_rows"]):
+        assert {k: v for k, v in new.items() if k not in added} == old  # same keys, same values
+        assert list(k for k in new if k not in added) == list(old)  # same order
     again = [B.to_record(r) for r in B.summarize(data["prompt_rows"])]
     assert [(r["proposer"], r["k"], r["impl"]) for r in again] == [(r["proposer"], r["k"], r["impl"]) for r in data["rows"]]
     for new, old in zip(again, data["rows"]):
-        assert list(new) == list(old)
+        assert [k for k in new if k not in added] == list(old)
         for key in ("new_tokens", "tokens_per_s", "speedup", "acceptance_rate", "c", "predicted_speedup"):
             assert new[key] == pytest.approx(old[key]), key
     assert B.csv_text(typed[:0]) == B.csv_text([])

@@ -232,7 +232,7 @@ def test_bench_writes_json_csv_html(capsys, models, tmp_path):
     rows = list(csv.DictReader(out_csv.open()))
     assert len(rows) == 5 and rows[0]["proposer"] == "target-only"
     page = out_html.read_text()
-    assert page.count('class="fig"') == 7 and "<table" in page
+    assert page.count('class="fig"') == 10 and "<table" in page
 
 
 def test_bench_compare_hf_and_bundled_prompts(capsys, models, tmp_path):

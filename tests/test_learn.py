@@ -63,7 +63,10 @@ def test_exact_verdict_says_matches_within_noise():
     tokens, p, q = preset("draft too confident")
     exp = run_rule(tokens, p, q, "exact", 10_000, seed=0)
     assert exp.matches and exp.kind == "ok" and exp.theory_tv < 1e-12
-    assert exp.message.startswith(f"matches p (TV {exp.tv:.3f}, within sampling noise ~")
+    assert exp.message.startswith(f"matches p (TV {exp.tv:.3f}, within the sampling-noise limit ")
+    # the verdict agrees with its numbers: the TV it calls "within" is at most the limit it names
+    limit = float(exp.message.split("limit ")[1].split(" ")[0])
+    assert exp.tv <= limit and limit == pytest.approx(learn.NOISE_FACTOR * exp.noise, abs=5e-4)
     assert 0 < exp.accepted < exp.n  # about beta = sum min(p, q) = 0.6 of the drafts are kept
     assert abs(exp.accepted / exp.n - learn.acceptance_probability(p, q)) < 0.02
 
@@ -292,6 +295,8 @@ def test_runs_from_a_bench_report(tmp_path):
     assert [(r.k, r.a, r.speedup, r.label) for r in runs] == [(4, 0.5, 1.4, "ngram k=4"), (2, 0.7, 0.9, "draft:x k=2")]
     a, c, v = learn.mean_costs(runs)
     assert math.isclose(a, 0.6) and math.isclose(c, 0.155) and math.isclose(v, 1.2)
+    assert learn.pick_run(runs).label == "ngram k=4" and learn.pick_run(runs, "draft:x k=2").c == 0.3
+    assert list(learn.runs_by_proposer(runs)) == ["ngram", "draft:x"]
     path = tmp_path / "bench.json"
     path.write_text(json.dumps(_report()))
     assert learn.load_bench_runs(path) == runs
@@ -395,9 +400,14 @@ def test_bench_file_and_playground_runs(tmp_path):
 
     path = tmp_path / "b.json"
     path.write_text(json.dumps(_report()))
-    text, a, c, v, msg = lt.on_load_runs(str(path), "0.9, 1, 1.1")
+    text, pick, loaded, a, k, c, v, msg = lt.on_load_runs(str(path), "0.9, 1, 1.1")
     assert text.splitlines()[0] == "0.9, 1, 1.1" and len(text.splitlines()) == 3 and "Loaded 2" in msg
-    assert a["value"] == 0.6 and v["value"] == 1.2
+    # a, c and v come from ONE run (the best: ngram k=4), never the mean across proposers (0.6, 0.155, 1.2)
+    assert (a["value"], k["value"], c["value"], v["value"]) == (0.5, 4, 0.01, 1.3)
+    assert pick["choices"] == ["ngram k=4", "draft:x k=2"] and pick["value"] == "ngram k=4" and pick["visible"]
+    assert "2 proposer(s)" in msg and "ngram k=4" in msg
+    a, k, c, v, msg = lt.on_pick_run("draft:x k=2", loaded)
+    assert (a["value"], k["value"], c["value"], v["value"]) == (0.7, 2, 0.3, 1.1) and "draft:x k=2" in msg
     out = lt.on_load_runs(str(tmp_path / "nope.json"), "")
     assert "sv-msg-error" in out[-1]
 
@@ -453,3 +463,13 @@ def test_the_learn_tab_receives_the_playground_run():
     assert state_block.value is PlaygroundState or isinstance(state_block.value, PlaygroundState)
     pg_handlers = [d for d in demo.config["dependencies"] if states[0]["id"] in d["inputs"]]
     assert len(pg_handlers) > 1  # the same gr.State the playground's own handlers use
+
+
+def test_calculator_k_range_is_the_theory_bound():
+    from specviz.bounds import THEORY_MAX_K
+    from specviz.ui import learn_tab as lt
+
+    cards, fig, msg = lt.on_calc(0.7, THEORY_MAX_K, 0.1, 1.0, "")
+    assert msg == "" and fig is not None
+    _, _, msg = lt.on_calc(0.7, THEORY_MAX_K + 1, 0.1, 1.0, "")
+    assert f"from 1 to {THEORY_MAX_K}" in msg

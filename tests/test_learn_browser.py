@@ -53,7 +53,7 @@ def test_toy_rule_exact_matches_and_broken_rules_miss(page):
     page.wait_for_selector("#sv-learn-intro .katex")  # the formulas render (KaTeX ships with Gradio)
     page.click("#sv-learn-sample")
     text = _verdict(page, "true")
-    assert "matches p" in text and "within sampling noise" in text
+    assert "matches p" in text and "within the sampling-noise limit" in text
     page.wait_for_selector("#sv-learn-hist g.point")
     assert page.locator("#sv-learn-hist .legendtext", has_text="target p").count() == 1
 

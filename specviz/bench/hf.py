@@ -94,6 +94,7 @@ def _run_hf(target, ids: list[int], max_new_tokens: int, sampling: Sampling, see
         "accepted": None,
         "per_position_hits": [],
         "per_position_trials": [],
+        "tree_steps": None,
         "draft_ms": None,
         "verify_ms": None,
         "other_ms": None,

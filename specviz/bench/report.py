@@ -16,7 +16,7 @@ CSV_COLUMNS = [
     "proposer", "k", "impl", "prompts", "new_tokens", "wall_s", "tokens_per_s", "ms_per_token", "speedup",
     "speedup_median", "speedup_vs_specviz", "acceptance_rate", "mean_acceptance_length", "per_position",
     "steps", "drafted", "accepted", "draft_ms", "verify_ms", "other_ms", "prefill_ms", "step_ms", "c", "v",
-    "expected_tokens_per_step", "predicted_speedup", "same_as_target",
+    "expected_tokens_per_step", "predicted_speedup", "same_as_target", "nodes_per_step", "tree",
 ]
 
 

@@ -51,6 +51,7 @@ class PromptResult(_Row):
     accepted: int | None = None  # draft tokens kept (None for HF rows)
     per_position_hits: list[int] = ()  # type: ignore[assignment]  # steps whose draft i was accepted
     per_position_trials: list[int] = ()  # type: ignore[assignment]  # steps that drafted >= i+1 tokens
+    tree_steps: int | None = None  # steps that drafted a token tree (drafted counts its nodes; positions are depths)
     draft_ms: float | None = None  # time in the proposer (None for HF rows)
     verify_ms: float | None = None  # time in the target's verify passes
     other_ms: float | None = None  # the rest of the steps (sampling, rollback, bookkeeping)
@@ -87,6 +88,8 @@ class SummaryRow(_Row):
     acceptance_rate: float | None = None  # pooled: accepted / drafted
     mean_acceptance_length: float | None = None  # pooled: new_tokens / steps (tau)
     per_position: list[float] = ()  # type: ignore[assignment]  # pooled acceptance rate at draft position i
+    nodes_per_step: float | None = None  # drafted / steps: positions verified per step besides the root (chain: ~k; tree: its nodes)
+    tree: bool = False  # the proposer drafted token trees (no transformers counterpart)
     draft_ms: float | None = None  # summed proposer time
     verify_ms: float | None = None  # summed verify time
     other_ms: float | None = None  # summed rest of the steps

@@ -52,7 +52,7 @@ def _summary(rows: list[PromptResult], proposer: str, k: int, impl: str, bases: 
     if impl == "specviz" and k > 0 and base_step_ms:
         c = metrics.measured_c(ms["draft_ms"], drafted or 0, base_step_ms)
         v = metrics.measured_v(ms["verify_ms"], ms["other_ms"], steps, base_step_ms)
-        if a is not None:
+        if a is not None and not any(r.tree_steps for r in rows):  # the i.i.d. chain formula; trees: see prediction.py
             expected = metrics.expected_tokens_per_step(a, k)
             predicted = metrics.predicted_speedup(a, k, c, v)
     same = [r.same_as_target for r in rows if r.same_as_target is not None]
@@ -63,7 +63,9 @@ def _summary(rows: list[PromptResult], proposer: str, k: int, impl: str, bases: 
         speedup_median=statistics.median(per) if per else None,
         steps=steps, drafted=drafted, accepted=accepted, acceptance_rate=a,
         mean_acceptance_length=n / steps if steps else None,
-        per_position=metrics.per_position_rates(hits, trials), **ms, step_ms=step_ms,
+        per_position=metrics.per_position_rates(hits, trials),
+        nodes_per_step=(drafted / steps) if drafted is not None and steps else None,
+        tree=any(r.tree_steps for r in rows), **ms, step_ms=step_ms,
         c=c, v=v, expected_tokens_per_step=expected, predicted_speedup=predicted,
         same_as_target=(sum(same) / len(same)) if same else None,
     )

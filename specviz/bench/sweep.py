@@ -277,6 +277,7 @@ def _run_specviz(decoder: SpeculativeDecoder, ids: list[int], max_new_tokens: in
         "accepted": sum(min(s.n_accepted, s.n_committed) for s in steps),
         "per_position_hits": hits,
         "per_position_trials": trials,
+        "tree_steps": sum(1 for s in steps if s.tree),
         "draft_ms": sum(s.draft_ms for s in steps),
         "verify_ms": sum(s.verify_ms for s in steps),
         "other_ms": sum(s.other_ms for s in steps),
@@ -285,13 +286,20 @@ def _run_specviz(decoder: SpeculativeDecoder, ids: list[int], max_new_tokens: in
     }
 
 
+def _depth(s: StepRecord) -> int:
+    """The positions a step drafted: k for a chain, the deepest node for a tree (a tree of 16
+    nodes and depth 4 can commit at most 4 drafts, like a chain of 4)."""
+    return max((node.depth for node in s.tree), default=0) if s.tree else s.k
+
+
 def _position_counts(steps: Sequence[StepRecord]) -> tuple[list[int], list[int]]:
-    """Per-position (accepted, drafted) step counts, as in compute_stats."""
-    max_k = max((s.k for s in steps), default=0)
+    """Per-position (accepted, drafted) step counts, as in compute_stats; for tree steps the
+    position is the depth (trials: steps whose tree reached depth i; hits: accepted path >= i)."""
+    max_k = max((_depth(s) for s in steps), default=0)
     hits, trials = [0] * max_k, [0] * max_k
     for s in steps:
         n = min(s.n_accepted, s.n_committed)
-        for i in range(s.k):
+        for i in range(_depth(s)):
             trials[i] += 1
             if i < n:
                 hits[i] += 1

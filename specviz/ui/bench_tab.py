@@ -26,8 +26,10 @@ import gradio as gr
 from .. import bench as B
 from .. import prompts as P
 from .. import runs
+from ..bench.shapes import expand_tree_shapes, parse_tree_nodes
+from ..bench.verify_cost import DEFAULT_NS, measure_verify_cost
+from ..prediction import ASSUMPTIONS
 from ..limits import Limits
-from ..metrics import why_no_speedup
 from ..records import Sampling
 from ..viz import bench as V
 from ..viz.bench import progress_html
@@ -54,6 +56,7 @@ class BenchDefaults:
     max_new_tokens: int = 32
     temperature: float = 0.0
     compare_hf: bool = False
+    tree_nodes: str = ""
     prompt_source: str = BUNDLED
     custom_prompts: str = ""
 
@@ -71,6 +74,8 @@ class BenchState:
         self.stop = threading.Event()
         self.running = False
         self.report: dict[str, Any] | None = None
+        self.verify_cost: list[tuple[int, float]] | None = None  # this machine's t(n), when measured
+        self.verify_target: str | None = None  # the target it was measured on
         self._dir: str | None = None
 
     def files(self, report: dict[str, Any]) -> tuple[str, str, str]:
@@ -112,6 +117,8 @@ class BenchView:
     csv: gr.DownloadButton
     json: gr.DownloadButton
     html: gr.DownloadButton
+    verify_btn: gr.Button | None = None
+    verify_msg: gr.HTML | None = None
 
     @property
     def outputs(self) -> list[gr.components.Component]:
@@ -131,10 +138,13 @@ class Request:
     max_new_tokens: int
     sampling: Sampling
     compare_hf: bool
+    tree_nodes: tuple[int, ...] = ()
 
 
-def parse_request(target, proposers, ks, source, categories, custom, n_prompts, max_new_tokens, temperature, compare_hf) -> Request:
-    """The tab's raw control values -> a Request; ValueError with a message for the user."""
+def parse_request(target, proposers, ks, source, categories, custom, n_prompts, max_new_tokens, temperature, compare_hf,
+                  tree_nodes: str = "") -> Request:
+    """The tab's raw control values -> a Request; ValueError with a message for the user.
+    ``tree_nodes`` ("4,8,16"): every tree proposer is swept at each node budget (depth = k)."""
     target = (target or "").strip()
     if not target:
         raise ValueError("choose a target model")
@@ -142,6 +152,8 @@ def parse_request(target, proposers, ks, source, categories, custom, n_prompts, 
     specs = [s for s in dict.fromkeys(specs) if not runs.is_target_only(s)]
     if not specs:
         raise ValueError("choose at least one proposer (e.g. ngram or draft:MODEL); target-only is always measured")
+    nodes = parse_tree_nodes(tree_nodes or "")
+    specs = expand_tree_shapes(specs, nodes)
     if not ks:
         raise ValueError("choose at least one k (tokens drafted per step)")
     kt = B.parse_ks([int(k) for k in ks])
@@ -166,14 +178,14 @@ def parse_request(target, proposers, ks, source, categories, custom, n_prompts, 
     from ..limits import check_bench_request  # hosting limits (SPECVIZ_MAX_*, SPECVIZ_ALLOW_LOCAL_PATHS)
 
     check_bench_request(target, specs, kt, max_new, [r.prompt for r in rows])
-    return Request(target, tuple(specs), kt, tuple(rows), src, max_new, Sampling(temperature=temp), bool(compare_hf))
+    return Request(target, tuple(specs), kt, tuple(rows), src, max_new, Sampling(temperature=temp), bool(compare_hf), nodes)
 
 
 # -- rendering ----------------------------------------------------------------------------------
 
 
 def _table_value(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    headers, body = V.table_rows(rows)
+    headers, body = V.table_rows(rows)  # rows with the per-position prediction (V.report_rows)
     return {"headers": headers, "data": body or [[""] * len(headers)]}
 
 
@@ -182,20 +194,30 @@ def _render(state: BenchState, report: dict[str, Any] | None, progress: str, *, 
     """Values for BenchView.outputs; gr.skip() leaves a component as it is."""
     if report is None:
         return [progress, *([gr.skip()] * (1 + len(PLOT_ORDER) + 1 + 3))]
+    report = with_verify_cost(state, report)
     out: list[Any] = [progress]
     if plots:
         figs = V.build_figures(report)
-        out.append(why_no_speedup(report["rows"])["markdown"])
+        out.append(V.why_markdown(report))
         out.extend(figs[name] for name in PLOT_ORDER)
-        out.append(_table_value(report["rows"]))
+        out.append(_table_value(V.report_rows(report)))
     else:
         out.extend([gr.skip()] * (1 + len(PLOT_ORDER) + 1))
     if files:
-        paths = state.files(report)
+        paths = state.files(report)  # (report already carries the verify curve)
         out.extend(gr.update(value=p, interactive=True) for p in paths)
     else:
         out.extend([gr.skip()] * 3)
     return out
+
+
+def with_verify_cost(state: BenchState, report: dict[str, Any]) -> dict[str, Any]:
+    """The report with this session's measured verify-cost curve attached (when it was measured
+    on the report's target), so the figures, the readout and the downloads show it."""
+    target = (report.get("meta") or {}).get("target")
+    if state.verify_cost and (target is None or target == state.verify_target) and not report.get("verify_cost"):
+        return {**report, "verify_cost": [list(p) for p in state.verify_cost], "verify_cost_target": state.verify_target}
+    return report
 
 
 def _friendly(e: BaseException) -> str:
@@ -291,6 +313,43 @@ def on_run(state: BenchState, *raw) -> Iterator[list[Any]]:
         state.running = False
 
 
+def verify_cost_points(target_name: str) -> list[tuple[int, float]]:
+    """Load the target and time one forward of n = 1..17 new tokens on a 256-token cached context
+    (median of 5 after a warm-up): this machine's t(n), pure (runs in the ZeroGPU worker too)."""
+    from ..limits import load_checked
+
+    return measure_verify_cost(load_checked(target_name), DEFAULT_NS, context_len=256, reps=5)
+
+
+verify_cost_points.gpu_seconds = 120  # type: ignore[attr-defined]
+
+
+def on_verify(state: BenchState, target: str) -> Iterator[list[Any]]:
+    """Measure t(n) for the chosen target -> [message, verify plot, tree speedup plot, why]."""
+    target = (target or "").strip()
+    if not target:
+        yield [progress_html(0, 0, "choose a target model first", "error"), gr.skip(), gr.skip(), gr.skip()]
+        return
+    try:
+        from ..limits import check_model_name
+
+        check_model_name(target)
+        yield [progress_html(0, 0, f"Timing {target}: one forward of n = 1..17 new tokens on a 256-token context…"),
+               gr.skip(), gr.skip(), gr.skip()]
+        points = zerogpu.on_gpu(verify_cost_points, target)
+        state.verify_cost, state.verify_target = points, target
+        report = state.report if state.report and (state.report.get("meta") or {}).get("target") == target else {"rows": []}
+        report = with_verify_cost(state, {**report, "meta": {**(report.get("meta") or {}), "target": target}})
+        t1 = dict(points)[1]
+        v17 = dict(points)[max(dict(points))] / t1
+        msg = progress_html(0, 0, f"t(1) = {t1:.1f} ms, v(17) = t(17)/t(1) = {v17:.2f} on this machine (provisional: "
+                                  "timings move with the machine's load).", "ok")
+        figs = V.build_figures(report)
+        yield [msg, figs["verify_cost"], figs["tree_speedup"], V.why_markdown(report)]
+    except Exception as e:  # noqa: BLE001 - shown as a message
+        yield [progress_html(0, 0, _friendly(e), "error"), gr.skip(), gr.skip(), gr.skip()]
+
+
 def on_stop(state: BenchState) -> None:
     state.stop.set()
 
@@ -347,11 +406,19 @@ def build_bench_tab(defaults: BenchDefaults | None = None) -> BenchView:
         max_new = gr.Slider(1, most_new, value=min(d.max_new_tokens, most_new), step=1, label="Max new tokens", elem_id="sv-bench-max-new")
         temperature = gr.Slider(0, 2, value=d.temperature, step=0.05, label="Temperature (0 = greedy)", elem_id="sv-bench-temperature")
         compare_hf = gr.Checkbox(value=d.compare_hf, label="Also time transformers' generate()", elem_id="sv-bench-hf")
+        tree_nodes = gr.Textbox(d.tree_nodes, label="Tree node budgets", placeholder="e.g. 4,8,16", max_lines=1,
+                                elem_id="sv-bench-tree-nodes",
+                                info="sweeps every ngram-tree / draft-tree proposer at each budget (depth = k)")
     with gr.Row():
         run_btn = gr.Button("▶ Run", variant="primary", elem_id="sv-bench-run", scale=1)
         stop_btn = gr.Button("■ Stop", variant="stop", elem_id="sv-bench-stop", scale=1)
+        verify_btn = gr.Button("⏱ Measure verify cost t(n)", elem_id="sv-bench-verify", scale=1)
     progress = gr.HTML(progress_html(0, 0, "Choose the settings and press Run."), elem_id="sv-bench-progress")
+    verify_msg = gr.HTML("", elem_id="sv-bench-verify-msg")
     why = gr.Markdown("", elem_id="sv-bench-why")
+    with gr.Accordion("What the predictions assume", open=False, elem_id="sv-bench-assumptions"):
+        gr.Markdown(ASSUMPTIONS + " Trees: positions are depths, k' counts the nodes verified per step; the dashed "
+                    "chain theory on the node plots is E(a, n) / (n c + v(n + 1)) at the chains' pooled a.")
     empty = V.build_figures(None)
     plots: dict[str, gr.Plot] = {}
     names = PLOT_ORDER
@@ -366,10 +433,13 @@ def build_bench_tab(defaults: BenchDefaults | None = None) -> BenchView:
         json_btn = gr.DownloadButton("⤓ JSON", value=None, interactive=False, elem_id="sv-bench-json", size="md")
         html_btn = gr.DownloadButton("⤓ HTML report", value=None, interactive=False, elem_id="sv-bench-html", size="md")
 
-    controls = [target, proposers, ks, source, categories, custom, n_prompts, max_new, temperature, compare_hf]
-    view = BenchView(state, controls, run_btn, stop_btn, progress, why, plots, table, csv_btn, json_btn, html_btn)
+    controls = [target, proposers, ks, source, categories, custom, n_prompts, max_new, temperature, compare_hf, tree_nodes]
+    view = BenchView(state, controls, run_btn, stop_btn, progress, why, plots, table, csv_btn, json_btn, html_btn,
+                     verify_btn, verify_msg)
     source.change(on_source, [source], [categories, custom], queue=False)
     run_btn.click(on_run, [state, *controls], view.outputs, concurrency_id="specviz-bench", concurrency_limit=1,
                   show_progress="hidden")
     stop_btn.click(on_stop, [state], None, queue=False)
+    verify_btn.click(on_verify, [state, target], [verify_msg, plots["verify_cost"], plots["tree_speedup"], why],
+                     concurrency_id="specviz-bench", concurrency_limit=1, show_progress="hidden")
     return view

@@ -18,6 +18,7 @@ from typing import Any, Iterator
 import gradio as gr
 
 from .. import learn
+from ..bounds import THEORY_MAX_K
 from . import zerogpu
 from .handlers import friendly_error
 from ..limits import check_prompt_chars, check_prompts_fit, load_checked
@@ -240,8 +241,8 @@ def on_calc(a: Any, k: Any, c: Any, v: Any, runs_text: str) -> tuple[str, Any, s
     try:
         a_f, c_f, v_f = _num(a, "a"), _num(c, "c"), _num(v, "v")
         k_f = _num(k, "k")
-        if k_f != int(k_f) or not 1 <= k_f <= 64:
-            raise ValueError(f"k must be a whole number from 1 to 64, got {k_f:g}")
+        if k_f != int(k_f) or not 1 <= k_f <= THEORY_MAX_K:
+            raise ValueError(f"k must be a whole number from 1 to {THEORY_MAX_K}, got {k_f:g}")
         k_i = int(k_f)
         curve = learn.speedup_curve(a_f, c_f, v_f, max(learn.K_MAX, k_i))
         _, e, s = curve[k_i - 1]
@@ -257,17 +258,45 @@ def on_calc(a: Any, k: Any, c: Any, v: Any, runs_text: str) -> tuple[str, Any, s
         return gr.skip(), gr.skip(), message_html(_friendly(e), "error")
 
 
+def _set_from_run(run: learn.MeasuredRun) -> tuple[Any, Any, Any, Any]:
+    """Slider updates for a, k, c and v from one measured run (k only where the slider reaches)."""
+    upd = lambda x, lo, hi: gr.update(value=round(min(max(x, lo), hi), 3)) if x is not None else gr.skip()  # noqa: E731
+    k = gr.update(value=run.k) if run.k <= learn.K_MAX else gr.skip()
+    return upd(run.a, 0, 0.99), k, upd(run.c, 0, 1.5), upd(run.v, 0.5, 4)
+
+
+def _run_note(run: learn.MeasuredRun) -> str:
+    costs = "".join(f", {n} = {x:.3f}" for n, x in (("c", run.c), ("v", run.v)) if x is not None)
+    return f"a, k, c and v set from {run.label or 'the best run'} (a = {run.a:.3f}, k = {run.k}{costs}; measured {run.speedup:.2f}x)"
+
+
 def on_load_runs(path: Any, runs_text: str) -> tuple[Any, ...]:
-    """A bench JSON -> its runs appended to the text box; a, c and v set to their means."""
+    """A bench JSON -> its runs appended to the text box, the run picker filled, and a, k, c, v
+    set from ONE run (the best measured speedup; pick another in the menu): never averaged
+    across proposers. Returns (runs text, picker, loaded runs, a, k, c, v, message)."""
     try:
         if not path:
-            return (gr.skip(),) * 4 + (message_html("no file was uploaded", "error"),)
+            return (gr.skip(),) * 7 + (message_html("no file was uploaded", "error"),)
         runs = learn.load_bench_runs(path if isinstance(path, str) else getattr(path, "name", str(path)))
         text = "\n".join(filter(None, [(runs_text or "").rstrip(), *(r.line() for r in runs)]))
-        a, c, v = learn.mean_costs(runs)
-        upd = lambda x, lo, hi: gr.update(value=round(min(max(x, lo), hi), 3)) if x is not None else gr.skip()  # noqa: E731
-        note = f"Loaded {len(runs)} run(s); a, c and v set to their means."
-        return text, upd(a, 0, 0.99), upd(c, 0, 1.5), upd(v, 0.5, 4), message_html(note, "ok")
+        best = learn.pick_run(runs)
+        groups = learn.runs_by_proposer(runs)
+        picker = gr.update(choices=[r.label for r in runs], value=best.label, visible=True)
+        note = (f"Loaded {len(runs)} run(s) of {len(groups)} proposer(s); {_run_note(best)}. "
+                "Pick another run in the menu: a, c and v are never averaged across proposers.")
+        return (text, picker, list(runs), *_set_from_run(best), message_html(note, "ok"))
+    except Exception as e:  # noqa: BLE001
+        return (gr.skip(),) * 7 + (message_html(_friendly(e), "error"),)
+
+
+def on_pick_run(label: str, loaded: Any) -> tuple[Any, ...]:
+    """The run picker -> (a, k, c, v, message) from the chosen one of the loaded runs."""
+    try:
+        runs = list(loaded or [])
+        if not runs or not label:
+            return (gr.skip(),) * 5
+        run = learn.pick_run(runs, label)
+        return (*_set_from_run(run), message_html(_run_note(run) + ".", "ok"))
     except Exception as e:  # noqa: BLE001
         return (gr.skip(),) * 4 + (message_html(_friendly(e), "error"),)
 
@@ -408,7 +437,15 @@ def build_learn_tab(defaults: LearnDefaults | None = None, playground_state: gr.
                                          elem_id="sv-learn-runs-upload", size="md")
                 add_pg = gr.Button("Add my playground run", elem_id="sv-learn-add-playground", size="md",
                                    visible=playground_state is not None)
+            pick = gr.Dropdown([], value=None, label="Set a, k, c and v from this run (one proposer at a time)",
+                               visible=False, elem_id="sv-learn-runs-pick")
+            loaded = gr.State([])
             runs_msg = gr.HTML("", elem_id="sv-learn-runs-msg")
+
+    # 4 -- several candidates per position (token trees)
+    from .learn_tree_tab import build_tree_section
+
+    build_tree_section()
 
     # -- wiring
     fast = dict(concurrency_limit=None, show_progress="hidden")
@@ -431,7 +468,8 @@ def build_learn_tab(defaults: LearnDefaults | None = None, playground_state: gr.
     for comp in (a, k, c, v):
         comp.change(on_calc, calc_inputs, [cards, calc_plot, runs_msg], trigger_mode="always_last", **fast)
     runs.change(on_calc, calc_inputs, [cards, calc_plot, runs_msg], trigger_mode="always_last", **fast)
-    upload.upload(on_load_runs, [upload, runs], [runs, a, c, v, runs_msg], **fast)
+    upload.upload(on_load_runs, [upload, runs], [runs, pick, loaded, a, k, c, v, runs_msg], **fast)
+    pick.input(on_pick_run, [pick, loaded], [a, k, c, v, runs_msg], **fast)
     if playground_state is not None:
         add_pg.click(on_add_playground, [playground_state, runs], [runs, runs_msg], **fast)
     return LearnView(table, rule, sample_btn, verdict, model_btn, model_status, [a, k, c, v], cards)
@@ -445,4 +483,4 @@ def _concurrency() -> int:
 
 
 __all__ = ["LearnDefaults", "LearnView", "build_learn_tab", "on_calc", "on_inputs", "on_load_runs", "on_model_sample",
-           "on_sample", "preset_rows", "run_from_playground"]
+           "on_pick_run", "on_sample", "preset_rows", "run_from_playground"]

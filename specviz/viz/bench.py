@@ -10,18 +10,21 @@ from __future__ import annotations
 
 import html
 import math
+import re
 from typing import Any, Callable, Mapping, Sequence
 
 import plotly.graph_objects as go
 
-from ..metrics import expected_tokens_per_step, why_no_speedup
+from ..metrics import expected_tokens_per_step
+from .bench_readout import why_markdown
+from .bench_rows import _chain_a, report_rows
 from .figures import _figure as house_figure
 from .theme import COLORS, FONT
 
 __all__ = [
     "FIGURES", "acceptance_length_figure", "acceptance_rate_figure", "build_figures", "category_figure",
-    "latency_figure", "per_position_figure", "predicted_speedup_figure", "report_html", "speedup_figure",
-    "table_rows", "TABLE_COLUMNS",
+    "latency_figure", "per_position_figure", "predicted_speedup_figure", "report_html", "report_rows", "speedup_figure",
+    "table_rows", "TABLE_COLUMNS", "tree_speedup_figure", "tree_tau_figure", "verify_cost_figure", "why_markdown",
 ]
 
 Row = Mapping[str, Any]
@@ -266,6 +269,126 @@ def category_figure(prompt_rows: Sequence[Row]) -> go.Figure:
     return _figure(traces, title, "prompt category", "acceptance rate", barmode="group", yaxis=dict(range=[0, 1.05]))
 
 
+# -- trees beside chains: against nodes verified per step -------------------------------------
+
+
+def _shape_series(rows: Sequence[Row]) -> list[tuple[str, list[Row]]]:
+    """(series name, rows sorted by nodes/step): a chain proposer over its k; a tree proposer over
+    its node budgets at each depth k ("ngram-tree:3 depth 4")."""
+    groups: dict[str, list[Row]] = {}
+    for r in rows:
+        if r.get("kind", "summary") != "summary" or r["proposer"] == TARGET_ONLY or r.get("impl") != "specviz":
+            continue
+        if r.get("nodes_per_step") is None:
+            continue
+        if r.get("tree"):
+            base = re.sub(r",?nodes=\d+", "", r["proposer"]).rstrip(":,")
+            name = f"{base} depth {r['k']}"
+        else:
+            name = r["proposer"]
+        groups.setdefault(name, []).append(r)
+    return [(n, sorted(rs, key=lambda r: r["nodes_per_step"])) for n, rs in groups.items()]
+
+
+def _shape_figure(rows: Sequence[Row], key: str, title: str, ytitle: str, theory: Callable[[int], float] | None,
+                  theory_name: str, ref: tuple[float, str]) -> go.Figure:
+    series = _shape_series(rows)
+    if not series:
+        return _empty(title, "No results yet: sweep chains and trees (e.g. ngram and ngram-tree)")
+    names = []
+    for n, _ in series:
+        base = n.split(" depth ")[0]
+        if base not in names:
+            names.append(base)
+    colors = {n: PALETTE[i % len(PALETTE)] for i, n in enumerate(names)}
+    traces = []
+    for name, rs in series:
+        base = name.split(" depth ")[0]
+        tree = " depth " in name
+        pts = [r for r in rs if isinstance(r.get(key), (int, float))]
+        traces.append(dict(
+            type="scatter", mode="lines+markers", name=name, x=[r["nodes_per_step"] for r in pts], y=[r[key] for r in pts],
+            line=dict(color=colors[base], width=2, dash="solid" if not tree else "dashdot"),
+            marker=dict(size=8, color=colors[base], symbol="triangle-up" if tree else "circle"),
+            hovertext=[f"{html.escape(r['proposer'])} k={r['k']}<br>{r['nodes_per_step']:.2f} nodes/step: {key} = {r[key]:.2f}"
+                       + (f"<br>per-position prediction {r['predicted_tau_positional']:.2f}" if key == "mean_acceptance_length"
+                          and r.get("predicted_tau_positional") is not None else "") for r in pts],
+            hoverinfo="text"))
+    xmax = max((r["nodes_per_step"] for _, rs in series for r in rs), default=1.0)
+    if theory is not None:
+        ns = list(range(1, max(2, int(math.ceil(xmax))) + 1))
+        ys = [theory(n) for n in ns]
+        traces.append(dict(type="scatter", mode="lines", name=theory_name, x=ns, y=ys,
+                           line=dict(color=COLORS["muted"], dash="dash", width=1.5),
+                           hovertext=[f"{html.escape(theory_name)}<br>n={n}: {y:.2f}" for n, y in zip(ns, ys)], hoverinfo="text"))
+    shape, note = _hline(*ref)
+    return _figure(traces, title, "nodes verified per step (chains: k)", ytitle, shapes=[shape], annotations=[note],
+                   yaxis=dict(rangemode="tozero"))
+
+
+def tree_tau_figure(rows: Sequence[Row]) -> go.Figure:
+    """Tokens per step (tau) against nodes verified per step: chains over k, trees over their
+    node budget, beside the chain theory E(a, n) at the chains' pooled a."""
+    a = _chain_a(rows)
+    theory = (lambda n: expected_tokens_per_step(a, n)) if a is not None else None
+    return _shape_figure(rows, "mean_acceptance_length", "Tokens per step vs nodes verified (chains and trees)",
+                         "tokens per step (tau)", theory, f"chain theory E(a={a:.2f}, n)" if a is not None else "",
+                         (1.0, "target-only = 1"))
+
+
+def tree_speedup_figure(rows: Sequence[Row], curve: Sequence[Sequence[float]] | None = None) -> go.Figure:
+    """Speedup against nodes verified per step, beside the chain theory E(a, n) / (n c + v(n+1)),
+    with v(n) this machine's measured verify curve when there is one (else the chains' mean v)."""
+    a = _chain_a(rows)
+    chains = [r for r in rows if r.get("impl") == "specviz" and r.get("k") and not r.get("tree") and r.get("c") is not None]
+    theory, name = None, ""
+    if a is not None and chains:
+        c = sum(r["c"] for r in chains) / len(chains)
+        if curve:
+            from ..bench.verify_cost import v_at, verify_curve
+
+            vc = verify_curve(curve)
+            theory = lambda n: expected_tokens_per_step(a, n) / (n * c + (v_at(vc, n + 1) or vc[-1][1]))  # noqa: E731
+            name = f"theory, measured v(n): a={a:.2f}, c={c:.3f}"
+        else:
+            v = sum(r["v"] for r in chains if r.get("v") is not None) / max(1, sum(1 for r in chains if r.get("v") is not None))
+            theory = lambda n: expected_tokens_per_step(a, n) / (n * c + v)  # noqa: E731
+            name = f"theory, v = {v:.2f} for every n: a={a:.2f}, c={c:.3f}"
+    return _shape_figure(rows, "speedup", "Speedup vs nodes verified (chains and trees)", "speedup (x)", theory, name,
+                         (1.0, "target-only = 1.0"))
+
+
+def verify_cost_figure(rows: Sequence[Row], curve: Sequence[Sequence[float]] | None = None) -> go.Figure:
+    """This machine's verify cost v(n) = t(n) / t(1) for n positions, beside the paper's v = 1,
+    with the theory's best k at the chains' measured a and c (when the rows have them)."""
+    title = "Verify cost v(n) = t(n) / t(1) on this machine"
+    if not curve:
+        return _empty(title, "No results yet: press “Measure verify cost” to time n = 1..17 positions")
+    from ..bench.verify_cost import best_k_with_curve, verify_curve
+
+    vc = verify_curve(curve)
+    ms = dict((int(n), float(t)) for n, t in curve)
+    traces = [
+        dict(type="scatter", mode="lines+markers", name="measured v(n)", x=[n for n, _ in vc], y=[v for _, v in vc],
+             line=dict(color=COLORS["verify_ms"], width=2), marker=dict(size=7, color=COLORS["verify_ms"]),
+             hovertext=[f"n={n}: t = {ms[n]:.1f} ms, v = {v:.2f}" for n, v in vc], hoverinfo="text"),
+        dict(type="scatter", mode="lines", name="paper's idealisation v = 1", x=[vc[0][0], vc[-1][0]], y=[1.0, 1.0],
+             line=dict(color=COLORS["muted"], dash="dash", width=1.5), hoverinfo="skip"),
+    ]
+    notes = []
+    a = _chain_a(rows)
+    chains = [r for r in rows if r.get("impl") == "specviz" and r.get("k") and not r.get("tree") and r.get("c") is not None]
+    if a is not None and chains:
+        c = sum(r["c"] for r in chains) / len(chains)
+        best = best_k_with_curve(min(a, 0.999), c, vc)
+        if best:
+            notes.append(dict(text=html.escape(f"a={a:.2f}, c={c:.3f}: best k = {best[0]} ({best[1]:.2f}x)"),
+                              xref="paper", x=0.02, yref="paper", y=0.98, showarrow=False, xanchor="left",
+                              font=dict(size=11, color=COLORS["ink"])))
+    return _figure(traces, title, "positions scored in one pass n (k drafts: n = k + 1)", "v(n) (target decode steps)",
+                   annotations=notes, yaxis=dict(rangemode="tozero"))
+
+
 # name -> (title for the page, builder, whether it takes per-prompt rows)
 FIGURES: dict[str, tuple[str, Callable[[Sequence[Row]], go.Figure], bool]] = {
     "latency": ("Latency per token", latency_figure, False),
@@ -275,14 +398,26 @@ FIGURES: dict[str, tuple[str, Callable[[Sequence[Row]], go.Figure], bool]] = {
     "predicted": ("Measured vs predicted speedup", predicted_speedup_figure, False),
     "per_position": ("Per-position acceptance", per_position_figure, False),
     "category": ("Acceptance by category", category_figure, True),
+    "tree_tau": ("Tokens per step vs nodes verified", tree_tau_figure, False),
+    "tree_speedup": ("Speedup vs nodes verified", tree_speedup_figure, False),
+    "verify_cost": ("Verify cost v(n)", verify_cost_figure, False),
 }
 
 
 def build_figures(report: Mapping[str, Any] | None) -> dict[str, go.Figure]:
-    """Every figure of a report (``{"rows", "prompt_rows"}``), keyed as in ``FIGURES``."""
-    rows = list((report or {}).get("rows") or [])
+    """Every figure of a report (``{"rows", "prompt_rows"[, "verify_cost"]}``), keyed as in ``FIGURES``.
+    Summary rows carry the per-position prediction; the tree speedup and verify-cost figures use
+    the report's measured verify-cost curve when it has one."""
+    rows = report_rows(report)
     prompt_rows = list((report or {}).get("prompt_rows") or [])
-    return {name: fn(prompt_rows if per_prompt else rows) for name, (_, fn, per_prompt) in FIGURES.items()}
+    curve = (report or {}).get("verify_cost") or None
+    out = {}
+    for name, (_, fn, per_prompt) in FIGURES.items():
+        if name in ("tree_speedup", "verify_cost"):
+            out[name] = fn(rows, curve)
+        else:
+            out[name] = fn(prompt_rows if per_prompt else rows)
+    return out
 
 
 # -- table ------------------------------------------------------------------------------------
@@ -293,7 +428,9 @@ TABLE_COLUMNS = [
     ("speedup", "speedup", ".2f"), ("speedup_median", "median speedup", ".2f"),
     ("speedup_vs_specviz", "vs specviz target-only", ".2f"), ("acceptance_rate", "acceptance a", ".3f"),
     ("mean_acceptance_length", "tokens/step", ".2f"), ("c", "c", ".3f"), ("v", "v", ".2f"),
-    ("predicted_speedup", "predicted", ".2f"), ("same_as_target", "same text", ".2f"),
+    ("predicted_speedup", "predicted (i.i.d.)", ".2f"), ("nodes_per_step", "nodes/step", ".2f"),
+    ("predicted_tau_positional", "tokens/step predicted", ".2f"),
+    ("predicted_speedup_positional", "speedup predicted", ".2f"), ("same_as_target", "same text", ".2f"),
 ]
 
 
@@ -349,7 +486,7 @@ def report_html(report: Mapping[str, Any], include_plotlyjs: bool | str = True) 
         parts.append(f'<section class="fig" id="fig-{name}">' + fig.to_html(
             full_html=False, include_plotlyjs=include_plotlyjs if i == 0 else False, default_height=f"{HEIGHT}px",
             config={"displaylogo": False, "responsive": True}) + "</section>")
-    headers, body = table_rows(report.get("rows") or [])
+    headers, body = table_rows(report_rows(report))
     table = "<table><thead><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in headers) + "</tr></thead><tbody>"
     table += "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in line) + "</tr>" for line in body)
     table += "</tbody></table>"
@@ -368,7 +505,7 @@ def report_html(report: Mapping[str, Any], include_plotlyjs: bool | str = True) 
     settings_html = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(str(v))}</td></tr>" for k, v in settings)
     defs = meta.get("definitions") or {}
     defs_html = "".join(f"<li><b>{html.escape(k)}</b>: {html.escape(v)}</li>" for k, v in defs.items())
-    why = _md_to_html(why_no_speedup(report.get("rows") or [])["markdown"])
+    why = _md_to_html(why_markdown(report))
     title = f"specviz benchmark: {meta.get('target', '')}"
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>

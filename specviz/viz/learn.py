@@ -256,3 +256,60 @@ def model_comparison_html(text: str, kind: str, tv_spec: float, tv_plain: float,
     """Part 2's message, with the total-variation distances as data attributes (for tests)."""
     return (f'<div class="sv-learn-model" data-tv-spec="{tv_spec:.4f}" data-tv-plain="{tv_plain:.4f}" '
             f'data-tv-between="{tv_between:.4f}">{message_html(text, kind)}</div>')
+
+
+# -- part 4: several candidates (token trees) --------------------------------------------------
+
+
+def residual_steps_figure(tokens: Sequence[str], steps: Sequence[tuple[torch.Tensor, float]],
+                          candidates: Sequence[int]) -> go.Figure:
+    """How the residual shrinks as candidates fail: r_1 = p, then r_j after each rejection, one
+    group of bars per token (the failed candidate's bar drops to zero, the rest grow)."""
+    labels = unique_labels(tokens)
+    shades = ["#4f46e5", "#d97706", "#ea580c", "#b45309", "#92400e", "#78350f"]
+    traces = []
+    for j, (r, mass) in enumerate(steps):
+        if j == 0:
+            name = "r₁ = p"
+        else:
+            name = f"r{j + 1} after “{token_label(tokens[candidates[j - 1]])}” failed" if candidates else f"r{j + 1}"
+        ys = _vals(r)
+        traces.append(dict(type="bar", name=name, x=labels, y=ys, marker=dict(color=shades[min(j, len(shades) - 1)]),
+                           customdata=[[fmt_prob(y), f"{mass:.3f}"] for y in ys],
+                           hovertemplate="%{x}<br>" + html.escape(name) + " = %{customdata[0]}"
+                                         "<br>mass of p not yet ruled out: %{customdata[1]}<extra></extra>"))
+    masses = " → ".join(f"{m:.2f}" for _, m in steps)
+    return _figure(traces, f"The residual as candidates fail (mass left {masses})", barmode="group", bargap=0.2,
+                   xaxis=dict(type="category", tickfont=dict(size=12)), yaxis=dict(rangemode="tozero", tickformat=".0%"))
+
+
+def tree_histogram_figure(exp) -> go.Figure:
+    """The output of N tries with m candidates (bars) against the target p (ticks)."""
+    labels = unique_labels(exp.tokens)
+    good = exp.rule == "exact"
+    freq = _vals(exp.freq)
+    traces = [
+        dict(type="bar", name=f"{exp.n:,} tries, {'exact' if good else 'broken'} rule", x=labels, y=freq,
+             marker=dict(color=COLORS["accepted"] if good else COLORS["rejected"], opacity=0.85),
+             customdata=[[f"{int(c):,}", fmt_prob(f)] for c, f in zip(exp.counts, freq)],
+             hovertemplate="%{x}<br>sampled %{customdata[1]} (%{customdata[0]} times)<extra></extra>"),
+        dict(type="scatter", mode="markers", name="target p", x=labels, y=_vals(exp.p),
+             marker=dict(symbol="line-ew", size=34, color=COLORS["p"], line=dict(width=3, color=COLORS["p"])),
+             **_hover(_vals(exp.p), "p")),
+    ]
+    verdict = "matches p" if exp.matches else "misses p"
+    ymax = max(freq + _vals(exp.p) + [0.05])
+    return _figure(traces, f"{exp.m} candidates per try · TV {exp.tv:.3f} · {verdict}",
+                   xaxis=dict(type="category", tickfont=dict(size=12)),
+                   yaxis=dict(range=[0, ymax * 1.15], tickformat=".0%", title=dict(text="share of tries", font=dict(size=10))))
+
+
+def tree_verdict_html(exp) -> str:
+    """The verdict with its numbers as data attributes (for tests and the page)."""
+    kept = ", ".join(f"child {j + 1}: {c / exp.n:.0%}" for j, c in enumerate(exp.kept_by_child[:-1]))
+    text = f"{exp.message} Kept: {kept}; none (from the residual): {exp.kept_by_child[-1] / exp.n:.0%}."
+    return (f'<div class="sv-learn-tree-verdict" data-matches="{str(exp.matches).lower()}" data-tv="{exp.tv:.4f}" '
+            f'data-limit="{exp.limit:.4f}">{message_html(text, exp.kind)}</div>')
+
+
+__all__ += ["residual_steps_figure", "tree_histogram_figure", "tree_verdict_html"]

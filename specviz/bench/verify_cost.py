@@ -1,0 +1,124 @@
+"""This machine's verify cost: how long the target takes to score n positions at once.
+
+``t(n)`` is one target forward of n new tokens on top of a KV cache that already holds a
+realistic prompt; ``v(n) = t(n) / t(1)`` is that cost in target decode steps. The paper
+idealises ``v = 1`` for every n (a GPU reading the weights once dominates); on a CPU t(n) grows
+with n, and that curve decides whether a wider tree (or a longer chain) pays:
+
+    speedup(k) = E(a, k) / (k c + v(k + 1))      (k drafts, k + 1 positions scored)
+
+``measure_verify_cost`` times the forwards (warm-up first, median of ``reps``, the cache rolled
+back after each); the rest are pure functions of the measured points.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Sequence
+
+from .. import theory
+
+__all__ = ["DEFAULT_NS", "measure_verify_cost", "verify_curve", "v_at", "best_k_with_curve", "curve_speedups"]
+
+DEFAULT_NS = tuple(range(1, 18))  # n = 1..17: k + 1 positions for k = 0..16
+
+
+def _context_ids(target, context_len: int) -> list[int]:
+    """``context_len`` token ids of ordinary English (a bundled prompt, tiled), inside the vocabulary."""
+    text = ("Write a short story about a lighthouse keeper who finds a message in a bottle, "
+            "then explain in three steps how tides work and why they matter to sailors. ")
+    try:
+        from ..prompts import load_prompts
+
+        text = " ".join(r.prompt for r in load_prompts(limit=4)) or text
+    except Exception:  # noqa: BLE001 - the fallback text is as good for timing
+        pass
+    ids = target.tokenizer(text, add_special_tokens=False)["input_ids"] or [1]
+    from ..kv import vocab_size
+
+    vocab = vocab_size(target.model)
+    ids = [i % vocab for i in ids]
+    return (ids * (context_len // len(ids) + 1))[:context_len]
+
+
+def measure_verify_cost(target, ns: Sequence[int] = DEFAULT_NS, context_len: int = 256, reps: int = 5,
+                        warmup: int = 1) -> list[tuple[int, float]]:
+    """[(n, median ms)] of one target forward over n new tokens after ``context_len`` cached ones.
+
+    target: a LoadedModel (``.model``, ``.tokenizer``, ``.device``). Each rep feeds n tokens on
+    top of the cached context and rolls the cache back (so every rep sees the same context);
+    ``warmup`` untimed forwards per n come first.
+    """
+    import torch
+
+    from ..kv import forward_logits, new_cache, rollback
+    from .hf import _sync
+
+    ns = sorted({int(n) for n in ns})
+    if not ns or ns[0] < 1:
+        raise ValueError(f"n (positions per verify) must be whole numbers >= 1, got {list(ns)!r}")
+    if context_len < 1 or reps < 1 or warmup < 0:
+        raise ValueError("context_len and reps must be >= 1 and warmup >= 0")
+    model, device = target.model, target.device
+    ids = torch.tensor(_context_ids(target, context_len + max(ns)), dtype=torch.long, device=device)  # [L + n]
+    ctx, extra = ids[:context_len], ids[context_len:]  # [L], [max n]
+    out: list[tuple[int, float]] = []
+    with torch.inference_mode():
+        cache = new_cache(model)
+        forward_logits(model, ctx, cache, 1)
+        rollback(cache, context_len)
+        for n in ns:
+            times = []
+            for rep in range(warmup + reps):
+                _sync(device)
+                t0 = time.perf_counter()
+                forward_logits(model, extra[:n], cache, n)  # [n, V]: every position scored, as in a verify
+                _sync(device)
+                dt = time.perf_counter() - t0
+                rollback(cache, context_len)
+                if rep >= warmup:
+                    times.append(1e3 * dt)
+            out.append((n, statistics.median(times)))
+    return out
+
+
+# -- pure functions of the measured curve ------------------------------------------------------
+
+
+def verify_curve(points: Sequence[Sequence[float]]) -> list[tuple[int, float]]:
+    """[(n, t(n) ms)] -> [(n, v(n) = t(n) / t(1))]; needs the n = 1 point."""
+    pts = {int(n): float(t) for n, t in points}
+    if 1 not in pts or pts[1] <= 0:
+        raise ValueError("the verify-cost curve needs t(1) > 0 (one position) to normalise by")
+    return [(n, pts[n] / pts[1]) for n in sorted(pts)]
+
+
+def v_at(curve: Sequence[Sequence[float]], n: int) -> float | None:
+    """v(n) from a normalised curve, linear between measured points; None beyond its ends."""
+    pts = sorted((int(m), float(v)) for m, v in curve)
+    for (n0, v0), (n1, v1) in zip(pts, pts[1:]):
+        if n0 <= n <= n1:
+            return v0 + (v1 - v0) * (n - n0) / (n1 - n0)
+    return next((v for m, v in pts if m == n), None)
+
+
+def curve_speedups(a: float, c: float, curve: Sequence[Sequence[float]]) -> list[tuple[int, float, float]]:
+    """[(k, v(k+1), E(a, k) / (k c + v(k+1)))] for every k whose k + 1 the curve covers (k >= 1)."""
+    theory.check_calculator_inputs(a, c, 1.0)
+    out = []
+    for n, v in sorted((int(m), float(x)) for m, x in curve):
+        k = n - 1
+        if k >= 1 and v > 0:
+            out.append((k, v, theory.expected_tokens_per_step(a, k) / (k * c + v)))
+    return out
+
+
+def best_k_with_curve(a: float, c: float, curve: Sequence[Sequence[float]]) -> tuple[int, float] | None:
+    """(k, speedup): the theory's best k given acceptance ``a``, draft cost ``c`` and this
+    machine's verify curve v(n) (instead of the paper's v = 1); the smallest k on ties."""
+    pts = curve_speedups(a, c, curve)
+    if not pts:
+        return None
+    k, _, s = max(pts, key=lambda t: (t[2], -t[0]))
+    return k, s
