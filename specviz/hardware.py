@@ -199,7 +199,8 @@ class VerifyCosts:
 
 @torch.inference_mode()
 def verify_costs(
-    model: torch.nn.Module, context: int = 256, max_n: int = 17, repeats: int = 5, seed: int = 0, stat: str = "median"
+    model: torch.nn.Module, context: int = 256, max_n: int = 17, repeats: int = 5, seed: int = 0, stat: str = "median",
+    warmup: int = 1,
 ) -> VerifyCosts:
     """t(n) for n = 1..max_n: one forward of n new tokens (logits of all n, as a verify pass
     keeps) on top of a KV cache of ``context`` positions, rolled back after each; the n are
@@ -219,13 +220,18 @@ def verify_costs(
     cache = new_cache(model)
     forward_logits(model, prompt, cache, 1)
     rollback(cache, context)
-    forward_logits(model, new, cache, max_n)  # warm the widest shape
-    rollback(cache, context)
+    for _ in range(warmup):  # warm every shape (the widest first)
+        for n in range(max_n, 0, -1):
+            forward_logits(model, new[:n], cache, n)
+            rollback(cache, context)
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     times: dict[int, list[float]] = {n: [] for n in range(1, max_n + 1)}
     for _ in range(repeats):
         for n in range(1, max_n + 1):
+            sync()
             t = time.perf_counter()
-            forward_logits(model, new[:n], cache, n)
+            forward_logits(model, new[:n], cache, n)  # [n, V]: every position scored, as in a verify
+            sync()
             times[n].append(time.perf_counter() - t)
             rollback(cache, context)
     pick = statistics.median if stat == "median" else min

@@ -24,66 +24,20 @@ __all__ = ["DEFAULT_NS", "measure_verify_cost", "verify_curve", "v_at", "best_k_
 DEFAULT_NS = tuple(range(1, 18))  # n = 1..17: k + 1 positions for k = 0..16
 
 
-def _context_ids(target, context_len: int) -> list[int]:
-    """``context_len`` token ids of ordinary English (a bundled prompt, tiled), inside the vocabulary."""
-    text = ("Write a short story about a lighthouse keeper who finds a message in a bottle, "
-            "then explain in three steps how tides work and why they matter to sailors. ")
-    try:
-        from ..prompts import load_prompts
-
-        text = " ".join(r.prompt for r in load_prompts(limit=4)) or text
-    except Exception:  # noqa: BLE001 - the fallback text is as good for timing
-        pass
-    ids = target.tokenizer(text, add_special_tokens=False)["input_ids"] or [1]
-    from ..kv import vocab_size
-
-    vocab = vocab_size(target.model)
-    ids = [i % vocab for i in ids]
-    return (ids * (context_len // len(ids) + 1))[:context_len]
-
-
 def measure_verify_cost(target, ns: Sequence[int] = DEFAULT_NS, context_len: int = 256, reps: int = 5,
                         warmup: int = 1) -> list[tuple[int, float]]:
-    """[(n, median ms)] of one target forward over n new tokens after ``context_len`` cached ones.
-
-    target: a LoadedModel (``.model``, ``.tokenizer``, ``.device``). Each rep feeds n tokens on
-    top of the cached context and rolls the cache back (so every rep sees the same context);
-    ``warmup`` untimed forwards per n come first.
-    """
-    import torch
-
-    from ..kv import forward_logits, new_cache, rollback
-    from .hf import _sync
+    """[(n, median ms)] of one target forward over n new tokens after ``context_len`` cached ones
+    (``specviz.hardware.verify_costs``: the cache rolled back after each, the n interleaved, the
+    widest shape warmed first). target: a LoadedModel."""
+    from ..hardware import verify_costs
 
     ns = sorted({int(n) for n in ns})
     if not ns or ns[0] < 1:
         raise ValueError(f"n (positions per verify) must be whole numbers >= 1, got {list(ns)!r}")
     if context_len < 1 or reps < 1 or warmup < 0:
         raise ValueError("context_len and reps must be >= 1 and warmup >= 0")
-    model, device = target.model, target.device
-    ids = torch.tensor(_context_ids(target, context_len + max(ns)), dtype=torch.long, device=device)  # [L + n]
-    ctx, extra = ids[:context_len], ids[context_len:]  # [L], [max n]
-    out: list[tuple[int, float]] = []
-    with torch.inference_mode():
-        cache = new_cache(model)
-        forward_logits(model, ctx, cache, 1)
-        rollback(cache, context_len)
-        for n in ns:
-            times = []
-            for rep in range(warmup + reps):
-                _sync(device)
-                t0 = time.perf_counter()
-                forward_logits(model, extra[:n], cache, n)  # [n, V]: every position scored, as in a verify
-                _sync(device)
-                dt = time.perf_counter() - t0
-                rollback(cache, context_len)
-                if rep >= warmup:
-                    times.append(1e3 * dt)
-            out.append((n, statistics.median(times)))
-    return out
-
-
-# -- pure functions of the measured curve ------------------------------------------------------
+    costs = verify_costs(target.model, context=context_len, max_n=max(ns), repeats=reps, warmup=warmup)
+    return [(n, 1e3 * costs.seconds[n]) for n in ns]
 
 
 def verify_curve(points: Sequence[Sequence[float]]) -> list[tuple[int, float]]:
