@@ -13,8 +13,6 @@ back after each); the rest are pure functions of the measured points.
 
 from __future__ import annotations
 
-import statistics
-import time
 from typing import Sequence
 
 from .. import theory
