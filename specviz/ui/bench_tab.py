@@ -413,6 +413,9 @@ def build_bench_tab(defaults: BenchDefaults | None = None) -> BenchView:
         run_btn = gr.Button("▶ Run", variant="primary", elem_id="sv-bench-run", scale=1)
         stop_btn = gr.Button("■ Stop", variant="stop", elem_id="sv-bench-stop", scale=1)
         verify_btn = gr.Button("⏱ Measure verify cost t(n)", elem_id="sv-bench-verify", scale=1)
+    from .bench_remote import build_remote_source, wire_remote  # (imports this module)
+
+    remote = build_remote_source()
     progress = gr.HTML(progress_html(0, 0, "Choose the settings and press Run."), elem_id="sv-bench-progress")
     verify_msg = gr.HTML("", elem_id="sv-bench-verify-msg")
     why = gr.Markdown("", elem_id="sv-bench-why")
@@ -440,6 +443,7 @@ def build_bench_tab(defaults: BenchDefaults | None = None) -> BenchView:
     run_btn.click(on_run, [state, *controls], view.outputs, concurrency_id="specviz-bench", concurrency_limit=1,
                   show_progress="hidden")
     stop_btn.click(on_stop, [state], None, queue=False)
+    wire_remote(remote, view, [source, categories, custom, n_prompts, max_new])
     verify_btn.click(on_verify, [state, target], [verify_msg, plots["verify_cost"], plots["tree_speedup"], why],
                      concurrency_id="specviz-bench", concurrency_limit=1, show_progress="hidden")
     return view
