@@ -35,8 +35,10 @@ INTRO = """
 
 
 def css() -> str:
-    """The app's stylesheet (shipped inside the package)."""
-    return (resources.files("specviz") / "assets" / "style.css").read_text(encoding="utf-8")
+    """The app's stylesheet (shipped inside the package), then the lesson pieces' (specviz.viz.styles)."""
+    from ..viz.styles import lesson_css
+
+    return (resources.files("specviz") / "assets" / "style.css").read_text(encoding="utf-8") + "\n" + lesson_css()
 
 
 def theme() -> gr.themes.Base:
@@ -99,8 +101,10 @@ def _warm_plotly() -> None:
 
 
 def launch_kwargs() -> dict[str, Any]:
-    """Theme and CSS for ``demo.launch()`` (Gradio 6 takes them there)."""
-    return {"theme": theme(), "css": css()}
+    """Theme, CSS and the keyboard shortcuts' script for ``demo.launch()`` (Gradio 6 takes them there)."""
+    from ..viz.styles import lesson_js
+
+    return {"theme": theme(), "css": css(), "js": lesson_js()}
 
 
 def launch(demo: gr.Blocks | None = None, **kwargs: Any):
