@@ -132,3 +132,19 @@ def test_phone_width_nothing_wider_than_the_screen(browser, app_url):
     assert page.evaluate("document.documentElement.scrollWidth") <= 390
     assert page.evaluate(_TOO_WIDE, 390) == []
     page.context.close()
+
+
+@pytest.mark.browser
+def test_a_typed_model_id_and_enter_keep_what_was_typed(browser, app_url):
+    page = _page(browser, app_url)
+    page.click("#sv-proposer label:has-text('draft model') >> nth=0")
+    box = page.locator("#sv-draft input")
+    box.click()
+    box.fill("gemma-3-270m")  # a prefix of another menu item (gemma-3-270m@int8)
+    box.press("Enter")
+    page.wait_for_timeout(500)
+    assert box.input_value() == "gemma-3-270m"
+    page.locator("#sv-prompt textarea").click()
+    page.wait_for_timeout(500)
+    assert box.input_value() == "gemma-3-270m"
+    page.context.close()

@@ -102,9 +102,9 @@ def _warm_plotly() -> None:
 
 def launch_kwargs() -> dict[str, Any]:
     """Theme, CSS and the keyboard shortcuts' script for ``demo.launch()`` (Gradio 6 takes them there)."""
-    from ..viz.styles import lesson_js
+    from .lesson import page_js
 
-    return {"theme": theme(), "css": css(), "js": lesson_js()}
+    return {"theme": theme(), "css": css(), "js": page_js()}
 
 
 def launch(demo: gr.Blocks | None = None, **kwargs: Any):

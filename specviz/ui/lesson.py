@@ -51,6 +51,33 @@ class LessonView:
 
 N_LESSON = 8
 
+# Typing a model id and pressing Enter must keep what was typed: Gradio's dropdown would pick the
+# first menu item the text filters to ("gemma-3-270m" -> "gemma-3-270m@int8"). Enter in a model box
+# commits the typed text (a blur, as allow_custom_value does), unless an item was chosen with the arrows.
+MODEL_BOX_JS = """() => {
+  if (window.__svModelBoxes) return;
+  window.__svModelBoxes = true;
+  const BOXES = "#sv-target, #sv-draft";
+  let arrowed = false;
+  document.addEventListener("input", (e) => { if (e.target?.closest?.(BOXES)) arrowed = false; }, true);
+  document.addEventListener("keydown", (e) => {
+    const input = e.target;
+    if (!input || input.tagName !== "INPUT" || !input.closest(BOXES)) return;
+    if (e.key === "ArrowDown" || e.key === "ArrowUp") { arrowed = true; return; }
+    if (e.key !== "Enter" || arrowed) return;
+    e.preventDefault();
+    e.stopImmediatePropagation();
+    input.blur();
+  }, true);
+}"""
+
+
+def page_js() -> str:
+    """The page's script for launch(js=...): the keyboard shortcuts and the model boxes' Enter."""
+    from ..viz.styles import lesson_js
+
+    return f"() => {{ ({lesson_js()})(); ({MODEL_BOX_JS})(); }}"
+
 
 # -- rendering ---------------------------------------------------------------------------------
 
