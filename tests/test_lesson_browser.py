@@ -148,3 +148,16 @@ def test_a_typed_model_id_and_enter_keep_what_was_typed(browser, app_url):
     page.wait_for_timeout(500)
     assert box.input_value() == "gemma-3-270m"
     page.context.close()
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("elem, value, words", [("sv-k", "0", "k"), ("sv-temperature", "-1", "Temperature")])
+def test_a_clamped_value_says_so(browser, app_url, elem, value, words):
+    page = _page(browser, app_url)
+    box = page.locator(f"#{elem} input[type=number]")
+    box.fill(value)
+    box.press("Tab")
+    page.wait_for_selector(f"#{elem} .sv-clamp-note")
+    note = page.inner_text(f"#{elem} .sv-clamp-note")
+    assert words in note and value in note
+    page.context.close()

@@ -71,12 +71,39 @@ MODEL_BOX_JS = """() => {
   }, true);
 }"""
 
+# A slider puts a typed value outside its range back in range; say so, naming the field, instead of
+# clamping silently (k = 0 becomes 1, temperature -1 becomes 0).
+CLAMP_JS = """() => {
+  if (window.__svClampNotes) return;
+  window.__svClampNotes = true;
+  const FIELDS = %s;
+  const check = (e) => {
+    const input = e.target;
+    if (!input || input.tagName !== "INPUT" || input.type !== "number") return;
+    const block = input.closest(Object.keys(FIELDS).map((id) => "#" + id).join(", "));
+    if (!block) return;
+    const lo = parseFloat(input.min), hi = parseFloat(input.max), x = parseFloat(input.value);
+    let note = block.querySelector(".sv-clamp-note");
+    if (Number.isNaN(x) || ((Number.isNaN(lo) || x >= lo) && (Number.isNaN(hi) || x <= hi))) { note?.remove(); return; }
+    const to = Number.isNaN(lo) || x > lo ? hi : lo;
+    if (!note) { note = document.createElement("div"); note.className = "sv-clamp-note sv-msg sv-msg-warn"; block.appendChild(note); }
+    note.textContent = `${FIELDS[block.id]} must be from ${lo} to ${hi}: ${input.value} is set to ${to}.`;
+  };
+  document.addEventListener("input", check, true);
+  document.addEventListener("change", check, true);
+}"""
+CLAMPED = {"sv-k": "k (tokens drafted per step)", "sv-temperature": "Temperature", "sv-max-new": "Max new tokens",
+           "sv-top-p": "Top-p"}
+
 
 def page_js() -> str:
     """The page's script for launch(js=...): the keyboard shortcuts and the model boxes' Enter."""
     from ..viz.styles import lesson_js
 
-    return f"() => {{ ({lesson_js()})(); ({MODEL_BOX_JS})(); }}"
+    import json
+
+    clamp = CLAMP_JS % json.dumps(CLAMPED)
+    return f"() => {{ ({lesson_js()})(); ({MODEL_BOX_JS})(); ({clamp})(); }}"
 
 
 # -- rendering ---------------------------------------------------------------------------------
