@@ -106,6 +106,22 @@ def page_js() -> str:
     return f"() => {{ ({lesson_js()})(); ({MODEL_BOX_JS})(); ({clamp})(); }}"
 
 
+class LoadProgress:
+    """The cold start's status line: what is loading, which model of how many, and for how long."""
+
+    def __init__(self, models: int) -> None:
+        import time
+
+        self._clock = time.perf_counter
+        self.t0, self.models, self.ready = self._clock(), max(1, models), 0
+
+    def line(self, msg: str) -> str:
+        if msg.endswith(" ready"):
+            self.ready += 1
+        at = min(self.ready + (not msg.endswith(" ready")), self.models)
+        return f"Model {at} of {self.models}: {msg} ({self._clock() - self.t0:.0f} s)"
+
+
 # -- rendering ---------------------------------------------------------------------------------
 
 

@@ -191,9 +191,11 @@ def ensure_live_session(state: PlaygroundState, raw: tuple) -> Iterator[list[Any
     state.message = (f"Loading {settings.describe()}…", "info")
     yield _status_only(state)
 
+    progress = lesson.LoadProgress(1 + (settings.proposer in USES_DRAFT_MODEL))
+
     def on_progress(msg: str) -> None:
         log.info("%s", msg)
-        state.message = (f"{msg}", "info")
+        state.message = (progress.line(msg), "info")
 
     result: Any = None
     if zerogpu.active():  # the GPU is lent per call, in a forked worker: record the run, replay it here
@@ -333,8 +335,10 @@ def on_baseline(state: PlaygroundState, *raw) -> Iterator[list[Any]]:
         state.message = (f"Loading {settings.target} for the target-only baseline…", "info")
         yield _status_only(state)
 
+        progress = lesson.LoadProgress(1)
+
         def on_progress(msg: str) -> None:
-            state.message = (msg, "info")
+            state.message = (progress.line(msg), "info")
 
         decoder = recorded = None
         if zerogpu.active():

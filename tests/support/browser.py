@@ -117,7 +117,9 @@ def screenshot(url: str, path: str, narrow_path: str | None = None) -> None:
 
 
 def _union(page, selectors: list[str]) -> dict:
-    boxes = [b for b in (page.locator(s).first.bounding_box() for s in selectors) if b]
+    """The page-coordinate box around the elements (for a full-page clip)."""
+    sy = page.evaluate("window.scrollY")
+    boxes = [dict(b, y=b["y"] + sy) for b in (page.locator(s).first.bounding_box() for s in selectors) if b]
     x0, y0 = min(b["x"] for b in boxes), min(b["y"] for b in boxes)
     x1, y1 = max(b["x"] + b["width"] for b in boxes), max(b["y"] + b["height"] for b in boxes)
     return {"x": max(0, x0 - 8), "y": max(0, y0 - 8), "width": x1 - x0 + 16, "height": y1 - y0 + 16}
