@@ -166,7 +166,7 @@ def lesson_screenshots(url: str, out_dir: str) -> list[str]:
         phone.wait_for_function("document.querySelector('#sv-status').innerText.includes('Tour: step')")
         phone.wait_for_timeout(2500)
         phone.locator("#sv-phase").scroll_into_view_if_needed()
-        phone.screenshot(path=str(out / "screenshot-phone.png"))
-        saved.append(str(out / "screenshot-phone.png"))
+        phone.screenshot(path=str(out / "screenshot-lesson-phone.png"))
+        saved.append(str(out / "screenshot-lesson-phone.png"))
         browser.close()
     return saved
