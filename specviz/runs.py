@@ -254,6 +254,12 @@ def default_prompt() -> str:
     return examples[0][1] if examples else "Explain speculative decoding."
 
 
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
 @dataclass(frozen=True)
 class Defaults:
     """The playground's starting settings (SPECVIZ_DEFAULT_* overrides each)."""
@@ -279,6 +285,8 @@ class Defaults:
 
         target = os.environ.get("SPECVIZ_DEFAULT_TARGET", "").strip() or "gemma-3-270m"
         draft = os.environ.get("SPECVIZ_DEFAULT_DRAFT", "").strip() or default_draft(target)
+        if draft.endswith("@int8") and _cuda():  # int8 quantization is CPU-only: refused beside a GPU
+            draft = draft[: -len("@int8")]
         proposer = menu_label(os.environ.get("SPECVIZ_DEFAULT_PROPOSER", DEFAULT_PROPOSER))
         prompt = os.environ.get("SPECVIZ_DEFAULT_PROMPT") or default_prompt()
         lim = Limits.from_env()

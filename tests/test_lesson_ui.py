@@ -162,3 +162,20 @@ def test_a_loaded_lossy_trace_says_lossy_and_sets_its_controls(tiny_env, tmp_pat
     assert t["value"] == 0.7 and rule["value"] == "typical (LOSSY)"
     st.close()
     other.close()
+
+
+def test_defaults_tell_the_true_story_and_avoid_int8_beside_a_gpu(monkeypatch):
+    import torch
+
+    from specviz import runs
+
+    for var in ("SPECVIZ_DEFAULT_TARGET", "SPECVIZ_DEFAULT_DRAFT", "SPECVIZ_DEFAULT_PROPOSER", "SPECVIZ_DEFAULT_PROMPT"):
+        monkeypatch.delenv(var, raising=False)
+    d = runs.Defaults.from_env()
+    assert runs.prefix_of(d.proposer) == "ngram" and d.k == 4 and d.temperature == 0
+    assert "def longest_common_subsequence_length" in d.prompt  # the answer quotes the code: the lookup drafts
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    d = runs.Defaults.from_env()
+    assert "@int8" not in d.draft
+    for tour in runs.TOURS:
+        assert "@int8" not in str(runs.tour_settings(tour.key, d, cuda=True).get("draft"))
