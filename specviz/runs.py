@@ -87,6 +87,13 @@ def spec_for(label: str, draft: str | None = None, layers: int | None = None, op
     return kind.spec()
 
 
+def check_options(label: str, draft: str | None, layers: int | None, options: str) -> None:
+    """A ValueError naming a bad option key or value of a playground choice (loads nothing)."""
+    from .proposers.registry import check_spec
+
+    check_spec(spec_for(label, draft, layers, options))
+
+
 def proposer_hint() -> str:
     """The Benchmark tab's hint under its proposer box."""
     return syntax_list(include_none=False).replace("NAME", "MODEL")
@@ -340,6 +347,6 @@ def tour_settings(key: str, d: Defaults, cuda: bool = False) -> dict[str, Any]:
 
 __all__: Sequence[str] = [
     "CROSS_PAIRS", "Defaults", "MENU", "TAKES_OPTIONS", "Tour", "TOURS", "options_hint", "tour_settings", "PAIRS", "TAKES_LAYERS", "USES_DRAFT_MODEL", "auto_draft", "bench_proposer_choices",
-    "build_decoder", "build_proposers", "default_draft", "draft_choices", "example_prompts", "is_target_only", "label_of", "menu_label",
+    "build_decoder", "build_proposers", "check_options", "default_draft", "draft_choices", "example_prompts", "is_target_only", "label_of", "menu_label",
     "prefix_of", "proposer_hint", "spec_for", "target_choices",
 ]

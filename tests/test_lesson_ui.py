@@ -169,7 +169,8 @@ def test_defaults_tell_the_true_story_and_avoid_int8_beside_a_gpu(monkeypatch):
 
     from specviz import runs
 
-    for var in ("SPECVIZ_DEFAULT_TARGET", "SPECVIZ_DEFAULT_DRAFT", "SPECVIZ_DEFAULT_PROPOSER", "SPECVIZ_DEFAULT_PROMPT"):
+    for var in ("SPECVIZ_DEFAULT_TARGET", "SPECVIZ_DEFAULT_DRAFT", "SPECVIZ_DEFAULT_PROPOSER", "SPECVIZ_DEFAULT_PROMPT",
+                "SPECVIZ_DEFAULT_TEMPERATURE", "SPECVIZ_DEFAULT_K"):
         monkeypatch.delenv(var, raising=False)
     d = runs.Defaults.from_env()
     assert runs.prefix_of(d.proposer) == "ngram" and d.k == 4 and d.temperature == 0

@@ -22,7 +22,7 @@ from ..replay import Replay
 from ..limits import Limits, check_k, check_max_new_tokens, check_model_name, check_prompt_chars
 from ..models import pin, unpin
 from ..parsing import finite_number
-from ..runs import MENU, TAKES_LAYERS, TAKES_OPTIONS, USES_DRAFT_MODEL, label_of, prefix_of, spec_for
+from ..runs import MENU, TAKES_LAYERS, TAKES_OPTIONS, USES_DRAFT_MODEL, check_options, label_of, prefix_of, spec_for
 
 MAX_TEMPERATURE = 5.0
 
@@ -138,9 +138,7 @@ def parse_settings(
     check_prompt_chars(prompt, lim)
     opts = options.strip() if isinstance(options, str) and proposer in TAKES_OPTIONS else ""
     if opts:
-        from ..proposers.registry import check_spec
-
-        check_spec(spec_for(proposer, draft_name or None, n_layers, opts))  # names a bad key or value
+        check_options(proposer, draft_name or None, n_layers, opts)  # names a bad key or value
     return Settings(
         target=target, proposer=proposer, draft=draft_name if proposer in USES_DRAFT_MODEL else None, k=k,
         temperature=t, top_p=None if tp >= 1 else tp, top_k=tk or None, seed=seed, max_new_tokens=n,
