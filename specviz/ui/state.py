@@ -249,6 +249,8 @@ class PlaygroundState:
         assert self.session is not None
         first = not self.session.steps and self.mode == "live"
         record = self.session.step()
+        if self.selected_step is None:
+            self.phase = None  # following the latest step: show it committed
         self.last_engine_ms = record.total_ms + (self.session.prefill_ms if first else 0.0)
         return record
 
