@@ -221,12 +221,16 @@ def build_nav() -> dict[str, gr.Button]:
     return buttons
 
 
-def build_phase_and_tree() -> tuple[gr.HTML, gr.Row, gr.Plot, gr.Plot]:
-    phase = gr.HTML(phase_html(PlaygroundState()), elem_id="sv-phase")
+def build_phase() -> gr.HTML:
+    return gr.HTML(phase_html(PlaygroundState()), elem_id="sv-phase")
+
+
+def build_tree() -> tuple[gr.Row, gr.Plot, gr.Plot]:
+    """The tree step's tree and attention mask, side by side (hidden for a chain step)."""
     with gr.Row(visible=False, elem_id="sv-tree-row", equal_height=False) as row:
         tree = gr.Plot(show_label=False, min_width=300, elem_id="sv-tree")
         mask = gr.Plot(show_label=False, min_width=300, elem_id="sv-tree-mask")
-    return phase, row, tree, mask
+    return row, tree, mask
 
 
 # -- handlers ------------------------------------------------------------------------------------

@@ -56,11 +56,9 @@ auto_draft = runs.auto_draft  # the draft to switch to when the target or propos
 build_decoder = runs.build_decoder  # settings -> SpeculativeDecoder (outside the UI)
 
 
-def _friendly(e: BaseException) -> str:
+def friendly(e: BaseException) -> str:
     return friendly_error(e, "the playground", after=". The playground is still usable; try Reset.")
 
-
-friendly = _friendly
 
 
 # -- the view --------------------------------------------------------------------------------
@@ -169,12 +167,10 @@ def _shown_index(state: PlaygroundState) -> int | None:
     return rec.index if rec is not None else None
 
 
-def _status_only(state: PlaygroundState) -> list[Any]:
+def status_only(state: PlaygroundState) -> list[Any]:
     text, kind = state.message
     return [viz.message_html(text, kind)] + [gr.skip()] * (N_OUT - 1)
 
-
-status_only = _status_only
 
 
 # -- handlers --------------------------------------------------------------------------------
@@ -189,7 +185,7 @@ def ensure_live_session(state: PlaygroundState, raw: tuple) -> Iterator[list[Any
             return
         changed = state.session is not None
     state.message = (f"Loading {settings.describe()}…", "info")
-    yield _status_only(state)
+    yield status_only(state)
 
     progress = lesson.LoadProgress(1 + (settings.proposer in USES_DRAFT_MODEL))
 
@@ -200,14 +196,14 @@ def ensure_live_session(state: PlaygroundState, raw: tuple) -> Iterator[list[Any
     result: Any = None
     if zerogpu.active():  # the GPU is lent per call, in a forked worker: record the run, replay it here
         state.message = (f"Running {settings.describe()} on a ZeroGPU GPU; its steps then replay here…", "info")
-        yield _status_only(state)
+        yield status_only(state)
         result = zerogpu.record(settings, state.new_trace_path(settings))
     else:
         for item in in_thread(lambda report: build_decoder(settings, report), on_progress):
             if isinstance(item, tuple):
                 result = item[0]
             elif item is not None:
-                yield _status_only(state)
+                yield status_only(state)
     with state.lock:
         if state.mode == "live" and state.session is not None and state.settings == settings:
             return  # another click started this very run while the models loaded
@@ -237,13 +233,13 @@ def on_step(state: PlaygroundState, *raw) -> Iterator[list[Any]]:
                 frame = render(state, chart=False, plots=False)
             else:
                 state.message = ("This run has finished. Press Reset (or change a setting) to start a new one.", "info")
-                frame = _status_only(state)
+                frame = status_only(state)
         yield frame  # the step's text first: the browser shows it while the charts are built
         if stepped:
             yield on_charts(state)
     except Exception as e:  # noqa: BLE001 - shown in the page, never a traceback
-        state.message = (_friendly(e), "error")
-        yield _status_only(state)
+        state.message = (friendly(e), "error")
+        yield status_only(state)
 
 
 def on_charts(state: PlaygroundState) -> list[Any]:
@@ -273,7 +269,7 @@ def on_play(state: PlaygroundState, *raw) -> Iterator[list[Any]]:
         if state.mode == "live":
             if state.session is not None and state.session.done:
                 state.message = ("This run has finished. Press Reset (or change a setting) to start a new one.", "info")
-                yield _status_only(state)
+                yield status_only(state)
                 return
         else:
             with state.lock:
@@ -310,8 +306,8 @@ def on_play(state: PlaygroundState, *raw) -> Iterator[list[Any]]:
             frame = render(state, download=state.mode == "live")
         yield frame
     except Exception as e:  # noqa: BLE001
-        state.message = (_friendly(e), "error")
-        yield _status_only(state)
+        state.message = (friendly(e), "error")
+        yield status_only(state)
 
 
 def on_pause(state: PlaygroundState) -> None:
@@ -333,7 +329,7 @@ def on_baseline(state: PlaygroundState, *raw) -> Iterator[list[Any]]:
     try:
         settings = parse_settings(*raw)
         state.message = (f"Loading {settings.target} for the target-only baseline…", "info")
-        yield _status_only(state)
+        yield status_only(state)
 
         progress = lesson.LoadProgress(1)
 
@@ -348,7 +344,7 @@ def on_baseline(state: PlaygroundState, *raw) -> Iterator[list[Any]]:
                 if isinstance(item, tuple):
                     decoder = item[0]
                 elif item is not None:
-                    yield _status_only(state)
+                    yield status_only(state)
         with state.lock:
             state.start_baseline(settings, decoder, recorded)
             session = state.baseline_session
@@ -386,8 +382,8 @@ def on_baseline(state: PlaygroundState, *raw) -> Iterator[list[Any]]:
             frame = render(state, plots=False, inspector=False, baseline=True)
         yield frame
     except Exception as e:  # noqa: BLE001
-        state.message = (_friendly(e), "error")
-        yield _status_only(state)
+        state.message = (friendly(e), "error")
+        yield status_only(state)
 
 
 def on_pick(state: PlaygroundState, evt: gr.EventData) -> list[Any]:
@@ -449,8 +445,8 @@ def on_load_trace(state: PlaygroundState, path: Any) -> list[Any]:
                 "replay it step by step, Reset to go back to live mode.", "ok")
             return render(state, download=True)
     except Exception as e:  # noqa: BLE001
-        state.message = (_friendly(e), "error")
-        return _status_only(state)
+        state.message = (friendly(e), "error")
+        return status_only(state)
 
 
 _DRAFT_INFO = {DRAFT: "must share the target's tokenizer",
@@ -546,12 +542,13 @@ def build_playground(defaults: Defaults | None = None) -> PlaygroundView:
         with gr.Column(scale=5, min_width=300):
             step_slider = gr.Slider(1, 2, value=1, step=1, label="Step", interactive=False, elem_id="sv-step-slider")
             nav = lesson.build_nav()
-            phase, tree_row, tree, mask = lesson.build_phase_and_tree()
+            phase = lesson.build_phase()
             position = gr.Radio([], label="Position in the step", type="index", elem_id="sv-position")
             summary = gr.HTML(viz.step_summary(None), elem_id="sv-summary")
             table = gr.HTML(viz.draft_table_html(None), elem_id="sv-draft-table", js_on_load=TABLE_JS)
         with gr.Column(scale=6, min_width=300):
             topk = gr.Plot(viz.topk_figure(None), show_label=False, elem_id="sv-topk")
+    tree_row, tree, mask = lesson.build_tree()
     with gr.Row(elem_classes=["sv-plots"]):
         acceptance = gr.Plot(viz.acceptance_by_position_figure(None), show_label=False, min_width=300,
                              elem_id="sv-plot-acceptance")
