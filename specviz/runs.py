@@ -59,12 +59,18 @@ TAKES_OPTIONS: tuple[str, ...] = tuple(k.label for k in REGISTRY if k.options)  
 NGRAM_TREE_N = 3  # the n-gram length ngram-tree uses without ":N" (the registry's default)
 
 
+OPTION_EXAMPLES = {"policy": "argmax", "nodes": "8", "width": "2"}  # a value to show for each option key
+
+
+def options_example(label: str) -> str:
+    """An options text for a menu label's kind ("nodes=8,width=2"), "" when it takes none."""
+    return ",".join(f"{o}={OPTION_EXAMPLES.get(o, '…')}" for o in get_kind(label).options)
+
+
 def options_hint(label: str) -> str | None:
-    """The options box's hint for a menu label ("nodes=16,width=2"), or None when it takes none."""
+    """The options box's hint for a menu label, or None when it takes none."""
     kind = get_kind(label)
-    if not kind.options:
-        return None
-    return f"{kind.syntax} · e.g. {kind.example.partition(',')[2] or ','.join(o + '=…' for o in kind.options)}"
+    return f"{kind.syntax} · e.g. {options_example(label)}" if kind.options else None
 
 
 def spec_for(label: str, draft: str | None = None, layers: int | None = None, options: str = "") -> str:

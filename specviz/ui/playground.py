@@ -464,7 +464,9 @@ def on_proposer_change(target: str, proposer: str, draft: str) -> tuple[Any, Any
     new = auto_draft(target, proposer, draft) if proposer in USES_DRAFT_MODEL else None
     draft_update = gr.update(visible=proposer in USES_DRAFT_MODEL, info=_DRAFT_INFO.get(proposer),
                              **({"value": new} if new and new != draft else {}))
-    opts = gr.update(visible=proposer in TAKES_OPTIONS, info=runs.options_hint(proposer) if proposer in PROPOSERS else None)
+    known = proposer in PROPOSERS
+    opts = gr.update(visible=proposer in TAKES_OPTIONS, info=runs.options_hint(proposer) if known else None,
+                     placeholder=runs.options_example(proposer) if known else None)
     return draft_update, gr.update(visible=proposer in TAKES_LAYERS), opts
 
 
@@ -494,7 +496,8 @@ def build_playground(defaults: Defaults | None = None) -> PlaygroundView:
             layers = gr.Number(value=4, label="Early-exit layers", info="the target's first L layers draft",
                                precision=0, visible=d.proposer in TAKES_LAYERS, elem_id="sv-layers")
             options = gr.Textbox("", label="Proposer options", info=runs.options_hint(d.proposer), max_lines=1,
-                                 placeholder="nodes=8,width=2", visible=d.proposer in TAKES_OPTIONS, elem_id="sv-options")
+                                 placeholder=runs.options_example(d.proposer), visible=d.proposer in TAKES_OPTIONS,
+                                 elem_id="sv-options")
             k = gr.Slider(1, lim.max_k, value=min(d.k, lim.max_k), step=1, label="k", info="tokens drafted per step", elem_id="sv-k")
             schedule = gr.Dropdown(list(SCHEDULES), value="constant", label="k schedule",
                                    info="how k changes from step to step", elem_id="sv-schedule")
