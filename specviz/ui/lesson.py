@@ -50,6 +50,10 @@ class LessonView:
 
 
 N_LESSON = 8
+WHEN_IT_PAYS = ("What pays where: speculation trades extra work per target pass for fewer passes. On a CPU a draft "
+                "model's token costs a good part of a target step, so prompt lookup (free drafts) pays most on text "
+                "that repeats the prompt (code, extraction, quoting); a draft model pays more on a GPU, where the wider "
+                "verify pass is nearly free; the target's own first layers (early exit) rarely guess right.")
 
 # Typing a model id and pressing Enter must keep what was typed: Gradio's dropdown would pick the
 # first menu item the text filters to ("gemma-3-270m" -> "gemma-3-270m@int8"). Enter in a model box
@@ -150,7 +154,7 @@ def why_html(state: PlaygroundState) -> str:
     if stats is None or not state.steps:
         return ('<div class="sv-why sv-why-unknown" data-verdict="none"><div class="sv-why-head">Why this speedup?'
                 '</div><p class="sv-muted">Run some steps, then “Run target-only”: this card explains the speedup '
-                f'from the run\'s own numbers.</p>{note}</div>')
+                f'from the run\'s own numbers.</p><p class="sv-muted">{WHEN_IT_PAYS}</p>{note}</div>')
     story = explain_run(state.steps, stats, state.comparable_baseline(), k=_k(state), proposer=_proposer_name(state))
     return story.html() + note
 
