@@ -156,7 +156,7 @@ def lesson_screenshots(url: str, out_dir: str) -> list[str]:
                         full_page=True)
         saved.append(str(out / "screenshot-race.png"))
         tour("tree", "Tour: step")
-        page.screenshot(path=str(out / "screenshot-tree.png"), clip=_union(page, ["#sv-phase", "#sv-tree-row"]), full_page=True)
+        page.screenshot(path=str(out / "screenshot-tree.png"), clip=_union(page, ["#sv-tree-row"]), full_page=True)
         saved.append(str(out / "screenshot-tree.png"))
         phone = browser.new_page(viewport={"width": 390, "height": 844}, device_scale_factor=2)
         phone.set_default_timeout(900_000)
