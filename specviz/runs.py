@@ -11,6 +11,7 @@ pair with :data:`specviz.models.HUB_PAIRS`.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Protocol, Sequence
 
 from .algorithm import Acceptance
@@ -54,18 +55,49 @@ def prefix_of(label: str) -> str:
     return get_kind(label).prefix
 
 
-def spec_for(label: str, draft: str | None = None, layers: int | None = None) -> str:
-    """The proposer spec of a playground choice: ("draft model", "m@int8") -> "draft:m@int8"."""
+TAKES_OPTIONS: tuple[str, ...] = tuple(k.label for k in REGISTRY if k.options)  # labels with ",key=value" options
+NGRAM_TREE_N = 3  # the n-gram length ngram-tree uses without ":N" (the registry's default)
+
+
+OPTION_EXAMPLES = {"policy": "argmax", "nodes": "8", "width": "2"}  # a value to show for each option key
+
+
+def options_example(label: str) -> str:
+    """An options text for a menu label's kind ("nodes=8,width=2"), "" when it takes none."""
+    return ",".join(f"{o}={OPTION_EXAMPLES.get(o, '…')}" for o in get_kind(label).options)
+
+
+def options_hint(label: str) -> str | None:
+    """The options box's hint for a menu label, or None when it takes none."""
     kind = get_kind(label)
+    return f"{kind.syntax} · e.g. {options_example(label)}" if kind.options else None
+
+
+def spec_for(label: str, draft: str | None = None, layers: int | None = None, options: str = "") -> str:
+    """The proposer spec of a playground choice: ("draft model", "m@int8") -> "draft:m@int8";
+    ``options`` ("nodes=8,width=2") is appended for the kinds that take options (the registry
+    checks the keys and values)."""
+    kind = get_kind(label)
+    opts = ",".join(o.strip() for o in (options or "").split(",") if o.strip()) if kind.options else ""
+    tail = f",{opts}" if opts else ""
     if kind.needs_model:
         if not draft:
             raise ValueError("choose a draft model, or switch the proposer to n-gram")
-        return kind.spec(draft)
+        return kind.spec(draft + tail)
     if kind.arg_required:
         if layers is None:
             raise ValueError(f"{kind.label} needs {kind.syntax}")
-        return kind.spec(str(layers))
+        return kind.spec(str(layers) + tail)
+    if opts:  # "ngram-tree" with options needs its N first: "ngram-tree:3,nodes=8"
+        return kind.spec(f"{NGRAM_TREE_N}{tail}")
     return kind.spec()
+
+
+def check_options(label: str, draft: str | None, layers: int | None, options: str) -> None:
+    """A ValueError naming a bad option key or value of a playground choice (loads nothing)."""
+    from .proposers.registry import check_spec
+
+    check_spec(spec_for(label, draft, layers, options))
 
 
 def proposer_hint() -> str:
@@ -190,7 +222,7 @@ def build_decoder(settings: RunSettings, progress: Progress, *, target_only: boo
     check_prompts_fit(target.tokenizer, [settings.prompt], chat=settings.chat)  # hosting limit
     if target_only:
         return SpeculativeDecoder(target, None, sampling=settings.sampling)
-    spec = spec_for(settings.proposer, settings.draft, settings.layers)
+    spec = spec_for(settings.proposer, settings.draft, settings.layers, getattr(settings, "options", ""))
     proposer = from_spec(spec, target, load=lambda name, **kw: load(name, progress=progress, **kw))
     return SpeculativeDecoder(target, proposer, k=settings.k, sampling=settings.sampling, schedule=settings.schedule,
                               acceptance=Acceptance(settings.acceptance))
@@ -213,8 +245,114 @@ def is_target_only(spec: str) -> bool:
     return check_spec(spec)[0] == "none"
 
 
+# -- the playground's defaults and guided tours -------------------------------------------------
+
+# Measured on a busy 2-core CPU with gemma-3-270m, greedy, chat template, 64 new tokens, three
+# interleaved rounds (provisional; speedup over target-only in the same round): on the coding
+# example the answer quotes the code, so prompt lookup (free drafts) commits 4.0 tokens per target
+# pass: 1.66x / 1.38x / 2.64x; the int8 draft (tau 4.6, but each token costs about half a target
+# step here) 2.40x / 1.03x / 1.63x; early exit (4 layers) 0.37x / 0.34x / 0.26x. The n-gram needs no
+# second model (fast cold start; an @int8 draft is refused beside a GPU).
+DEFAULT_PROPOSER = "ngram"
+DEFAULT_K = 4
+DEFAULT_CATEGORY = "coding"  # the default prompt: the first bundled example of this Spec-Bench category
+
+
+def default_prompt() -> str:
+    """The first example prompt of DEFAULT_CATEGORY (code under review: the answer quotes it)."""
+    examples = example_prompts()
+    for label, prompt in examples:
+        if label.startswith(DEFAULT_CATEGORY + ":"):
+            return prompt
+    return examples[0][1] if examples else "Explain speculative decoding."
+
+
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+@dataclass(frozen=True)
+class Defaults:
+    """The playground's starting settings (SPECVIZ_DEFAULT_* overrides each)."""
+
+    target: str
+    draft: str
+    proposer: str  # a menu label
+    k: int = DEFAULT_K
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0
+    seed: int = 0
+    max_new_tokens: int = 64
+    prompt: str = ""
+
+    @classmethod
+    def from_env(cls) -> "Defaults":
+        """SPECVIZ_DEFAULT_TARGET / _DRAFT / _PROPOSER (ngram, draft, hybrid, cross, early) / _PROMPT /
+        _MAX_NEW_TOKENS / _TEMPERATURE / _K."""
+        import os
+
+        from .limits import Limits
+
+        target = os.environ.get("SPECVIZ_DEFAULT_TARGET", "").strip() or "gemma-3-270m"
+        draft = os.environ.get("SPECVIZ_DEFAULT_DRAFT", "").strip() or default_draft(target)
+        if draft.endswith("@int8") and _cuda():  # int8 quantization is CPU-only: refused beside a GPU
+            draft = draft[: -len("@int8")]
+        proposer = menu_label(os.environ.get("SPECVIZ_DEFAULT_PROPOSER", DEFAULT_PROPOSER))
+        prompt = os.environ.get("SPECVIZ_DEFAULT_PROMPT") or default_prompt()
+        lim = Limits.from_env()
+        try:
+            max_new = int(os.environ.get("SPECVIZ_DEFAULT_MAX_NEW_TOKENS", "64"))
+            temperature = float(os.environ.get("SPECVIZ_DEFAULT_TEMPERATURE", "0"))
+            k = int(os.environ.get("SPECVIZ_DEFAULT_K", str(DEFAULT_K)))
+        except ValueError:
+            max_new, temperature, k = 64, 0.0, DEFAULT_K
+        return cls(target=target, draft=draft, proposer=proposer, prompt=prompt, temperature=max(0.0, min(temperature, 2.0)),
+                   k=max(1, min(k, lim.max_k)), max_new_tokens=max(1, min(max_new, lim.max_new_tokens)))
+
+
+@dataclass(frozen=True)
+class Tour:
+    """A guided tour: the settings it sets, and the moment it walks to."""
+
+    key: str  # "speedup" | "rejection" | "no-pay" | "tree"
+    button: str  # the button's text
+    moment: str  # what the page shows at the end, said in the status line
+
+
+TOURS: tuple[Tour, ...] = (
+    Tour("speedup", "Show me a speedup",
+         "the run and a target-only run on the same prompt: the race and the card say why it is faster"),
+    Tour("rejection", "Show me a rejection",
+         "the first step with a rejected draft, in its decide phase: u against min(1, p/q), then the resample"),
+    Tour("no-pay", "Show me a pair that does not pay",
+         "a proposer whose drafts are cheap but rarely right: the card says what limits it"),
+    Tour("tree", "Show me a tree",
+         "a step whose drafted tree branches: the accepted path in green, the attention mask beside it"),
+)
+
+
+def tour_settings(key: str, d: Defaults, cuda: bool = False) -> dict[str, Any]:
+    """The control values a tour sets (names as in the playground's controls)."""
+    draft = d.draft[: -len("@int8")] if cuda and d.draft.endswith("@int8") else d.draft  # int8 is CPU-only
+    base = dict(target=d.target, draft=draft, k=d.k, temperature=0.0, top_p=1.0, top_k=0, seed=0,
+                max_new_tokens=d.max_new_tokens, prompt=d.prompt, schedule="constant", rule="exact", options="",
+                layers=4)
+    if key == "speedup":
+        return {**base, "proposer": d.proposer}
+    if key == "rejection":  # sampling: a draft model's drafts get rejected now and then
+        return {**base, "proposer": label_of("draft"), "temperature": 1.0, "k": 4}
+    if key == "no-pay":  # the target's first layer as the draft: nearly free, rarely right
+        return {**base, "proposer": label_of("early-exit"), "layers": 1, "k": 4}
+    if key == "tree":
+        return {**base, "proposer": label_of("draft-tree"), "options": "nodes=8,width=2", "k": 3}
+    raise ValueError(f"unknown tour {key!r}; choose one of: {', '.join(t.key for t in TOURS)}")
+
+
 __all__: Sequence[str] = [
-    "CROSS_PAIRS", "MENU", "PAIRS", "TAKES_LAYERS", "USES_DRAFT_MODEL", "auto_draft", "bench_proposer_choices",
-    "build_decoder", "build_proposers", "default_draft", "draft_choices", "example_prompts", "is_target_only", "label_of", "menu_label",
+    "CROSS_PAIRS", "Defaults", "MENU", "TAKES_OPTIONS", "Tour", "TOURS", "options_hint", "tour_settings", "PAIRS", "TAKES_LAYERS", "USES_DRAFT_MODEL", "auto_draft", "bench_proposer_choices",
+    "build_decoder", "build_proposers", "check_options", "default_draft", "draft_choices", "example_prompts", "is_target_only", "label_of", "menu_label",
     "prefix_of", "proposer_hint", "spec_for", "target_choices",
 ]

@@ -37,7 +37,7 @@ def test_step_handler_streams_status_then_the_step(tiny_env):
 
     st = PlaygroundState()
     frames = list(pg.on_step(st, *_raw(tiny_env)))
-    assert all(len(f) == 13 for f in frames)
+    assert all(len(f) == pg.N_OUT for f in frames)  # the view and the lesson (specviz.ui.lesson)
     text, charts = frames[-2], frames[-1]  # the step's text first, then its charts
     assert len(st.steps) == 1 and 'data-steps="1"' in text[1] and "sv-table" in text[7]
     assert charts[1] == {"__type__": "update"} and charts[8] is not None and charts[12]["value"]

@@ -4,8 +4,8 @@ Gradio 6 takes the theme, CSS and head at ``launch()``, not ``gr.Blocks()``, so 
 serves the demo should use :func:`launch` (or pass :func:`launch_kwargs` itself).
 
 Environment variables: ``SPECVIZ_DEFAULT_TARGET``, ``SPECVIZ_DEFAULT_DRAFT``,
-``SPECVIZ_DEFAULT_PROPOSER`` (``ngram`` or ``draft``), ``SPECVIZ_DEFAULT_PROMPT``,
-``SPECVIZ_DEFAULT_MAX_NEW_TOKENS``, ``SPECVIZ_DEFAULT_TEMPERATURE`` (the playground's starting settings; the model boxes also take
+``SPECVIZ_DEFAULT_PROPOSER`` (a spec prefix; default ``ngram``, see specviz.runs), ``SPECVIZ_DEFAULT_PROMPT``,
+``SPECVIZ_DEFAULT_MAX_NEW_TOKENS``, ``SPECVIZ_DEFAULT_TEMPERATURE``, ``SPECVIZ_DEFAULT_K`` (the playground's starting settings; the model boxes also take
 local directories), ``SPECVIZ_CONCURRENCY`` (model runs at once across all users, default 2),
 ``SPECVIZ_HOST`` / ``SPECVIZ_PORT`` (default 127.0.0.1:7860; a Space sets ``GRADIO_SERVER_NAME``).
 """
@@ -35,8 +35,10 @@ INTRO = """
 
 
 def css() -> str:
-    """The app's stylesheet (shipped inside the package)."""
-    return (resources.files("specviz") / "assets" / "style.css").read_text(encoding="utf-8")
+    """The app's stylesheet (shipped inside the package), then the lesson pieces' (specviz.viz.styles)."""
+    from ..viz.styles import lesson_css
+
+    return (resources.files("specviz") / "assets" / "style.css").read_text(encoding="utf-8") + "\n" + lesson_css()
 
 
 def theme() -> gr.themes.Base:
@@ -99,8 +101,10 @@ def _warm_plotly() -> None:
 
 
 def launch_kwargs() -> dict[str, Any]:
-    """Theme and CSS for ``demo.launch()`` (Gradio 6 takes them there)."""
-    return {"theme": theme(), "css": css()}
+    """Theme, CSS and the keyboard shortcuts' script for ``demo.launch()`` (Gradio 6 takes them there)."""
+    from .lesson import page_js
+
+    return {"theme": theme(), "css": css(), "js": page_js()}
 
 
 def launch(demo: gr.Blocks | None = None, **kwargs: Any):

@@ -17,16 +17,18 @@ import gradio as gr
 
 from .. import viz
 from ..viz.scripts import TABLE_JS, TOKENS_JS
+from ..viz.tree import chain_view
 from ..limits import Limits
 from .. import runs
 from ..replay import Replay
 from . import zerogpu
 from .state import (
-    CROSS, DRAFT, HYBRID, PROPOSERS, RULES, SCHEDULES, TAKES_LAYERS, USES_DRAFT_MODEL, PlaygroundState,
+    CROSS, DRAFT, HYBRID, PROPOSERS, TAKES_OPTIONS, RULES, SCHEDULES, TAKES_LAYERS, USES_DRAFT_MODEL, PlaygroundState,
     parse_settings,
 )
 from .handlers import friendly_error
 from .threads import in_thread
+from . import lesson
 
 log = logging.getLogger("specviz.ui")
 
@@ -38,35 +40,7 @@ REPLAY_MAX_DELAY_S = 0.5
 # -- defaults and choices --------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Defaults:
-    target: str
-    draft: str
-    proposer: str
-    k: int = 4
-    temperature: float = 0.0
-    top_p: float = 1.0
-    top_k: int = 0
-    seed: int = 0
-    max_new_tokens: int = 64
-    prompt: str = ""
-
-    @classmethod
-    def from_env(cls) -> "Defaults":
-        """SPECVIZ_DEFAULT_TARGET / _DRAFT / _PROPOSER (ngram, draft, hybrid, cross, early) / _PROMPT /
-        _MAX_NEW_TOKENS / _TEMPERATURE."""
-        target = os.environ.get("SPECVIZ_DEFAULT_TARGET", "").strip() or "gemma-3-270m"
-        draft = os.environ.get("SPECVIZ_DEFAULT_DRAFT", "").strip() or runs.default_draft(target)
-        proposer = runs.menu_label(os.environ.get("SPECVIZ_DEFAULT_PROPOSER", "draft"))
-        examples = runs.example_prompts()
-        prompt = os.environ.get("SPECVIZ_DEFAULT_PROMPT") or (examples[0][1] if examples else "Explain speculative decoding.")
-        try:
-            max_new = int(os.environ.get("SPECVIZ_DEFAULT_MAX_NEW_TOKENS", "64"))
-            temperature = float(os.environ.get("SPECVIZ_DEFAULT_TEMPERATURE", "0"))
-        except ValueError:
-            max_new, temperature = 64, 0.0
-        return cls(target=target, draft=draft, proposer=proposer, prompt=prompt, temperature=max(0.0, min(temperature, 2.0)),
-                   max_new_tokens=max(1, min(max_new, Limits.from_env().max_new_tokens)))
+Defaults = runs.Defaults  # the starting settings (specviz.runs)
 
 
 def target_choices(defaults: Defaults) -> list[str]:
@@ -82,8 +56,9 @@ auto_draft = runs.auto_draft  # the draft to switch to when the target or propos
 build_decoder = runs.build_decoder  # settings -> SpeculativeDecoder (outside the UI)
 
 
-def _friendly(e: BaseException) -> str:
+def friendly(e: BaseException) -> str:
     return friendly_error(e, "the playground", after=". The playground is still usable; try Reset.")
+
 
 
 # -- the view --------------------------------------------------------------------------------
@@ -107,13 +82,22 @@ class PlaygroundView:
     timeline: gr.Plot
     tokens_per_step: gr.Plot
     download: gr.DownloadButton
+    lesson: lesson.LessonView
 
     @property
     def outputs(self) -> list[gr.components.Component]:
         return [
             self.status, self.tokens, self.metrics, self.baseline, self.step_slider, self.position, self.summary,
             self.table, self.topk, self.acceptance, self.timeline, self.tokens_per_step, self.download,
+            *self.lesson.outputs,
         ]
+
+
+N_OUT = 13 + lesson.N_LESSON  # len(PlaygroundView.outputs)
+
+
+def skips() -> list[Any]:
+    return [gr.skip()] * N_OUT
 
 
 def render(
@@ -129,7 +113,7 @@ def render(
     skip = gr.skip()
     text, kind = state.message
     out: list[Any] = [viz.message_html(text, kind)]
-    steps = state.steps
+    steps = [chain_view(s) for s in state.steps]  # a tree step as its committed path (chain views)
     if run:
         out += [
             viz.tokens_html(state.prompt_text, steps, selected_step=_shown_index(state)),
@@ -146,6 +130,7 @@ def render(
     else:
         out.append(skip)
     rec = state.shown_step()
+    rec = chain_view(rec) if rec is not None else None
     choices = viz.position_choices(rec)
     pos = state.selected_pos if state.selected_pos is not None else viz.default_position(rec)
     pos = max(0, min(pos, len(choices) - 1)) if choices else 0
@@ -174,7 +159,7 @@ def render(
         out.append(gr.update(value=path, interactive=bool(path)))
     else:
         out.append(skip)
-    return out
+    return out + lesson.render_lesson(state, run=run, inspector=inspector, chart=chart, baseline=baseline)
 
 
 def _shown_index(state: PlaygroundState) -> int | None:
@@ -182,15 +167,16 @@ def _shown_index(state: PlaygroundState) -> int | None:
     return rec.index if rec is not None else None
 
 
-def _status_only(state: PlaygroundState) -> list[Any]:
+def status_only(state: PlaygroundState) -> list[Any]:
     text, kind = state.message
-    return [viz.message_html(text, kind)] + [gr.skip()] * 12
+    return [viz.message_html(text, kind)] + [gr.skip()] * (N_OUT - 1)
+
 
 
 # -- handlers --------------------------------------------------------------------------------
 
 
-def _ensure_live_session(state: PlaygroundState, raw: tuple) -> Iterator[list[Any]]:
+def ensure_live_session(state: PlaygroundState, raw: tuple) -> Iterator[list[Any]]:
     """Start a live session for the current settings unless one is running for them; yields
     status updates while models load. Raises ValueError for bad settings."""
     settings = parse_settings(*raw)
@@ -199,23 +185,25 @@ def _ensure_live_session(state: PlaygroundState, raw: tuple) -> Iterator[list[An
             return
         changed = state.session is not None
     state.message = (f"Loading {settings.describe()}…", "info")
-    yield _status_only(state)
+    yield status_only(state)
+
+    progress = lesson.LoadProgress(1 + (settings.proposer in USES_DRAFT_MODEL))
 
     def on_progress(msg: str) -> None:
         log.info("%s", msg)
-        state.message = (f"{msg}", "info")
+        state.message = (progress.line(msg), "info")
 
     result: Any = None
     if zerogpu.active():  # the GPU is lent per call, in a forked worker: record the run, replay it here
         state.message = (f"Running {settings.describe()} on a ZeroGPU GPU; its steps then replay here…", "info")
-        yield _status_only(state)
+        yield status_only(state)
         result = zerogpu.record(settings, state.new_trace_path(settings))
     else:
         for item in in_thread(lambda report: build_decoder(settings, report), on_progress):
             if isinstance(item, tuple):
                 result = item[0]
             elif item is not None:
-                yield _status_only(state)
+                yield status_only(state)
     with state.lock:
         if state.mode == "live" and state.session is not None and state.settings == settings:
             return  # another click started this very run while the models loaded
@@ -236,7 +224,7 @@ def on_step(state: PlaygroundState, *raw) -> Iterator[list[Any]]:
     """
     try:
         if state.mode == "live":
-            yield from _ensure_live_session(state, raw)
+            yield from ensure_live_session(state, raw)
         with state.lock:
             stepped = not (state.mode == "live" and state.session is not None and state.session.done)
             if stepped:
@@ -245,13 +233,13 @@ def on_step(state: PlaygroundState, *raw) -> Iterator[list[Any]]:
                 frame = render(state, chart=False, plots=False)
             else:
                 state.message = ("This run has finished. Press Reset (or change a setting) to start a new one.", "info")
-                frame = _status_only(state)
+                frame = status_only(state)
         yield frame  # the step's text first: the browser shows it while the charts are built
         if stepped:
             yield on_charts(state)
     except Exception as e:  # noqa: BLE001 - shown in the page, never a traceback
-        state.message = (_friendly(e), "error")
-        yield _status_only(state)
+        state.message = (friendly(e), "error")
+        yield status_only(state)
 
 
 def on_charts(state: PlaygroundState) -> list[Any]:
@@ -276,12 +264,12 @@ def on_play(state: PlaygroundState, *raw) -> Iterator[list[Any]]:
     state.stop.clear()
     try:
         if state.mode == "live":
-            yield from _ensure_live_session(state, raw)
+            yield from ensure_live_session(state, raw)
         epoch = state.epoch  # a Reset, a trace load or a new run (another event) stops this loop
         if state.mode == "live":
             if state.session is not None and state.session.done:
                 state.message = ("This run has finished. Press Reset (or change a setting) to start a new one.", "info")
-                yield _status_only(state)
+                yield status_only(state)
                 return
         else:
             with state.lock:
@@ -301,10 +289,12 @@ def on_play(state: PlaygroundState, *raw) -> Iterator[list[Any]]:
                 now = time.perf_counter()
                 frame = None
                 if now - last >= PLAY_MIN_INTERVAL_S or state.done:
-                    charts = now - last_charts >= PLAY_CHART_INTERVAL_S
+                    charts = now - last_charts >= PLAY_CHART_INTERVAL_S or state.play_delay_s > 0
                     frame = render(state, chart=charts, plots=charts)
                     last, last_charts = now, (now if charts else last_charts)
-            if state.mode == "trace":
+            if state.play_delay_s > 0:  # the Play speed control
+                time.sleep(state.play_delay_s)
+            elif state.mode == "trace":
                 time.sleep(min(REPLAY_MAX_DELAY_S, max(0.05, record.total_ms / 1e3)))
             if frame is not None:
                 yield frame
@@ -316,8 +306,8 @@ def on_play(state: PlaygroundState, *raw) -> Iterator[list[Any]]:
             frame = render(state, download=state.mode == "live")
         yield frame
     except Exception as e:  # noqa: BLE001
-        state.message = (_friendly(e), "error")
-        yield _status_only(state)
+        state.message = (friendly(e), "error")
+        yield status_only(state)
 
 
 def on_pause(state: PlaygroundState) -> None:
@@ -339,10 +329,12 @@ def on_baseline(state: PlaygroundState, *raw) -> Iterator[list[Any]]:
     try:
         settings = parse_settings(*raw)
         state.message = (f"Loading {settings.target} for the target-only baseline…", "info")
-        yield _status_only(state)
+        yield status_only(state)
+
+        progress = lesson.LoadProgress(1)
 
         def on_progress(msg: str) -> None:
-            state.message = (msg, "info")
+            state.message = (progress.line(msg), "info")
 
         decoder = recorded = None
         if zerogpu.active():
@@ -352,7 +344,7 @@ def on_baseline(state: PlaygroundState, *raw) -> Iterator[list[Any]]:
                 if isinstance(item, tuple):
                     decoder = item[0]
                 elif item is not None:
-                    yield _status_only(state)
+                    yield status_only(state)
         with state.lock:
             state.start_baseline(settings, decoder, recorded)
             session = state.baseline_session
@@ -390,8 +382,8 @@ def on_baseline(state: PlaygroundState, *raw) -> Iterator[list[Any]]:
             frame = render(state, plots=False, inspector=False, baseline=True)
         yield frame
     except Exception as e:  # noqa: BLE001
-        state.message = (_friendly(e), "error")
-        yield _status_only(state)
+        state.message = (friendly(e), "error")
+        yield status_only(state)
 
 
 def on_pick(state: PlaygroundState, evt: gr.EventData) -> list[Any]:
@@ -400,10 +392,10 @@ def on_pick(state: PlaygroundState, evt: gr.EventData) -> list[Any]:
         step = int(evt.step)
         pos = int(evt.pos)
     except (AttributeError, TypeError, ValueError):
-        return [gr.skip()] * 13
+        return skips()
     with state.lock:
         if not 0 <= step < len(state.steps):
-            return [gr.skip()] * 13
+            return skips()
         state.select(step, pos)
         return render(state, plots=False)
 
@@ -413,14 +405,14 @@ def on_step_slider(state: PlaygroundState, value: Any) -> list[Any]:
         try:
             state.select(int(value) - 1)
         except (TypeError, ValueError):
-            return [gr.skip()] * 13
+            return skips()
         return render(state, plots=False)
 
 
 def on_position(state: PlaygroundState, index: Any) -> list[Any]:
     with state.lock:
         if index is None or not state.steps:
-            return [gr.skip()] * 13
+            return skips()
         state.selected_pos = int(index)
         return render(state, plots=False, run=False)
 
@@ -430,10 +422,10 @@ def on_table_pick(state: PlaygroundState, evt: gr.EventData) -> list[Any]:
     try:
         pos = int(evt.pos)
     except (AttributeError, TypeError, ValueError):
-        return [gr.skip()] * 13
+        return skips()
     with state.lock:
         if state.shown_step() is None:
-            return [gr.skip()] * 13
+            return skips()
         state.selected_pos = pos
         return render(state, run=False, plots=False)
 
@@ -447,14 +439,14 @@ def on_load_trace(state: PlaygroundState, path: Any) -> list[Any]:
             state.epoch += 1
             state.load_trace(str(path))
             h = state.session.header
-            what = f"{h.get('target', '?')} + {h.get('proposer', '?')}, k={h.get('k', '?')}"
+            what = f"{h.get('target', '?')} + {h.get('proposer', '?')}, k={h.get('k', '?')}, {lesson.trace_summary(h)}"
             state.message = (
                 f"Loaded a trace of {len(state.session.records)} steps ({what}). Click tokens to inspect them, Play to "
                 "replay it step by step, Reset to go back to live mode.", "ok")
             return render(state, download=True)
     except Exception as e:  # noqa: BLE001
-        state.message = (_friendly(e), "error")
-        return _status_only(state)
+        state.message = (friendly(e), "error")
+        return status_only(state)
 
 
 _DRAFT_INFO = {DRAFT: "must share the target's tokenizer",
@@ -468,11 +460,19 @@ def on_target_change(target: str, proposer: str, draft: str) -> Any:
     return gr.update(value=new) if new and new != draft else gr.skip()
 
 
-def on_proposer_change(target: str, proposer: str, draft: str) -> tuple[Any, Any]:
+def on_proposer_change(target: str, proposer: str, draft: str) -> tuple[Any, Any, Any]:
     new = auto_draft(target, proposer, draft) if proposer in USES_DRAFT_MODEL else None
     draft_update = gr.update(visible=proposer in USES_DRAFT_MODEL, info=_DRAFT_INFO.get(proposer),
                              **({"value": new} if new and new != draft else {}))
-    return draft_update, gr.update(visible=proposer in TAKES_LAYERS)
+    known = proposer in PROPOSERS
+    opts = gr.update(visible=proposer in TAKES_OPTIONS, info=runs.options_hint(proposer) if known else None,
+                     placeholder=runs.options_example(proposer) if known else None)
+    return draft_update, gr.update(visible=proposer in TAKES_LAYERS), opts
+
+
+def settings_inputs(named: dict[str, Any]) -> list[Any]:
+    """The controls in parse_settings' order (a dict built in that order)."""
+    return list(named.values())
 
 
 # -- layout ----------------------------------------------------------------------------------
@@ -493,8 +493,11 @@ def build_playground(defaults: Defaults | None = None) -> PlaygroundView:
             draft = gr.Dropdown(draft_choices(d), value=d.draft, label="Draft model", allow_custom_value=True,
                                 info=_DRAFT_INFO[d.proposer] if d.proposer in _DRAFT_INFO else None,
                                 visible=d.proposer in USES_DRAFT_MODEL, elem_id="sv-draft")
-            layers = gr.Number(value=4, label="Early-exit layers", info="the target's first L layers draft", minimum=1,
+            layers = gr.Number(value=4, label="Early-exit layers", info="the target's first L layers draft",
                                precision=0, visible=d.proposer in TAKES_LAYERS, elem_id="sv-layers")
+            options = gr.Textbox("", label="Proposer options", info=runs.options_hint(d.proposer), max_lines=1,
+                                 placeholder=runs.options_example(d.proposer), visible=d.proposer in TAKES_OPTIONS,
+                                 elem_id="sv-options")
             k = gr.Slider(1, lim.max_k, value=min(d.k, lim.max_k), step=1, label="k", info="tokens drafted per step", elem_id="sv-k")
             schedule = gr.Dropdown(list(SCHEDULES), value="constant", label="k schedule",
                                    info="how k changes from step to step", elem_id="sv-schedule")
@@ -508,12 +511,13 @@ def build_playground(defaults: Defaults | None = None) -> PlaygroundView:
                 with gr.Row():
                     top_p = gr.Number(value=d.top_p, label="Top-p", info="1 = off", minimum=0, maximum=1, step=0.05,
                                       min_width=80, elem_id="sv-top-p")
-                    top_k = gr.Number(value=d.top_k, label="Top-k", info="0 = off", minimum=0, precision=0, min_width=80,
-                                      elem_id="sv-top-k")
-                    seed = gr.Number(value=d.seed, label="Seed", info="reproducible", minimum=0, precision=0, min_width=80,
+                    top_k = gr.Number(value=d.top_k, label="Top-k", info="0 = off", precision=0, min_width=80,
+                                      elem_id="sv-top-k")  # no minimum: parse_settings names a bad value
+                    seed = gr.Number(value=d.seed, label="Seed", info="reproducible", precision=0, min_width=80,
                                      elem_id="sv-seed")
             chat = gr.Checkbox(value=True, label="Use the chat template (when the model has one)", elem_id="sv-chat")
         with gr.Column(scale=3, min_width=320, elem_id="sv-run-column"):
+            tours = lesson.build_tours()
             prompt = gr.Textbox(value=d.prompt, label="Prompt", lines=3, max_lines=8, elem_id="sv-prompt")
             if examples:
                 example = gr.Dropdown([label for label, _ in examples], value=None, label="Example prompts (Spec-Bench)",
@@ -525,9 +529,12 @@ def build_playground(defaults: Defaults | None = None) -> PlaygroundView:
                 pause_btn = gr.Button("❚❚ Pause", elem_id="sv-pause-btn")
                 reset_btn = gr.Button("↺ Reset", elem_id="sv-reset-btn")
                 base_btn = gr.Button("Run target-only", elem_id="sv-baseline-btn", min_width=150)
+                speed = gr.Dropdown(list(lesson.SPEEDS), value=next(iter(lesson.SPEEDS)), label="Play speed",
+                                    min_width=150, elem_id="sv-speed")
             status = gr.HTML(viz.message_html("Press Step to run one speculative step, or Play to run to the end.", "info"),
                              elem_id="sv-status")
             metrics = gr.HTML(viz.metrics_html(None), elem_id="sv-metrics")
+            why, race_box, race_plot, race = lesson.build_why()
             gr.HTML(viz.legend_html(), elem_id="sv-legend")
             tokens = gr.HTML(viz.tokens_html(d.prompt, []), elem_id="sv-tokens", elem_classes=["sv-pickable"],
                              js_on_load=TOKENS_JS)
@@ -537,11 +544,14 @@ def build_playground(defaults: Defaults | None = None) -> PlaygroundView:
     with gr.Row(equal_height=False):
         with gr.Column(scale=5, min_width=300):
             step_slider = gr.Slider(1, 2, value=1, step=1, label="Step", interactive=False, elem_id="sv-step-slider")
+            nav = lesson.build_nav()
+            phase = lesson.build_phase()
             position = gr.Radio([], label="Position in the step", type="index", elem_id="sv-position")
             summary = gr.HTML(viz.step_summary(None), elem_id="sv-summary")
             table = gr.HTML(viz.draft_table_html(None), elem_id="sv-draft-table", js_on_load=TABLE_JS)
         with gr.Column(scale=6, min_width=300):
             topk = gr.Plot(viz.topk_figure(None), show_label=False, elem_id="sv-topk")
+    tree_row, tree, mask = lesson.build_tree()
     with gr.Row(elem_classes=["sv-plots"]):
         acceptance = gr.Plot(viz.acceptance_by_position_figure(None), show_label=False, min_width=300,
                              elem_id="sv-plot-acceptance")
@@ -552,15 +562,19 @@ def build_playground(defaults: Defaults | None = None) -> PlaygroundView:
         upload = gr.UploadButton("⤒ Load a trace to replay", file_types=[".jsonl", ".json", ".txt"], type="filepath",
                                  elem_id="sv-upload", size="md")
 
-    controls = [target, proposer, draft, k, temperature, top_p, top_k, seed, max_new, prompt, chat, schedule, layers,
-                rule]
+    named = dict(target=target, proposer=proposer, draft=draft, k=k, temperature=temperature, top_p=top_p, top_k=top_k,
+                 seed=seed, max_new_tokens=max_new, prompt=prompt, chat=chat, schedule=schedule, layers=layers, rule=rule,
+                 options=options)  # parse_settings' order
+    controls = list(named.values())
     view = PlaygroundView(state, controls, status, tokens, metrics, baseline, step_slider, position, summary, table,
-                          topk, acceptance, timeline, tps, download)
+                          topk, acceptance, timeline, tps, download,
+                          lesson.LessonView(why, race_box, race_plot, race, phase, tree_row, tree, mask))
     outs = view.outputs
     engine = dict(concurrency_id="specviz-engine", concurrency_limit=_concurrency(), show_progress="hidden")
     inputs = [state, *controls]
 
-    proposer.change(on_proposer_change, [target, proposer, draft], [draft, layers], queue=False)
+    proposer.change(on_proposer_change, [target, proposer, draft], [draft, layers, options], queue=False)
+    lesson.wire(view, named, dict(nav=nav, speed=speed, tours=tours), engine)
     target.change(on_target_change, [target, proposer, draft], [draft], queue=False)
     step_btn.click(on_step, inputs, outs, trigger_mode="multiple", **engine)
     play_btn.click(on_play, inputs, outs, **engine)
@@ -571,7 +585,8 @@ def build_playground(defaults: Defaults | None = None) -> PlaygroundView:
     step_slider.release(on_step_slider, [state, step_slider], outs, concurrency_limit=None, show_progress="hidden")
     position.input(on_position, [state, position], outs, concurrency_limit=None, show_progress="hidden")
     table.pick(on_table_pick, [state], outs, concurrency_limit=None, show_progress="hidden")
-    upload.upload(on_load_trace, [state, upload], outs, concurrency_limit=None, show_progress="hidden")
+    upload.upload(on_load_trace, [state, upload], outs, concurrency_limit=None, show_progress="hidden").then(
+        lesson.trace_controls, [state], [temperature, rule], queue=False)
     return view
 
 

@@ -22,7 +22,7 @@ from ..replay import Replay
 from ..limits import Limits, check_k, check_max_new_tokens, check_model_name, check_prompt_chars
 from ..models import pin, unpin
 from ..parsing import finite_number
-from ..runs import MENU, TAKES_LAYERS, USES_DRAFT_MODEL, label_of, prefix_of, spec_for
+from ..runs import MENU, TAKES_LAYERS, TAKES_OPTIONS, USES_DRAFT_MODEL, check_options, label_of, prefix_of, spec_for
 
 MAX_TEMPERATURE = 5.0
 
@@ -56,6 +56,7 @@ class Settings:
     schedule: str = "constant"  # how k moves between steps (specviz.schedules)
     layers: int | None = None  # EARLY: how many of the target's layers draft
     acceptance: str = "exact"  # the acceptance rule: "exact" or "typical" (LOSSY; specviz.algorithm.Acceptance)
+    options: str = ""  # ",key=value" options of the kinds that take them ("nodes=8,width=2" for a tree)
 
     @property
     def sampling(self) -> Sampling:
@@ -63,7 +64,7 @@ class Settings:
 
     def spec(self) -> str:
         """The proposer spec of this run ("draft:gemma-3-270m@int8"; specviz.proposers.from_spec)."""
-        return spec_for(self.proposer, self.draft, self.layers)
+        return spec_for(self.proposer, self.draft, self.layers, self.options)
 
     def baseline_key(self) -> tuple:
         """What a target-only run must share with this run for its speed to compare."""
@@ -71,7 +72,8 @@ class Settings:
 
     def describe(self) -> str:
         how = {NGRAM: "n-gram", DRAFT: f"draft {self.draft}", HYBRID: f"n-gram, else draft {self.draft}", CROSS: f"re-tokenized draft {self.draft}",
-               EARLY: f"its first {self.layers} layers"}.get(self.proposer) or self.spec()
+               EARLY: f"its first {self.layers} layers"}.get(self.proposer) if not self.options else None
+        how = how or self.spec()
         mode = "greedy" if self.temperature == 0 else f"T={self.temperature:g}"
         sched = "" if self.schedule == "constant" else f" ({self.schedule})"
         rule = ", typical acceptance (LOSSY)" if self.acceptance == "typical" and self.temperature > 0 else ""
@@ -98,7 +100,7 @@ def _whole(value: Any, name: str, lo: int | None, hi: int | None = None) -> int:
 def parse_settings(
     target: Any, proposer: Any, draft: Any, k: Any, temperature: Any, top_p: Any, top_k: Any,
     seed: Any, max_new_tokens: Any, prompt: Any, chat: Any = True, schedule: Any = "constant", layers: Any = 4,
-    acceptance: Any = "exact",
+    acceptance: Any = "exact", options: Any = "",
 ) -> Settings:
     """The raw control values -> Settings, or a ValueError that says what to fix."""
     target = (target or "").strip() if isinstance(target, str) else ""
@@ -134,10 +136,14 @@ def parse_settings(
     if proposer in USES_DRAFT_MODEL:
         check_model_name(draft_name, lim)
     check_prompt_chars(prompt, lim)
+    opts = options.strip() if isinstance(options, str) and proposer in TAKES_OPTIONS else ""
+    if opts:
+        check_options(proposer, draft_name or None, n_layers, opts)  # names a bad key or value
     return Settings(
         target=target, proposer=proposer, draft=draft_name if proposer in USES_DRAFT_MODEL else None, k=k,
         temperature=t, top_p=None if tp >= 1 else tp, top_k=tk or None, seed=seed, max_new_tokens=n,
         prompt=prompt, chat=bool(chat), schedule=schedule, layers=n_layers, acceptance=rule,
+        options=opts,
     )
 
 
@@ -164,6 +170,8 @@ class PlaygroundState:
         # the step inspector (None = follow the latest step / the deciding position)
         self.selected_step: int | None = None
         self.selected_pos: int | None = None
+        self.phase: tuple[str, int] | None = None  # the shown step's phase (None: committed)
+        self.play_delay_s = 0.0  # Play's pause between steps (the speed control)
         self.message: tuple[str, str] = ("", "info")  # (text, kind)
         self.note = ""  # said once, before the next step's message (e.g. "settings changed")
         # the trace of the live run
@@ -241,6 +249,8 @@ class PlaygroundState:
         assert self.session is not None
         first = not self.session.steps and self.mode == "live"
         record = self.session.step()
+        if self.selected_step is None:
+            self.phase = None  # following the latest step: show it committed
         self.last_engine_ms = record.total_ms + (self.session.prefill_ms if first else 0.0)
         return record
 
@@ -279,15 +289,16 @@ class PlaygroundState:
         """Back to an empty live playground (models stay cached); a running Play stops."""
         self._close_trace()
         self._hold(None)
-        lock, epoch, directory = self.lock, self.epoch + 1, self._dir
+        lock, epoch, directory, delay = self.lock, self.epoch + 1, self._dir, self.play_delay_s
         PlaygroundState.__init__(self)
-        self.lock, self.epoch, self._dir = lock, epoch, directory
+        self.lock, self.epoch, self._dir, self.play_delay_s = lock, epoch, directory, delay
 
     def select(self, step: int | None, pos: int | None = None) -> None:
         """Select a step (None, or the latest one: follow the latest) and a position in it."""
         n = len(self.steps)
         self.selected_step = None if step is None or n == 0 or step >= n - 1 else max(0, int(step))
         self.selected_pos = pos
+        self.phase = None
 
     def close(self) -> None:
         """Free the session's temp files (gr.State's delete_callback)."""
@@ -333,6 +344,6 @@ class PlaygroundState:
 
 
 __all__ = [
-    "CROSS", "DRAFT", "EARLY", "HYBRID", "NGRAM", "PROPOSERS", "RULES", "SCHEDULES", "TAKES_LAYERS", "USES_DRAFT_MODEL",
-    "PlaygroundState", "Settings", "parse_settings",
+    "CROSS", "DRAFT", "EARLY", "HYBRID", "NGRAM", "PROPOSERS", "RULES", "SCHEDULES", "TAKES_LAYERS", "TAKES_OPTIONS",
+    "USES_DRAFT_MODEL", "PlaygroundState", "Settings", "parse_settings",
 ]

@@ -3,6 +3,7 @@
     python -m tests.support.app_server            # tiny random models on http://127.0.0.1:7861
     python -m tests.support.app_server --builtin  # the built-in models (gemma-3-270m + its int8 copy)
     python -m tests.support.app_server --builtin --measure 12 --screenshot assets/screenshot.png
+    python -m tests.support.app_server --builtin --lesson-shots assets  # a rejection, the race, a tree, a phone
 
 (from the repository root). The browser side (Chromium, Step timing, screenshots) is in
 tests/support/browser.py.
@@ -94,6 +95,7 @@ def _main() -> None:
     ap.add_argument("--port", type=int, default=int(os.environ.get("PORT", "7861")))
     ap.add_argument("--measure", type=int, default=0, metavar="N", help="time N Step clicks, then exit")
     ap.add_argument("--screenshot", metavar="PNG", help="save a finished run's page, then exit")
+    ap.add_argument("--lesson-shots", metavar="DIR", help="save the lesson pictures (each tour's moment), then exit")
     args = ap.parse_args()
 
     if args.builtin:
@@ -125,7 +127,12 @@ def _main() -> None:
         stem = args.screenshot.removesuffix(".png")
         screenshot(url, args.screenshot, narrow_path=f"{stem}-phone.png")
         print("saved", args.screenshot, flush=True)
-    if args.measure or args.screenshot:
+    if args.lesson_shots:
+        from .browser import lesson_screenshots
+
+        for path in lesson_screenshots(url, args.lesson_shots):
+            print("saved", path, flush=True)
+    if args.measure or args.screenshot or args.lesson_shots:
         demo.close()
         return
     try:

@@ -114,3 +114,59 @@ def screenshot(url: str, path: str, narrow_path: str | None = None) -> None:
             phone.wait_for_timeout(1000)
             phone.screenshot(path=narrow_path, full_page=True)
         browser.close()
+
+
+def _union(page, selectors: list[str]) -> dict:
+    """The page-coordinate box around the elements (for a full-page clip)."""
+    sy = page.evaluate("window.scrollY")
+    boxes = [dict(b, y=b["y"] + sy) for b in (page.locator(s).first.bounding_box() for s in selectors) if b]
+    x0, y0 = min(b["x"] for b in boxes), min(b["y"] for b in boxes)
+    x1, y1 = max(b["x"] + b["width"] for b in boxes), max(b["y"] + b["height"] for b in boxes)
+    return {"x": max(0, x0 - 8), "y": max(0, y0 - 8), "width": x1 - x0 + 16, "height": y1 - y0 + 16}
+
+
+def lesson_screenshots(url: str, out_dir: str) -> list[str]:
+    """The README's lesson pictures, each reached by its guided tour: a rejection mid-step (the
+    decide phase and the inspector), the race with the speedup card, a tree step, a phone view."""
+    from playwright.sync_api import sync_playwright
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    saved = []
+    with sync_playwright() as p:
+        browser = launch_chromium(p)
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        page.set_default_timeout(900_000)
+        page.goto(url)
+        page.wait_for_selector("#sv-step-btn")
+
+        def tour(key: str, done: str) -> None:
+            page.click(f"#sv-tour-{key}")
+            page.wait_for_function(f"document.querySelector('#sv-status').innerText.includes('{done}')")
+            page.wait_for_timeout(2500)  # the charts' second frame
+
+        tour("rejection", "Tour: step")
+        page.locator("#sv-phase").scroll_into_view_if_needed()
+        page.screenshot(path=str(out / "screenshot-rejection.png"),
+                        clip=_union(page, ["#sv-step-slider", "#sv-phase", "#sv-summary", "#sv-draft-table", "#sv-topk"]),
+                        full_page=True)
+        saved.append(str(out / "screenshot-rejection.png"))
+        tour("speedup", "Tour done")
+        page.screenshot(path=str(out / "screenshot-race.png"), clip=_union(page, ["#sv-status", "#sv-metrics", "#sv-why", "#sv-race-box"]),
+                        full_page=True)
+        saved.append(str(out / "screenshot-race.png"))
+        tour("tree", "Tour: step")
+        page.screenshot(path=str(out / "screenshot-tree.png"), clip=_union(page, ["#sv-tree-row"]), full_page=True)
+        saved.append(str(out / "screenshot-tree.png"))
+        phone = browser.new_page(viewport={"width": 390, "height": 844}, device_scale_factor=2)
+        phone.set_default_timeout(900_000)
+        phone.goto(url)
+        phone.wait_for_selector("#sv-step-btn")
+        phone.click("#sv-tour-rejection")
+        phone.wait_for_function("document.querySelector('#sv-status').innerText.includes('Tour: step')")
+        phone.wait_for_timeout(2500)
+        phone.locator("#sv-phase").scroll_into_view_if_needed()
+        phone.screenshot(path=str(out / "screenshot-lesson-phone.png"))
+        saved.append(str(out / "screenshot-lesson-phone.png"))
+        browser.close()
+    return saved

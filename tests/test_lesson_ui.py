@@ -1,0 +1,182 @@
+"""The playground's lesson pieces (specviz.ui.lesson) driven through their handlers, without a browser,
+on tiny local models: each guided tour reaches its moment, navigation finds steps and rejections, a
+step plays in phases, a tree step shows its tree, the card explains a run, a loaded trace says how
+it was sampled, and bad values name their field.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.support import app_server
+
+
+def _raw(env, **change):
+    from specviz.ui.state import DRAFT
+
+    args = dict(target=env["SPECVIZ_DEFAULT_TARGET"], proposer=DRAFT, draft=env["SPECVIZ_DEFAULT_DRAFT"], k=4,
+                temperature=1.0, top_p=1.0, top_k=0, seed=0, max_new_tokens=24, prompt=app_server.TINY_PROMPT, chat=True,
+                schedule="constant", layers=1, rule="exact", options="")
+    args.update(change)
+    return tuple(args.values())
+
+
+NAMES = ["target", "proposer", "draft", "k", "temperature", "top_p", "top_k", "seed", "max_new_tokens", "prompt", "chat",
+         "schedule", "layers", "rule", "options"]
+
+
+def _tour(env, key):
+    """Run a tour's two handlers as the page chains them: -> (state, last frame, control values)."""
+    from specviz.ui import lesson
+    from specviz.ui import playground as pg
+    from specviz.ui.state import PlaygroundState
+
+    st = PlaygroundState()
+    setup = lesson.tour_setup(key, NAMES)(st)
+    controls = {n: u["value"] for n, u in zip(NAMES, setup[: len(NAMES)]) if isinstance(u, dict) and "value" in u}
+    raw = dict(zip(NAMES, _raw(env)))
+    raw.update(controls)
+    raw["max_new_tokens"] = 24
+    frames = list(lesson.tour_run(key)(st, *[raw[n] for n in NAMES]))
+    assert frames and all(len(f) == pg.N_OUT for f in frames)
+    return st, frames[-1], raw
+
+
+def _lesson(frame):
+    from specviz.ui import playground as pg
+
+    return dict(zip(["why", "race_box", "race_plot", "race", "phase", "tree_row", "tree", "mask"], frame[13:pg.N_OUT]))
+
+
+def test_tour_speedup_ends_on_the_card_and_the_race(tiny_env):
+    st, frame, _ = _tour(tiny_env, "speedup")
+    assert st.done and st.comparable_baseline() is not None, st.message
+    parts = _lesson(frame)
+    assert 'data-verdict="' in parts["why"] and 'data-verdict="unknown"' not in parts["why"]
+    assert "Speedup" in parts["why"] and "target step" in parts["why"]
+    assert parts["race_box"]["visible"] is True and "sv-race-spec" in parts["race"]
+    assert "Tour done" in st.message[0]
+    st.close()
+
+
+def test_tour_rejection_stops_on_a_rejection_in_its_decide_phase(tiny_env):
+    st, frame, raw = _tour(tiny_env, "rejection")
+    assert raw["temperature"] > 0
+    rec = st.shown_step()
+    assert any(d.verdict == "rejected" for d in rec.drafts), st.message
+    assert st.phase and st.phase[0] == "decide"
+    phase = _lesson(frame)["phase"]
+    assert 'data-phase="decide"' in phase and 'data-kind="rejected"' in phase
+    assert st.selected_pos == next(d.position for d in rec.drafts if d.verdict == "rejected")
+    st.close()
+
+
+def test_tour_no_pay_card_names_what_limits_it(tiny_env):
+    st, frame, raw = _tour(tiny_env, "no-pay")
+    assert raw["layers"] == 1 and "early exit" in raw["proposer"]
+    why = _lesson(frame)["why"]
+    assert "data-limit=" in why and "was not trained" in why
+    st.close()
+
+
+def test_tour_tree_stops_on_a_branching_tree_step(tiny_env):
+    st, frame, raw = _tour(tiny_env, "tree")
+    rec = st.shown_step()
+    assert rec.tree, st.message
+    parents = [nd.parent for nd in rec.tree]
+    assert len(set(parents)) < len(parents)  # branches
+    parts = _lesson(frame)
+    assert parts["tree_row"]["visible"] is True and parts["tree"] is not None
+    assert 'data-steps="' in frame[1]  # the text view renders the tree step's committed path
+    st.close()
+
+
+def test_navigation_and_phases(tiny_env):
+    from specviz.ui import lesson
+    from specviz.ui import playground as pg
+    from specviz.ui.state import PlaygroundState
+    from specviz.viz.phases import rejection_steps
+
+    st = PlaygroundState()
+    for _ in range(4):
+        list(pg.on_step(st, *_raw(tiny_env)))
+    lesson.on_nav(st, "prev-step")
+    assert st.shown_step().index == 2
+    lesson.on_nav(st, "prev-step")
+    assert st.shown_step().index == 1
+    rej = rejection_steps(st.steps)
+    assert rej, "the tiny pair at T = 1 rejects at step 1 (seed 0)"
+    st.select(None)
+    lesson.on_nav(st, "prev-rejection")  # from the latest step back to the last rejection before it
+    assert st.shown_step().index == max(i for i in rej if i < 3)
+    assert st.phase[0] == "decide" and st.shown_step().drafts[st.selected_pos].verdict == "rejected"
+    lesson.on_nav(st, "next-rejection")
+    assert st.shown_step().index == min((i for i in rej if i > max(i for i in rej if i < 3)), default=st.shown_step().index)
+    st.select(0)
+    frames = [lesson.on_phase(st, -1) for _ in range(10)]  # back to the first frame: draft
+    assert st.phase == ("draft", -1) and 'data-phase="draft"' in frames[-1][13 + 4]
+    lesson.on_phase(st, 1)
+    assert st.phase[0] == "verify"
+    lesson.on_speed(st, "1 step/s")
+    assert st.play_delay_s == 1.0
+    st.close()
+
+
+def test_proposer_options_reach_the_spec_and_bad_ones_are_named(tiny_env):
+    from specviz.ui.state import parse_settings
+
+    s = parse_settings(*_raw(tiny_env, proposer="draft model, token tree", options="nodes=5,width=2"))
+    assert s.spec().endswith(",nodes=5,width=2")
+    s = parse_settings(*_raw(tiny_env, proposer="n-gram token tree", options="nodes=5"))
+    assert s.spec() == "ngram-tree:3,nodes=5"
+    with pytest.raises(ValueError, match="height"):
+        parse_settings(*_raw(tiny_env, proposer="n-gram token tree", options="height=5"))
+
+
+@pytest.mark.parametrize("field, value, words", [("seed", -1, "seed"), ("top_k", -3, "top-k"),
+                                                  ("k", 0, "k (tokens drafted"), ("temperature", -1, "temperature")])
+def test_bad_values_name_their_field(tiny_env, field, value, words):
+    from specviz.ui import playground as pg
+    from specviz.ui.state import PlaygroundState
+
+    st = PlaygroundState()
+    raw = dict(zip(NAMES, _raw(tiny_env)))
+    raw[field] = value
+    frames = list(pg.on_step(st, *raw.values()))
+    assert words in frames[-1][0] and "sv-msg-error" in frames[-1][0]
+
+
+def test_a_loaded_lossy_trace_says_lossy_and_sets_its_controls(tiny_env, tmp_path):
+    from specviz.ui import lesson
+    from specviz.ui import playground as pg
+    from specviz.ui.state import PlaygroundState
+
+    st = PlaygroundState()
+    raw = dict(zip(NAMES, _raw(tiny_env, rule="typical (LOSSY)", temperature=0.7)))
+    list(pg.on_play(st, *raw.values()))
+    path = st.trace_path
+    other = PlaygroundState()
+    out = pg.on_load_trace(other, path)
+    assert "LOSSY" in out[0] and "T = 0.7" in out[0]
+    t, rule = lesson.trace_controls(other)
+    assert t["value"] == 0.7 and rule["value"] == "typical (LOSSY)"
+    st.close()
+    other.close()
+
+
+def test_defaults_tell_the_true_story_and_avoid_int8_beside_a_gpu(monkeypatch):
+    import torch
+
+    from specviz import runs
+
+    for var in ("SPECVIZ_DEFAULT_TARGET", "SPECVIZ_DEFAULT_DRAFT", "SPECVIZ_DEFAULT_PROPOSER", "SPECVIZ_DEFAULT_PROMPT",
+                "SPECVIZ_DEFAULT_TEMPERATURE", "SPECVIZ_DEFAULT_K"):
+        monkeypatch.delenv(var, raising=False)
+    d = runs.Defaults.from_env()
+    assert runs.prefix_of(d.proposer) == "ngram" and d.k == 4 and d.temperature == 0
+    assert "def longest_common_subsequence_length" in d.prompt  # the answer quotes the code: the lookup drafts
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    d = runs.Defaults.from_env()
+    assert "@int8" not in d.draft
+    for tour in runs.TOURS:
+        assert "@int8" not in str(runs.tour_settings(tour.key, d, cuda=True).get("draft"))
