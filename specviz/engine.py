@@ -13,7 +13,7 @@ from typing import Any, Iterable, Sequence
 
 import torch
 
-from .algorithm import EXACT, TOP_N, Acceptance, Verification, logits_to_probs, verify, verify_tree
+from .algorithm import EXACT, TOP_N, Acceptance, Verification, argmax, logits_to_probs, verify, verify_tree
 from .bounds import ENGINE_MAX_K as MAX_K  # the engine's hard limit on k; kept as engine.MAX_K
 from .hooks import Hook, HookList
 from .lazyrec import RECORD_MODES, LazyProbs, chain_record
@@ -21,7 +21,7 @@ from .kv import cache_length, context_window, forward_logits, keep_path, new_cac
 from .limits import check_tree_nodes
 from .proposers.base import Proposer, empty_proposal
 from .records import Deferred, GenerationResult, Proposal, Sampling, Stats, StepRecord, TopToken, evolve
-from .schedules import make_schedule
+from .schedules import ConstantK, HeuristicK, make_schedule
 
 
 def encode_prompt(tokenizer, prompt: str | Sequence[int], chat: bool = False) -> list[int]:
@@ -293,7 +293,7 @@ class Session:
         k = self._next_k()
         if k > 0:
             proposal = decoder.proposer.propose(
-                self.proposer_state, self.context, k, sampling, self.generator, stop=decoder.schedule.stop_drafting
+                self.proposer_state, self.context, k, sampling, self.generator, stop=_stop_rule(decoder.schedule)
             )
             if proposal.parents is not None:
                 from .trees import prune_tree  # token trees: depth <= k, at most the hosting limit of nodes
@@ -335,7 +335,7 @@ class Session:
             raise ValueError(f"the proposer's q has {q.shape[-1]} columns but the target's vocabulary has {logits.shape[-1]}")
         ver = verify(
             p if lazy else p.get(), q, drafts, generator=self.generator, greedy=sampling.greedy,
-            target_argmax=logits.argmax(dim=-1) if sampling.greedy else None, acceptance=decoder.acceptance,
+            target_argmax=argmax(logits) if sampling.greedy else None, acceptance=decoder.acceptance,
         )
         self.hooks.on_verify(self, ver)
 
@@ -393,7 +393,7 @@ class Session:
             raise ValueError(f"the proposer's q has {q.shape[-1]} columns but the target's vocabulary has {p.shape[-1]}")
         ver = verify_tree(
             p, q, tokens, parents, generator=self.generator, greedy=sampling.greedy,
-            target_argmax=logits.argmax(dim=-1) if sampling.greedy else None,
+            target_argmax=argmax(logits) if sampling.greedy else None,
         )
         self.hooks.on_verify(self, ver)
 
@@ -448,6 +448,14 @@ class Session:
             finished=self.finished,
         )
         return self._result
+
+
+def _stop_rule(schedule):
+    """The schedule's stop_drafting, or None when it never stops (then a greedy draft need not
+    compute q per token)."""
+    if type(schedule).stop_drafting in (ConstantK.stop_drafting, HeuristicK.stop_drafting):
+        return None
+    return schedule.stop_drafting
 
 
 class _PendingQ:
