@@ -8,7 +8,6 @@ baseline pays exactly the same bookkeeping as the speculative path.
 from __future__ import annotations
 
 import time
-from dataclasses import replace
 from typing import Any, Iterable, Sequence
 
 import torch
@@ -307,7 +306,7 @@ class Session:
         else:
             proposal = empty_proposal(target.device)
         if proposal.parents is not None:
-            return self._step_tree(proposal, t0)
+            return self._step_tree(proposal, t0, t_release)
         drafts = proposal.tokens  # [k]
         k = proposal.k
         self.hooks.on_draft(self, proposal)
@@ -369,7 +368,7 @@ class Session:
         return time.perf_counter() - t
 
     @torch.inference_mode()
-    def _step_tree(self, proposal: Proposal, t0: float) -> StepRecord:
+    def _step_tree(self, proposal: Proposal, t0: float, t_release: float = 0.0) -> StepRecord:
         """A tree round: one target forward over every node (tree attention mask), verify_tree,
         commit the accepted path and the correction / bonus, keep only that path in the cache."""
         from .trees import tree_record
@@ -404,15 +403,19 @@ class Session:
         rollback(self.cache, self.length - 1)
 
         # 5. Record.
-        record = tree_record(self, proposal, p, ver, committed)
+        record, self._kept = tree_record(self, proposal, p, ver, committed)
         t3 = time.perf_counter()
-        record = _with_timings(record, (t1 - t0) * 1e3, (t2 - t1) * 1e3, (t3 - t2) * 1e3)
+        record = evolve(record, draft_ms=(t1 - t0) * 1e3, verify_ms=(t2 - t1) * 1e3, other_ms=(t3 - t2 + t_release) * 1e3)
+        self._kept.records[0] = record
+        if self.eager_records:
+            record.resolve()
         self.steps.append(record)
         # a tree's k is its depth budget: the schedule sees the path against the deepest node
-        self.k_current = decoder.schedule.next_k(self.k_current, MAX_K, replace(record, k=max(x.depth for x in record.tree)))
+        self.k_current = decoder.schedule.next_k(self.k_current, MAX_K, evolve(record, k=max(x.depth for x in record.tree)))
         self.hooks.on_step(self, record)
         if self.done:
             self.hooks.on_finish(self, self.result())
+            self._release()
         return record
 
     def _commit(self, new: list[int]) -> list[int]:
@@ -466,10 +469,6 @@ class _PendingQ:
 
     def get(self) -> torch.Tensor:
         return self.proposal.q
-
-
-def _with_timings(record: StepRecord, draft_ms: float, verify_ms: float, other_ms: float) -> StepRecord:
-    return replace(record, draft_ms=draft_ms, verify_ms=verify_ms, other_ms=other_ms)
 
 
 def compute_stats(steps: Sequence[StepRecord], prefill_ms: float = 0.0, target_forwards: int | None = None) -> Stats:

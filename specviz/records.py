@@ -167,7 +167,7 @@ class Proposal(LazyFields):
 
 
 @dataclass(frozen=True)
-class TreeNode:
+class TreeNode(LazyFields):
     """The verdict on one node of a token tree (see ``specviz.algorithm.verify_tree``)."""
 
     index: int  # node index within the step's tree
@@ -182,7 +182,7 @@ class TreeNode:
     u: float | None  # the uniform draw (None when greedy or never tried)
     residual_mass: float | None  # after this node's rejection: mass of p still not ruled out
     verdict: str  # "accepted" | "rejected" | "not reached"
-    top_q: tuple[TopToken, ...] = ()  # top-10 of q at the parent (empty for point masses)
+    top_q: tuple[TopToken, ...] = Lazy(())  # top-10 of q at the parent (empty for point masses)
 
     @property
     def accepted(self) -> bool:

@@ -7,7 +7,7 @@ import pickle
 import pytest
 
 from specviz import Hook, Sampling, SpeculativeDecoder, TraceRecorder
-from specviz.proposers import DraftModel, NGram
+from specviz.proposers import DraftModel, DraftTree, NGram, NGramTree
 
 PROMPT = "the cat sat on the mat. the cat sat on the"
 TIMINGS = ("draft_ms", "verify_ms", "other_ms", "wall_s", "tokens_per_s", "prefill_ms")
@@ -36,6 +36,8 @@ def _decoders(tiny_target, tiny_draft):
         yield SpeculativeDecoder(tiny_target, NGram(), k=3, sampling=sampling)
         yield SpeculativeDecoder(tiny_target, DraftModel(tiny_draft), k=3, sampling=sampling)
         yield SpeculativeDecoder(tiny_target, DraftModel(tiny_draft, policy="argmax"), k=2, sampling=sampling)
+        yield SpeculativeDecoder(tiny_target, NGramTree(), k=3, sampling=sampling)
+        yield SpeculativeDecoder(tiny_target, DraftTree(tiny_draft, nodes=6, width=2), k=3, sampling=sampling)
 
 
 def test_lazy_fields_equal_eager_and_traces_match(tiny_target, tiny_draft):
