@@ -5,7 +5,7 @@ and k, it runs a few warm steps, then profiles --steps steps with torch.profiler
 the step's wall time; the time inside model forwards (the draft's and the target's, measured by
 forward hooks on the top-level modules); the rest ("outside"); and the top CPU ops by self time
 (softmax, topk, sort, argmax over the vocabulary...), and the engine's Python phases
-(_record, verify, logits_to_probs, token texts) timed with record_function wrappers.
+(chain_record, verify, logits_to_probs, token texts) timed with record_function wrappers.
 
     PYTHONPATH=$PWD python benchmarks/profile_step.py [--model gemma-3-270m] [--ks 1,2,4,8]
         [--proposers ngram,draft,ngram+draft,early-exit:6] [--steps 4] [--threads 2]
@@ -116,7 +116,7 @@ def main() -> None:
                 session.step()
             clock = ForwardClock(models)
             with contextlib.ExitStack() as stack:
-                stack.enter_context(labelled(session, "_record", "engine._record"))
+                stack.enter_context(labelled(engine, "chain_record", "engine.chain_record"))
                 stack.enter_context(labelled(engine, "verify", "algorithm.verify"))
                 stack.enter_context(labelled(engine, "logits_to_probs", "engine.logits_to_probs(target)"))
                 stack.enter_context(labelled(dec.texts, "tops", "TokenTexts.tops"))

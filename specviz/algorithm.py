@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .records import Sampling
+from .records import Deferred, Lazy, LazyFields, Sampling
 
 TOP_N = 10  # how many tokens of p, q and the residual each record keeps for charts
 
@@ -48,6 +48,12 @@ def sample(probs: torch.Tensor, generator: torch.Generator | None) -> int:
     return int(torch.multinomial(probs, 1, generator=generator))
 
 
+def argmax(logits: torch.Tensor) -> torch.Tensor:
+    """argmax over the last dimension, the first index on ties (as ``Tensor.argmax``):
+    ``max(-1).indices`` is the same on CPU and about 1.7x faster over a 262k vocabulary."""
+    return logits.max(dim=-1).indices
+
+
 def acceptance_ratio(p_x: torch.Tensor, q_x: torch.Tensor) -> torch.Tensor:
     """min(1, p(x) / q(x)) per drafted token. [k], [k] -> [k]."""
     return torch.clamp(p_x / q_x.clamp_min(torch.finfo(q_x.dtype).tiny), max=1.0)
@@ -72,17 +78,19 @@ def point_mass_residual(p: torch.Tensor, x: int) -> torch.Tensor:
 
 
 @dataclass(frozen=True)
-class Verification:
-    """The outcome of one verify() call (tensors stay on the model's device)."""
+class Verification(LazyFields):
+    """The outcome of one verify() call (tensors stay on the model's device).
+
+    Under greedy p_x and q_x may be computed on first read (the decision needs argmax only)."""
 
     n_accepted: int  # length of the accepted prefix, 0..k
     next_token: int  # correction (n < k) or bonus (n == k) token
     resampled: bool  # True when next_token came from the residual after a rejection
-    p_x: torch.Tensor  # [k] p(x_i)
-    q_x: torch.Tensor  # [k] q(x_i) (ones for point masses)
-    ratio: torch.Tensor  # [k] min(1, p/q); greedy: 1.0 where x_i == argmax p else 0.0
-    u: torch.Tensor | None  # [k] uniform draws (None when greedy)
-    residual: torch.Tensor | None  # [V] the distribution next_token was drawn from after a rejection
+    p_x: torch.Tensor = Lazy()  # [k] p(x_i)
+    q_x: torch.Tensor = Lazy()  # [k] q(x_i) (ones for point masses)
+    ratio: torch.Tensor = Lazy()  # [k] min(1, p/q); greedy: 1.0 where x_i == argmax p else 0.0
+    u: torch.Tensor | None = Lazy()  # [k] uniform draws (None when greedy)
+    residual: torch.Tensor | None = Lazy()  # [V] the distribution next_token was drawn from after a rejection
     threshold: torch.Tensor | None = None  # [k] typical rule only: min(eps, delta * exp(-H(p_i)))
 
 
@@ -140,7 +148,17 @@ def verify(
     acceptance: the exact rule (default) or lossy typical acceptance
     """
     k = drafts.shape[0]
-    idx = torch.arange(k, device=p.device)
+    idx = torch.arange(k, device=drafts.device)
+    if greedy and (_is_lazy(p) or _is_lazy(q)):
+        # p and / or q not computed yet (objects with .get()): the decision needs argmax only,
+        # so p(x_i) and q(x_i) are computed when a record or hook reads them.
+        best = target_argmax if target_argmax is not None else _get(p).argmax(dim=-1)  # [k+1]
+        matches = (drafts == best[:k])  # [k]
+        n = _accepted_prefix(matches)
+        p_x = Deferred(lambda: _get(p)[idx, drafts])  # [k]
+        q_x = Deferred(lambda: _get(q)[idx, drafts] if q is not None else torch.ones(k, dtype=_get(p).dtype, device=drafts.device))
+        return Verification(n, int(best[n]), n < k, p_x, q_x, matches.to(torch.float32 if _is_lazy(p) else p.dtype), None, None)
+    p, q = _get(p), _get(q)
     p_x = p[idx, drafts]  # [k]
     q_x = q[idx, drafts] if q is not None else torch.ones_like(p_x)  # [k]
 
@@ -166,6 +184,15 @@ def verify(
     else:
         residual = point_mass_residual(p[n], int(drafts[n]))
     return Verification(n, sample(residual, generator), True, p_x, q_x, ratio, u, residual)
+
+
+def _is_lazy(x) -> bool:
+    return x is not None and not isinstance(x, torch.Tensor)
+
+
+def _get(x):
+    """A tensor, None, or a lazily computed tensor (anything with .get())."""
+    return x.get() if _is_lazy(x) else x
 
 
 def _verify_typical(p, drafts, p_x, q_x, acceptance: Acceptance, generator) -> Verification:

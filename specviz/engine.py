@@ -8,19 +8,19 @@ baseline pays exactly the same bookkeeping as the speculative path.
 from __future__ import annotations
 
 import time
-from dataclasses import replace
 from typing import Any, Iterable, Sequence
 
 import torch
 
-from .algorithm import EXACT, TOP_N, Acceptance, Verification, logits_to_probs, verify, verify_tree
+from .algorithm import EXACT, TOP_N, Acceptance, Verification, argmax, logits_to_probs, verify, verify_tree
 from .bounds import ENGINE_MAX_K as MAX_K  # the engine's hard limit on k; kept as engine.MAX_K
 from .hooks import Hook, HookList
+from .lazyrec import RECORD_MODES, LazyProbs, chain_record
 from .kv import cache_length, context_window, forward_logits, keep_path, new_cache, rollback, score_tree
 from .limits import check_tree_nodes
 from .proposers.base import Proposer, empty_proposal
-from .records import DraftDecision, GenerationResult, Proposal, Sampling, Stats, StepRecord, TopToken
-from .schedules import make_schedule
+from .records import Deferred, GenerationResult, Proposal, Sampling, Stats, StepRecord, TopToken, evolve
+from .schedules import ConstantK, HeuristicK, make_schedule
 
 
 def encode_prompt(tokenizer, prompt: str | Sequence[int], chat: bool = False) -> list[int]:
@@ -150,13 +150,14 @@ class SpeculativeDecoder:
         seed: int = 0,
         hooks: Iterable[Hook] = (),
         chat: bool = False,
+        records: str = "full",
     ) -> "Session":
         """A Session on ``prompt``; ValueError before any forward pass for bad input, including a prompt
         and max_new_tokens that do not fit the target's context window."""
         ids = encode_prompt(self.target.tokenizer, prompt, chat=chat)
         max_new_tokens = _check_max_new_tokens(max_new_tokens)
         check_context_window(len(ids), max_new_tokens, context_window(self.target.model), self.target.name)
-        return Session(self, ids, max_new_tokens, seed, hooks, prompt if isinstance(prompt, str) else "")
+        return Session(self, ids, max_new_tokens, seed, hooks, prompt if isinstance(prompt, str) else "", records)
 
     def generate(self, prompt: str | Sequence[int], *args: Any, **options: Any) -> GenerationResult:
         """``start(prompt, ...)`` (same arguments, defaults and checks), stepped until done."""
@@ -174,16 +175,18 @@ def autoregressive(
     seed: int = 0,
     hooks: Iterable[Hook] = (),
     chat: bool = False,
+    records: str = "full",
 ) -> GenerationResult:
     """Target-only KV-cached decoding: the baseline, one target forward per token."""
     decoder = SpeculativeDecoder(target, None, sampling=sampling)
-    return decoder.generate(prompt, max_new_tokens=max_new_tokens, seed=seed, hooks=hooks, chat=chat)
+    return decoder.generate(prompt, max_new_tokens=max_new_tokens, seed=seed, hooks=hooks, chat=chat, records=records)
 
 
 class Session:
     """One prompt being decoded: owns the target's KV cache, the proposer's state and the RNG."""
 
-    def __init__(self, decoder: SpeculativeDecoder, prompt_ids: list[int], max_new_tokens: int, seed: int, hooks, prompt: str):
+    def __init__(self, decoder: SpeculativeDecoder, prompt_ids: list[int], max_new_tokens: int, seed: int, hooks, prompt: str,
+                 records: str = "full"):
         self.decoder = decoder
         self.target = decoder.target
         self.prompt = prompt
@@ -206,6 +209,12 @@ class Session:
         self.k_current = decoder.k  # the schedule moves it between steps
         self._prefilled = False
         self._result: GenerationResult | None = None
+        if records not in RECORD_MODES:
+            raise ValueError(f"records must be one of {', '.join(RECORD_MODES)}, got {records!r}")
+        # "full": every record field stays readable; "lean": costly fields only until the next step
+        self.records = records
+        self.eager_records = False  # tests: build every field at once (the pre-lazy behaviour)
+        self._kept = None  # the last step's tensors its record's pending fields are computed from
         self.hooks.on_start(self)
 
     # -- state -------------------------------------------------------------------------------
@@ -275,6 +284,7 @@ class Session:
             raise RuntimeError("this session has finished; start a new one")
         if not self._prefilled:
             self._prefill()
+        t_release = self._release()
         decoder, target, sampling = self.decoder, self.target, self.decoder.sampling
         t0 = time.perf_counter()
 
@@ -282,7 +292,7 @@ class Session:
         k = self._next_k()
         if k > 0:
             proposal = decoder.proposer.propose(
-                self.proposer_state, self.context, k, sampling, self.generator, stop=decoder.schedule.stop_drafting
+                self.proposer_state, self.context, k, sampling, self.generator, stop=_stop_rule(decoder.schedule)
             )
             if proposal.parents is not None:
                 from .trees import prune_tree  # token trees: depth <= k, at most the hosting limit of nodes
@@ -290,11 +300,13 @@ class Session:
                 proposal = prune_tree(proposal, k)
                 check_tree_nodes(proposal.k)
             elif proposal.k > k:
-                proposal = replace(proposal, tokens=proposal.tokens[:k], q=None if proposal.q is None else proposal.q[:k])
+                full = proposal
+                q = None if full.__dict__["_lazy_q"] is None else Deferred(lambda: full.q[:k])  # [k, V]
+                proposal = evolve(full, tokens=full.tokens[:k], q=q)
         else:
             proposal = empty_proposal(target.device)
         if proposal.parents is not None:
-            return self._step_tree(proposal, t0)
+            return self._step_tree(proposal, t0, t_release)
         drafts = proposal.tokens  # [k]
         k = proposal.k
         self.hooks.on_draft(self, proposal)
@@ -304,18 +316,25 @@ class Session:
         # 2. Score: one target forward over [last committed token, x_1..x_k] -> k+1 rows of p.
         feed = torch.cat([self.context[-1:], drafts])  # [k+1]
         logits = forward_logits(target.model, feed, self.cache, k + 1)  # [k+1, V]
-        p = logits_to_probs(logits, sampling)  # [k+1, V]
+        # greedy decides on argmax alone: p is computed only if a record or hook reads it
+        p = LazyProbs(logits, sampling)
+        lazy = sampling.greedy
         self.target_forwards += 1
         self._sync()
         t2 = time.perf_counter()
 
         # 3. Verify: the longest accepted prefix, then a correction or bonus token.
-        q = proposal.q_for_rule  # None for point masses (n-gram, argmax drafts)
-        if q is not None and q.shape[-1] != p.shape[-1]:
-            raise ValueError(f"the proposer's q has {q.shape[-1]} columns but the target's vocabulary has {p.shape[-1]}")
+        if proposal.deterministic:
+            q = None  # point masses (argmax drafts): q is only shown
+        elif lazy and proposal.pending():
+            q = _PendingQ(proposal)  # greedy: q(x_i) only for the record
+        else:
+            q = proposal.q  # None for point masses (n-gram)
+        if isinstance(q, torch.Tensor) and q.shape[-1] != logits.shape[-1]:
+            raise ValueError(f"the proposer's q has {q.shape[-1]} columns but the target's vocabulary has {logits.shape[-1]}")
         ver = verify(
-            p, q, drafts, generator=self.generator, greedy=sampling.greedy,
-            target_argmax=logits.argmax(dim=-1) if sampling.greedy else None, acceptance=decoder.acceptance,
+            p if lazy else p.get(), q, drafts, generator=self.generator, greedy=sampling.greedy,
+            target_argmax=argmax(logits) if sampling.greedy else None, acceptance=decoder.acceptance,
         )
         self.hooks.on_verify(self, ver)
 
@@ -324,20 +343,32 @@ class Session:
         committed = self._commit(drafts[: ver.n_accepted].tolist() + [ver.next_token])
         rollback(self.cache, self.length - 1)
 
-        # 5. Record.
-        record = self._record(proposal, p, ver, committed, k)
+        # 5. Record: the costly fields are computed when something reads them.
         t3 = time.perf_counter()
-        record = _with_timings(record, (t1 - t0) * 1e3, (t2 - t1) * 1e3, (t3 - t2) * 1e3)
+        record, self._kept = chain_record(self, proposal, p, ver, committed, k, ((t1 - t0) * 1e3, (t2 - t1) * 1e3, (t3 - t2 + t_release) * 1e3))
+        if self.eager_records:
+            record.resolve()
         self.steps.append(record)
         if decoder.proposer is not None:
             self.k_current = decoder.schedule.next_k(self.k_current, MAX_K, record)
         self.hooks.on_step(self, record)
         if self.done:
             self.hooks.on_finish(self, self.result())
+            self._release()
         return record
 
+    def _release(self) -> float:
+        """Drop the previous step's kept tensors (records="full": compute its pending fields
+        first, so they stay readable); -> seconds spent."""
+        if self._kept is None:
+            return 0.0
+        t = time.perf_counter()
+        self._kept.release(resolve=self.records == "full")
+        self._kept = None
+        return time.perf_counter() - t
+
     @torch.inference_mode()
-    def _step_tree(self, proposal: Proposal, t0: float) -> StepRecord:
+    def _step_tree(self, proposal: Proposal, t0: float, t_release: float = 0.0) -> StepRecord:
         """A tree round: one target forward over every node (tree attention mask), verify_tree,
         commit the accepted path and the correction / bonus, keep only that path in the cache."""
         from .trees import tree_record
@@ -361,7 +392,7 @@ class Session:
             raise ValueError(f"the proposer's q has {q.shape[-1]} columns but the target's vocabulary has {p.shape[-1]}")
         ver = verify_tree(
             p, q, tokens, parents, generator=self.generator, greedy=sampling.greedy,
-            target_argmax=logits.argmax(dim=-1) if sampling.greedy else None,
+            target_argmax=argmax(logits) if sampling.greedy else None,
         )
         self.hooks.on_verify(self, ver)
 
@@ -372,15 +403,19 @@ class Session:
         rollback(self.cache, self.length - 1)
 
         # 5. Record.
-        record = tree_record(self, proposal, p, ver, committed)
+        record, self._kept = tree_record(self, proposal, p, ver, committed)
         t3 = time.perf_counter()
-        record = _with_timings(record, (t1 - t0) * 1e3, (t2 - t1) * 1e3, (t3 - t2) * 1e3)
+        record = evolve(record, draft_ms=(t1 - t0) * 1e3, verify_ms=(t2 - t1) * 1e3, other_ms=(t3 - t2 + t_release) * 1e3)
+        self._kept.records[0] = record
+        if self.eager_records:
+            record.resolve()
         self.steps.append(record)
         # a tree's k is its depth budget: the schedule sees the path against the deepest node
-        self.k_current = decoder.schedule.next_k(self.k_current, MAX_K, replace(record, k=max(x.depth for x in record.tree)))
+        self.k_current = decoder.schedule.next_k(self.k_current, MAX_K, evolve(record, k=max(x.depth for x in record.tree)))
         self.hooks.on_step(self, record)
         if self.done:
             self.hooks.on_finish(self, self.result())
+            self._release()
         return record
 
     def _commit(self, new: list[int]) -> list[int]:
@@ -398,59 +433,6 @@ class Session:
         if self.finished is None and self.n_new >= self.max_new_tokens:
             self.finished = "length"
         return committed
-
-    def _record(self, proposal: Proposal, p: torch.Tensor, ver: Verification, committed: list[int], k: int) -> StepRecord:
-        texts = self.decoder.texts
-        n = ver.n_accepted
-        top_p_vals, top_p_ids = (t.tolist() for t in torch.topk(p, min(TOP_N, p.shape[-1]), dim=-1))  # [k+1, 10]
-        if proposal.q is not None and k:
-            top_q_vals, top_q_ids = (t.tolist() for t in torch.topk(proposal.q, min(TOP_N, p.shape[-1]), dim=-1))
-        else:
-            top_q_vals = top_q_ids = [[] for _ in range(k)]
-        ids, p_x, q_x, ratio = proposal.tokens.tolist(), ver.p_x.tolist(), ver.q_x.tolist(), ver.ratio.tolist()
-        u = ver.u.tolist() if ver.u is not None else [None] * k
-        threshold = ver.threshold.tolist() if ver.threshold is not None else [None] * k
-        drafts = tuple(
-            DraftDecision(
-                position=i,
-                token_id=ids[i],
-                text=texts(ids[i]),
-                q=q_x[i],
-                p=p_x[i],
-                ratio=ratio[i],
-                u=u[i] if i <= n else None,
-                verdict="accepted" if i < n else ("rejected" if i == n else "discarded"),
-                top_p=texts.tops(top_p_vals[i], top_p_ids[i]),
-                top_q=texts.tops(top_q_vals[i], top_q_ids[i]),
-                threshold=threshold[i] if i <= n else None,
-            )
-            for i in range(k)
-        )
-        top_residual: tuple[TopToken, ...] = ()
-        if ver.residual is not None:
-            vals, rids = (t.tolist() for t in torch.topk(ver.residual, min(TOP_N, p.shape[-1])))
-            top_residual = texts.tops(vals, rids)
-        kind = "target" if k == 0 else ("resampled" if n < k else "bonus")
-        return StepRecord(
-            index=len(self.steps),
-            k=k,
-            drafts=drafts,
-            n_accepted=n,
-            next_token_id=ver.next_token,
-            next_token_text=texts(ver.next_token),
-            next_kind=kind,
-            next_p=float(p[n, ver.next_token]),
-            top_next=texts.tops(top_p_vals[n], top_p_ids[n]),
-            top_residual=top_residual,
-            committed=tuple(committed),
-            committed_text=tuple(texts(t) for t in committed),
-            draft_ms=0.0,
-            verify_ms=0.0,
-            other_ms=0.0,
-            finished=self.finished,
-            info=dict(proposal.info),
-            rule="typical" if ver.threshold is not None else "exact",
-        )
 
     # -- results -----------------------------------------------------------------------------
     def stats(self) -> Stats:
@@ -471,8 +453,22 @@ class Session:
         return self._result
 
 
-def _with_timings(record: StepRecord, draft_ms: float, verify_ms: float, other_ms: float) -> StepRecord:
-    return replace(record, draft_ms=draft_ms, verify_ms=verify_ms, other_ms=other_ms)
+def _stop_rule(schedule):
+    """The schedule's stop_drafting, or None when it never stops (then a greedy draft need not
+    compute q per token)."""
+    if type(schedule).stop_drafting in (ConstantK.stop_drafting, HeuristicK.stop_drafting):
+        return None
+    return schedule.stop_drafting
+
+
+class _PendingQ:
+    """A proposal's q, read (and so computed) only when asked for."""
+
+    def __init__(self, proposal: Proposal):
+        self.proposal = proposal
+
+    def get(self) -> torch.Tensor:
+        return self.proposal.q
 
 
 def compute_stats(steps: Sequence[StepRecord], prefill_ms: float = 0.0, target_forwards: int | None = None) -> Stats:

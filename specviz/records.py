@@ -15,6 +15,98 @@ import torch
 TopToken = tuple[int, str, float]
 
 
+class Deferred:
+    """A field value computed on first read: ``fn()`` once, then remembered.
+
+    The engine fills the costly fields of a record (top-10 lists over the vocabulary, token
+    texts, p and q at the drafted tokens) with Deferred values built from tensors kept for the
+    step, so a run nobody reads pays nothing for them. Reading the field gives the same value an
+    eager build would have given.
+    """
+
+    __slots__ = ("fn",)
+
+    def __init__(self, fn):
+        self.fn = fn
+
+
+class _Required:
+    """The default of a Lazy field that must be given (a dataclass needs a default after one)."""
+
+    def __repr__(self) -> str:
+        return "REQUIRED"
+
+
+REQUIRED = _Required()
+
+
+class Lazy:
+    """A dataclass field descriptor whose value may be a :class:`Deferred` (resolved on first read).
+
+    Frozen dataclasses still set it in ``__init__`` (``object.__setattr__`` calls ``__set__``),
+    ``asdict``, ``==``, ``hash`` and ``repr`` read it through ``__get__`` (so they see the value),
+    and pickling resolves it first (see :class:`LazyFields`).
+    """
+
+    def __init__(self, default: Any = REQUIRED):
+        self.default = default
+
+    def __set_name__(self, owner, name: str) -> None:
+        self.slot = "_lazy_" + name
+
+    def __get__(self, obj, owner=None):
+        if obj is None:
+            return self.default  # the dataclass default
+        value = obj.__dict__[self.slot]
+        if type(value) is Deferred:
+            value = value.fn()
+            obj.__dict__[self.slot] = value
+        return value
+
+    def __set__(self, obj, value) -> None:
+        obj.__dict__[self.slot] = value
+
+
+class LazyFields:
+    """Mixin for dataclasses with :class:`Lazy` fields: pickling / copying writes resolved values."""
+
+    def __post_init__(self) -> None:
+        missing = [key[6:] for key, v in self.__dict__.items() if key.startswith("_lazy_") and v is REQUIRED]
+        if missing:
+            raise TypeError(f"{type(self).__name__}() missing required argument(s): {', '.join(missing)}")
+
+    def pending(self) -> tuple[str, ...]:
+        """Names of Lazy fields not computed yet."""
+        return tuple(key[6:] for key, v in self.__dict__.items() if key.startswith("_lazy_") and type(v) is Deferred)
+
+    def resolve(self) -> "LazyFields":
+        """Compute every pending field now (nested records too); -> self."""
+        for name in self.pending():
+            getattr(self, name)
+        for value in self.__dict__.values():
+            if isinstance(value, tuple):
+                for item in value:
+                    if isinstance(item, LazyFields):
+                        item.resolve()
+        return self
+
+    def __getstate__(self):
+        self.resolve()
+        return dict(self.__dict__)
+
+    def __setstate__(self, state) -> None:
+        self.__dict__.update(state)
+
+
+def evolve(record, **changes):
+    """``dataclasses.replace`` that keeps pending Lazy fields pending (replace would compute them)."""
+    new = object.__new__(type(record))
+    new.__dict__.update(record.__dict__)
+    for key, value in changes.items():
+        object.__setattr__(new, key, value)
+    return new
+
+
 @dataclass(frozen=True)
 class Sampling:
     """How a distribution is made from logits; applied identically to p (target) and q (draft).
@@ -45,11 +137,13 @@ class Sampling:
 
 
 @dataclass(frozen=True)
-class Proposal:
+class Proposal(LazyFields):
     """What a proposer drafts for one step (vLLM's SpeculativeProposals, for batch size 1)."""
 
     tokens: torch.Tensor  # [k] long: drafted token ids x_1..x_k (k may be 0: nothing to propose)
-    q: torch.Tensor | None  # [k, V] float: draft distributions after Sampling; None = point masses
+    # [k, V] float: draft distributions after Sampling; None = point masses. May be a Deferred
+    # (computed on first read) when the rule does not need it (greedy, argmax drafts).
+    q: torch.Tensor | None = Lazy()
     info: dict[str, Any] = field(default_factory=dict)  # proposer-specific extras for the UI
     # Trees: parents[i] is node i's parent index (-1 = a child of the root, the last committed
     # token); nodes in topological order (parent index < node index). None = a chain.
@@ -73,7 +167,7 @@ class Proposal:
 
 
 @dataclass(frozen=True)
-class TreeNode:
+class TreeNode(LazyFields):
     """The verdict on one node of a token tree (see ``specviz.algorithm.verify_tree``)."""
 
     index: int  # node index within the step's tree
@@ -88,7 +182,7 @@ class TreeNode:
     u: float | None  # the uniform draw (None when greedy or never tried)
     residual_mass: float | None  # after this node's rejection: mass of p still not ruled out
     verdict: str  # "accepted" | "rejected" | "not reached"
-    top_q: tuple[TopToken, ...] = ()  # top-10 of q at the parent (empty for point masses)
+    top_q: tuple[TopToken, ...] = Lazy(())  # top-10 of q at the parent (empty for point masses)
 
     @property
     def accepted(self) -> bool:
@@ -96,19 +190,19 @@ class TreeNode:
 
 
 @dataclass(frozen=True)
-class DraftDecision:
+class DraftDecision(LazyFields):
     """The verdict on one drafted token x_i."""
 
     position: int  # i, 0-based within the step
     token_id: int  # x_i
-    text: str  # x_i as text
-    q: float  # q(x_i); 1.0 for point-mass proposers
-    p: float  # p(x_i)
-    ratio: float  # min(1, p(x_i) / q(x_i)); in greedy mode 1.0 if x_i == argmax p else 0.0
-    u: float | None  # the uniform draw u_i (None in greedy mode or after the first rejection)
-    verdict: str  # "accepted" | "rejected" | "discarded" (after the first rejection, never judged)
-    top_p: tuple[TopToken, ...] = ()  # top-10 of p at this position
-    top_q: tuple[TopToken, ...] = ()  # top-10 of q at this position (empty for point masses)
+    text: str = Lazy()  # x_i as text
+    q: float = Lazy()  # q(x_i); 1.0 for point-mass proposers
+    p: float = Lazy()  # p(x_i)
+    ratio: float = Lazy()  # min(1, p(x_i) / q(x_i)); in greedy mode 1.0 if x_i == argmax p else 0.0
+    u: float | None = Lazy()  # the uniform draw u_i (None in greedy mode or after the first rejection)
+    verdict: str = Lazy()  # "accepted" | "rejected" | "discarded" (after the first rejection, never judged)
+    top_p: tuple[TopToken, ...] = Lazy(())  # top-10 of p at this position
+    top_q: tuple[TopToken, ...] = Lazy(())  # top-10 of q at this position (empty for point masses)
     threshold: float | None = None  # typical rule only: accepted iff p > min(eps, delta * exp(-H(p)))
 
     @property
@@ -117,24 +211,26 @@ class DraftDecision:
 
 
 @dataclass(frozen=True)
-class StepRecord:
-    """Everything one speculative step did. Built by the engine, read by hooks and the UI."""
+class StepRecord(LazyFields):
+    """Everything one speculative step did. Built by the engine, read by hooks and the UI.
+
+    Fields marked Lazy may be computed on first read (same values); see :class:`Deferred`."""
 
     index: int  # 0-based step number within the session
     k: int  # tokens drafted this step (the schedule may vary it)
     drafts: tuple[DraftDecision, ...]  # one per drafted token
     n_accepted: int  # length of the accepted prefix, 0..k
     next_token_id: int  # the correction (after a rejection) or bonus (all accepted) token
-    next_token_text: str
-    next_kind: str  # "resampled" (from the residual after a rejection), "bonus", or "target" (no drafts)
-    next_p: float  # p(next token) at its position
-    top_next: tuple[TopToken, ...]  # top-10 of p at the next token's position
-    top_residual: tuple[TopToken, ...]  # top-10 of norm(max(0, p - q)) at the rejected position
-    committed: tuple[int, ...]  # token ids appended this step (after EOS / max_new_tokens truncation)
-    committed_text: tuple[str, ...]  # their texts
-    draft_ms: float
-    verify_ms: float
-    other_ms: float
+    next_token_text: str = Lazy()
+    next_kind: str = Lazy()  # "resampled" (from the residual after a rejection), "bonus", or "target" (no drafts)
+    next_p: float = Lazy()  # p(next token) at its position
+    top_next: tuple[TopToken, ...] = Lazy()  # top-10 of p at the next token's position
+    top_residual: tuple[TopToken, ...] = Lazy()  # top-10 of norm(max(0, p - q)) at the rejected position
+    committed: tuple[int, ...] = Lazy()  # token ids appended this step (after EOS / max_new_tokens truncation)
+    committed_text: tuple[str, ...] = Lazy()  # their texts
+    draft_ms: float = Lazy()
+    verify_ms: float = Lazy()
+    other_ms: float = Lazy()
     finished: str | None = None  # "eos" | "length" when this step ended the session
     info: dict[str, Any] = field(default_factory=dict)  # proposer extras (e.g. token mapping)
     rule: str = "exact"  # the acceptance rule that judged the drafts: "exact" or "typical" (LOSSY)

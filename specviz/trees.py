@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from .algorithm import TOP_N, TreeVerification, tree_depths
+from .algorithm import TreeVerification, tree_depths
+from .lazyrec import StepTensors
 from .records import DraftDecision, Proposal, StepRecord, TreeNode
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -33,20 +34,17 @@ def prune_tree(proposal: Proposal, k: int) -> Proposal:
     )
 
 
-def tree_record(session: "Session", proposal: Proposal, p: torch.Tensor, ver: TreeVerification, committed: list[int]) -> StepRecord:
-    """The StepRecord of a tree step. ``drafts`` is the chain view: the accepted path, then the
+def tree_record(session: "Session", proposal: Proposal, p: torch.Tensor, ver: TreeVerification, committed: list[int]):
+    """(The StepRecord of a tree step, the tensors its pending fields are computed from). ``drafts`` is the chain view: the accepted path, then the
     first child tried and rejected at the depth where the walk stopped (if any)."""
     texts = session.decoder.texts
     tokens, parents = proposal.tokens.tolist(), proposal.parents.tolist()
     n = len(tokens)
     depth = tree_depths(proposal.parents)
-    V = p.shape[-1]
-    top_p_vals, top_p_ids = (t.tolist() for t in torch.topk(p, min(TOP_N, V), dim=-1))  # [n+1, 10]
-    if proposal.q is not None and n:
-        top_q_vals, top_q_ids = (t.tolist() for t in torch.topk(proposal.q, min(TOP_N, V), dim=-1))  # [n, 10]
-        top_q = [texts.tops(top_q_vals[i], top_q_ids[i]) for i in range(n)]
-    else:
-        top_q = [() for _ in range(n)]
+    kept = StepTensors(texts, _Ready(p), proposal, ver)  # the top-10 lists are computed when read
+    lazy = kept.lazy
+    has_q = proposal.q is not None and n
+    top_q = [lazy(lambda i=i: kept.top_q(i)) if has_q else () for i in range(n)]
     p_x, q_x = ver.p_x.tolist(), ver.q_x.tolist()
     if proposal.q is not None and n:  # the draft's q(x), shown even where the rule used point masses
         q_x = proposal.q[torch.arange(n, device=proposal.q.device), proposal.tokens].tolist()
@@ -68,16 +66,13 @@ def tree_record(session: "Session", proposal: Proposal, p: torch.Tensor, ver: Tr
         DraftDecision(
             position=j, token_id=tokens[i], text=texts(tokens[i]), q=q_x[i], p=p_x[i],
             ratio=ver.ratio[i] if ver.ratio[i] is not None else 0.0, u=ver.u[i], verdict=ver.verdict[i],
-            top_p=texts.tops(top_p_vals[parents[i] + 1], top_p_ids[parents[i] + 1]), top_q=top_q[i],
+            top_p=lazy(lambda i=i: kept.top_p(parents[i] + 1)), top_q=top_q[i],
         )
         for j, i in enumerate(shown)
     )
     row = last + 1  # the row of p the next token was judged under
-    top_residual = ()
-    if ver.residual is not None:
-        vals, rids = (t.tolist() for t in torch.topk(ver.residual, min(TOP_N, V)))
-        top_residual = texts.tops(vals, rids)
-    return StepRecord(
+    top_residual = lazy(kept.top_residual) if ver.residual is not None else ()
+    record = StepRecord(
         index=len(session.steps),
         k=n,
         drafts=drafts,
@@ -86,7 +81,7 @@ def tree_record(session: "Session", proposal: Proposal, p: torch.Tensor, ver: Tr
         next_token_text=texts(ver.next_token),
         next_kind="resampled" if ver.resampled else "bonus",
         next_p=float(p[row, ver.next_token]),
-        top_next=texts.tops(top_p_vals[row], top_p_ids[row]),
+        top_next=lazy(lambda: kept.top_p(row)),
         top_residual=top_residual,
         committed=tuple(committed),
         committed_text=tuple(texts(t) for t in committed),
@@ -99,3 +94,15 @@ def tree_record(session: "Session", proposal: Proposal, p: torch.Tensor, ver: Tr
         tree=nodes,
         accepted_path=tuple(ver.path),
     )
+    kept.records = [record, *drafts, *nodes]
+    return record, kept
+
+
+class _Ready:
+    """An already computed p, with the LazyProbs interface."""
+
+    def __init__(self, p: torch.Tensor):
+        self.p = p
+
+    def get(self) -> torch.Tensor:
+        return self.p

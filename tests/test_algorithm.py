@@ -3,6 +3,8 @@
 import pytest
 import torch
 
+import specviz.algorithm as algorithm
+
 from specviz.algorithm import (
     acceptance_ratio,
     logits_to_probs,
@@ -117,3 +119,15 @@ def test_bad_sampling_settings_raise_helpful_errors(kwargs):
     with pytest.raises(ValueError, match="must"):
         Sampling(**kwargs)
 
+
+
+def test_fast_argmax_breaks_ties_like_tensor_argmax():
+    """The engine's argmax (max(-1).indices) picks the first maximal index, as Tensor.argmax does."""
+    g = torch.Generator().manual_seed(0)
+    for V in (5, 1000, 262144):
+        x = torch.randint(0, 3, (4, V), generator=g).float()  # ties everywhere
+        assert torch.equal(algorithm.argmax(x), x.argmax(dim=-1))
+        assert torch.equal(algorithm.argmax(x[0]), x[0].argmax())
+    y = torch.zeros(2, 10)
+    y[:, 3] = y[:, 7] = 1.0
+    assert algorithm.argmax(y).tolist() == [3, 3]

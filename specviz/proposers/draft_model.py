@@ -8,9 +8,9 @@ from typing import Any
 
 import torch
 
-from ..algorithm import logits_to_probs
+from ..algorithm import argmax as first_argmax, logits_to_probs
 from ..kv import cache_length, context_window, forward_logits, new_cache, rollback, vocab_size
-from ..records import Proposal, Sampling
+from ..records import Deferred, Proposal, Sampling
 
 
 @dataclass
@@ -44,15 +44,22 @@ class DraftModel:
 
     def propose(self, state: _DraftState, context: torch.Tensor, k: int, sampling: Sampling, generator, stop=None) -> Proposal:
         argmax = self.policy == "argmax"
-        tokens, q = draft_tokens(self.model, state, context.tolist(), k, sampling, generator, stop, argmax=argmax)
-        return Proposal(tokens=tokens.to(context.device), q=None if q is None else q.to(context.device), deterministic=argmax)
+        tokens, q = draft_tokens(self.model, state, context, k, sampling, generator, stop, argmax=argmax)
+        if isinstance(q, Deferred):  # greedy / argmax drafts: q is only shown, computed when read
+            fn, device = q.fn, context.device
+            q = Deferred(lambda: fn().to(device))
+        elif q is not None:
+            q = q.to(context.device)
+        return Proposal(tokens=tokens.to(context.device), q=q, deterministic=argmax)
 
 
 @torch.inference_mode()
-def draft_tokens(draft, state: _DraftState, ctx: list[int], k: int, sampling: Sampling, generator, stop=None, argmax: bool = False):
-    """Draft up to k tokens after ``ctx`` with ``draft`` (a LoadedModel), reusing and rolling
-    back its KV cache in ``state``; ``argmax`` takes argmax q instead of sampling from q.
-    -> (tokens [k'] long, q [k', state.vocab] or None if k' = 0)
+def draft_tokens(draft, state: _DraftState, ctx, k: int, sampling: Sampling, generator, stop=None, argmax: bool = False):
+    """Draft up to k tokens after ``ctx`` (token ids: a list or a [n] tensor) with ``draft`` (a
+    LoadedModel), reusing and rolling back its KV cache in ``state``; ``argmax`` takes argmax q
+    instead of sampling from q.
+    -> (tokens [k'] long, q [k', state.vocab] or None if k' = 0). Under greedy or argmax, where no
+    rule reads q, q is a ``Deferred`` (computed when read) unless ``stop`` needs it per token.
 
     Never past the draft's context window: drafting x_k feeds positions up to len(ctx) + k - 2,
     so a draft with a shorter window than the target drafts fewer tokens near its end and none
@@ -65,27 +72,52 @@ def draft_tokens(draft, state: _DraftState, ctx: list[int], k: int, sampling: Sa
     if k <= 0:
         return torch.empty(0, dtype=torch.long), None
     # 1. Roll the cache back to the longest prefix it shares with the context (at least one
-    #    context token must be fed to get the next-token logits).
-    keep = min(_common_prefix(state.ids, ctx), len(ctx) - 1)
+    #    context token must be fed to get the next-token logits). Usually the cache holds a
+    #    prefix of the context already: one list comparison, no per-token Python loop.
+    n_ctx = len(ctx)
+    if len(state.ids) <= n_ctx and _prefix_list(ctx, len(state.ids)) == state.ids:
+        keep = min(len(state.ids), n_ctx - 1)
+    else:
+        keep = min(_common_prefix(state.ids, _as_list(ctx)), n_ctx - 1)
     rollback(state.cache, keep)
-    state.ids = ctx[:keep]
-    feed = torch.tensor(ctx[keep:], dtype=torch.long, device=device)  # [n_new]
+    del state.ids[keep:]
+    new_ids = _prefix_list(ctx[keep:], n_ctx - keep)
+    feed = torch.tensor(new_ids, dtype=torch.long, device=device)  # [n_new]
     tokens: list[int] = []
-    qs: list[torch.Tensor] = []
+    rows: list[torch.Tensor] = []  # greedy: the logits; sampled: q
+    lazy_q = (sampling.greedy or argmax) and stop is None
     # 2. Draft x_1..x_k one at a time, sampling each from q with the session's generator.
     for i in range(k):
         logits = forward_logits(draft.model, feed, state.cache, 1)[0]  # [V_draft]
-        state.ids.extend(feed.tolist())
+        state.ids.extend(new_ids)
         logits = _fit_vocab(logits, state.vocab)  # [V]
-        q = logits_to_probs(logits, sampling)  # [V]
-        if i > 0 and stop is not None and stop(q):
-            break  # the draft is unsure: leave the rest to the target
-        x = int(logits.argmax()) if sampling.greedy or argmax else int(torch.multinomial(q, 1, generator=generator))
+        if lazy_q:
+            x = int(first_argmax(logits))
+            rows.append(logits)
+        else:
+            q = logits_to_probs(logits, sampling)  # [V]
+            if i > 0 and stop is not None and stop(q):
+                break  # the draft is unsure: leave the rest to the target
+            x = int(first_argmax(logits)) if sampling.greedy or argmax else int(torch.multinomial(q, 1, generator=generator))
+            rows.append(q)
         tokens.append(x)
-        qs.append(q)
-        feed = torch.tensor([x], dtype=torch.long, device=device)
+        new_ids = [x]
+        feed = torch.tensor(new_ids, dtype=torch.long, device=device)
     assert cache_length(state.cache) == len(state.ids)
-    return torch.tensor(tokens, dtype=torch.long), (torch.stack(qs) if qs else None)  # [k'], [k', V]
+    if not rows:
+        return torch.tensor(tokens, dtype=torch.long), None
+    if lazy_q:
+        return torch.tensor(tokens, dtype=torch.long), Deferred(lambda: torch.stack([logits_to_probs(r, sampling) for r in rows]))
+    return torch.tensor(tokens, dtype=torch.long), torch.stack(rows)  # [k'], [k', V]
+
+
+def _as_list(ctx) -> list[int]:
+    return ctx.tolist() if isinstance(ctx, torch.Tensor) else list(ctx)
+
+
+def _prefix_list(ctx, n: int) -> list[int]:
+    """ctx[:n] as a list of ints (ctx: a list or a [>= n] tensor)."""
+    return ctx[:n].tolist() if isinstance(ctx, torch.Tensor) else list(ctx[:n])
 
 
 def _fit_vocab(logits: torch.Tensor, vocab: int) -> torch.Tensor:
