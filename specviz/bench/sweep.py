@@ -262,7 +262,7 @@ def run_sweep(
 def _run_specviz(decoder: SpeculativeDecoder, ids: list[int], max_new_tokens: int, seed: int) -> dict[str, Any]:
     _sync(decoder.target.device)
     t0 = time.perf_counter()
-    session = decoder.start(ids, max_new_tokens=max_new_tokens, seed=seed)
+    session = decoder.start(ids, max_new_tokens=max_new_tokens, seed=seed, records="lean")  # nobody reads top-10s or texts here
     while not session.done:
         session.step()
     wall = time.perf_counter() - t0
