@@ -13,17 +13,13 @@ from specviz.engine import encode_prompt
 from specviz.kv import forward_logits, rollback
 from specviz.proposers import DraftModel, NGram
 
+from tests.support import hf_greedy
+
 PROMPTS = [
     "the cat sat on the mat. the cat sat on the",
     "hello world, hello again. hello",
     "a quick brown fox jumps over the lazy dog",
 ]
-
-
-def hf_greedy(target, prompt, n):
-    ids = torch.tensor([encode_prompt(target.tokenizer, prompt)])
-    out = target.model.generate(ids, max_new_tokens=n, do_sample=False)
-    return out[0, ids.shape[1] :].tolist()
 
 
 @pytest.mark.parametrize("k", [1, 3, 8])

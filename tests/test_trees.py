@@ -19,6 +19,8 @@ from specviz.proposers import DraftModel, DraftTree, NGram, NGramTree
 from specviz.proposers.draft_tree import DRAFT_TREE_DEFAULTS, parse_draft_tree
 from specviz.proposers.ngram_tree import NGRAM_TREE_DEFAULTS, ngram_trie, parse_ngram_tree
 
+from tests.support import hf_greedy
+
 T = torch.tensor
 
 
@@ -244,10 +246,6 @@ PROMPTS = [
 ]
 
 
-def hf_greedy(target, prompt, n):
-    ids = torch.tensor([encode_prompt(target.tokenizer, prompt)])
-    out = target.model.generate(ids, max_new_tokens=n, do_sample=False)
-    return out[0, ids.shape[1] :].tolist()
 
 
 @pytest.mark.parametrize("shape", ["ngram-tree", "ngram-tree,nodes=3", "draft-tree", "draft-tree,nodes=5,width=3",

@@ -26,7 +26,7 @@ from ..remote.replay import NOT_EXPOSED, steps_of_row
 from ..remote.run import RemoteConfig, RemoteSweep
 from ..viz.bench import progress_html
 from ..viz.remote_steps import remote_steps_html
-from .bench_tab import CUSTOM, MAX_PROMPTS, RENDER_EVERY_S, BenchState, BenchView, _render
+from .bench_tab import MAX_PROMPTS, RENDER_EVERY_S, BenchState, BenchView, _render, prompt_rows
 from .handlers import friendly_error
 
 __all__ = ["RemoteView", "build_remote_source", "parse_remote_request", "on_remote_run", "on_remote_steps",
@@ -69,16 +69,7 @@ def parse_remote_request(endpoints: str, baseline: str, source: str, categories,
         raise ValueError(f"number of prompts must be between 1 and {MAX_PROMPTS}")
     if max_new < 1:
         raise ValueError("max new tokens must be at least 1")
-    if source == CUSTOM:
-        rows = P.from_lines(custom or "")[:n]
-        if not rows:
-            raise ValueError("type at least one prompt (one per line) or pick the Spec-Bench prompts")
-        src = "custom"
-    else:
-        if not categories:
-            raise ValueError("pick at least one prompt category")
-        rows = P.load_prompts(categories=list(categories), limit=n)
-        src = "bundled:specbench-dev"
+    rows, src = prompt_rows(source, categories, custom, n)
     return eps, rows, src, RemoteConfig(max_new_tokens=max_new, timeout_s=TIMEOUT_S)
 
 

@@ -141,6 +141,18 @@ class Request:
     tree_nodes: tuple[int, ...] = ()
 
 
+def prompt_rows(source: str, categories: Any, custom: str | None, n: int) -> tuple[list, str]:
+    """The tab's prompt choice -> (at most n PromptRows, their source label); ValueError if empty."""
+    if source == CUSTOM:
+        rows = P.from_lines(custom or "")[:n]
+        if not rows:
+            raise ValueError("type at least one prompt (one per line) or pick the Spec-Bench prompts")
+        return rows, "custom"
+    if not categories:
+        raise ValueError("pick at least one prompt category")
+    return P.load_prompts(categories=list(categories), limit=n), "bundled:specbench-dev"
+
+
 def parse_request(target, proposers, ks, source, categories, custom, n_prompts, max_new_tokens, temperature, compare_hf,
                   tree_nodes: str = "") -> Request:
     """The tab's raw control values -> a Request; ValueError with a message for the user.
@@ -165,16 +177,7 @@ def parse_request(target, proposers, ks, source, categories, custom, n_prompts, 
         raise ValueError("number of prompts, max new tokens and temperature must be numbers") from None
     if not 1 <= n <= MAX_PROMPTS:
         raise ValueError(f"number of prompts must be between 1 and {MAX_PROMPTS}")
-    if source == CUSTOM:
-        rows = P.from_lines(custom or "")[:n]
-        if not rows:
-            raise ValueError("type at least one prompt (one per line) or pick the Spec-Bench prompts")
-        src = "custom"
-    else:
-        if not categories:
-            raise ValueError("pick at least one prompt category")
-        rows = P.load_prompts(categories=list(categories), limit=n)
-        src = "bundled:specbench-dev"
+    rows, src = prompt_rows(source, categories, custom, n)
     from ..limits import check_bench_request  # hosting limits (SPECVIZ_MAX_*, SPECVIZ_ALLOW_LOCAL_PATHS)
 
     check_bench_request(target, specs, kt, max_new, [r.prompt for r in rows])

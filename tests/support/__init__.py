@@ -7,6 +7,7 @@
 
 from .tiny import (
     TINY_PROMPT,
+    hf_greedy,
     loaded,
     make_bpe_tokenizer,
     make_char_tokenizer,
@@ -19,6 +20,6 @@ from .tiny import (
 )
 
 __all__ = [
-    "TINY_PROMPT", "loaded", "make_bpe_tokenizer", "make_char_tokenizer", "make_llama", "make_tiny_model",
+    "TINY_PROMPT", "hf_greedy", "loaded", "make_bpe_tokenizer", "make_char_tokenizer", "make_llama", "make_tiny_model",
     "make_tiny_models", "make_tiny_tokenizer", "perturbed", "train_bpe",
 ]

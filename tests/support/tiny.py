@@ -176,3 +176,13 @@ def make_tiny_model(
         model.save_pretrained(str(dir))
         tok.save_pretrained(str(dir))
     return model, tok
+
+
+def hf_greedy(target, prompt, n: int) -> list[int]:
+    """``transformers``' own greedy continuation of ``prompt`` (n new token ids): the reference
+    every speculative greedy run must equal token for token."""
+    from specviz.engine import encode_prompt
+
+    ids = torch.tensor([encode_prompt(target.tokenizer, prompt)], device=target.device)  # [1, n_prompt]
+    out = target.model.generate(ids, max_new_tokens=n, do_sample=False)
+    return out[0, ids.shape[1] :].tolist()
