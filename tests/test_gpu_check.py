@@ -89,7 +89,8 @@ def test_greedy_check_fails_when_the_engine_accepts_wrong_drafts(script, fp32_mo
     def accept_everything(p, q, drafts, **kw):
         k = drafts.shape[0]
         ones = torch.ones(k)
-        return engine.Verification(k, int(p[k].argmax()), False, ones, ones, ones, None, None)
+        bonus = int(kw["target_argmax"][k])  # greedy: the target's own next token after all k
+        return engine.Verification(k, bonus, False, ones, ones, ones, None, None)
 
     monkeypatch.setattr(engine, "verify", accept_everything)
     rows = script.check_greedy(fp32_models, 1, 16)
