@@ -30,34 +30,7 @@ from specviz.proposers import DraftModel, EarlyExit, NGram, NGramOrDraft
 from specviz.quantize import quantize_int8
 from specviz.records import Sampling
 
-PROMPT = ("Write a Python function that parses a CSV file of orders (id, customer, amount, date), "
-          "groups the orders by customer and returns the total amount per customer, sorted from the "
-          "largest total to the smallest. Then explain how it works.")
-
-
-class ForwardClock:
-    """Wall time spent inside the top-level forward of the given models (forward pre/post hooks)."""
-
-    def __init__(self, models):
-        self.seconds = 0.0
-        self._t = None
-        self.handles = []
-        for m in models:
-            self.handles.append(m.register_forward_pre_hook(self._pre))
-            self.handles.append(m.register_forward_hook(self._post))
-
-    def _pre(self, *_):
-        self._t = time.perf_counter()
-
-    def _post(self, *_):
-        if self._t is not None:
-            self.seconds += time.perf_counter() - self._t
-            self._t = None
-
-    def close(self):
-        for h in self.handles:
-            h.remove()
-
+from benchmarks.step_overhead import PROMPT, ForwardClock  # the same prompt and forward timer
 
 @contextlib.contextmanager
 def labelled(obj, attr: str, label: str):
