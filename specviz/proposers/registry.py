@@ -132,7 +132,6 @@ def _build_ngram(arg, target, load):
 def _build_draft(arg, target, load):
     from .draft_model import DraftModel
 
-    _check_draft_policy(arg)
     name, opts = split_options(arg, ("policy",))
     policy = opts.get("policy", "sampled").lower()
     draft = _load_draft(name, target, load)
