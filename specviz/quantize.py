@@ -83,6 +83,27 @@ class Int8Linear(torch.nn.Module):
             y = op(x2, self._packed_params, self.reduce_range)  # [rows, out]
         return y.reshape(*lead, self.out_features)
 
+    def select_rows(self, ids: torch.Tensor) -> "Int8Linear":
+        """A copy keeping output rows ``ids`` [N] only, with exactly the same int8 values and
+        per-row scales (a per-tensor weight keeps its one scale)."""
+        wq, bias = torch.ops.quantized.linear_unpack(self._packed_params)
+        ints = wq.int_repr()[ids]  # [N, in] int8
+        if wq.qscheme() in (torch.per_channel_affine, torch.per_channel_symmetric):
+            scales, zeros = wq.q_per_channel_scales()[ids], wq.q_per_channel_zero_points()[ids]
+            rows = torch._make_per_channel_quantized_tensor(ints, scales, zeros, 0)
+        else:
+            rows = torch._make_per_tensor_quantized_tensor(ints, wq.q_scale(), wq.q_zero_point())
+        new = Int8Linear.__new__(Int8Linear)
+        torch.nn.Module.__init__(new)
+        new.in_features, new.out_features = self.in_features, int(ids.numel())
+        if self.inv_smooth is not None:
+            new.register_buffer("inv_smooth", self.inv_smooth)
+        else:
+            new.inv_smooth = None
+        new._packed_params = torch.ops.quantized.linear_prepack(rows, None if bias is None else bias[ids])
+        new.per_token, new.reduce_range = self.per_token, self.reduce_range
+        return new.eval()
+
     def weight(self) -> torch.Tensor:
         """The int8 weight (quantized tensor [out, in]; smoothing folded in)."""
         return torch.ops.quantized.linear_unpack(self._packed_params)[0]

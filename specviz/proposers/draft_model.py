@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import weakref
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -11,6 +12,7 @@ import torch
 from ..algorithm import argmax as first_argmax, logits_to_probs
 from ..kv import cache_length, context_window, forward_logits, new_cache, rollback, vocab_size
 from ..records import Deferred, Proposal, Sampling
+from .vocab import ContextRows, SubsetHead
 
 
 @dataclass
@@ -18,6 +20,7 @@ class _DraftState:
     cache: object  # the draft's DynamicCache
     vocab: int  # the target's vocabulary size: q is laid out on it
     ids: list[int] = field(default_factory=list)  # tokens the cache holds, in order
+    context_rows: Any = None  # vocab=N drafts: a ContextRows (context tokens outside the head's set)
 
 
 DRAFT_POLICIES = ("sampled", "argmax")
@@ -40,7 +43,11 @@ class DraftModel:
 
     def init_state(self, target) -> _DraftState:
         check_same_tokenizer(target, self.model)
-        return _DraftState(cache=new_cache(self.model.model), vocab=vocab_size(target.model))
+        state = _DraftState(cache=new_cache(self.model.model), vocab=vocab_size(target.model))
+        head = self.model.model.get_output_embeddings()
+        if isinstance(head, SubsetHead):
+            state.context_rows = ContextRows(head)
+        return state
 
     def propose(self, state: _DraftState, context: torch.Tensor, k: int, sampling: Sampling, generator, stop=None) -> Proposal:
         argmax = self.policy == "argmax"
@@ -83,10 +90,19 @@ def draft_tokens(draft, state: _DraftState, ctx, k: int, sampling: Sampling, gen
     del state.ids[keep:]
     new_ids = _prefix_list(ctx[keep:], n_ctx - keep)
     feed = torch.tensor(new_ids, dtype=torch.long, device=device)  # [n_new]
+    # 2. Draft x_1..x_k one at a time, sampling each from q with the session's generator.
+    extra = state.context_rows  # vocab=N: score the context's own tokens too
+    if extra is not None:
+        extra.add(new_ids)
+    with extra.active() if extra is not None else nullcontext():
+        return _draft_loop(draft, state, new_ids, feed, k, sampling, generator, stop, argmax)
+
+
+def _draft_loop(draft, state: _DraftState, new_ids: list[int], feed, k: int, sampling: Sampling, generator, stop, argmax: bool):
+    device = draft.device
     tokens: list[int] = []
     rows: list[torch.Tensor] = []  # greedy: the logits; sampled: q
     lazy_q = (sampling.greedy or argmax) and stop is None
-    # 2. Draft x_1..x_k one at a time, sampling each from q with the session's generator.
     for i in range(k):
         logits = forward_logits(draft.model, feed, state.cache, 1)[0]  # [V_draft]
         state.ids.extend(new_ids)

@@ -129,12 +129,19 @@ def _build_ngram(arg, target, load):
     return NGram() if arg is None else NGram(max_ngram=int(arg), name=f"ngram:{arg}")
 
 
+DRAFT_OPTIONS = ("policy", "vocab")
+
+
 def _build_draft(arg, target, load):
     from .draft_model import DraftModel
 
-    name, opts = split_options(arg, ("policy",))
+    name, opts = split_options(arg, DRAFT_OPTIONS)
     policy = opts.get("policy", "sampled").lower()
     draft = _load_draft(name, target, load)
+    if "vocab" in opts:
+        from .vocab import with_vocab_subset
+
+        draft = with_vocab_subset(draft, target, int_option(opts, "vocab", 0, lo=1))  # named NAME,vocab=N
     suffix = "" if policy == "sampled" else f",policy={policy}"
     proposer = DraftModel(draft, name=f"draft:{draft.name}{suffix}", policy=policy)
     proposer.init_state(target)  # raises ValueError when the tokenizers differ
@@ -151,7 +158,9 @@ def _build_hybrid(arg, target, load):
 def _check_draft_policy(arg: str) -> None:
     from .draft_model import DRAFT_POLICIES
 
-    _, opts = split_options(arg, ("policy",))
+    _, opts = split_options(arg, DRAFT_OPTIONS)
+    if "vocab" in opts:
+        int_option(opts, "vocab", 0, lo=1)
     policy = opts.get("policy", "sampled").lower()
     if policy not in DRAFT_POLICIES:
         raise ValueError(f"bad proposer 'draft:{arg}': policy must be one of {', '.join(DRAFT_POLICIES)}, got {policy!r}; "
@@ -219,10 +228,11 @@ REGISTRY: tuple[ProposerKind, ...] = (
         build=_build_ngram, check_arg=_whole("'ngram:N' needs a whole number N >= 1"), example="ngram",
     ),
     ProposerKind(
-        "draft", "draft model", "draft:NAME[@int8][,policy=argmax]", "a smaller model with the target's tokenizer: a "
-        "built-in such as smollm2-135m, a local directory or a hub id, @int8 to quantize it to int8; drafts sampled "
-        "from q (policy=sampled, the default) or argmax q (policy=argmax, point masses as in vLLM)", needs_model=True,
-        hf_counterpart=True, build=_build_draft, arg_required=True, options=("policy",), example="draft:smollm2-135m",
+        "draft", "draft model", "draft:NAME[@int8][,policy=argmax][,vocab=N]", "a smaller model with the target's "
+        "tokenizer: a built-in such as smollm2-135m, a local directory or a hub id, @int8 to quantize it to int8; "
+        "drafts sampled from q (policy=sampled, the default) or argmax q (policy=argmax, point masses as in vLLM); "
+        "vocab=N scores only the N tokens the target uses most (FR-Spec), a smaller head", needs_model=True,
+        hf_counterpart=True, build=_build_draft, arg_required=True, options=DRAFT_OPTIONS, example="draft:smollm2-135m",
         validate=_check_draft_policy,
     ),
     ProposerKind(

@@ -1,0 +1,194 @@
+"""A draft that scores only the likeliest part of the vocabulary (FR-Spec: Zhao et al., 2025,
+"Accelerating Large-Vocabulary Language Models via Frequency-Ranked Speculative Sampling").
+
+gemma-3-270m's output head has 262,144 rows: in its int8 copy the head alone is about a third of
+a draft token's time, and most rows are tokens a draft almost never needs (other scripts, rare
+pieces). ``draft:NAME,vocab=N`` gives the draft a head over N rows: the N tokens its *target*
+puts the most probability on, on average over the bundled calibration text (every next-token
+distribution summed, so a token counts where it was plausible, not only where it was written),
+with every token of that text first. Rows outside the set get logit -inf: the draft never
+proposes them and q is 0 there.
+
+Exactness does not depend on the set: the target verifies with its full vocabulary and the rule
+is exact for any q (a token the draft cannot propose is simply always the target's own pick after
+a rejection). Only speed and acceptance change; ``specviz bench`` measures both.
+
+The draft's body is shared with the full-vocabulary draft: :func:`with_vocab_subset` returns a
+model that shares every module except the head (built once per model and N, never mutated).
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+import weakref
+from collections.abc import Callable, Iterable
+from contextlib import contextmanager
+from contextvars import ContextVar
+
+import torch
+
+from ..models import LoadedModel
+from ..quantize import Int8Linear
+
+MIN_VOCAB = 1  # a floor for the argument only: useful sets are thousands of tokens (bench them)
+
+
+_EXTRA: ContextVar[tuple[torch.Tensor, torch.Tensor] | None] = ContextVar("specviz_vocab_extra", default=None)
+
+
+class SubsetHead(torch.nn.Module):
+    """logits[..., ids] = x @ W[ids]^T, -inf elsewhere: an output head over ``ids`` laid out on
+    the full vocabulary of ``out_features`` entries, so nothing downstream changes shape. Inside
+    :meth:`ContextRows.active` the session's extra rows (context tokens outside ``ids``) are
+    scored too, in float; the module itself is shared and never changes."""
+
+    def __init__(self, head: torch.nn.Module, ids: torch.Tensor, out_features: int, float_rows: Callable[[torch.Tensor], torch.Tensor]):
+        super().__init__()
+        self.rows = head_rows(head, ids)  # a Linear (float or Int8Linear) over len(ids) rows
+        self.register_buffer("ids", ids.long().contiguous())  # [N] token ids, row order
+        self.members = frozenset(ids.tolist())
+        self.float_rows = float_rows  # token ids [E] -> the full head's rows [E, d], float
+        self.in_features, self.out_features = int(getattr(head, "in_features", 0)), out_features
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # [..., d] -> [..., V]
+        y = self.rows(x)  # [..., N]
+        out = y.new_full((*y.shape[:-1], self.out_features), float("-inf"))  # [..., V]
+        out[..., self.ids] = y
+        extra = _EXTRA.get()
+        if extra is not None:
+            ids, weight = extra  # [E], [E, d]
+            out[..., ids] = (x.to(weight.dtype) @ weight.T).to(out.dtype)  # [..., E]
+        return out
+
+    def extra_repr(self) -> str:
+        return f"rows={self.ids.numel()}, out_features={self.out_features}"
+
+
+class ContextRows:
+    """One session's context tokens that a :class:`SubsetHead` leaves out, scored in float while
+    :meth:`active`: a draft can then propose any token it has already seen (code identifiers,
+    names), which FR-Spec's fixed set misses."""
+
+    def __init__(self, head: SubsetHead):
+        self.head = head
+        self.ids: list[int] = []
+        self._ids = torch.empty(0, dtype=torch.long)  # [E]
+        self._weight: torch.Tensor | None = None  # [E, d]
+
+    def add(self, token_ids: Iterable[int]) -> None:
+        """Include these context tokens (those already scored are skipped)."""
+        new = [x for x in dict.fromkeys(token_ids) if x not in self.head.members and x not in self.ids and 0 <= x < self.head.out_features]
+        if not new:
+            return
+        ids = torch.tensor(new, dtype=torch.long, device=self.head.ids.device)  # [e]
+        rows = self.head.float_rows(ids)  # [e, d]
+        self.ids.extend(new)
+        self._ids = torch.cat([self._ids.to(ids.device), ids])
+        self._weight = rows if self._weight is None else torch.cat([self._weight, rows])
+
+    @contextmanager
+    def active(self):
+        token = _EXTRA.set((self._ids, self._weight) if self.ids else None)
+        try:
+            yield
+        finally:
+            _EXTRA.reset(token)
+
+
+def head_rows(head: torch.nn.Module, ids: torch.Tensor) -> torch.nn.Module:
+    """A copy of output head ``head`` (nn.Linear, a wrapper with ``.linear``, or Int8Linear)
+    keeping only rows ``ids`` [N], in that order; int8 rows keep their exact int8 values."""
+    if isinstance(head, Int8Linear):
+        return head.select_rows(ids)
+    linear = getattr(head, "linear", head)
+    if not isinstance(linear, torch.nn.Linear):
+        raise ValueError(f"vocab=N needs a Linear output head; this model's is {type(head).__name__}")
+    rows = torch.nn.Linear(linear.in_features, ids.numel(), bias=linear.bias is not None,
+                           device=linear.weight.device, dtype=linear.weight.dtype)
+    with torch.no_grad():
+        rows.weight.copy_(linear.weight[ids])  # [N, d]
+        if linear.bias is not None:
+            rows.bias.copy_(linear.bias[ids])
+    return rows.eval()
+
+
+@torch.inference_mode()
+def token_ranking(target: LoadedModel, n_prompts: int = 32, max_tokens: int = 512) -> torch.Tensor:
+    """Every token id of ``target``'s vocabulary, most useful first -> [V] long: the tokens of the
+    bundled calibration prompts (by count), then the rest by the target's next-token probability
+    summed over every position of that text."""
+    from ..kv import vocab_size
+    from ..quantize import calibration_token_ids
+
+    V = vocab_size(target.model)
+    mass = torch.zeros(V, dtype=torch.float64)  # [V]
+    counts = torch.zeros(V, dtype=torch.float64)  # [V]
+    for ids in calibration_token_ids(target.tokenizer, n_prompts, max_tokens):
+        x = torch.tensor([ids], device=target.device)  # [1, T]
+        logits = target.model(input_ids=x, use_cache=False).logits[0].float()  # [T, V]
+        mass += torch.softmax(logits, dim=-1).sum(0).double().cpu()[:V]
+        counts.index_add_(0, torch.tensor(ids), torch.ones(len(ids), dtype=torch.float64))
+    score = mass + counts * (mass.sum() + 1.0)  # a written token outranks any unwritten one
+    return torch.argsort(score, descending=True, stable=True)  # [V]
+
+
+_rankings: "weakref.WeakKeyDictionary[torch.nn.Module, torch.Tensor]" = weakref.WeakKeyDictionary()
+_subsets: "weakref.WeakKeyDictionary[torch.nn.Module, dict[tuple[int, int], LoadedModel]]" = weakref.WeakKeyDictionary()
+_lock = threading.Lock()
+
+
+def with_vocab_subset(draft: LoadedModel, target: LoadedModel, n: int) -> LoadedModel:
+    """``draft`` with an output head over the ``n`` tokens most useful to ``target`` (see the
+    module docstring); built once per (draft, target, n) and shared. ValueError for a bad n."""
+    V = draft.vocab_size
+    if isinstance(n, bool) or not isinstance(n, int) or not MIN_VOCAB <= n:
+        raise ValueError(f"vocab must be a whole number of tokens >= {MIN_VOCAB}, got {n!r}")
+    if n >= V:
+        return draft  # the whole vocabulary: nothing to cut
+    with _lock:
+        by_n = _subsets.setdefault(draft.model, {})
+        key = (id(target.model), n)
+        if key in by_n:
+            return by_n[key]
+        if target.model not in _rankings:
+            _rankings[target.model] = token_ranking(target)
+        ids = _rankings[target.model]
+        ids = ids[ids < V][:n].sort().values  # [n] ascending: the scatter writes memory in order
+        head = draft.model.get_output_embeddings()
+        view = copy.copy(draft.model)  # shares the body's modules; the head is its own
+        view._modules = dict(draft.model._modules)
+        name = next(k for k, m in draft.model.named_children() if m is head)
+        ids = ids.to(_device_of(head))
+        setattr(view, name, SubsetHead(head, ids, V, _float_rows(draft.model, head)))
+        sub = LoadedModel(view, draft.tokenizer, f"{draft.name},vocab={n}", draft.device, draft.dtype, draft.quantize)
+        by_n[key] = sub
+        return sub
+
+
+def _float_rows(model: torch.nn.Module, head: torch.nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
+    """ids [E] -> rows [E, d] of ``head``'s float weight: the tied input embedding when the head
+    shares it (an int8 copy keeps its embedding float), else the head's own (dequantized) rows."""
+    linear = getattr(head, "linear", head)
+    weight = getattr(linear, "weight", None)
+    embedding = model.get_input_embeddings()
+    tied = bool(getattr(model.config.get_text_config(), "tie_word_embeddings", False))
+    if tied and embedding is not None and embedding.weight.shape[0] >= getattr(head, "out_features", 0):
+        table = embedding.weight  # [V, d]
+        return lambda ids: table[ids].float()
+    if isinstance(weight, torch.Tensor):
+        return lambda ids: weight[ids].float()
+    cache: dict[str, torch.Tensor] = {}
+
+    def int8_rows(ids: torch.Tensor) -> torch.Tensor:  # an untied Int8Linear head: dequantize on first use
+        if "w" not in cache:
+            cache["w"] = head.weight().dequantize() * (head.inv_smooth[None, :] if head.inv_smooth is not None else 1.0)
+        return cache["w"][ids]
+
+    return int8_rows
+
+
+def _device_of(module: torch.nn.Module) -> torch.device:
+    for t in list(module.parameters()) + list(module.buffers()):
+        return t.device
+    return torch.device("cpu")

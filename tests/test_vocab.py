@@ -1,0 +1,105 @@
+"""Drafts over part of the vocabulary (draft:NAME,vocab=N, FR-Spec): the head, the context rows,
+and exactness (greedy equality, sampled output following the target) on tiny models."""
+
+import pytest
+import torch
+
+import specviz.algorithm as algorithm
+from specviz import Sampling, SpeculativeDecoder
+from specviz.proposers import DraftModel, from_spec
+from specviz.proposers.vocab import ContextRows, SubsetHead, token_ranking, with_vocab_subset
+from specviz.quantize import Int8Linear, Int8Options
+from tests.test_engine import PROMPTS, _tv_of_first_two_tokens, hf_greedy
+
+N = 12  # of the char tokenizer's 37 tokens
+
+
+@pytest.fixture(scope="module")
+def subset_draft(tiny_target, near_draft):
+    return with_vocab_subset(near_draft, tiny_target, N)
+
+
+def test_the_head_scores_its_rows_exactly_and_nothing_else(subset_draft, near_draft):
+    head = subset_draft.model.get_output_embeddings()
+    assert isinstance(head, SubsetHead) and head.ids.numel() == N
+    ids = torch.tensor([[5, 6, 7, 8, 9]])
+    with torch.no_grad():
+        full = near_draft.model(ids).logits[0]  # [5, V]
+        part = subset_draft.model(ids).logits[0]  # [5, V]
+    inside = torch.zeros(full.shape[-1], dtype=torch.bool)
+    inside[head.ids] = True
+    torch.testing.assert_close(part[:, inside], full[:, inside])
+    assert torch.isinf(part[:, ~inside]).all() and (part[:, ~inside] < 0).all()
+
+
+def test_the_shared_model_is_untouched_and_the_subset_is_built_once(subset_draft, near_draft, tiny_target):
+    assert not isinstance(near_draft.model.get_output_embeddings(), SubsetHead)
+    assert subset_draft.model.model is near_draft.model.model  # one body, two heads
+    assert with_vocab_subset(near_draft, tiny_target, N) is subset_draft
+    assert with_vocab_subset(near_draft, tiny_target, near_draft.vocab_size) is near_draft  # nothing to cut
+    assert subset_draft.name == "tiny-near,vocab=12"
+
+
+def test_the_ranking_puts_the_calibration_texts_tokens_first(tiny_target):
+    from specviz.quantize import calibration_token_ids
+
+    rank = token_ranking(tiny_target)
+    assert sorted(rank.tolist()) == list(range(tiny_target.vocab_size))
+    written = {t for ids in calibration_token_ids(tiny_target.tokenizer, 32, 512) for t in ids}
+    assert set(rank[: len(written)].tolist()) == written
+
+
+def test_context_rows_score_a_sessions_own_tokens_in_float_only_while_active(subset_draft, near_draft):
+    head = subset_draft.model.get_output_embeddings()
+    outside = next(t for t in range(near_draft.vocab_size) if t not in head.members)
+    rows, other = ContextRows(head), ContextRows(head)
+    rows.add([outside, outside, int(head.ids[0])])  # a set member is not added twice
+    assert rows.ids == [outside]
+    x = torch.tensor([[5, 6, 7]])
+    with torch.no_grad():
+        full = near_draft.model(x).logits[0, -1]
+        with rows.active():
+            seen = subset_draft.model(x).logits[0, -1]
+            with other.active():  # another session's rows: nothing extra
+                unseen = subset_draft.model(x).logits[0, -1]
+        after = subset_draft.model(x).logits[0, -1]
+    torch.testing.assert_close(seen[outside], full[outside])
+    assert torch.isinf(unseen[outside]) and torch.isinf(after[outside])
+
+
+def test_int8_rows_keep_their_exact_values():
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(16, 40)
+    q = Int8Linear(lin, torch.rand(16) + 0.5, Int8Options())
+    ids = torch.tensor([3, 17, 39, 0])
+    x = torch.randn(2, 16)
+    torch.testing.assert_close(q.select_rows(ids)(x), q(x)[:, ids])
+
+
+@pytest.mark.parametrize("k", [1, 3])
+def test_greedy_output_is_still_the_targets(tiny_target, subset_draft, k):
+    dec = SpeculativeDecoder(tiny_target, DraftModel(subset_draft), k=k)
+    for prompt in PROMPTS:
+        res = dec.generate(prompt, max_new_tokens=20)
+        assert list(res.token_ids) == hf_greedy(tiny_target, prompt, 20)
+
+
+def test_sampled_output_follows_the_target_and_a_wrong_rule_fails(tiny_target, tiny_draft, monkeypatch):
+    draft = with_vocab_subset(tiny_draft, tiny_target, 8)
+    dec = SpeculativeDecoder(tiny_target, DraftModel(draft), k=3, sampling=Sampling(3.0))
+    prompt = "hello hello hello hel"
+    tv1, tv2 = _tv_of_first_two_tokens(dec, tiny_target, prompt, 1500)
+    assert tv1 < 0.08 and tv2 < 0.08, (tv1, tv2)
+    monkeypatch.setattr(algorithm, "residual_distribution", lambda p, q: p)
+    bad1, _ = _tv_of_first_two_tokens(dec, tiny_target, prompt, 1500)
+    assert bad1 > 0.12, (tv1, bad1)
+
+
+def test_the_spec_option(tiny_target, near_draft):
+    loads = {"tiny-near": near_draft}
+    proposer = from_spec("draft:tiny-near,vocab=12,policy=argmax", tiny_target, load=lambda name, **kw: loads[name])
+    assert proposer.name == "draft:tiny-near,vocab=12,policy=argmax"
+    assert isinstance(proposer.model.model.get_output_embeddings(), SubsetHead)
+    for bad, match in [("vocab=0", "whole number"), ("vocab=many", "whole number"), ("size=3", "unknown option")]:
+        with pytest.raises(ValueError, match=match):
+            from_spec(f"draft:tiny-near,{bad}", tiny_target, load=lambda name, **kw: loads[name])
