@@ -223,7 +223,11 @@ def cmd_bench(args) -> int:
 
     if args.limit is not None and args.limit < 1:
         raise CLIError("--limit must be >= 1")
+    if args.repeats < 1:
+        raise CLIError("--repeats must be >= 1")
     if args.remote or args.baseline_remote:  # measure remote servers instead of a local target
+        if args.repeats != 1:
+            raise CLIError("--repeats is for local sweeps; rerun --remote to repeat a remote measurement")
         from .remote.cli import bench_remote
 
         return bench_remote(args, _prompt_rows(args), _say)
@@ -233,7 +237,7 @@ def cmd_bench(args) -> int:
     config = B.BenchConfig(
         ks=ks, max_new_tokens=args.max_new_tokens, sampling=sampling, seed=args.seed, chat=args.chat,
         compare_hf=args.compare_hf, warmup=not args.no_warmup, schedules=tuple(args.schedule or ["constant"]),
-        acceptance=args.acceptance,
+        acceptance=args.acceptance, repeats=args.repeats,
     )
     from .bench.shapes import expand_tree_shapes, parse_tree_nodes
 
@@ -251,7 +255,8 @@ def cmd_bench(args) -> int:
         if p is not None:
             proposers[p.name] = p
     sweep = B.Sweep(target, proposers, prompts, config, prompt_source=args.prompts or "bundled:specbench-dev")
-    _say(args, f"{len(prompts)} prompts x {len(sweep.runs)} configurations = {sweep.total} timed runs"
+    passes = f" x {config.repeats} passes" if config.repeats > 1 else ""
+    _say(args, f"{len(prompts)} prompts{passes} x {len(sweep.runs)} configurations = {sweep.total} timed runs"
                + (" after a warm-up" if config.warmup else ""))
     with tqdm(total=sweep.total, file=sys.stderr, unit="run", dynamic_ncols=True, disable=args.quiet or None) as bar:
         for ev in sweep:
@@ -394,6 +399,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--compare-hf", action="store_true",
                    help="also time transformers' generate(): target-only, assistant_model=, prompt_lookup_num_tokens=")
     b.add_argument("--no-warmup", action="store_true", help="skip the warm-up runs")
+    b.add_argument("--repeats", type=int, default=1, help="passes over the prompts, each in a new rotation (default 1; "
+                   "use 2-3 where other work shares the CPU: totals and medians then cover every pass)")
     b.add_argument("--json", metavar="OUT.json", help="write the report (settings, summary and per-prompt rows)")
     b.add_argument("--csv", metavar="OUT.csv", help="write the summary rows as CSV")
     b.add_argument("--html", metavar="REPORT.html", help="write a standalone page with every plot")

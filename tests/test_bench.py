@@ -235,6 +235,17 @@ def test_stop_after_three_runs(tiny_target):
     assert [(r["proposer"], r["k"], r["prompts"]) for r in rep["rows"]] == [("target-only", 0, 1), ("ngram", 1, 1), ("ngram", 2, 1)]
 
 
+def test_repeats_run_every_prompt_again_in_a_new_rotation(tiny_target):
+    with pytest.raises(ValueError, match="repeats"):
+        B.BenchConfig(repeats=0)
+    cfg = B.BenchConfig(ks=(1,), max_new_tokens=4, warmup=False, repeats=2)
+    rep = B.run_sweep(tiny_target, {"ngram": NGram()}, ["the cat sat on the mat, the cat"], cfg)
+    ran = [(r["prompt_index"], r["proposer"]) for r in rep["prompt_rows"]]
+    assert ran == [(0, "target-only"), (0, "ngram"), (1, "ngram"), (1, "target-only")]
+    assert rep["meta"]["prompts"] == 1 and rep["meta"]["repeats"] == 2 and rep["meta"]["runs_done"] == 4
+    assert [(r["proposer"], r["prompts"], r["new_tokens"]) for r in rep["rows"]] == [("target-only", 2, 8), ("ngram", 2, 8)]
+
+
 def test_sampled_sweep_and_plain_prompts(tiny_target):
     rep = B.run_sweep(
         tiny_target, {"ngram": NGram()}, ["the cat sat on the mat, the cat"],

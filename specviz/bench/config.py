@@ -58,6 +58,7 @@ class BenchConfig:
     warmup_tokens: int | None = None  # max_new_tokens of the warm-up runs (None: max(ks) + 2, one full step)
     schedules: tuple[str, ...] = ("constant",)  # k schedules to sweep beside each k: constant, heuristic, confidence:T
     acceptance: str = "exact"  # "exact" or "typical" (LOSSY)
+    repeats: int = 1  # passes over the prompts (each pass rotates the order again): noisy machines need more
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "ks", parse_ks(self.ks))
@@ -67,6 +68,8 @@ class BenchConfig:
         Acceptance(self.acceptance)  # raises ValueError for an unknown rule
         if isinstance(self.max_new_tokens, bool) or not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be a whole number >= 1, got {self.max_new_tokens!r}")
+        if isinstance(self.repeats, bool) or not isinstance(self.repeats, int) or self.repeats < 1:
+            raise ValueError(f"repeats must be a whole number >= 1, got {self.repeats!r}")
         if not isinstance(self.sampling, Sampling):
             raise ValueError("sampling must be a specviz.Sampling")
 

@@ -42,7 +42,8 @@ class Sweep:
         self.target = target
         self.config = config
         self.prompt_source = prompt_source
-        self.prompts = [p if isinstance(p, PromptRow) else PromptRow(str(p), "custom", str(i)) for i, p in enumerate(prompts, 1)]
+        rows = [p if isinstance(p, PromptRow) else PromptRow(str(p), "custom", str(i)) for i, p in enumerate(prompts, 1)]
+        self.prompts = rows * config.repeats  # every pass runs each prompt's configurations in a new rotation
         self.proposers = {name: p for name, p in proposers.items() if p is not None}
         sampling = config.sampling
         # Decoders are built once: building one checks the proposer can draft for this target.
@@ -195,7 +196,8 @@ class Sweep:
             "chat": cfg.chat,
             "compare_hf": cfg.compare_hf,
             "hf_skipped": self.hf_skipped,
-            "prompts": len(self.prompts),
+            "prompts": len(self.prompts) // cfg.repeats,
+            "repeats": cfg.repeats,
             "prompt_source": self.prompt_source,
             "categories": sorted({p.category for p in self.prompts}),
             "runs_planned": self.total,
