@@ -111,3 +111,14 @@ def test_a_new_kind_with_options_plugs_in(monkeypatch, tiny_target):
     with pytest.raises(ValueError, match="from 1 to 8"):
         from_spec("demo-kind:,width=9", tiny_target)
     assert "demo-kind[:,width=W]" in registry.help_text()
+
+
+def test_every_option_has_an_example_the_registry_accepts():
+    from specviz.proposers.registry import REGISTRY, check_spec
+    from specviz.runs import OPTION_EXAMPLES, options_example, spec_for
+
+    for kind in REGISTRY:
+        for key in kind.options:
+            assert key in OPTION_EXAMPLES, f"add an example value for option {key!r} to specviz.runs.OPTION_EXAMPLES"
+        if kind.options:
+            check_spec(spec_for(kind.label, "m", 4, options_example(kind.label)))

@@ -25,11 +25,9 @@ import weakref
 from collections.abc import Callable, Iterable
 from contextlib import contextmanager
 from contextvars import ContextVar
+from typing import Any
 
 import torch
-
-from ..models import LoadedModel
-from ..quantize import Int8Linear
 
 MIN_VOCAB = 1  # a floor for the argument only: useful sets are thousands of tokens (bench them)
 
@@ -99,7 +97,7 @@ class ContextRows:
 def head_rows(head: torch.nn.Module, ids: torch.Tensor) -> torch.nn.Module:
     """A copy of output head ``head`` (nn.Linear, a wrapper with ``.linear``, or Int8Linear)
     keeping only rows ``ids`` [N], in that order; int8 rows keep their exact int8 values."""
-    if isinstance(head, Int8Linear):
+    if hasattr(head, "select_rows"):  # specviz.quantize.Int8Linear
         return head.select_rows(ids)
     linear = getattr(head, "linear", head)
     if not isinstance(linear, torch.nn.Linear):
@@ -114,7 +112,7 @@ def head_rows(head: torch.nn.Module, ids: torch.Tensor) -> torch.nn.Module:
 
 
 @torch.inference_mode()
-def token_ranking(target: LoadedModel, n_prompts: int = 32, max_tokens: int = 512) -> torch.Tensor:
+def token_ranking(target, n_prompts: int = 32, max_tokens: int = 512) -> torch.Tensor:
     """Every token id of ``target``'s vocabulary, most useful first -> [V] long: the tokens of the
     bundled calibration prompts (by count), then the rest by the target's next-token probability
     summed over every position of that text."""
@@ -134,13 +132,16 @@ def token_ranking(target: LoadedModel, n_prompts: int = 32, max_tokens: int = 51
 
 
 _rankings: "weakref.WeakKeyDictionary[torch.nn.Module, torch.Tensor]" = weakref.WeakKeyDictionary()
-_subsets: "weakref.WeakKeyDictionary[torch.nn.Module, dict[tuple[int, int], LoadedModel]]" = weakref.WeakKeyDictionary()
+_subsets: "weakref.WeakKeyDictionary[torch.nn.Module, dict[tuple[int, int], Any]]" = weakref.WeakKeyDictionary()
 _lock = threading.Lock()
 
 
-def with_vocab_subset(draft: LoadedModel, target: LoadedModel, n: int) -> LoadedModel:
+def with_vocab_subset(draft, target, n: int):
     """``draft`` with an output head over the ``n`` tokens most useful to ``target`` (see the
-    module docstring); built once per (draft, target, n) and shared. ValueError for a bad n."""
+    module docstring); built once per (draft, target, n) and shared. ValueError for a bad n.
+    ``draft``, ``target``: specviz.models.LoadedModel; -> a LoadedModel named ``NAME,vocab=n``."""
+    from ..models import LoadedModel
+
     V = draft.vocab_size
     if isinstance(n, bool) or not isinstance(n, int) or not MIN_VOCAB <= n:
         raise ValueError(f"vocab must be a whole number of tokens >= {MIN_VOCAB}, got {n!r}")
