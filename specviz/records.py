@@ -6,7 +6,8 @@ JSONL trace and read back unchanged, and so a UI never holds on to a tensor.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
+import copy
+from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from typing import Any
 
 import torch
@@ -246,7 +247,7 @@ class StepRecord(LazyFields):
         return len(self.committed)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return _plain(self)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "StepRecord":
@@ -259,6 +260,25 @@ class StepRecord(LazyFields):
         d["tree"] = tuple(_node_from_dict(x) for x in d.get("tree", ()))
         known = {f.name for f in fields(cls)}
         return cls(**{key: v for key, v in d.items() if key in known})
+
+
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+
+
+def _plain(obj: Any) -> Any:
+    """``dataclasses.asdict`` for records (dataclasses of numbers, strings and tuples), without its
+    deep copies: a step's record is written to the trace on every step."""
+    cls = type(obj)
+    if cls in (int, float, str, bool) or obj is None:
+        return obj
+    if cls is tuple or cls is list:
+        return cls(_plain(x) for x in obj)
+    names = _FIELD_NAMES.get(cls)
+    if names is None:
+        if not is_dataclass(obj):
+            return copy.deepcopy(obj)
+        names = _FIELD_NAMES.setdefault(cls, tuple(f.name for f in fields(obj)))
+    return {name: _plain(getattr(obj, name)) for name in names}
 
 
 def _draft_from_dict(d: dict[str, Any]) -> DraftDecision:

@@ -446,3 +446,22 @@ def test_parse_settings_new_proposers():
         parse_settings("t", CROSS, "d", 4, 0, 1, 0, 0, 8, "hi", True, "sometimes", 3)
     with pytest.raises(ValueError, match="early-exit layers"):
         parse_settings("t", EARLY, "", 4, 0, 1, 0, 0, 8, "hi", True, "constant", 0)
+
+
+def test_unvalidated_figures_are_the_validated_ones(real_run, monkeypatch):
+    """The app skips Plotly's validation (10 ms a figure); with it on, each figure is the same JSON
+    and valid (an unknown property or a bad value would raise here)."""
+    from specviz.viz import figures
+
+    steps = real_run.steps
+    builders = [
+        lambda: viz.topk_figure(steps[0], 0), lambda: viz.topk_figure(steps[-1], None), lambda: viz.topk_figure(None, None),
+        lambda: viz.acceptance_by_position_figure(real_run.stats), lambda: viz.timeline_figure(steps),
+        lambda: viz.tokens_per_step_figure(steps), lambda: viz.acceptance_by_position_figure(None),
+        lambda: viz.topk_figure(rejected_step(), 1), lambda: viz.tokens_per_step_figure([rejected_step(0), bonus_step(1)]),
+    ]
+    assert figures.VALIDATE is False
+    fast = [json.loads(b().to_json()) for b in builders]
+    monkeypatch.setattr(figures, "VALIDATE", True)
+    checked = [json.loads(b().to_json()) for b in builders]
+    assert fast == checked
