@@ -159,7 +159,9 @@ def with_vocab_subset(draft, target, n: int):
         head = draft.model.get_output_embeddings()
         view = copy.copy(draft.model)  # shares the body's modules; the head is its own
         view._modules = dict(draft.model._modules)
-        name = next(k for k, m in draft.model.named_children() if m is head)
+        name = next((k for k, m in draft.model.named_children() if m is head), None)
+        if name is None:
+            raise ValueError(f"vocab=N cannot cut {draft.name}'s output head: it is not a direct child of the model")
         ids = ids.to(_device_of(head))
         setattr(view, name, SubsetHead(head, ids, V, _float_rows(draft.model, head)))
         sub = LoadedModel(view, draft.tokenizer, f"{draft.name},vocab={n}", draft.device, draft.dtype, draft.quantize)
