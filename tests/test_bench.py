@@ -221,6 +221,27 @@ def test_hf_assistant_gets_a_constant_k_without_touching_the_shared_model(near_d
     assert B._hf_kwargs(SimpleNamespace(name="other"), 2) is None
 
 
+def test_hf_early_exit_drafts_with_the_targets_layers_on_a_private_config(tiny_target):
+    """transformers' counterpart of early-exit:L: generate(assistant_early_exit=L), k from a
+    private constant-k config; it gives the target's greedy output and never changes the shared
+    model's configs (transformers lowers num_hidden_layers while it drafts)."""
+    from specviz.bench import hf
+    from specviz.engine import eos_token_ids, encode_prompt
+    from specviz.proposers import EarlyExit
+
+    kw = B._hf_kwargs(EarlyExit(tiny_target, 1), 3)
+    assert kw["assistant_early_exit"] == 1
+    before = (tiny_target.model.config.to_dict(), tiny_target.model.generation_config.to_dict())
+    view = hf._self_assistant(tiny_target.model, 3)
+    assert view.generation_config.num_assistant_tokens == 3 and view.model.layers is tiny_target.model.model.layers
+    assert view.config is not tiny_target.model.config
+    ids = encode_prompt(tiny_target.tokenizer, "the cat sat on the mat. the cat sat on the")
+    early = hf._run_hf(tiny_target, ids, 12, Sampling(), 0, kw, eos_token_ids(tiny_target))
+    plain = hf._run_hf(tiny_target, ids, 12, Sampling(), 0, {}, eos_token_ids(tiny_target))
+    assert early["token_ids"] == plain["token_ids"]
+    assert (tiny_target.model.config.to_dict(), tiny_target.model.generation_config.to_dict()) == before
+
+
 def test_stop_after_three_runs(tiny_target):
     seen, rows_seen = [], []
     rep = B.run_sweep(

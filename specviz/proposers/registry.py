@@ -247,7 +247,7 @@ REGISTRY: tuple[ProposerKind, ...] = (
     ),
     ProposerKind(
         "early-exit", "early exit (first layers)", "early-exit:L", "the target's own first L layers and its head draft",
-        needs_model=False, hf_counterpart=False, build=_build_early_exit, arg_required=True,
+        needs_model=False, hf_counterpart=True, build=_build_early_exit, arg_required=True,
         check_arg=_whole("'early-exit:L' needs a whole number of layers L >= 1"), example="early-exit:4",
     ),
     ProposerKind(
