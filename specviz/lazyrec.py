@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 import torch
 
-from .algorithm import TOP_N, logits_to_probs
+from .algorithm import TOP_N, logits_to_probs, top_n
 from .records import Deferred, DraftDecision, LazyFields, StepRecord
 
 RECORD_MODES = ("full", "lean")
@@ -54,7 +54,7 @@ class StepTensors:
     def _topk(self, key, rows: Callable[[], torch.Tensor]) -> list:
         if key not in self._top:
             t = rows()
-            vals, ids = (x.tolist() for x in torch.topk(t, min(TOP_N, t.shape[-1]), dim=-1))
+            vals, ids = (x.tolist() for x in top_n(t, TOP_N))
             self._top[key] = [self.texts.tops(v, i) for v, i in zip(vals, ids)] if t.dim() == 2 else [self.texts.tops(vals, ids)]
         return self._top[key]
 

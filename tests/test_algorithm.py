@@ -131,3 +131,16 @@ def test_fast_argmax_breaks_ties_like_tensor_argmax():
     y = torch.zeros(2, 10)
     y[:, 3] = y[:, 7] = 1.0
     assert algorithm.argmax(y).tolist() == [3, 3]
+
+
+@pytest.mark.parametrize("shape", [(262_144,), (3, 262_144), (2, 100_003), (40,)])
+def test_top_n_equals_topk(shape):
+    from specviz.algorithm import top_n
+
+    g = torch.Generator().manual_seed(sum(shape))
+    x = torch.softmax(torch.randn(*shape, generator=g) * 4, dim=-1)
+    x[..., 7] = float("-inf") if len(shape) > 1 else x[..., 7]
+    vals, ids = top_n(x, 10)
+    ref = torch.topk(x, min(10, shape[-1]), dim=-1)
+    assert torch.equal(vals, ref.values) and torch.equal(ids, ref.indices)
+    assert torch.equal(x.gather(-1, ids), vals)
