@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..algorithm import logits_to_probs
+from ..algorithm import logits_to_probs, top_n
 from ..kv import check_tree_support, forward_logits, keep_slots, new_cache, rollback, tree_forward_logits, vocab_size
 from ..records import Proposal, Sampling
 from .base import empty_proposal
@@ -108,7 +108,7 @@ class DraftTree:
         qrow: list[int] = []  # which q row each node was chosen from (its parent's)
 
         def add_children(parent: int, row: int, base: float, d: int) -> None:
-            vals, ids = torch.topk(qrows[row], min(W, qrows[row].shape[-1]))
+            vals, ids = top_n(qrows[row], W)  # [w] the most likely children
             for v, t in zip(vals.tolist(), ids.tolist()):
                 if v > 0:
                     tok.append(t), par.append(parent), score.append(base + math.log(v)), depth.append(d), qrow.append(row)
