@@ -259,12 +259,16 @@ def cmd_bench(args) -> int:
     _say(args, f"{len(prompts)} prompts{passes} x {len(sweep.runs)} configurations = {sweep.total} timed runs"
                + (" after a warm-up" if config.warmup else ""))
     with tqdm(total=sweep.total, file=sys.stderr, unit="run", dynamic_ncols=True, disable=args.quiet or None) as bar:
-        for ev in sweep:
-            if ev.kind == "warmup":
-                bar.set_description("warm-up")
-            elif ev.kind == "run":
-                bar.set_description(ev.label[:48])
-                bar.update(1)
+        try:
+            for ev in sweep:
+                if ev.kind == "warmup":
+                    bar.set_description("warm-up")
+                elif ev.kind == "run":
+                    bar.set_description(ev.label[:48])
+                    bar.update(1)
+        except KeyboardInterrupt:  # Ctrl-C: keep what was measured (the report says stopped)
+            sweep.stopped = True
+            _say(args, f"interrupted after {len(sweep.prompt_rows)} of {sweep.total} runs: reporting those")
     report = sweep.report()
     print(B.format_table(report["rows"]))
     m = report["meta"]

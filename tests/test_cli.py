@@ -284,3 +284,25 @@ def test_serve_without_the_app_is_one_line(capsys, monkeypatch):
     monkeypatch.setattr(specviz, "ui", fake, raising=False)
     rc, _, err = run(capsys, "serve")
     assert rc == 2 and "app is not available" in one_line_error(err)
+
+
+def test_bench_interrupted_keeps_the_runs_it_measured(capsys, models, tmp_path, monkeypatch):
+    from specviz import bench as B
+
+    target, _ = models
+    events = B.Sweep.events
+
+    def interrupted(self, should_stop=None):  # Ctrl-C after two timed runs
+        for ev in events(self, should_stop):
+            yield ev
+            if ev.kind == "run" and ev.done == 2:
+                raise KeyboardInterrupt
+
+    monkeypatch.setattr(B.Sweep, "events", interrupted)
+    out_json = tmp_path / "partial.json"
+    rc, out, err = run(capsys, "bench", "--target", target, "--proposer", "ngram", "--k", "1,2",
+                       "--max-new-tokens", "4", "--limit", "2", "--json", str(out_json))
+    assert rc == 0, err
+    assert "interrupted after 2 of 6 runs" in err
+    rep = json.loads(out_json.read_text())
+    assert rep["meta"]["stopped"] and rep["meta"]["runs_done"] == 2 and len(rep["prompt_rows"]) == 2
