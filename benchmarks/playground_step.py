@@ -5,7 +5,8 @@ Two copies of the same greedy run advance side by side, one step each in turn:
 - playground: what a Step click runs on the server (``specviz.ui.playground.on_step`` once its
   session is live): ``PlaygroundState.step()`` (full records, the TraceRecorder writing a JSONL
   line), the first frame (text, metrics, inspector, lesson) and the second (the p/q chart, the
-  three run plots and the trace download), every HTML string and Plotly figure built.
+  three run plots and the trace download), every HTML string and Plotly figure built and
+  serialized as Gradio sends it.
 
 Both runs take the same steps (greedy), so step i costs the same model work in each; the ratio
 of the medians is the Step's overhead on the server. (What the browser then spends drawing is
@@ -22,6 +23,7 @@ import statistics
 import tempfile
 import time
 
+import plotly.graph_objects as go
 import torch
 
 from specviz.engine import SpeculativeDecoder
@@ -66,14 +68,22 @@ def measure(target, spec: str, k: int, steps: int, prompt: str) -> tuple[list[fl
         with state.lock:  # what on_step does for a live session, both frames
             record = state.step()
             state.message = playground._step_message(state, record)
-            playground.render(state, chart=False, plots=False)
-        playground.on_charts(state)
+            serialized(playground.render(state, chart=False, plots=False))
+        serialized(playground.on_charts(state))
         t2 = time.perf_counter()
         if i:  # the first step includes the prefill
             t_bare.append(t1 - t0)
             t_play.append(t2 - t1)
     assert [s.committed for s in bare.steps] == [s.committed for s in state.steps], "the two runs diverged"
     return t_bare, t_play
+
+
+def serialized(outputs: list) -> None:
+    """What Gradio then does with a frame's figures: gr.Plot sends ``Figure.to_json()`` (a payload
+    the app built as JSON already is sent as it is)."""
+    for value in outputs:
+        if isinstance(value, go.Figure):
+            value.to_json()
 
 
 def main() -> None:

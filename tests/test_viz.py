@@ -465,3 +465,21 @@ def test_unvalidated_figures_are_the_validated_ones(real_run, monkeypatch):
     monkeypatch.setattr(figures, "VALIDATE", True)
     checked = [json.loads(b().to_json()) for b in builders]
     assert fast == checked
+
+
+def test_playground_plot_payloads_are_the_figures_json(real_run):
+    """The playground serializes each per-step figure's plain spec (``f.spec``) without building a
+    Figure; the browser must get the same JSON as ``Figure.to_json()`` (what gr.Plot sends)."""
+    from specviz.ui.playground import plot
+
+    steps = real_run.steps
+    cases = [
+        (viz.topk_figure, (steps[0], 0)), (viz.topk_figure, (steps[-1], None)), (viz.topk_figure, (None, None)),
+        (viz.topk_figure, (rejected_step(), 1)), (viz.acceptance_by_position_figure, (real_run.stats,)),
+        (viz.acceptance_by_position_figure, (None,)), (viz.timeline_figure, (steps,)), (viz.timeline_figure, ([],)),
+        (viz.tokens_per_step_figure, ([rejected_step(0), bonus_step(1)],)),
+    ]
+    for figure, args in cases:
+        payload = plot(figure.spec(*args))
+        assert payload.type == "plotly"
+        assert json.loads(payload.plot) == json.loads(figure(*args).to_json()), figure.__name__

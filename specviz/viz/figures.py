@@ -4,13 +4,16 @@ Figures are kept light (no template, small margins, a few traces, built as one d
 can redraw them after every step: Plotly's incremental update_* calls cost ~50 ms a figure, and
 even validating the finished dict costs ~10 ms, a third of a Step's overhead on the server. So a
 figure is *not* validated (``VALIDATE`` is False); the tests turn validation on and check that
-both ways give the same JSON. Colours come from :mod:`specviz.viz.theme`.
+both ways give the same JSON. The playground's per-step figures also skip the Figure object: each
+has a ``.spec`` twin returning the plain dict (``topk_figure.spec(record)``), which the app
+serializes itself. Colours come from :mod:`specviz.viz.theme`.
 """
 
 from __future__ import annotations
 
+import functools
 import html
-from typing import Sequence
+from typing import Callable, Sequence
 
 import plotly.graph_objects as go
 import plotly.io as pio
@@ -36,10 +39,10 @@ def _axis(**kw) -> dict:
     return base
 
 
-def _figure(traces: list[dict], title: str, *, height: int = HEIGHT, xaxis: dict | None = None,
-            yaxis: dict | None = None, margin: dict | None = None, annotations: list[dict] | None = None,
-            **layout_kw) -> go.Figure:
-    """One figure from plain dicts, in the app's house style."""
+def _spec(traces: list[dict], title: str, *, height: int = HEIGHT, xaxis: dict | None = None,
+          yaxis: dict | None = None, margin: dict | None = None, annotations: list[dict] | None = None,
+          **layout_kw) -> dict:
+    """One figure as a plain dict ({"data": traces, "layout": ...}), in the app's house style."""
     layout = dict(
         template=_NO_TEMPLATE,
         title=dict(text=title, x=0.01, xanchor="left", y=0.97, yanchor="top", font=dict(size=13, color=COLORS["ink"])),
@@ -57,13 +60,38 @@ def _figure(traces: list[dict], title: str, *, height: int = HEIGHT, xaxis: dict
     if annotations:
         layout["annotations"] = annotations
     layout.update(layout_kw)
-    return go.Figure(dict(data=traces, layout=layout), _validate=VALIDATE)
+    return dict(data=traces, layout=layout)
 
 
-def empty_figure(title: str, message: str = "No steps yet") -> go.Figure:
+def as_figure(spec: dict) -> go.Figure:
+    """A figure spec (a plain dict) as a Plotly Figure."""
+    return go.Figure(spec, _validate=VALIDATE)
+
+
+def _figure(traces: list[dict], title: str, **kw) -> go.Figure:
+    """One Figure from plain dicts, in the app's house style (see :func:`_spec`)."""
+    return as_figure(_spec(traces, title, **kw))
+
+
+def _with_spec(build: Callable[..., dict]) -> Callable[..., go.Figure]:
+    """A figure function from a spec builder: ``f(...)`` returns a Figure and ``f.spec(...)`` the
+    same figure as a plain dict, for a caller that only serializes it (the playground, after every
+    step: building a Figure object costs 1–2 ms a figure, serializing the dict a tenth of that)."""
+
+    @functools.wraps(build)
+    def figure(*args, **kw) -> go.Figure:
+        return as_figure(build(*args, **kw))
+
+    figure.__annotations__ = {**build.__annotations__, "return": go.Figure}
+    figure.spec = build  # type: ignore[attr-defined]
+    return figure
+
+
+@_with_spec
+def empty_figure(title: str, message: str = "No steps yet") -> dict:
     note = dict(text=html.escape(message), x=0.5, y=0.5, xref="paper", yref="paper", showarrow=False,
                 font=dict(size=12, color=COLORS["muted"]))
-    return _figure([], title, xaxis=dict(visible=False), yaxis=dict(visible=False), annotations=[note])
+    return _spec([], title, xaxis=dict(visible=False), yaxis=dict(visible=False), annotations=[note])
 
 
 def _axis_label(text: str) -> str:
@@ -78,7 +106,8 @@ def _xlabel(text: str) -> dict:
 # -- the step inspector chart ------------------------------------------------------------------
 
 
-def topk_figure(record: StepRecord | None, position: int | None = None) -> go.Figure:
+@_with_spec
+def topk_figure(record: StepRecord | None, position: int | None = None) -> dict:
     """Grouped bars of the top-10 tokens of p (target) and q (draft) at one position of a step.
 
     At the rejected position it also shows the residual norm(max(0, p − q)) and marks the token
@@ -88,7 +117,7 @@ def topk_figure(record: StepRecord | None, position: int | None = None) -> go.Fi
     """
     title = "Top-10 of p and q"
     if record is None:
-        return empty_figure(title, "Run a step to see its distributions")
+        return empty_figure.spec(title, "Run a step to see its distributions")
     n, k = record.n_accepted, record.k
     pos = n if position is None else max(0, min(int(position), k if n == k else k - 1))
     greedy = is_greedy(record)
@@ -178,7 +207,7 @@ def topk_figure(record: StepRecord | None, position: int | None = None) -> go.Fi
         traces.append(dict(type="scatter", x=[labels[i]], y=[y], mode="markers", name=f"{name} token",
                            marker=dict(symbol="star", size=13, color=color, line=dict(width=1, color="white")),
                            hovertemplate=f"{name}: %{{x}}<extra></extra>"))
-    return _figure(
+    return _spec(
         traces, title, height=320, barmode="group", bargap=0.25, bargroupgap=0.05, margin=dict(t=96),
         # "3" is a token, not a number: a category axis in the bars' own order
         xaxis=dict(type="category", categoryorder="array", categoryarray=labels, tickangle=-35, tickfont=dict(size=11)),
@@ -189,11 +218,12 @@ def topk_figure(record: StepRecord | None, position: int | None = None) -> go.Fi
 # -- run plots ---------------------------------------------------------------------------------
 
 
-def acceptance_by_position_figure(stats: Stats | None) -> go.Figure:
+@_with_spec
+def acceptance_by_position_figure(stats: Stats | None) -> dict:
     """Acceptance rate per draft position i (steps with draft i accepted / steps with >= i drafts)."""
     title = "Acceptance rate by draft position"
     if stats is None or not stats.per_position:
-        return empty_figure(title, "No drafts yet")
+        return empty_figure.spec(title, "No drafts yet")
     xs = list(range(1, len(stats.per_position) + 1))
     traces = [
         dict(type="bar", x=xs, y=list(stats.per_position), marker=dict(color=COLORS["accepted"]), name="per position",
@@ -203,15 +233,16 @@ def acceptance_by_position_figure(stats: Stats | None) -> go.Figure:
              name=f"overall {stats.acceptance_rate:.0%}", line=dict(color=COLORS["muted"], dash="dash", width=1.5),
              hoverinfo="skip"),
     ]
-    return _figure(traces, title, yaxis=dict(range=[0, 1.15], tickformat=".0%"),
+    return _spec(traces, title, yaxis=dict(range=[0, 1.15], tickformat=".0%"),
                    xaxis=dict(title=_xlabel("draft position"), dtick=1, range=[0.4, len(xs) + 0.6]))
 
 
-def timeline_figure(steps: Sequence[StepRecord]) -> go.Figure:
+@_with_spec
+def timeline_figure(steps: Sequence[StepRecord]) -> dict:
     """Per-step time as stacked bars (draft, verify, other ms), with the k of each step."""
     title = "Time per step (ms)"
     if not steps:
-        return empty_figure(title)
+        return empty_figure.spec(title)
     xs = [s.index + 1 for s in steps]
     custom = [[s.k, s.n_accepted, s.n_committed] for s in steps]
     hover = ("step %{x}<br>%{fullData.name}: %{y:.1f} ms<br>k = %{customdata[0]}, accepted %{customdata[1]}, "
@@ -225,7 +256,7 @@ def timeline_figure(steps: Sequence[StepRecord]) -> go.Figure:
                        line=dict(color=COLORS["muted"], width=1, shape="hv"), marker=dict(size=4),
                        hovertemplate="step %{x}: k = %{y}<extra></extra>"))
     kmax = max(max(s.k for s in steps), 1)
-    return _figure(
+    return _spec(
         traces, title, barmode="stack", bargap=0.15, margin=dict(r=32),
         xaxis=dict(title=_xlabel("step")),
         yaxis2=dict(overlaying="y", side="right", range=[0, kmax * 1.6], showgrid=False, zeroline=False,
@@ -233,11 +264,12 @@ def timeline_figure(steps: Sequence[StepRecord]) -> go.Figure:
     )
 
 
-def tokens_per_step_figure(steps: Sequence[StepRecord]) -> go.Figure:
+@_with_spec
+def tokens_per_step_figure(steps: Sequence[StepRecord]) -> dict:
     """Tokens committed per step: the accepted drafts plus the correction / bonus token."""
     title = "Tokens committed per step"
     if not steps:
-        return empty_figure(title)
+        return empty_figure.spec(title)
     xs = [s.index + 1 for s in steps]
     traces = [dict(type="bar", x=xs, y=[min(s.n_accepted, s.n_committed) for s in steps], name="accepted",
                    marker=dict(color=COLORS["accepted"]), hovertemplate="step %{x}: %{y} accepted<extra></extra>")]
@@ -252,5 +284,5 @@ def tokens_per_step_figure(steps: Sequence[StepRecord]) -> go.Figure:
                        hovertemplate="step %{x}: at most %{y}<extra></extra>"))
     tau = sum(s.n_committed for s in steps) / len(steps)
     kmax = max(s.k for s in steps)
-    return _figure(traces, f"{title} · τ = {tau:.2f}", barmode="stack", bargap=0.15, xaxis=dict(title=_xlabel("step")),
+    return _spec(traces, f"{title} · τ = {tau:.2f}", barmode="stack", bargap=0.15, xaxis=dict(title=_xlabel("step")),
                    yaxis=dict(dtick=1 if kmax <= 8 else 2, rangemode="tozero"))
