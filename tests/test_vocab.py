@@ -40,6 +40,25 @@ def test_the_shared_model_is_untouched_and_the_subset_is_built_once(subset_draft
     assert subset_draft.name == "tiny-near,vocab=12"
 
 
+def test_the_cache_is_per_target_and_lets_a_freed_target_go(near_draft, tiny_target):
+    import copy
+    import gc
+    import weakref
+
+    from specviz.models import LoadedModel
+    from specviz.proposers import vocab
+
+    other = LoadedModel(copy.deepcopy(tiny_target.model), tiny_target.tokenizer, "tiny-other", tiny_target.device,
+                        tiny_target.dtype, None)
+    cut = with_vocab_subset(near_draft, other, N)
+    assert cut is not with_vocab_subset(near_draft, tiny_target, N)  # its own target, its own ranking
+    gone, gone_cut = weakref.ref(other.model), weakref.ref(cut.model)
+    del other, cut
+    gc.collect()
+    assert gone() is None and gone_cut() is None  # the cache let the target and its cut draft go
+    assert len(vocab._subsets[near_draft.model]) == 1  # tiny_target's entry only
+
+
 def test_the_ranking_puts_the_calibration_texts_tokens_first(tiny_target):
     from specviz.quantize import calibration_token_ids
 

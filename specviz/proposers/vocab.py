@@ -70,18 +70,21 @@ class ContextRows:
 
     def __init__(self, head: SubsetHead):
         self.head = head
-        self.ids: list[int] = []
+        self.ids: list[int] = []  # in the order they were added (the rows of _weight)
+        self._seen: set[int] = set()
         self._ids = torch.empty(0, dtype=torch.long)  # [E]
         self._weight: torch.Tensor | None = None  # [E, d]
 
     def add(self, token_ids: Iterable[int]) -> None:
         """Include these context tokens (those already scored are skipped)."""
-        new = [x for x in dict.fromkeys(token_ids) if x not in self.head.members and x not in self.ids and 0 <= x < self.head.out_features]
+        members, seen, V = self.head.members, self._seen, self.head.out_features
+        new = [x for x in dict.fromkeys(token_ids) if x not in members and x not in seen and 0 <= x < V]
         if not new:
             return
         ids = torch.tensor(new, dtype=torch.long, device=self.head.ids.device)  # [e]
         rows = self.head.float_rows(ids)  # [e, d]
         self.ids.extend(new)
+        seen.update(new)
         self._ids = torch.cat([self._ids.to(ids.device), ids])
         self._weight = rows if self._weight is None else torch.cat([self._weight, rows])
 
@@ -132,7 +135,11 @@ def token_ranking(target, n_prompts: int = 32, max_tokens: int = 512) -> torch.T
 
 
 _rankings: "weakref.WeakKeyDictionary[torch.nn.Module, torch.Tensor]" = weakref.WeakKeyDictionary()
-_subsets: "weakref.WeakKeyDictionary[torch.nn.Module, dict[tuple[int, int], Any]]" = weakref.WeakKeyDictionary()
+# draft model -> target model -> {n: the cut LoadedModel}; weak on both models, so a freed target's
+# entry goes with it (an id() key could be reused by the next model loaded at that address)
+_subsets: "weakref.WeakKeyDictionary[torch.nn.Module, weakref.WeakKeyDictionary[torch.nn.Module, dict[int, Any]]]" = (
+    weakref.WeakKeyDictionary()
+)
 _lock = threading.Lock()
 
 
@@ -148,10 +155,9 @@ def with_vocab_subset(draft, target, n: int):
     if n >= V:
         return draft  # the whole vocabulary: nothing to cut
     with _lock:
-        by_n = _subsets.setdefault(draft.model, {})
-        key = (id(target.model), n)
-        if key in by_n:
-            return by_n[key]
+        by_n = _subsets.setdefault(draft.model, weakref.WeakKeyDictionary()).setdefault(target.model, {})
+        if n in by_n:
+            return by_n[n]
         if target.model not in _rankings:
             _rankings[target.model] = token_ranking(target)
         ids = _rankings[target.model]
@@ -165,7 +171,7 @@ def with_vocab_subset(draft, target, n: int):
         ids = ids.to(_device_of(head))
         setattr(view, name, SubsetHead(head, ids, V, _float_rows(draft.model, head)))
         sub = LoadedModel(view, draft.tokenizer, f"{draft.name},vocab={n}", draft.device, draft.dtype, draft.quantize)
-        by_n[key] = sub
+        by_n[n] = sub
         return sub
 
 
