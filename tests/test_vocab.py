@@ -122,3 +122,21 @@ def test_the_spec_option(tiny_target, near_draft):
     for bad, match in [("vocab=0", "whole number"), ("vocab=many", "whole number"), ("size=3", "unknown option")]:
         with pytest.raises(ValueError, match=match):
             from_spec(f"draft:tiny-near,{bad}", tiny_target, load=lambda name, **kw: loads[name])
+
+
+@pytest.mark.parametrize("spec", ["ngram+draft:tiny-near,vocab=12", "draft-tree:tiny-near,vocab=12,nodes=6,width=2"])
+def test_the_other_draft_kinds_take_vocab_and_stay_exact(tiny_target, near_draft, spec):
+    loads = {"tiny-near": near_draft}
+    proposer = from_spec(spec, tiny_target, load=lambda name, **kw: loads[name])
+    assert proposer.name == spec  # the name is a spec that builds the same proposer
+    head = proposer.model.model.get_output_embeddings()
+    assert isinstance(head, SubsetHead) and head.ids.numel() == N
+    assert not isinstance(near_draft.model.get_output_embeddings(), SubsetHead)
+    dec = SpeculativeDecoder(tiny_target, proposer, k=3)
+    for prompt in PROMPTS:
+        assert list(dec.generate(prompt, max_new_tokens=20).token_ids) == hf_greedy(tiny_target, prompt, 20)
+    state = proposer.init_state(tiny_target)
+    context = torch.arange(1, 30)  # [29] distinct tokens: no n-gram match, the draft model drafts
+    proposer.propose(state, context, 3, Sampling(), torch.Generator())
+    rows = state.context_rows  # the session's own context tokens outside the set, scored too
+    assert rows is not None and set(rows.ids) == {t for t in context.tolist() if t not in head.members}

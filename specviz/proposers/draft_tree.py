@@ -11,14 +11,16 @@ The children are chosen deterministically (top-w of q given the context), so the
 them with the point-mass rule of ``specviz.algorithm.verify_tree``: try each child c_j with
 probability r_j(c_j), remove it from the residual on rejection. q is recorded for display only.
 
-Spec (the part after ``draft-tree:``): ``NAME[@int8][,nodes=N,width=W]``; defaults N = 12,
-W = 2, cheap on a 2-core CPU.
+Spec (the part after ``draft-tree:``): ``NAME[@int8][,nodes=N,width=W][,vocab=V]``; defaults
+N = 12, W = 2, cheap on a 2-core CPU; vocab=V cuts the draft's head as ``draft:`` does
+(:mod:`specviz.proposers.vocab`, with the session's context rows).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -27,17 +29,21 @@ from ..kv import check_tree_support, forward_logits, keep_slots, new_cache, roll
 from ..records import Proposal, Sampling
 from .base import empty_proposal
 from .draft_model import _common_prefix, _fit_vocab, check_same_tokenizer
+from .vocab import ContextRows, SubsetHead
 
 DRAFT_TREE_SYNTAX = (
-    "draft-tree:NAME[@int8][,nodes=N,width=W]  (N: nodes per step, default 12; W: children per expanded "
-    "node and nodes expanded per depth, default 2; the depth is k)"
+    "draft-tree:NAME[@int8][,nodes=N,width=W][,vocab=V]  (N: nodes per step, default 12; W: children per "
+    "expanded node and nodes expanded per depth, default 2; the depth is k; V: a draft head over the V tokens "
+    "the target uses most, as for draft:)"
 )
 DRAFT_TREE_DEFAULTS = {"nodes": 12, "width": 2}
+DRAFT_TREE_OPTIONS = (*DRAFT_TREE_DEFAULTS, "vocab")  # vocab has no default: the whole head
 
 
 def parse_draft_tree(arg: str | None) -> tuple[str, dict[str, int]]:
-    """The part of a ``draft-tree`` spec after ``draft-tree:`` -> (model name, DraftTree keyword
-    arguments). "smollm2-135m@int8,nodes=16,width=3" -> ("smollm2-135m@int8", {"nodes": 16, "width": 3})."""
+    """The part of a ``draft-tree`` spec after ``draft-tree:`` -> (model name, options: nodes and
+    width always, vocab when given). "smollm2-135m@int8,nodes=16,width=3" -> ("smollm2-135m@int8",
+    {"nodes": 16, "width": 3})."""
     if not arg or not arg.split(",")[0].strip():
         raise ValueError(f"draft-tree needs a draft model name; write {DRAFT_TREE_SYNTAX}")
     head, *options = arg.split(",")
@@ -46,8 +52,9 @@ def parse_draft_tree(arg: str | None) -> tuple[str, dict[str, int]]:
     for item in options:
         key, eq, value = item.partition("=")
         key, value = key.strip().lower(), value.strip()
-        if key not in DRAFT_TREE_DEFAULTS or not eq:
-            raise ValueError(f"unknown option {item.strip()!r} for draft-tree (accepted: nodes=N, width=W); write {DRAFT_TREE_SYNTAX}")
+        if key not in DRAFT_TREE_OPTIONS or not eq:
+            raise ValueError(f"unknown option {item.strip()!r} for draft-tree (accepted: nodes=N, width=W, vocab=V); "
+                             f"write {DRAFT_TREE_SYNTAX}")
         if key in given:
             raise ValueError(f"option {key} given twice; write {DRAFT_TREE_SYNTAX}")
         if not value.lstrip("-").isdigit() or int(value) < 1:
@@ -64,6 +71,7 @@ class _TreeDraftState:
     ids: list[int] = field(default_factory=list)  # context tokens the cache holds, in order
     fed_tokens: list[int] = field(default_factory=list)  # tree slots after ids (last propose)
     fed_parents: list[int] = field(default_factory=list)  # their parent slot (-1 = the root)
+    context_rows: Any = None  # vocab=N drafts: a ContextRows (context tokens outside the head's set)
 
 
 class DraftTree:
@@ -85,12 +93,24 @@ class DraftTree:
         check_same_tokenizer(target, self.model)
         check_tree_support(target.model)
         check_tree_support(self.model.model)
-        return _TreeDraftState(cache=new_cache(self.model.model), vocab=vocab_size(target.model))
+        state = _TreeDraftState(cache=new_cache(self.model.model), vocab=vocab_size(target.model))
+        head = self.model.model.get_output_embeddings()
+        if isinstance(head, SubsetHead):
+            state.context_rows = ContextRows(head)
+        return state
 
     @torch.inference_mode()
     def propose(self, state: _TreeDraftState, context: torch.Tensor, k: int, sampling: Sampling, generator, stop=None) -> Proposal:
-        draft, device, W = self.model, self.model.device, self.width
         ctx = context.tolist()
+        extra = state.context_rows  # vocab=N: score the context's own tokens too
+        if extra is None:
+            return self._grow(state, ctx, k, sampling, context.device)
+        extra.add(ctx[len(state.ids):] if ctx[: len(state.ids)] == state.ids else ctx)
+        with extra.active():
+            return self._grow(state, ctx, k, sampling, context.device)
+
+    def _grow(self, state: _TreeDraftState, ctx: list[int], k: int, sampling: Sampling, out_device) -> Proposal:
+        draft, device, W = self.model, self.model.device, self.width
         # 1. Keep the tree slots of last step's accepted path in the draft's cache, drop the rest,
         #    then feed what the cache lacks (at least the last token) to get q at the root.
         _reconcile(state, ctx)
@@ -145,12 +165,12 @@ class DraftTree:
         # 3. Keep the best `nodes` overall; parents sort before their children (score and index).
         kept = sorted(sorted(range(len(tok)), key=lambda i: (-score[i], i))[: self.nodes])
         if not kept:
-            return empty_proposal(context.device)
+            return empty_proposal(out_device)
         index = {old: new for new, old in enumerate(kept)}
         return Proposal(
-            tokens=torch.tensor([tok[i] for i in kept], dtype=torch.long, device=context.device),
-            q=torch.stack([qrows[qrow[i]] for i in kept]).to(context.device),  # [n, V] shown only
-            parents=torch.tensor([index[par[i]] if par[i] >= 0 else -1 for i in kept], dtype=torch.long, device=context.device),
+            tokens=torch.tensor([tok[i] for i in kept], dtype=torch.long, device=out_device),
+            q=torch.stack([qrows[qrow[i]] for i in kept]).to(out_device),  # [n, V] shown only
+            parents=torch.tensor([index[par[i]] if par[i] >= 0 else -1 for i in kept], dtype=torch.long, device=out_device),
             deterministic=True,
             info={"tree": "draft", "expanded": len(fed)},
         )

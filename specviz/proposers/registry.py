@@ -151,20 +151,25 @@ def _build_draft(arg, target, load):
 def _build_hybrid(arg, target, load):
     from .hybrid import NGramOrDraft
 
-    draft = _build_draft(arg, target, load)
-    return NGramOrDraft(draft, name=f"ngram+draft:{draft.model.name}")
+    draft = _build_draft(arg, target, load)  # named draft:NAME[,vocab=N][,policy=argmax]
+    return NGramOrDraft(draft, name=f"ngram+{draft.name}")
 
 
-def _check_draft_policy(arg: str) -> None:
-    from .draft_model import DRAFT_POLICIES
+def _check_draft_options(prefix: str) -> Callable[[str], None]:
+    """A validator of ``PREFIX:NAME[,policy=...][,vocab=N]`` (the draft model's options)."""
 
-    _, opts = split_options(arg, DRAFT_OPTIONS)
-    if "vocab" in opts:
-        int_option(opts, "vocab", 0, lo=1)
-    policy = opts.get("policy", "sampled").lower()
-    if policy not in DRAFT_POLICIES:
-        raise ValueError(f"bad proposer 'draft:{arg}': policy must be one of {', '.join(DRAFT_POLICIES)}, got {policy!r}; "
-                         "e.g. draft:smollm2-135m,policy=argmax")
+    def check(arg: str) -> None:
+        from .draft_model import DRAFT_POLICIES
+
+        _, opts = split_options(arg, DRAFT_OPTIONS)
+        if "vocab" in opts:
+            int_option(opts, "vocab", 0, lo=1)
+        policy = opts.get("policy", "sampled").lower()
+        if policy not in DRAFT_POLICIES:
+            raise ValueError(f"bad proposer '{prefix}:{arg}': policy must be one of {', '.join(DRAFT_POLICIES)}, got "
+                             f"{policy!r}; e.g. {prefix}:smollm2-135m,policy=argmax")
+
+    return check
 
 
 def _check_tree_size(nodes: int) -> None:
@@ -196,6 +201,10 @@ def _build_draft_tree(arg, target, load):
 
     name, opts = parse_draft_tree(arg)
     draft = _load_draft(name, target, load)
+    if "vocab" in opts:
+        from .vocab import with_vocab_subset
+
+        draft = with_vocab_subset(draft, target, opts.pop("vocab"))  # named NAME,vocab=N
     proposer = DraftTree(draft, **opts, name=f"draft-tree:{draft.name}" + "".join(f",{k}={v}" for k, v in opts.items()))
     proposer.init_state(target)  # raises ValueError when the tokenizers differ or the model cannot take a tree mask
     return proposer
@@ -233,12 +242,13 @@ REGISTRY: tuple[ProposerKind, ...] = (
         "drafts sampled from q (policy=sampled, the default) or argmax q (policy=argmax, point masses as in vLLM); "
         "vocab=N scores only the N tokens the target uses most (FR-Spec), a smaller head", needs_model=True,
         hf_counterpart=True, build=_build_draft, arg_required=True, options=DRAFT_OPTIONS, example="draft:smollm2-135m",
-        validate=_check_draft_policy,
+        validate=_check_draft_options("draft"),
     ),
     ProposerKind(
-        "ngram+draft", "n-gram, else draft model", "ngram+draft:NAME[@int8]", "prompt lookup when it matches, the "
-        "draft model otherwise", needs_model=True, hf_counterpart=False, build=_build_hybrid, arg_required=True,
-        example="ngram+draft:smollm2-135m",
+        "ngram+draft", "n-gram, else draft model", "ngram+draft:NAME[@int8][,policy=argmax][,vocab=N]", "prompt lookup "
+        "when it matches, the draft model (with the draft's options) otherwise", needs_model=True, hf_counterpart=False,
+        build=_build_hybrid, arg_required=True, options=DRAFT_OPTIONS, example="ngram+draft:smollm2-135m",
+        validate=_check_draft_options("ngram+draft"),
     ),
     ProposerKind(
         "xdraft", "draft model, other tokenizer", "xdraft:NAME", "a draft with a different tokenizer, its text "
@@ -258,10 +268,10 @@ REGISTRY: tuple[ProposerKind, ...] = (
         validate=_check_ngram_tree,
     ),
     ProposerKind(
-        "draft-tree", "draft model, token tree", "draft-tree:NAME[@int8][,nodes=N,width=W]", "EAGLE-2-style dynamic "
-        "tree: the draft expands the W (default 2) most likely children of the best paths at each depth, keeping the "
-        "N (default 12) best nodes by path probability; depth k; point masses", needs_model=True, hf_counterpart=False,
-        build=_build_draft_tree, arg_required=True, options=("nodes", "width"),
+        "draft-tree", "draft model, token tree", "draft-tree:NAME[@int8][,nodes=N,width=W][,vocab=V]", "EAGLE-2-style "
+        "dynamic tree: the draft expands the W (default 2) most likely children of the best paths at each depth, keeping "
+        "the N (default 12) best nodes by path probability; depth k; point masses; vocab=V as for draft", needs_model=True,
+        hf_counterpart=False, build=_build_draft_tree, arg_required=True, options=("nodes", "width", "vocab"),
         example="draft-tree:gemma-3-270m@int8,nodes=12,width=2", validate=_check_draft_tree,
     ),
 )
