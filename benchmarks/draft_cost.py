@@ -1,94 +1,93 @@
-"""A draft token's cost inside DraftModel.propose vs a bare KV-cached forward of the same model.
+"""A draft token's cost against a target step: c = t(draft token) / t(target step), side by side.
 
-Both run on the same int8 copy of --model (specviz.quantize), from the same cached context,
-interleaved in one process; the cache is rolled back after each repeat. Prints ms per token of:
-- bare: model(input_ids=[[x]], cache=cache, use_cache=True, logits_to_keep=1), k times;
-- propose: DraftModel.propose(k) (forward + softmax q over the vocabulary + argmax + bookkeeping);
-- propose-argmax: the same loop without q (what greedy decoding needs), for the saving.
-Provisional on a busy machine.
+For each draft spec, two copies of the same proposer draft k tokens (greedy) from the same cached
+context, interleaved in one process, each rolled back after every repeat:
+- transformers: the model's own forward on a DynamicCache (``SPECVIZ_STATIC_DECODE=0``);
+- static: specviz.static_decode's traced one-token step on static KV buffers (the default);
+and the target's own one-token decode step (transformers forward, float32) is timed in the same
+rotation, so each c is measured against the same machine state. Provisional on a busy machine.
 
-    PYTHONPATH=$PWD python benchmarks/draft_cost.py [--model gemma-3-270m] [--k 4] [--repeats 7]
+    PYTHONPATH=$PWD python benchmarks/draft_cost.py [--target gemma-3-270m]
+        [--draft draft:gemma-3-270m@int8 --draft draft:gemma-3-270m@int8,vocab=16384] [--k 4] [--repeats 9]
 """
 
 from __future__ import annotations
 
 import argparse
-import copy
+import os
 import statistics
 import time
 
 import torch
 
 from specviz.engine import encode_prompt
-from specviz.kv import cache_length, new_cache, rollback
-from specviz.models import LoadedModel, load_model
-from specviz.proposers import DraftModel
-from specviz.quantize import quantize_int8
+from specviz.kv import forward_logits, new_cache, rollback
+from specviz.models import load_model
+from specviz.proposers.registry import from_spec
 from specviz.records import Sampling
 
 PROMPT = "Write a short story about a robot who learns to paint, in five sentences."
 
 
+def proposer_state(proposer, target, static: bool):
+    old = os.environ.get("SPECVIZ_STATIC_DECODE")
+    os.environ["SPECVIZ_STATIC_DECODE"] = "1" if static else "0"
+    try:
+        return proposer.init_state(target)
+    finally:
+        if old is None:
+            del os.environ["SPECVIZ_STATIC_DECODE"]
+        else:
+            os.environ["SPECVIZ_STATIC_DECODE"] = old
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default="gemma-3-270m")
+    ap.add_argument("--target", default="gemma-3-270m")
+    ap.add_argument("--draft", action="append", help="a draft spec (draft:NAME...); repeat for several")
     ap.add_argument("--k", type=int, default=4)
-    ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--repeats", type=int, default=9)
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    fp = load_model(args.model, device="cpu", dtype="float32")
-    q8 = LoadedModel(quantize_int8(copy.deepcopy(fp.model), fp.tokenizer), fp.tokenizer, f"{fp.name}@int8",
-                     fp.device, fp.dtype, "int8")
-    ids = encode_prompt(fp.tokenizer, PROMPT, chat=True)
+    target = load_model(args.target)
+    ids = encode_prompt(target.tokenizer, PROMPT, chat=True)
     ctx = torch.tensor(ids)
-    proposer = DraftModel(q8)
-    state = proposer.init_state(fp)
-    gen = torch.Generator().manual_seed(0)
-    greedy = Sampling()
-    proposer.propose(state, ctx, args.k, greedy, gen)  # prefill the draft cache, warm
     n = len(ids)
-    cache = new_cache(q8.model)
-    with torch.inference_mode():
-        q8.model(input_ids=ctx[None, :-1], cache=cache, use_cache=True, logits_to_keep=1)
+    greedy, gen = Sampling(), torch.Generator().manual_seed(0)
+    specs = args.draft or [f"draft:{args.target}@int8", f"draft:{args.target}@int8,vocab=16384"]
 
-    def bare():
+    cache = new_cache(target.model)
+    with torch.inference_mode():
+        forward_logits(target.model, ctx[:-1], cache, 1)
+
+    def target_step():  # one token of target-only decoding, k times
         with torch.inference_mode():
             x = ctx[-1:]
             for _ in range(args.k):
-                out = q8.model(input_ids=x[None], cache=cache, use_cache=True, logits_to_keep=1)
-                x = out.logits[0, -1].argmax()[None]
-        rollback(cache, n - 1)
+                x = forward_logits(target.model, x, cache, 1)[0].argmax()[None]
+            rollback(cache, n - 1)
 
-    def propose():
-        proposer.propose(state, ctx, args.k, greedy, gen)  # rolls its cache back to n - 1 itself
-
-    def propose_argmax():
-        from specviz.kv import forward_logits
-
-        with torch.inference_mode():
-            keep = n - 1
-            rollback(state.cache, keep)
-            state.ids = ids[:keep]
-            feed = ctx[keep:]
-            for _ in range(args.k):
-                logits = forward_logits(q8.model, feed, state.cache, 1)[0]
-                state.ids.extend(feed.tolist())
-                feed = logits.argmax()[None]
-
-    fns = {"bare": bare, "propose": propose, "propose-argmax": propose_argmax}
+    fns = {"target step": target_step}
+    for spec in specs:
+        proposer = from_spec(spec, target)
+        for static in (False, True):
+            state = proposer_state(proposer, target, static)
+            proposer.propose(state, ctx, args.k, greedy, gen)  # prefill the draft's cache (and trace), warm
+            fns[f"{spec} [{'static' if static else 'transformers'}]"] = (
+                lambda p=proposer, s=state: p.propose(s, ctx, args.k, greedy, gen))  # rolls back to n - 1 itself
     times = {name: [] for name in fns}
     for _ in range(args.repeats):
         for name, fn in fns.items():
             t = time.perf_counter()
             fn()
             times[name].append((time.perf_counter() - t) / args.k)
-    assert cache_length(cache) == n - 1
-    print(f"{q8.name} draft token cost, k={args.k}, context {n}, {args.threads} threads, median of {args.repeats} (provisional)")
-    base = statistics.median(times["bare"])
+    print(f"{args.target}: ms per draft token (k={args.k}, context {n}, {args.threads} threads, median of "
+          f"{args.repeats}) and c = draft token / target step (provisional)")
+    base = statistics.median(times["target step"])
     for name, v in times.items():
         m = statistics.median(v)
-        print(f"  {name:<16} {m * 1e3:7.1f} ms/token  {m / base:5.2f}x bare")
+        print(f"  {name:<58} {m * 1e3:7.1f} ms   c = {m / base:4.2f}")
 
 
 if __name__ == "__main__":

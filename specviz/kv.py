@@ -36,7 +36,11 @@ def rollback(cache, length: int) -> None:
 
 def forward_logits(model: torch.nn.Module, input_ids: torch.Tensor, cache, keep: int) -> torch.Tensor:
     """Run ``input_ids`` [n] through ``model`` on top of ``cache`` (updated in place) and return
-    the float32 logits of the last ``keep`` positions [keep, V]."""
+    the float32 logits of the last ``keep`` positions [keep, V]. A :class:`specviz.static_decode.StaticKV`
+    runs its own static step of the same model."""
+    run = getattr(cache, "run", None)
+    if run is not None:
+        return run(input_ids, keep)
     out = model(input_ids=input_ids[None], cache=cache, use_cache=True, logits_to_keep=keep)
     return out.logits[0, -keep:].float()  # [keep, V]
 

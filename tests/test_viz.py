@@ -470,7 +470,7 @@ def test_unvalidated_figures_are_the_validated_ones(real_run, monkeypatch):
 def test_playground_plot_payloads_are_the_figures_json(real_run):
     """The playground serializes each per-step figure's plain spec (``f.spec``) without building a
     Figure; the browser must get the same JSON as ``Figure.to_json()`` (what gr.Plot sends)."""
-    from specviz.ui.playground import plot
+    from specviz.ui.handlers import plot
 
     steps = real_run.steps
     cases = [

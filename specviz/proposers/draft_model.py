@@ -43,7 +43,7 @@ class DraftModel:
 
     def init_state(self, target) -> _DraftState:
         check_same_tokenizer(target, self.model)
-        state = _DraftState(cache=new_cache(self.model.model), vocab=vocab_size(target.model))
+        state = _DraftState(cache=draft_cache(self.model.model), vocab=vocab_size(target.model))
         head = self.model.model.get_output_embeddings()
         if isinstance(head, SubsetHead):
             state.context_rows = ContextRows(head)
@@ -125,6 +125,14 @@ def _draft_loop(draft, state: _DraftState, new_ids: list[int], feed, k: int, sam
     if lazy_q:
         return torch.tensor(tokens, dtype=torch.long), Deferred(lambda: torch.stack([logits_to_probs(r, sampling) for r in rows]))
     return torch.tensor(tokens, dtype=torch.long), torch.stack(rows)  # [k'], [k', V]
+
+
+def draft_cache(model: torch.nn.Module):
+    """A session cache for a chain draft: the static one-token step's buffers where the model has
+    one (:mod:`specviz.static_decode`), else a DynamicCache."""
+    from ..static_decode import static_cache
+
+    return static_cache(model) or new_cache(model)
 
 
 def _as_list(ctx) -> list[int]:

@@ -17,6 +17,7 @@ from typing import Callable, Sequence
 
 import plotly.graph_objects as go
 import plotly.io as pio
+from plotly.io.json import to_json_plotly
 
 from ..records import Stats, StepRecord, TopToken
 from .numbers import fmt_pair, fmt_prob
@@ -24,7 +25,7 @@ from .theme import COLORS, FONT, KIND_LABELS
 from .tokens import is_greedy, token_label
 
 __all__ = [
-    "acceptance_by_position_figure", "empty_figure", "timeline_figure", "tokens_per_step_figure", "topk_figure",
+    "acceptance_by_position_figure", "as_figure", "empty_figure", "figure_json", "timeline_figure", "tokens_per_step_figure", "topk_figure",
 ]
 
 HEIGHT = 280
@@ -66,6 +67,11 @@ def _spec(traces: list[dict], title: str, *, height: int = HEIGHT, xaxis: dict |
 def as_figure(spec: dict) -> go.Figure:
     """A figure spec (a plain dict) as a Plotly Figure."""
     return go.Figure(spec, _validate=VALIDATE)
+
+
+def figure_json(spec: dict) -> str:
+    """A figure spec as the JSON ``as_figure(spec).to_json()`` gives, without building the Figure."""
+    return to_json_plotly(spec)
 
 
 def _figure(traces: list[dict], title: str, **kw) -> go.Figure:

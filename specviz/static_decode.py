@@ -1,0 +1,313 @@
+"""A lean one-token decode step for draft models on the CPU: static KV buffers, one traced graph.
+
+A draft model runs one token at a time, and for a small model most of that time is not the
+matrix products: gemma-3-270m's int8 copy spends about 6 ms of a 24 ms token in its int8 GEMMs
+and the rest in Python and in ~2,000 small ops (module calls, RMSNorm's five ops, mask building,
+the DynamicCache's concatenations). This module writes the same forward as a single function of
+tensors, for one token at position ``pos``:
+
+- the KV cache is a pair of preallocated buffers [layers, kv_heads, capacity, head_dim] written in
+  place (``index_copy_``) and read whole, with an additive mask per attention type (causal, and
+  the sliding window for Gemma 3's local layers); a rollback just moves the length;
+- RMSNorm is one fused ``F.rms_norm`` with its scale precomputed (Gemma's 1 + w);
+- the rotary tables come from the model's own rotary module, once per capacity;
+- the function is traced once per model (``torch.jit.trace``, about a second, logged) into a
+  graph that runs without the Python interpreter between ops.
+
+The output head stays outside the trace (a vocab=N draft's head reads its session's context
+rows), so the logits are the model's own head applied to the traced body's last hidden state.
+A prompt is prefilled by the model's own batched forward and its keys and values copied in.
+
+Only Llama- and Gemma-3-text-architecture models in float32 on the CPU are served (the built-in
+drafts and the tests' tiny models); anything else, or ``SPECVIZ_STATIC_DECODE=0``, keeps the
+``transformers`` forward and its DynamicCache. The logits match the ``transformers`` forward to
+float rounding (tests/test_static_decode.py); as everywhere in specviz, the output's exactness
+never depends on the draft's numbers, only its speed does (``python benchmarks/draft_cost.py``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+import warnings
+import weakref
+
+import torch
+import torch.nn.functional as F
+
+log = logging.getLogger(__name__)
+
+ARCHITECTURES = ("llama", "gemma3_text")
+MIN_CAPACITY = 128  # positions a new cache holds; it doubles when full
+
+
+def enabled() -> bool:
+    return os.environ.get("SPECVIZ_STATIC_DECODE", "").strip().lower() not in ("0", "false", "no", "off")
+
+
+def supports(model: torch.nn.Module) -> str | None:
+    """Why ``model`` cannot use the static step (a sentence), or None when it can."""
+    cfg = getattr(model, "config", None)
+    text = cfg.get_text_config() if cfg is not None and hasattr(cfg, "get_text_config") else cfg
+    kind = getattr(text, "model_type", None)
+    if kind not in ARCHITECTURES:
+        return f"architecture {kind!r} is not one of {', '.join(ARCHITECTURES)}"
+    body = getattr(model, "model", None)
+    if body is None or not isinstance(getattr(body, "layers", None), torch.nn.ModuleList):
+        return "no decoder layer list at model.model.layers"
+    weight = body.embed_tokens.weight
+    if weight.device.type != "cpu" or weight.dtype != torch.float32:
+        return f"weights are {weight.dtype} on {weight.device}, not float32 on the CPU"
+    if kind == "gemma3_text" and (text.attn_logit_softcapping is not None or text.use_bidirectional_attention):
+        return "attention soft-capping or bidirectional attention"
+    if kind == "llama" and getattr(text, "hidden_act", "silu") != "silu":
+        return f"activation {text.hidden_act!r}"
+    if len(body.layers) != text.num_hidden_layers:
+        return "the layer list and the config disagree"
+    return None
+
+
+class _Body(torch.nn.Module):
+    """The decoder body for one token: (token [1], pos [1], rotary rows, masks, K/V buffers) ->
+    the final-norm hidden state [1, d]; writes the token's keys and values into the buffers."""
+
+    def __init__(self, model: torch.nn.Module):
+        super().__init__()
+        text = model.config.get_text_config()
+        body = model.model
+        self.gemma = text.model_type == "gemma3_text"
+        self.layers = body.layers
+        self.embedding = body.embed_tokens.weight  # [V, d]
+        self.embed_scale = float(getattr(body.embed_tokens, "scalar_embed_scale", 1.0))
+        self.d, self.eps = text.hidden_size, text.rms_norm_eps
+        self.heads, self.kv_heads = text.num_attention_heads, text.num_key_value_heads
+        self.head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
+        self.scaling = (text.query_pre_attn_scalar if self.gemma else self.head_dim) ** -0.5
+        self.local = [t == "sliding_attention" for t in (getattr(text, "layer_types", None) or [])] or [False] * len(self.layers)
+
+        def scale(norm) -> torch.Tensor:  # Gemma's RMSNorm multiplies by 1 + w, Llama's by w
+            w = norm.weight.detach().float()
+            return (1.0 + w) if self.gemma else w
+
+        self.norms = []  # per layer: the scales of its RMSNorms, in the order forward uses them
+        for layer in self.layers:
+            names = ("input_layernorm", "post_attention_layernorm") + (
+                ("pre_feedforward_layernorm", "post_feedforward_layernorm") if self.gemma else ())
+            scales = [scale(getattr(layer, n)) for n in names]
+            if self.gemma:
+                scales += [scale(layer.self_attn.q_norm), scale(layer.self_attn.k_norm)]
+            self.norms.append(scales)
+        self.final = scale(body.norm)
+
+    def _rope(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:  # [h, hd]
+        half = self.head_dim // 2
+        return x * cos + torch.cat((-x[:, half:], x[:, :half]), -1) * sin
+
+    def forward(self, token, pos, cos, sin, cos_local, sin_local, mask, mask_local, keys, values):
+        # token, pos [1] long; cos/sin [1, hd]; masks [1, C] additive; keys/values [layers, kv, C, hd]
+        d, hd, eps = self.d, self.head_dim, self.eps
+        group = self.heads // self.kv_heads
+        h = F.embedding(token, self.embedding) * self.embed_scale  # [1, d]
+        for i, layer in enumerate(self.layers):
+            attn, mlp, w = layer.self_attn, layer.mlp, self.norms[i]
+            x = F.rms_norm(h, (d,), w[0], eps)
+            q = attn.q_proj(x).view(self.heads, hd)  # [h, hd]
+            k = attn.k_proj(x).view(self.kv_heads, hd)  # [kv, hd]
+            if self.gemma:
+                q, k = F.rms_norm(q, (hd,), w[4], eps), F.rms_norm(k, (hd,), w[5], eps)
+            c, s, m = (cos_local, sin_local, mask_local) if self.local[i] else (cos, sin, mask)
+            q, k = self._rope(q, c, s), self._rope(k, c, s)
+            keys[i].index_copy_(1, pos, k.view(self.kv_heads, 1, hd))
+            values[i].index_copy_(1, pos, attn.v_proj(x).view(self.kv_heads, 1, hd))
+            scores = torch.matmul(q.view(self.kv_heads, group, hd), keys[i].transpose(1, 2)) * self.scaling  # [kv, g, C]
+            o = torch.matmul(torch.softmax(scores + m, dim=-1), values[i])  # [kv, g, hd]
+            o = attn.o_proj(o.reshape(1, self.heads * hd))  # [1, d]
+            if self.gemma:
+                h = h + F.rms_norm(o, (d,), w[1], eps)
+                x = F.rms_norm(h, (d,), w[2], eps)
+                h = h + F.rms_norm(mlp.down_proj(F.gelu(mlp.gate_proj(x), approximate="tanh") * mlp.up_proj(x)), (d,), w[3], eps)
+            else:
+                h = h + o
+                x = F.rms_norm(h, (d,), w[1], eps)
+                h = h + mlp.down_proj(F.silu(mlp.gate_proj(x)) * mlp.up_proj(x))
+        return F.rms_norm(h, (d,), self.final, eps)  # [1, d]
+
+
+class StaticKV:
+    """One session's K/V buffers for a :class:`StaticDecoder`; a DynamicCache stand-in for
+    ``specviz.kv`` (``get_seq_length``, ``crop``) and ``forward_logits`` (:meth:`run`)."""
+
+    def __init__(self, decoder: "StaticDecoder"):
+        self.decoder = decoder
+        self.length = 0
+        self.keys = self.values = None  # [layers, kv, C, hd] once the first token arrives
+
+    @property
+    def capacity(self) -> int:
+        return 0 if self.keys is None else int(self.keys.shape[2])
+
+    def get_seq_length(self) -> int:
+        return self.length
+
+    def crop(self, tokens_to_remove: int) -> None:
+        """transformers 5's crop: drop the last ``-tokens_to_remove`` positions (0: none)."""
+        if tokens_to_remove > 0:
+            raise ValueError(f"crop takes minus the number of positions to drop, got {tokens_to_remove}")
+        self.length = max(0, self.length + tokens_to_remove)
+
+    def reserve(self, n: int) -> None:
+        """Room for ``n`` positions (buffers doubled and copied when full)."""
+        if n <= self.capacity:
+            return
+        size = max(MIN_CAPACITY, self.capacity)
+        while size < n:
+            size *= 2
+        keys, values = self.decoder.buffers(size)
+        if self.keys is not None:
+            keys[:, :, : self.length] = self.keys[:, :, : self.length]
+            values[:, :, : self.length] = self.values[:, :, : self.length]
+        self.keys, self.values = keys, values
+
+    def run(self, input_ids: torch.Tensor, keep: int = 1) -> torch.Tensor:
+        """Feed ``input_ids`` [n] after the cached positions -> float32 logits of the last ``keep`` [keep, V]."""
+        return self.decoder.run(self, input_ids, keep)
+
+    def __deepcopy__(self, memo) -> "StaticKV":  # a copy of the buffers, the same decoder
+        twin = StaticKV(self.decoder)
+        twin.length = self.length
+        if self.keys is not None:
+            twin.keys, twin.values = self.keys.clone(), self.values.clone()
+        return twin
+
+
+class StaticDecoder:
+    """The traced one-token step of one model (shared by every session that drafts with it)."""
+
+    def __init__(self, model: torch.nn.Module):
+        self._model = weakref.ref(model)  # the cache is keyed weakly on the model: no strong reference back
+        self.text = model.config.get_text_config()
+        self.body = _Body(model).eval()
+        self.shape = (self.text.num_hidden_layers, self.body.kv_heads, self.body.head_dim)
+        self.window = getattr(self.text, "sliding_window", None) if any(self.body.local) else None
+        self.softcap = getattr(self.text, "final_logit_softcapping", None)
+        self._step = None  # the traced body, built on first use
+        self.trace_s: float | None = None
+        self._tables: tuple[torch.Tensor, ...] | None = None  # cos, sin, cos_local, sin_local [C, hd]
+        self._lock = threading.Lock()
+
+    @property
+    def model(self) -> torch.nn.Module:
+        model = self._model()
+        if model is None:
+            raise RuntimeError("the model of this static decode step was freed")
+        return model
+
+    def new_cache(self) -> StaticKV:
+        return StaticKV(self)
+
+    def buffers(self, capacity: int) -> tuple[torch.Tensor, torch.Tensor]:
+        L, kv, hd = self.shape
+        return torch.zeros(L, kv, capacity, hd), torch.zeros(L, kv, capacity, hd)
+
+    def _rotary(self, capacity: int) -> tuple[torch.Tensor, ...]:
+        """cos, sin for global and local layers over positions 0..capacity-1 (each [>= C, hd])."""
+        tables = self._tables
+        if tables is None or tables[0].shape[0] < capacity:
+            with self._lock:
+                positions = torch.arange(capacity)[None]  # [1, C]
+                x = torch.zeros(1, 1, self.text.hidden_size)
+                rotary = self.model.model.rotary_emb
+                if self.body.gemma:
+                    cos, sin = (t[0] for t in rotary(x, positions, "full_attention"))
+                    cos_l, sin_l = (t[0] for t in rotary(x, positions, "sliding_attention")) if self.window else (cos, sin)
+                else:
+                    cos, sin = (t[0] for t in rotary(x, positions))
+                    cos_l, sin_l = cos, sin
+                tables = self._tables = (cos.float(), sin.float(), cos_l.float(), sin_l.float())
+        return tables
+
+    def _inputs(self, cache: StaticKV, token: torch.Tensor, p: int) -> tuple:
+        cos, sin, cos_l, sin_l = self._rotary(cache.capacity)
+        index = torch.arange(cache.capacity)  # [C]
+        seen = index <= p
+        mask = torch.zeros(1, cache.capacity).masked_fill_(~seen, float("-inf"))  # [1, C]
+        if self.window:
+            mask_local = torch.zeros(1, cache.capacity).masked_fill_(~(seen & (index > p - self.window)), float("-inf"))
+        else:
+            mask_local = mask
+        row = slice(p, p + 1)
+        return (token, torch.tensor([p]), cos[row], sin[row], cos_l[row], sin_l[row], mask, mask_local, cache.keys, cache.values)
+
+    def _traced(self, example: tuple):
+        if self._step is None:
+            with self._lock:
+                if self._step is None:
+                    t = time.perf_counter()
+                    with warnings.catch_warnings():
+                        warnings.simplefilter("ignore")  # TracerWarnings about Python branches on shapes
+                        step = torch.jit.trace(self.body, example, check_trace=False)
+                    self.trace_s = time.perf_counter() - t
+                    log.info("specviz: traced the static decode step of %s in %.1f s", type(self.model).__name__, self.trace_s)
+                    self._step = step
+        return self._step
+
+    @torch.inference_mode()
+    def run(self, cache: StaticKV, input_ids: torch.Tensor, keep: int = 1) -> torch.Tensor:
+        n = int(input_ids.shape[0])
+        if not 1 <= keep <= n:
+            raise ValueError(f"keep must lie in 1..{n}, got {keep}")
+        start = cache.length
+        cache.reserve(start + n)
+        if start == 0 and n > 1:
+            return self._prefill(cache, input_ids, keep)
+        hidden = []
+        for i in range(n):  # one traced step per token; the last `keep` hidden states are kept
+            token = input_ids[i : i + 1]
+            example = self._inputs(cache, token, start + i)
+            out = self._traced(example)(*example)  # [1, d]
+            if i >= n - keep:
+                hidden.append(out)
+        cache.length = start + n
+        logits = self.model.get_output_embeddings()(torch.cat(hidden)).float()  # [keep, V]
+        if self.softcap:
+            logits = torch.tanh(logits / self.softcap) * self.softcap
+        return logits
+
+    def _prefill(self, cache: StaticKV, input_ids: torch.Tensor, keep: int) -> torch.Tensor:
+        """A prompt through the model's own batched forward; its keys and values copied in."""
+        from transformers import DynamicCache
+
+        n = int(input_ids.shape[0])
+        dynamic = DynamicCache(config=self.model.config)
+        out = self.model(input_ids=input_ids[None], cache=dynamic, use_cache=True, logits_to_keep=keep)
+        for i, layer in enumerate(dynamic.layers):
+            kept = layer.keys.shape[2]  # a sliding layer may hold only its window's tail
+            cache.keys[i, :, n - kept : n] = layer.keys[0]
+            cache.values[i, :, n - kept : n] = layer.values[0]
+        cache.length = n
+        return out.logits[0, -keep:].float()
+
+
+_decoders: "weakref.WeakKeyDictionary[torch.nn.Module, StaticDecoder]" = weakref.WeakKeyDictionary()
+_lock = threading.Lock()
+
+
+def static_cache(model: torch.nn.Module) -> StaticKV | None:
+    """A new session cache on ``model``'s static decode step (built once per model), or None when
+    the model is not served (see :func:`supports`) or ``SPECVIZ_STATIC_DECODE=0``."""
+    if not enabled():
+        return None
+    why = supports(model)  # checked per session: a model moved to a GPU since is no longer served
+    if why is not None:
+        log.debug("specviz: no static decode step for %s: %s", type(model).__name__, why)
+        return None
+    with _lock:
+        decoder = _decoders.get(model)
+        if decoder is None:
+            decoder = _decoders[model] = StaticDecoder(model)
+    return decoder.new_cache()
+
+
+__all__ = ["StaticDecoder", "StaticKV", "static_cache", "supports"]

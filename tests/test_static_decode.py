@@ -1,0 +1,135 @@
+"""The static one-token decode step (specviz.static_decode) against the transformers forward it
+replaces: the same logits (to float rounding) for Llama and Gemma 3 (sliding window included),
+through prefill, token-by-token growth past the buffers' capacity, rollback and copies; and the
+draft proposers that use it stay exact."""
+
+import copy
+
+import pytest
+import torch
+
+from specviz import SpeculativeDecoder, static_decode
+from specviz.kv import forward_logits, new_cache, rollback
+from specviz.proposers import DraftModel
+from specviz.static_decode import StaticKV, static_cache, supports
+from tests.support.tiny import loaded, perturbed
+from tests.test_engine import PROMPTS, hf_greedy
+
+
+def tiny_gemma(vocab_size: int, seed: int = 0):
+    """A random 3-layer Gemma 3 text model with a 4-token sliding window on its first two layers."""
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    torch.manual_seed(seed)
+    config = Gemma3TextConfig(
+        vocab_size=vocab_size, hidden_size=64, intermediate_size=96, num_hidden_layers=3, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=16, query_pre_attn_scalar=16, sliding_window=4, max_position_embeddings=1024,
+        layer_types=["sliding_attention", "sliding_attention", "full_attention"], bos_token_id=1, eos_token_id=2,
+        pad_token_id=0, attn_implementation="sdpa",
+    )
+    model = Gemma3ForCausalLM(config).eval()
+    with torch.no_grad():
+        for p in model.parameters():  # norms start at zero (scale 1 + w = 1): give them weight too
+            p.add_(torch.randn(p.shape) * 0.05)
+        model.lm_head.weight.mul_(20.0)  # peaked distributions, like a trained model's
+    return model
+
+
+@pytest.fixture(scope="module")
+def gemma(tokenizer):
+    return loaded(tiny_gemma(len(tokenizer)), tokenizer, "tiny-gemma")
+
+
+@pytest.fixture(params=["llama", "gemma"])
+def model(request, tiny_target, gemma):
+    return tiny_target if request.param == "llama" else gemma
+
+
+def reference_logits(model, ids: list[int]) -> torch.Tensor:
+    """Next-token logits after every prefix of ``ids`` from one uncached transformers forward -> [n, V]."""
+    with torch.no_grad():
+        return model(torch.tensor([ids])).logits[0].float()
+
+
+def test_which_models_are_served(tiny_target, gemma):
+    assert supports(tiny_target.model) is None and supports(gemma.model) is None
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    gpt2 = GPT2LMHeadModel(GPT2Config(vocab_size=37, n_embd=32, n_layer=1, n_head=2)).eval()
+    assert "architecture 'gpt2'" in supports(gpt2)
+    assert static_cache(gpt2) is None
+    half = copy.deepcopy(tiny_target.model).to(torch.bfloat16)
+    assert "float32" in supports(half)
+
+
+def test_the_logits_are_the_transformers_forwards(model, monkeypatch):
+    monkeypatch.setattr(static_decode, "MIN_CAPACITY", 8)  # grow the buffers twice on the way
+    ids = [1] + [(7 * i + 3) % 30 + 3 for i in range(29)]  # 30 tokens: past every sliding window
+    want = reference_logits(model.model, ids)  # [30, V]
+    cache = static_cache(model.model)
+    assert isinstance(cache, StaticKV)
+    got = [forward_logits(model.model, torch.tensor(ids[:10]), cache, 2)]  # the batched prefill, 2 rows kept
+    for i in range(10, 30, 1):
+        got.append(forward_logits(model.model, torch.tensor(ids[i : i + 1]), cache, 1))  # one traced step
+    got = torch.cat(got)  # [21, V]: positions 8..29
+    assert cache.get_seq_length() == 30 and cache.capacity == 32
+    torch.testing.assert_close(got, want[8:], atol=2e-4, rtol=1e-4)
+
+
+def test_rollback_and_copies(model):
+    ids = [1] + [(5 * i + 4) % 30 + 3 for i in range(15)]  # 16 tokens
+    want = reference_logits(model.model, ids)
+    cache = static_cache(model.model)
+    forward_logits(model.model, torch.tensor(ids[:6]), cache, 1)
+    forward_logits(model.model, torch.tensor([9, 9, 9]), cache, 1)  # a wrong continuation ...
+    rollback(cache, 6)  # ... taken back
+    twin = copy.deepcopy(cache)
+    assert twin.decoder is cache.decoder and twin.keys is not cache.keys
+    got = forward_logits(model.model, torch.tensor(ids[6:]), cache, 10)  # several tokens, one step each
+    torch.testing.assert_close(got, want[6:], atol=2e-4, rtol=1e-4)
+    torch.testing.assert_close(forward_logits(model.model, torch.tensor(ids[6:7]), twin, 1), want[6:7], atol=2e-4, rtol=1e-4)
+    with pytest.raises(ValueError):
+        cache.crop(3)
+
+
+@torch.no_grad()
+def test_an_int8_body_traces_too(gemma):
+    from specviz.quantize import Int8Options, quantize_int8
+
+    q8 = quantize_int8(copy.deepcopy(gemma.model), options=Int8Options(smooth_alpha=None))
+    ids = [1, 5, 9, 12, 7, 5, 9, 30, 4, 8]
+    dynamic, static = new_cache(q8), static_cache(q8)
+    forward_logits(q8, torch.tensor(ids[:4]), dynamic, 1)
+    forward_logits(q8, torch.tensor(ids[:4]), static, 1)
+    for t in ids[4:]:
+        a = torch.softmax(forward_logits(q8, torch.tensor([t]), dynamic, 1)[0], -1)
+        b = torch.softmax(forward_logits(q8, torch.tensor([t]), static, 1)[0], -1)
+        assert float(torch.minimum(a, b).sum()) > 0.97  # int8 rounding may differ, the distribution does not
+
+
+def test_drafts_use_it_and_stay_exact(tiny_target, gemma, monkeypatch):
+    draft = loaded(perturbed(gemma.model, 0.1, seed=3), gemma.tokenizer, "tiny-gemma-near")
+    proposer = DraftModel(draft)
+    assert isinstance(proposer.init_state(gemma).cache, StaticKV)
+    for k in (1, 4):
+        dec = SpeculativeDecoder(gemma, proposer, k=k)
+        for prompt in PROMPTS:
+            res = dec.generate(prompt, max_new_tokens=24)
+            assert list(res.token_ids) == hf_greedy(gemma, prompt, 24)
+    assert dec.generate(PROMPTS[0], max_new_tokens=24).stats.acceptance_rate > 0.3  # the drafts are good ones
+    monkeypatch.setenv("SPECVIZ_STATIC_DECODE", "0")
+    assert not isinstance(DraftModel(draft).init_state(gemma).cache, StaticKV)
+
+
+def test_the_step_is_built_once_per_model_and_freed_with_it(tokenizer):
+    import gc
+    import weakref
+
+    model = tiny_gemma(len(tokenizer), seed=5)
+    a, b = static_cache(model), static_cache(model)
+    assert a.decoder is b.decoder and a is not b
+    forward_logits(model, torch.tensor([1, 5, 9]), a, 1)
+    gone = weakref.ref(model)
+    del model, a, b
+    gc.collect()
+    assert gone() is None
