@@ -41,6 +41,7 @@ log = logging.getLogger(__name__)
 
 ARCHITECTURES = ("llama", "gemma3_text")
 MIN_CAPACITY = 128  # positions a new cache holds; it doubles when full
+SPAN = 64  # attention reads the buffers up to the position rounded up to a multiple of this
 
 
 def enabled() -> bool:
@@ -229,16 +230,21 @@ class StaticDecoder:
         return tables
 
     def _inputs(self, cache: StaticKV, token: torch.Tensor, p: int) -> tuple:
+        """The traced step's inputs for ``token`` at position ``p``. Attention reads only the
+        buffers' first S = p + 1 positions rounded up to SPAN (views: the writes land in the
+        buffers), so its cost follows the context, not the capacity."""
         cos, sin, cos_l, sin_l = self._rotary(cache.capacity)
-        index = torch.arange(cache.capacity)  # [C]
+        span = min(cache.capacity, -(-(p + 1) // SPAN) * SPAN)
+        index = torch.arange(span)  # [S]
         seen = index <= p
-        mask = torch.zeros(1, cache.capacity).masked_fill_(~seen, float("-inf"))  # [1, C]
+        mask = torch.zeros(1, span).masked_fill_(~seen, float("-inf"))  # [1, S]
         if self.window:
-            mask_local = torch.zeros(1, cache.capacity).masked_fill_(~(seen & (index > p - self.window)), float("-inf"))
+            mask_local = torch.zeros(1, span).masked_fill_(~(seen & (index > p - self.window)), float("-inf"))
         else:
             mask_local = mask
         row = slice(p, p + 1)
-        return (token, torch.tensor([p]), cos[row], sin[row], cos_l[row], sin_l[row], mask, mask_local, cache.keys, cache.values)
+        keys, values = cache.keys[:, :, :span], cache.values[:, :, :span]  # [layers, kv, S, hd] views
+        return (token, torch.tensor([p]), cos[row], sin[row], cos_l[row], sin_l[row], mask, mask_local, keys, values)
 
     def _traced(self, example: tuple):
         if self._step is None:

@@ -64,6 +64,7 @@ def test_which_models_are_served(tiny_target, gemma):
 
 def test_the_logits_are_the_transformers_forwards(model, monkeypatch):
     monkeypatch.setattr(static_decode, "MIN_CAPACITY", 8)  # grow the buffers twice on the way
+    monkeypatch.setattr(static_decode, "SPAN", 4)  # and attend over views of several widths
     ids = [1] + [(7 * i + 3) % 30 + 3 for i in range(29)]  # 30 tokens: past every sliding window
     want = reference_logits(model.model, ids)  # [30, V]
     cache = static_cache(model.model)
