@@ -264,6 +264,7 @@ def test_repeats_run_every_prompt_again_in_a_new_rotation(tiny_target):
     ran = [(r["prompt_index"], r["proposer"]) for r in rep["prompt_rows"]]
     assert ran == [(0, "target-only"), (0, "ngram"), (1, "ngram"), (1, "target-only")]
     assert rep["meta"]["prompts"] == 1 and rep["meta"]["repeats"] == 2 and rep["meta"]["runs_done"] == 4
+    assert rep["meta"]["static_decode"] is True  # the default: chain drafts on the traced step
     assert [(r["proposer"], r["prompts"], r["new_tokens"]) for r in rep["rows"]] == [("target-only", 2, 8), ("ngram", 2, 8)]
 
 

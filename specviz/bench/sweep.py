@@ -214,6 +214,7 @@ class Sweep:
             "python": platform.python_version(),
             "machine": platform.machine(),
             "threads": torch.get_num_threads(),
+            "static_decode": _static_decode_on(),  # chain drafts on the traced one-token step (specviz.static_decode)
             "definitions": {
                 "tokens_per_s": "total new tokens / total timed seconds over the prompts (prefill included)",
                 "speedup": "tokens_per_s / the same impl's target-only tokens_per_s on the same prompts",
@@ -312,3 +313,9 @@ def _run_name(proposer: str, schedule: str, acceptance: Acceptance) -> str:
     """The row name of a proposer run: "ngram", "ngram [heuristic]", "ngram (typical, LOSSY)"."""
     name = proposer if schedule == "constant" else f"{proposer} [{schedule}]"
     return f"{name} ({acceptance.rule}, LOSSY)" if acceptance.lossy else name
+
+
+def _static_decode_on() -> bool:
+    from ..static_decode import enabled
+
+    return enabled()
