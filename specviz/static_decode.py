@@ -81,7 +81,8 @@ class _Body(torch.nn.Module):
         self.gemma = text.model_type == "gemma3_text"
         self.layers = body.layers
         self.embedding = body.embed_tokens.weight  # [V, d]
-        self.embed_scale = float(getattr(body.embed_tokens, "scalar_embed_scale", 1.0))
+        scale = getattr(body.embed_tokens, "embed_scale", None)  # Gemma scales embeddings by sqrt(d)
+        self.embed_scale = float(scale) if scale is not None else 1.0
         self.d, self.eps = text.hidden_size, text.rms_norm_eps
         self.heads, self.kv_heads = text.num_attention_heads, text.num_key_value_heads
         self.head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
