@@ -117,6 +117,12 @@ def _say(args, msg: str) -> None:
         print(f"specviz: {msg}", file=sys.stderr, flush=True)
 
 
+def _trace_note(meta: dict) -> str:
+    """A note on the warm-up's share spent tracing the static decode step ("" when none was traced)."""
+    t = meta.get("static_decode_trace_s") or 0.0
+    return f" (of which tracing the static decode step, once per draft model: {t:.1f} s)" if t > 0 else ""
+
+
 def _sampling(args) -> Sampling:
     return Sampling(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
 
@@ -274,7 +280,7 @@ def cmd_bench(args) -> int:
     m = report["meta"]
     print(
         f"\n{m['runs_done']} runs, sweep {m['wall_s']:.1f} s: timed decoding {m['timed_s']:.1f} s, warm-up "
-        f"{m['warmup_s']:.1f} s, overhead {m['overhead_s']:.2f} s ({100 * m['overhead_frac']:.1f}%)."
+        f"{m['warmup_s']:.1f} s{_trace_note(m)}, overhead {m['overhead_s']:.2f} s ({100 * m['overhead_frac']:.1f}%)."
         " tokens/s = total new tokens / total time; speedup vs the same impl's target-only."
     )
     why = why_no_speedup(report["rows"])["markdown"].replace("**", "")

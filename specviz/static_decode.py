@@ -256,6 +256,7 @@ class StaticDecoder:
                         warnings.simplefilter("ignore")  # TracerWarnings about Python branches on shapes
                         step = torch.jit.trace(self.body, example, check_trace=False)
                     self.trace_s = time.perf_counter() - t
+                    _traced_s.append(self.trace_s)
                     log.info("specviz: traced the static decode step of %s in %.1f s", type(self.model).__name__, self.trace_s)
                     self._step = step
         return self._step
@@ -297,6 +298,14 @@ class StaticDecoder:
         return out.logits[0, -keep:].float()
 
 
+_traced_s: list[float] = []  # how long each trace took, in this process
+
+
+def trace_seconds() -> float:
+    """Seconds this process has spent tracing static decode steps (once per draft model)."""
+    return sum(_traced_s)
+
+
 _decoders: "weakref.WeakKeyDictionary[torch.nn.Module, StaticDecoder]" = weakref.WeakKeyDictionary()
 _lock = threading.Lock()
 
@@ -317,4 +326,4 @@ def static_cache(model: torch.nn.Module) -> StaticKV | None:
     return decoder.new_cache()
 
 
-__all__ = ["StaticDecoder", "StaticKV", "static_cache", "supports"]
+__all__ = ["StaticDecoder", "StaticKV", "static_cache", "supports", "trace_seconds"]

@@ -265,7 +265,20 @@ def test_repeats_run_every_prompt_again_in_a_new_rotation(tiny_target):
     assert ran == [(0, "target-only"), (0, "ngram"), (1, "ngram"), (1, "target-only")]
     assert rep["meta"]["prompts"] == 1 and rep["meta"]["repeats"] == 2 and rep["meta"]["runs_done"] == 4
     assert rep["meta"]["static_decode"] is True  # the default: chain drafts on the traced step
+    assert rep["meta"]["static_decode_trace_s"] == 0.0  # an n-gram traces nothing
     assert [(r["proposer"], r["prompts"], r["new_tokens"]) for r in rep["rows"]] == [("target-only", 2, 8), ("ngram", 2, 8)]
+
+
+def test_the_report_shows_the_static_steps_trace_time(tiny_target):
+    from specviz.cli import _trace_note
+    from tests.support.tiny import loaded, perturbed
+
+    fresh = loaded(perturbed(tiny_target.model, 0.1, seed=11), tiny_target.tokenizer, "tiny-fresh")  # never traced
+    cfg = B.BenchConfig(ks=(2,), max_new_tokens=4, warmup=True)
+    rep = B.run_sweep(tiny_target, {"draft": DraftModel(fresh)}, ["the cat sat on the mat"], cfg)
+    traced = rep["meta"]["static_decode_trace_s"]
+    assert traced > 0 and f"{traced:.1f} s" in _trace_note(rep["meta"]) and _trace_note({}) == ""
+    assert "static decode step" in V.report_html(rep)
 
 
 def test_sampled_sweep_and_plain_prompts(tiny_target):

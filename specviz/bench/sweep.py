@@ -73,6 +73,7 @@ class Sweep:
         self.stopped = False
         self.finished = False
         self.wall_s = self.timed_s = self.warmup_s = 0.0
+        self._traced_before = _trace_seconds()  # static decode steps traced before this sweep
         self._started: float | None = None
         self._ids: list[list[int]] | None = None
         self._out_ids: dict[RunSpec, list[int]] = {}  # the current prompt's outputs, for same_as_target
@@ -215,6 +216,7 @@ class Sweep:
             "machine": platform.machine(),
             "threads": torch.get_num_threads(),
             "static_decode": _static_decode_on(),  # chain drafts on the traced one-token step (specviz.static_decode)
+            "static_decode_trace_s": _trace_seconds() - self._traced_before,  # tracing it, once per draft model
             "definitions": {
                 "tokens_per_s": "total new tokens / total timed seconds over the prompts (prefill included)",
                 "speedup": "tokens_per_s / the same impl's target-only tokens_per_s on the same prompts",
@@ -319,3 +321,9 @@ def _static_decode_on() -> bool:
     from ..static_decode import enabled
 
     return enabled()
+
+
+def _trace_seconds() -> float:
+    from ..static_decode import trace_seconds
+
+    return trace_seconds()
