@@ -47,7 +47,12 @@ def test_remote_run_shows_table_and_steps(browser, server):
         page.goto(url)
         page.wait_for_selector("#sv-bench-remote")
         page.get_by_text("Remote engine (measure").click()
-        page.locator("#sv-bench-remote-urls textarea").fill(f"spec k=3={stub_url}")
+        urls = page.locator("#sv-bench-remote-urls textarea")
+        urls.wait_for(state="visible")  # the accordion has rendered its contents
+        urls.fill(f"spec k=3={stub_url}")
+        urls.press("Tab")  # blur: the value is committed before the click reads it
+        page.wait_for_function("(want) => document.querySelector('#sv-bench-remote-urls textarea').value === want",
+                               arg=f"spec k=3={stub_url}")
         page.click("#sv-bench-remote-run")
         page.wait_for_function(
             "() => { const el = document.querySelector('#sv-bench-progress .sv-bench-progress');"
