@@ -278,7 +278,9 @@ def test_the_report_shows_the_static_steps_trace_time(tiny_target):
     rep = B.run_sweep(tiny_target, {"draft": DraftModel(fresh)}, ["the cat sat on the mat"], cfg)
     traced = rep["meta"]["static_decode_trace_s"]
     assert traced > 0 and f"{traced:.1f} s" in _trace_note(rep["meta"]) and _trace_note({}) == ""
-    assert "static decode step" in V.report_html(rep)
+    assert "static decode step</th><td>on, traced in" in V.report_html(rep)
+    old = {**rep, "meta": {k: v for k, v in rep["meta"].items() if not k.startswith("static_decode")}}
+    assert "static decode step</th><td>not recorded" in V.report_html(old)  # a report from before the step
 
 
 def test_sampled_sweep_and_plain_prompts(tiny_target):

@@ -14,6 +14,7 @@ from ..engine import SpeculativeDecoder, encode_prompt, eos_token_ids
 from ..prompts import PromptRow
 from ..proposers import Proposer
 from ..records import StepRecord
+from ..static_decode import enabled as static_decode_enabled, trace_seconds
 from .config import TARGET_ONLY, SCHEMA, BenchConfig, BenchEvent, RunSpec
 from .hf import _hf_kwargs, _run_hf, _sync
 from .report import _version
@@ -73,7 +74,7 @@ class Sweep:
         self.stopped = False
         self.finished = False
         self.wall_s = self.timed_s = self.warmup_s = 0.0
-        self._traced_before = _trace_seconds()  # static decode steps traced before this sweep
+        self._traced_before = trace_seconds()  # static decode steps traced before this sweep
         self._started: float | None = None
         self._ids: list[list[int]] | None = None
         self._out_ids: dict[RunSpec, list[int]] = {}  # the current prompt's outputs, for same_as_target
@@ -215,8 +216,8 @@ class Sweep:
             "python": platform.python_version(),
             "machine": platform.machine(),
             "threads": torch.get_num_threads(),
-            "static_decode": _static_decode_on(),  # chain drafts on the traced one-token step (specviz.static_decode)
-            "static_decode_trace_s": _trace_seconds() - self._traced_before,  # tracing it, once per draft model
+            "static_decode": static_decode_enabled(),  # chain drafts on the traced one-token step (specviz.static_decode)
+            "static_decode_trace_s": trace_seconds() - self._traced_before,  # tracing it, once per draft model
             "definitions": {
                 "tokens_per_s": "total new tokens / total timed seconds over the prompts (prefill included)",
                 "speedup": "tokens_per_s / the same impl's target-only tokens_per_s on the same prompts",
@@ -315,15 +316,3 @@ def _run_name(proposer: str, schedule: str, acceptance: Acceptance) -> str:
     """The row name of a proposer run: "ngram", "ngram [heuristic]", "ngram (typical, LOSSY)"."""
     name = proposer if schedule == "constant" else f"{proposer} [{schedule}]"
     return f"{name} ({acceptance.rule}, LOSSY)" if acceptance.lossy else name
-
-
-def _static_decode_on() -> bool:
-    from ..static_decode import enabled
-
-    return enabled()
-
-
-def _trace_seconds() -> float:
-    from ..static_decode import trace_seconds
-
-    return trace_seconds()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import weakref
-from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -12,7 +11,7 @@ import torch
 from ..algorithm import argmax as first_argmax, logits_to_probs
 from ..kv import cache_length, context_window, forward_logits, new_cache, rollback, vocab_size
 from ..records import Deferred, Proposal, Sampling
-from .vocab import ContextRows, SubsetHead
+from .vocab import context_rows_for, scoring
 
 
 @dataclass
@@ -43,11 +42,8 @@ class DraftModel:
 
     def init_state(self, target) -> _DraftState:
         check_same_tokenizer(target, self.model)
-        state = _DraftState(cache=draft_cache(self.model.model), vocab=vocab_size(target.model))
-        head = self.model.model.get_output_embeddings()
-        if isinstance(head, SubsetHead):
-            state.context_rows = ContextRows(head)
-        return state
+        return _DraftState(cache=draft_cache(self.model.model), vocab=vocab_size(target.model),
+                           context_rows=context_rows_for(self.model.model))
 
     def propose(self, state: _DraftState, context: torch.Tensor, k: int, sampling: Sampling, generator, stop=None) -> Proposal:
         argmax = self.policy == "argmax"
@@ -91,10 +87,7 @@ def draft_tokens(draft, state: _DraftState, ctx, k: int, sampling: Sampling, gen
     new_ids = _prefix_list(ctx[keep:], n_ctx - keep)
     feed = torch.tensor(new_ids, dtype=torch.long, device=device)  # [n_new]
     # 2. Draft x_1..x_k one at a time, sampling each from q with the session's generator.
-    extra = state.context_rows  # vocab=N: score the context's own tokens too
-    if extra is not None:
-        extra.add(new_ids)
-    with extra.active() if extra is not None else nullcontext():
+    with scoring(state.context_rows, new_ids):  # vocab=N: score the context's own tokens too
         return _draft_loop(draft, state, new_ids, feed, k, sampling, generator, stop, argmax)
 
 

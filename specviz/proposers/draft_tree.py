@@ -29,7 +29,7 @@ from ..kv import check_tree_support, forward_logits, keep_slots, new_cache, roll
 from ..records import Proposal, Sampling
 from .base import empty_proposal
 from .draft_model import _common_prefix, _fit_vocab, check_same_tokenizer
-from .vocab import ContextRows, SubsetHead
+from .vocab import context_rows_for, scoring
 
 DRAFT_TREE_SYNTAX = (
     "draft-tree:NAME[@int8][,nodes=N,width=W][,vocab=V]  (N: nodes per step, default 12; W: children per "
@@ -93,20 +93,14 @@ class DraftTree:
         check_same_tokenizer(target, self.model)
         check_tree_support(target.model)
         check_tree_support(self.model.model)
-        state = _TreeDraftState(cache=new_cache(self.model.model), vocab=vocab_size(target.model))
-        head = self.model.model.get_output_embeddings()
-        if isinstance(head, SubsetHead):
-            state.context_rows = ContextRows(head)
-        return state
+        return _TreeDraftState(cache=new_cache(self.model.model), vocab=vocab_size(target.model),
+                               context_rows=context_rows_for(self.model.model))
 
     @torch.inference_mode()
     def propose(self, state: _TreeDraftState, context: torch.Tensor, k: int, sampling: Sampling, generator, stop=None) -> Proposal:
         ctx = context.tolist()
-        extra = state.context_rows  # vocab=N: score the context's own tokens too
-        if extra is None:
-            return self._grow(state, ctx, k, sampling, context.device)
-        extra.add(ctx[len(state.ids):] if ctx[: len(state.ids)] == state.ids else ctx)
-        with extra.active():
+        new = ctx[len(state.ids):] if ctx[: len(state.ids)] == state.ids else ctx
+        with scoring(state.context_rows, new):  # vocab=N: score the context's own tokens too
             return self._grow(state, ctx, k, sampling, context.device)
 
     def _grow(self, state: _TreeDraftState, ctx: list[int], k: int, sampling: Sampling, out_device) -> Proposal:

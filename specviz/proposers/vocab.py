@@ -97,6 +97,24 @@ class ContextRows:
             _EXTRA.reset(token)
 
 
+def context_rows_for(model: torch.nn.Module) -> ContextRows | None:
+    """A new session's :class:`ContextRows` when ``model``'s head is a :class:`SubsetHead`, else None."""
+    head = model.get_output_embeddings()
+    return ContextRows(head) if isinstance(head, SubsetHead) else None
+
+
+@contextmanager
+def scoring(rows: ContextRows | None, token_ids: Iterable[int]):
+    """While inside, a session's cut head also scores ``token_ids`` (added to ``rows``) and the
+    context tokens added before; nothing happens for ``rows`` None (a full head)."""
+    if rows is None:
+        yield
+        return
+    rows.add(token_ids)
+    with rows.active():
+        yield
+
+
 def head_rows(head: torch.nn.Module, ids: torch.Tensor) -> torch.nn.Module:
     """A copy of output head ``head`` (nn.Linear, a wrapper with ``.linear``, or Int8Linear)
     keeping only rows ``ids`` [N], in that order; int8 rows keep their exact int8 values."""

@@ -30,11 +30,12 @@ def friendly_error(e: BaseException, where: str, *, expected: tuple[type[BaseExc
     return f"unexpected error ({type(e).__name__}): {e}{after}"
 
 
-__all__ = ["friendly_error"]
-
-
 def plot(spec: dict) -> PlotData:
     """A figure spec (``viz.topk_figure.spec(...)``) as gr.Plot's payload: the JSON
     ``Figure.to_json()`` gives, without building the Figure (the playground's four per-step
     figures cost ~5 ms a Step as Figure objects, ~0.5 ms as dicts)."""
     return PlotData(type="plotly", plot=viz.figure_json(spec))
+
+
+__all__ = ["friendly_error", "plot"]
+
