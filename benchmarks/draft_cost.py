@@ -4,7 +4,8 @@ For each draft spec, two copies of the same proposer draft k tokens (greedy) fro
 context, interleaved in one process, each rolled back after every repeat:
 - transformers: the model's own forward on a DynamicCache (``SPECVIZ_STATIC_DECODE=0``);
 - static: specviz.static_decode's traced one-token step on static KV buffers (the default);
-and the target's own one-token decode step (transformers forward, float32) is timed in the same
+and the target's own one-token decode step and its verify pass over k + 1 tokens (float32, both
+ways: the transformers forward and the static step that specviz runs) are timed in the same
 rotation, so each c is measured against the same machine state. Provisional on a busy machine.
 
     PYTHONPATH=$PWD python benchmarks/draft_cost.py [--target gemma-3-270m]
@@ -25,6 +26,7 @@ from specviz.kv import forward_logits, new_cache, rollback
 from specviz.models import load_model
 from specviz.proposers.registry import from_spec
 from specviz.records import Sampling
+from specviz.static_decode import static_cache
 
 PROMPT = "Write a short story about a robot who learns to paint, in five sentences."
 
@@ -57,18 +59,30 @@ def main() -> None:
     greedy, gen = Sampling(), torch.Generator().manual_seed(0)
     specs = args.draft or [f"draft:{args.target}@int8", f"draft:{args.target}@int8,vocab=16384"]
 
-    cache = new_cache(target.model)
-    with torch.inference_mode():
-        forward_logits(target.model, ctx[:-1], cache, 1)
-
-    def target_step():  # one token of target-only decoding, k times
+    def target_fns(static: bool):
+        """One token of target-only decoding (k times) and one verify pass over k + 1 tokens."""
+        cache = static_cache(target.model) if static else new_cache(target.model)
         with torch.inference_mode():
-            x = ctx[-1:]
-            for _ in range(args.k):
-                x = forward_logits(target.model, x, cache, 1)[0].argmax()[None]
-            rollback(cache, n - 1)
+            forward_logits(target.model, ctx[:-1], cache, 1)
 
-    fns = {"target step": target_step}
+        def step():
+            with torch.inference_mode():
+                x = ctx[-1:]
+                for _ in range(args.k):
+                    x = forward_logits(target.model, x, cache, 1)[0].argmax()[None]
+                rollback(cache, n - 1)
+
+        def verify():
+            with torch.inference_mode():
+                forward_logits(target.model, ctx[-1:].repeat(args.k + 1), cache, args.k + 1)
+                rollback(cache, n - 1)
+
+        return step, verify
+
+    fns = {}
+    for static in (False, True):
+        how = "static" if static else "transformers"
+        fns[f"target step [{how}]"], fns[f"target verify of {args.k + 1} [{how}] (/ k)"] = target_fns(static)
     for spec in specs:
         proposer = from_spec(spec, target)
         for static in (False, True):
@@ -84,10 +98,11 @@ def main() -> None:
             times[name].append((time.perf_counter() - t) / args.k)
     print(f"{args.target}: ms per draft token (k={args.k}, context {n}, {args.threads} threads, median of "
           f"{args.repeats}) and c = draft token / target step (provisional)")
-    base = statistics.median(times["target step"])
+    base = {how: statistics.median(times[f"target step [{how}]"]) for how in ("transformers", "static")}
+    print(f"  {'':<58} {'':>10}   c vs the target step: static | transformers")
     for name, v in times.items():
         m = statistics.median(v)
-        print(f"  {name:<58} {m * 1e3:7.1f} ms   c = {m / base:4.2f}")
+        print(f"  {name:<58} {m * 1e3:7.1f} ms   c = {m / base['static']:4.2f} | {m / base['transformers']:4.2f}")
 
 
 if __name__ == "__main__":

@@ -15,6 +15,17 @@ def new_cache(model: torch.nn.Module):
     return cache
 
 
+def chain_cache(model: torch.nn.Module):
+    """A session cache for chain work (a target verifying chains, target-only decoding, a chain
+    draft): the buffers of the model's static step (:mod:`specviz.static_decode`, one traced graph
+    per model) where it has one, else :func:`new_cache`. Token trees need the tree masks of the
+    ``transformers`` forward, so they keep ``new_cache``."""
+    from .static_decode import static_cache
+
+    cache = static_cache(model)
+    return cache if cache is not None else new_cache(model)
+
+
 def cache_length(cache) -> int:
     return int(cache.get_seq_length())
 

@@ -1,28 +1,32 @@
-"""A lean one-token decode step for draft models on the CPU: static KV buffers, one traced graph.
+"""A lean decode step on the CPU: static KV buffers, one traced graph per model.
 
-A draft model runs one token at a time, and for a small model most of that time is not the
-matrix products: gemma-3-270m's int8 copy spends about 6 ms of a 24 ms token in its int8 GEMMs
-and the rest in Python and in ~2,000 small ops (module calls, RMSNorm's five ops, mask building,
-the DynamicCache's concatenations). This module writes the same forward as a single function of
-tensors, for one token at position ``pos``:
+For a small model most of a decode step is not the matrix products: gemma-3-270m's int8 copy
+spends about 6 ms of a 24 ms token in its int8 GEMMs and the rest in Python and in ~2,000 small
+ops (module calls, RMSNorm's five ops, mask building, the DynamicCache's concatenations); the
+fp32 target pays the same ~10 ms on every verify pass. This module writes the same forward as a
+single function of tensors for n new tokens at positions p..p+n-1 (n = 1: a draft's step or
+target-only decoding; n = k + 1: the target's verify pass):
 
 - the KV cache is a pair of preallocated buffers [layers, kv_heads, capacity, head_dim] written in
-  place (``index_copy_``) and read whole, with an additive mask per attention type (causal, and
-  the sliding window for Gemma 3's local layers); a rollback just moves the length;
+  place (``index_copy_``) and read up to the context, with an additive [n, S] mask per attention
+  type (causal, and the sliding window for Gemma 3's local layers); a rollback moves the length;
 - RMSNorm is one fused ``F.rms_norm`` with its scale precomputed (Gemma's 1 + w);
 - the rotary tables come from the model's own rotary module, once per capacity;
 - the function is traced once per model (``torch.jit.trace``, about a second, logged) into a
-  graph that runs without the Python interpreter between ops.
+  graph that runs without the Python interpreter between ops; every shape in it is written with
+  -1 for n, so one trace serves every width (tested).
 
 The output head stays outside the trace (a vocab=N draft's head reads its session's context
-rows), so the logits are the model's own head applied to the traced body's last hidden state.
-A prompt is prefilled by the model's own batched forward and its keys and values copied in.
+rows; a large target head keeps its measured kernel switch, :mod:`specviz.cpu`), so the logits are
+the model's own head applied to the traced body's hidden states. A prompt is prefilled by the
+model's own batched forward and its keys and values copied in.
 
 Only Llama- and Gemma-3-text-architecture models in float32 on the CPU are served (the built-in
-drafts and the tests' tiny models); anything else, or ``SPECVIZ_STATIC_DECODE=0``, keeps the
-``transformers`` forward and its DynamicCache. The logits match the ``transformers`` forward to
-float rounding (tests/test_static_decode.py); as everywhere in specviz, the output's exactness
-never depends on the draft's numbers, only its speed does (``python benchmarks/draft_cost.py``).
+models and the tests' tiny models); anything else, a token tree's step (tree masks), or
+``SPECVIZ_STATIC_DECODE=0`` keeps the ``transformers`` forward and its DynamicCache. The logits
+match the ``transformers`` forward to float rounding (tests/test_static_decode.py); greedy output
+stays the target's own token for token (tested), and ``python benchmarks/draft_cost.py`` measures
+both steps side by side.
 """
 
 from __future__ import annotations
@@ -71,8 +75,9 @@ def supports(model: torch.nn.Module) -> str | None:
 
 
 class _Body(torch.nn.Module):
-    """The decoder body for one token: (token [1], pos [1], rotary rows, masks, K/V buffers) ->
-    the final-norm hidden state [1, d]; writes the token's keys and values into the buffers."""
+    """The decoder body for n new tokens: (tokens [n], positions [n], rotary rows, masks, K/V
+    buffers) -> the final-norm hidden states [n, d]; writes the tokens' keys and values into the
+    buffers. n = 1 is a draft's decode step; n = k + 1 is the target's verify pass."""
 
     def __init__(self, model: torch.nn.Module):
         super().__init__()
@@ -103,29 +108,31 @@ class _Body(torch.nn.Module):
             self.norms.append(scales)
         self.final = scale(body.norm)
 
-    def _rope(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:  # [h, hd]
+    def _rope(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:  # [n, h, hd]
         half = self.head_dim // 2
-        return x * cos + torch.cat((-x[:, half:], x[:, :half]), -1) * sin
+        return x * cos + torch.cat((-x[..., half:], x[..., :half]), -1) * sin
 
-    def forward(self, token, pos, cos, sin, cos_local, sin_local, mask, mask_local, keys, values):
-        # token, pos [1] long; cos/sin [1, hd]; masks [1, C] additive; keys/values [layers, kv, C, hd]
+    def forward(self, tokens, pos, cos, sin, cos_local, sin_local, mask, mask_local, keys, values):
+        # tokens, pos [n] long; cos/sin [n, 1, hd]; masks [n, S] additive; keys/values [layers, kv, S, hd]
+        # Every shape below is written with -1 for n, so one trace serves any number of tokens.
         d, hd, eps = self.d, self.head_dim, self.eps
-        group = self.heads // self.kv_heads
-        h = F.embedding(token, self.embedding) * self.embed_scale  # [1, d]
+        kv, group = self.kv_heads, self.heads // self.kv_heads
+        h = F.embedding(tokens, self.embedding) * self.embed_scale  # [n, d]
         for i, layer in enumerate(self.layers):
             attn, mlp, w = layer.self_attn, layer.mlp, self.norms[i]
             x = F.rms_norm(h, (d,), w[0], eps)
-            q = attn.q_proj(x).view(self.heads, hd)  # [h, hd]
-            k = attn.k_proj(x).view(self.kv_heads, hd)  # [kv, hd]
+            q = attn.q_proj(x).view(-1, self.heads, hd)  # [n, h, hd]
+            k = attn.k_proj(x).view(-1, kv, hd)  # [n, kv, hd]
             if self.gemma:
                 q, k = F.rms_norm(q, (hd,), w[4], eps), F.rms_norm(k, (hd,), w[5], eps)
             c, s, m = (cos_local, sin_local, mask_local) if self.local[i] else (cos, sin, mask)
             q, k = self._rope(q, c, s), self._rope(k, c, s)
-            keys[i].index_copy_(1, pos, k.view(self.kv_heads, 1, hd))
-            values[i].index_copy_(1, pos, attn.v_proj(x).view(self.kv_heads, 1, hd))
-            scores = torch.matmul(q.view(self.kv_heads, group, hd), keys[i].transpose(1, 2)) * self.scaling  # [kv, g, C]
-            o = torch.matmul(torch.softmax(scores + m, dim=-1), values[i])  # [kv, g, hd]
-            o = attn.o_proj(o.reshape(1, self.heads * hd))  # [1, d]
+            keys[i].index_copy_(1, pos, k.transpose(0, 1))  # [kv, n, hd] at the tokens' positions
+            values[i].index_copy_(1, pos, attn.v_proj(x).view(-1, kv, hd).transpose(0, 1))
+            q = q.view(-1, kv, group, hd).permute(1, 2, 0, 3)  # [kv, g, n, hd]: query head j reads kv head j // g
+            scores = torch.matmul(q, keys[i].unsqueeze(1).transpose(2, 3)) * self.scaling  # [kv, g, n, S]
+            o = torch.matmul(torch.softmax(scores + m, dim=-1), values[i].unsqueeze(1))  # [kv, g, n, hd]
+            o = attn.o_proj(o.permute(2, 0, 1, 3).reshape(-1, self.heads * hd))  # [n, d]
             if self.gemma:
                 h = h + F.rms_norm(o, (d,), w[1], eps)
                 x = F.rms_norm(h, (d,), w[2], eps)
@@ -134,7 +141,7 @@ class _Body(torch.nn.Module):
                 h = h + o
                 x = F.rms_norm(h, (d,), w[1], eps)
                 h = h + mlp.down_proj(F.silu(mlp.gate_proj(x)) * mlp.up_proj(x))
-        return F.rms_norm(h, (d,), self.final, eps)  # [1, d]
+        return F.rms_norm(h, (d,), self.final, eps)  # [n, d]
 
 
 class StaticKV:
@@ -185,7 +192,7 @@ class StaticKV:
 
 
 class StaticDecoder:
-    """The traced one-token step of one model (shared by every session that drafts with it)."""
+    """The traced step of one model (shared by every session that drafts or verifies with it)."""
 
     def __init__(self, model: torch.nn.Module):
         self._model = weakref.ref(model)  # the cache is keyed weakly on the model: no strong reference back
@@ -230,22 +237,25 @@ class StaticDecoder:
                 tables = self._tables = (cos.float(), sin.float(), cos_l.float(), sin_l.float())
         return tables
 
-    def _inputs(self, cache: StaticKV, token: torch.Tensor, p: int) -> tuple:
-        """The traced step's inputs for ``token`` at position ``p``. Attention reads only the
-        buffers' first S = p + 1 positions rounded up to SPAN (views: the writes land in the
+    def _inputs(self, cache: StaticKV, tokens: torch.Tensor, p: int) -> tuple:
+        """The traced step's inputs for ``tokens`` [n] at positions p..p+n-1. Attention reads only
+        the buffers' first S = p + n positions rounded up to SPAN (views: the writes land in the
         buffers), so its cost follows the context, not the capacity."""
+        n = int(tokens.shape[0])
         cos, sin, cos_l, sin_l = self._rotary(cache.capacity)
-        span = min(cache.capacity, -(-(p + 1) // SPAN) * SPAN)
+        span = min(cache.capacity, -(-(p + n) // SPAN) * SPAN)
+        pos = torch.arange(p, p + n)  # [n]
         index = torch.arange(span)  # [S]
-        seen = index <= p
-        mask = torch.zeros(1, span).masked_fill_(~seen, float("-inf"))  # [1, S]
+        seen = index[None, :] <= pos[:, None]  # [n, S] causal
+        mask = torch.zeros(n, span).masked_fill_(~seen, float("-inf"))  # [n, S]
         if self.window:
-            mask_local = torch.zeros(1, span).masked_fill_(~(seen & (index > p - self.window)), float("-inf"))
+            local = seen & (index[None, :] > pos[:, None] - self.window)
+            mask_local = torch.zeros(n, span).masked_fill_(~local, float("-inf"))
         else:
             mask_local = mask
-        row = slice(p, p + 1)
+        rows = slice(p, p + n)
         keys, values = cache.keys[:, :, :span], cache.values[:, :, :span]  # [layers, kv, S, hd] views
-        return (token, torch.tensor([p]), cos[row], sin[row], cos_l[row], sin_l[row], mask, mask_local, keys, values)
+        return (tokens, pos, cos[rows, None], sin[rows, None], cos_l[rows, None], sin_l[rows, None], mask, mask_local, keys, values)
 
     def _traced(self, example: tuple):
         if self._step is None:
@@ -270,15 +280,10 @@ class StaticDecoder:
         cache.reserve(start + n)
         if start == 0 and n > 1:
             return self._prefill(cache, input_ids, keep)
-        hidden = []
-        for i in range(n):  # one traced step per token; the last `keep` hidden states are kept
-            token = input_ids[i : i + 1]
-            example = self._inputs(cache, token, start + i)
-            out = self._traced(example)(*example)  # [1, d]
-            if i >= n - keep:
-                hidden.append(out)
+        example = self._inputs(cache, input_ids, start)
+        hidden = self._traced(example)(*example)[n - keep :]  # [keep, d]: all n tokens in one traced call
         cache.length = start + n
-        logits = self.model.get_output_embeddings()(torch.cat(hidden)).float()  # [keep, V]
+        logits = self.model.get_output_embeddings()(hidden).float()  # [keep, V]
         if self.softcap:
             logits = torch.tanh(logits / self.softcap) * self.softcap
         return logits
@@ -302,7 +307,7 @@ _traced_s: list[float] = []  # how long each trace took, in this process
 
 
 def trace_seconds() -> float:
-    """Seconds this process has spent tracing static decode steps (once per draft model)."""
+    """Seconds this process has spent tracing static decode steps (once per model)."""
     return sum(_traced_s)
 
 

@@ -93,6 +93,47 @@ def test_rollback_and_copies(model):
         cache.crop(3)
 
 
+@pytest.mark.parametrize("first", [1, 5])
+def test_one_trace_serves_any_number_of_tokens(model, monkeypatch, first):
+    """The target's verify pass feeds k + 1 tokens at once, a draft one: the same traced graph
+    (traced on whichever comes first) gives the transformers logits for every width, rollbacks
+    between them included, with the sliding window cutting inside a multi-token feed."""
+    monkeypatch.setattr(static_decode, "MIN_CAPACITY", 8)
+    monkeypatch.setattr(static_decode, "SPAN", 4)
+    ids = [1] + [(11 * i + 2) % 30 + 3 for i in range(39)]  # 40 tokens
+    want = reference_logits(model.model, ids)  # [40, V]
+    static_decode._decoders.pop(model.model, None)  # trace anew, on a feed of `first` tokens
+    cache = static_cache(model.model)
+    forward_logits(model.model, torch.tensor(ids[:3]), cache, 1)
+    at = 3
+    for n in [first, 1, 3, 9, 2, 1, 6, 4]:
+        got = forward_logits(model.model, torch.tensor(ids[at : at + n] + [29] * 2), cache, n + 2)[:n]  # 2 wrong tokens ...
+        torch.testing.assert_close(got, want[at : at + n], atol=2e-4, rtol=1e-4)
+        at += n
+        rollback(cache, at)  # ... rolled back, as after a rejection
+    assert cache.get_seq_length() == at == 29 + first
+
+
+def test_target_steps_run_on_it_and_stay_exact(tiny_target, gemma, monkeypatch):
+    """Target-only decoding and a chain step's verify pass run the target's static step; token
+    trees keep the transformers forward; greedy output is the target's own either way."""
+    from specviz import autoregressive
+    from specviz.engine import Session
+    from specviz.proposers import NGram, NGramTree
+
+    for target in (tiny_target, gemma):
+        session = Session(SpeculativeDecoder(target, NGram(), k=4), list(range(1, 9)), 8, 0, (), "")
+        assert isinstance(session.cache, StaticKV)
+        tree = Session(SpeculativeDecoder(target, NGramTree(), k=4), list(range(1, 9)), 8, 0, (), "")
+        assert not isinstance(tree.cache, StaticKV)
+        for prompt in PROMPTS:
+            want = hf_greedy(target, prompt, 24)
+            assert list(autoregressive(target, prompt, max_new_tokens=24).token_ids) == want
+            assert list(SpeculativeDecoder(target, NGram(), k=4).generate(prompt, max_new_tokens=24).token_ids) == want
+    monkeypatch.setenv("SPECVIZ_STATIC_DECODE", "0")
+    assert not isinstance(Session(SpeculativeDecoder(gemma, NGram(), k=4), [1, 2, 3], 8, 0, (), "").cache, StaticKV)
+
+
 @torch.no_grad()
 def test_an_int8_body_traces_too(gemma):
     from specviz.quantize import Int8Options, quantize_int8

@@ -216,8 +216,8 @@ class Sweep:
             "python": platform.python_version(),
             "machine": platform.machine(),
             "threads": torch.get_num_threads(),
-            "static_decode": static_decode_enabled(),  # chain drafts on the traced one-token step (specviz.static_decode)
-            "static_decode_trace_s": trace_seconds() - self._traced_before,  # tracing it, once per draft model
+            "static_decode": static_decode_enabled(),  # chain steps (drafts and the target) on the traced step (specviz.static_decode)
+            "static_decode_trace_s": trace_seconds() - self._traced_before,  # tracing it, once per model
             "definitions": {
                 "tokens_per_s": "total new tokens / total timed seconds over the prompts (prefill included)",
                 "speedup": "tokens_per_s / the same impl's target-only tokens_per_s on the same prompts",

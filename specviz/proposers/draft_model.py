@@ -9,7 +9,7 @@ from typing import Any
 import torch
 
 from ..algorithm import argmax as first_argmax, logits_to_probs
-from ..kv import cache_length, context_window, forward_logits, new_cache, rollback, vocab_size
+from ..kv import cache_length, chain_cache, context_window, forward_logits, rollback, vocab_size
 from ..records import Deferred, Proposal, Sampling
 from .vocab import context_rows_for, scoring
 
@@ -42,7 +42,7 @@ class DraftModel:
 
     def init_state(self, target) -> _DraftState:
         check_same_tokenizer(target, self.model)
-        return _DraftState(cache=draft_cache(self.model.model), vocab=vocab_size(target.model),
+        return _DraftState(cache=chain_cache(self.model.model), vocab=vocab_size(target.model),
                            context_rows=context_rows_for(self.model.model))
 
     def propose(self, state: _DraftState, context: torch.Tensor, k: int, sampling: Sampling, generator, stop=None) -> Proposal:
@@ -118,14 +118,6 @@ def _draft_loop(draft, state: _DraftState, new_ids: list[int], feed, k: int, sam
     if lazy_q:
         return torch.tensor(tokens, dtype=torch.long), Deferred(lambda: torch.stack([logits_to_probs(r, sampling) for r in rows]))
     return torch.tensor(tokens, dtype=torch.long), torch.stack(rows)  # [k'], [k', V]
-
-
-def draft_cache(model: torch.nn.Module):
-    """A session cache for a chain draft: the static one-token step's buffers where the model has
-    one (:mod:`specviz.static_decode`), else a DynamicCache."""
-    from ..static_decode import static_cache
-
-    return static_cache(model) or new_cache(model)
 
 
 def _as_list(ctx) -> list[int]:
