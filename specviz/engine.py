@@ -16,7 +16,7 @@ from .algorithm import EXACT, TOP_N, Acceptance, Verification, argmax, logits_to
 from .bounds import ENGINE_MAX_K as MAX_K  # the engine's hard limit on k; kept as engine.MAX_K
 from .hooks import Hook, HookList
 from .lazyrec import RECORD_MODES, LazyProbs, chain_record
-from .kv import cache_length, chain_cache, context_window, forward_logits, keep_path, new_cache, rollback, score_tree
+from .kv import cache_length, context_window, forward_logits, keep_path, rollback, score_tree, session_cache
 from .limits import check_tree_nodes
 from .proposers.base import Proposer, empty_proposal
 from .records import Deferred, GenerationResult, Proposal, Sampling, Stats, StepRecord, TopToken, evolve
@@ -200,10 +200,7 @@ class Session:
         self._buf = torch.zeros(len(prompt_ids) + max_new_tokens + 1, dtype=torch.long, device=device)
         self._buf[: len(prompt_ids)] = torch.tensor(prompt_ids, dtype=torch.long)
         self.length = len(prompt_ids)
-        tree = decoder.proposer is not None and getattr(decoder.proposer, "max_nodes", None) is not None
-        # the target's cache: a tree step needs the transformers forward's tree masks; a chain step or
-        # target-only decoding runs the model's static step where it has one (specviz.static_decode)
-        self.cache = new_cache(self.target.model) if tree else chain_cache(self.target.model)
+        self.cache = session_cache(self.target.model)  # the model's static step where it has one
         self.proposer_state = decoder.proposer.init_state(self.target) if decoder.proposer is not None else None
         self.steps: list[StepRecord] = []
         self.finished: str | None = None

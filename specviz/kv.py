@@ -15,11 +15,10 @@ def new_cache(model: torch.nn.Module):
     return cache
 
 
-def chain_cache(model: torch.nn.Module):
-    """A session cache for chain work (a target verifying chains, target-only decoding, a chain
-    draft): the buffers of the model's static step (:mod:`specviz.static_decode`, one traced graph
-    per model) where it has one, else :func:`new_cache`. Token trees need the tree masks of the
-    ``transformers`` forward, so they keep ``new_cache``."""
+def session_cache(model: torch.nn.Module):
+    """A session's cache for ``model``: the buffers of its static step (:mod:`specviz.static_decode`,
+    one traced graph per model: chain drafts, the target's verify pass over a chain or a whole
+    token tree, target-only decoding) where it has one, else :func:`new_cache`."""
     from .static_decode import static_cache
 
     cache = static_cache(model)
@@ -165,6 +164,11 @@ def tree_forward_logits(
     """
     m = int(tokens.shape[0])
     T = int(slot_positions.shape[0]) - m
+    run_tree = getattr(cache, "run_tree", None)
+    if run_tree is not None:  # a static step's buffers (specviz.static_decode): one tree at a time
+        if T:
+            raise ValueError("a static step's cache scores a whole tree in one call; feed its slots together")
+        return run_tree(tokens, positions, visible)
     types = _layer_types(model)
     dtype = next(model.parameters()).dtype
     neg = torch.finfo(dtype).min
@@ -211,6 +215,8 @@ def keep_slots(cache, tail: int, keep: torch.Tensor | list[int]) -> None:
     dropped = tail - int(keep.shape[0])
     if tail == 0 or (dropped == 0 and bool((keep == torch.arange(tail)).all())):
         return
+    if hasattr(cache, "keep_slots"):  # a static step's buffers
+        return cache.keep_slots(tail, keep)
     for layer in getattr(cache, "layers", []):
         if not getattr(layer, "is_initialized", False) or layer.keys is None or layer.keys.numel() == 0:
             continue

@@ -13,8 +13,11 @@ target-only decoding; n = k + 1: the target's verify pass):
 - RMSNorm is one fused ``F.rms_norm`` with its scale precomputed (Gemma's 1 + w);
 - the rotary tables come from the model's own rotary module, once per capacity;
 - the function is traced once per model (``torch.jit.trace``, about a second, logged) into a
-  graph that runs without the Python interpreter between ops; every shape in it is written with
-  -1 for n, so one trace serves every width (tested).
+  graph that runs without the Python interpreter between ops, by TorchScript's plain
+  interpreter; every shape in it is written with -1 for n, so with plain ``nn.Linear``
+  projections one trace serves every width (tested). A dynamic-int8 copy's projections loop over
+  their rows in Python, which a trace unrolls: its chain feeds go one token at a time through a
+  one-token graph, and a tree gets a graph per width.
 
 The output head stays outside the trace (a vocab=N draft's head reads its session's context
 rows; a large target head keeps its measured kernel switch, :mod:`specviz.cpu`), so the logits are
@@ -107,6 +110,10 @@ class _Body(torch.nn.Module):
                 scales += [scale(layer.self_attn.q_norm), scale(layer.self_attn.k_norm)]
             self.norms.append(scales)
         self.final = scale(body.norm)
+        projections = [m for layer in self.layers for m in (
+            layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj, layer.self_attn.o_proj,
+            layer.mlp.gate_proj, layer.mlp.up_proj, layer.mlp.down_proj)]
+        self.any_width = all(type(m) is torch.nn.Linear for m in projections)  # one trace serves every n
 
     def _rope(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:  # [n, h, hd]
         half = self.head_dim // 2
@@ -183,6 +190,21 @@ class StaticKV:
         """Feed ``input_ids`` [n] after the cached positions -> float32 logits of the last ``keep`` [keep, V]."""
         return self.decoder.run(self, input_ids, keep)
 
+    def run_tree(self, tokens: torch.Tensor, positions: torch.Tensor, visible: torch.Tensor) -> torch.Tensor:
+        """A token tree's nodes in one step (:meth:`StaticDecoder.run_tree`) -> logits [m, V]."""
+        return self.decoder.run_tree(self, tokens, positions, visible)
+
+    @torch.inference_mode()  # the buffers are inference tensors
+    def keep_slots(self, tail: int, keep: torch.Tensor) -> None:
+        """Of the last ``tail`` slots keep only those at ``keep`` (indices into the tail, in
+        order), moved down to follow the context: a tree's accepted path."""
+        base = self.length - tail
+        src = base + keep.to(torch.long).cpu()  # [j]
+        j = int(src.shape[0])
+        self.keys[:, :, base : base + j] = self.keys[:, :, src]  # the gather copies before the write
+        self.values[:, :, base : base + j] = self.values[:, :, src]
+        self.length = base + j
+
     def __deepcopy__(self, memo) -> "StaticKV":  # a copy of the buffers, the same decoder
         twin = StaticKV(self.decoder)
         twin.length = self.length
@@ -201,7 +223,7 @@ class StaticDecoder:
         self.shape = (self.text.num_hidden_layers, self.body.kv_heads, self.body.head_dim)
         self.window = getattr(self.text, "sliding_window", None) if any(self.body.local) else None
         self.softcap = getattr(self.text, "final_logit_softcapping", None)
-        self._step = None  # the traced body, built on first use
+        self._steps: dict[int | None, torch.jit.ScriptModule] = {}  # traced bodies by width (None: any), built on first use
         self.trace_s: float | None = None
         self._tables: tuple[torch.Tensor, ...] | None = None  # cos, sin, cos_local, sin_local [C, hd]
         self._lock = threading.Lock()
@@ -237,39 +259,64 @@ class StaticDecoder:
                 tables = self._tables = (cos.float(), sin.float(), cos_l.float(), sin_l.float())
         return tables
 
-    def _inputs(self, cache: StaticKV, tokens: torch.Tensor, p: int) -> tuple:
-        """The traced step's inputs for ``tokens`` [n] at positions p..p+n-1. Attention reads only
-        the buffers' first S = p + n positions rounded up to SPAN (views: the writes land in the
-        buffers), so its cost follows the context, not the capacity."""
+    def _inputs(self, cache: StaticKV, tokens: torch.Tensor, p: int, positions: torch.Tensor | None = None,
+                visible: torch.Tensor | None = None) -> tuple:
+        """The traced step's inputs for ``tokens`` [n] written to slots p..p+n-1. A chain's tokens
+        sit at those positions and see every slot before their own; a token tree's (``positions``
+        [n], by depth) see the context and the slots ``visible`` [n, n] allows (their ancestors).
+        Attention reads only the buffers' first S = p + n slots rounded up to SPAN (views: the
+        writes land in the buffers), so its cost follows the context, not the capacity."""
         n = int(tokens.shape[0])
         cos, sin, cos_l, sin_l = self._rotary(cache.capacity)
         span = min(cache.capacity, -(-(p + n) // SPAN) * SPAN)
-        pos = torch.arange(p, p + n)  # [n]
+        slots = torch.arange(p, p + n)  # [n]
         index = torch.arange(span)  # [S]
-        seen = index[None, :] <= pos[:, None]  # [n, S] causal
+        if positions is None:
+            positions = slots
+            seen = index[None, :] <= slots[:, None]  # [n, S] causal
+        else:
+            seen = torch.zeros(n, span, dtype=torch.bool)
+            seen[:, :p] = True  # the context
+            seen[:, p : p + n] = visible  # the tree slots: ancestors and itself
         mask = torch.zeros(n, span).masked_fill_(~seen, float("-inf"))  # [n, S]
         if self.window:
-            local = seen & (index[None, :] > pos[:, None] - self.window)
+            where = torch.cat([index[:p], positions, index[p + n :]])  # [S] the position held in each slot
+            local = seen & (positions[:, None] - where[None, :] < self.window)
             mask_local = torch.zeros(n, span).masked_fill_(~local, float("-inf"))
         else:
             mask_local = mask
-        rows = slice(p, p + n)
         keys, values = cache.keys[:, :, :span], cache.values[:, :, :span]  # [layers, kv, S, hd] views
-        return (tokens, pos, cos[rows, None], sin[rows, None], cos_l[rows, None], sin_l[rows, None], mask, mask_local, keys, values)
+        rot = [t[positions, None] for t in (cos, sin, cos_l, sin_l)]  # each [n, 1, hd]
+        return (tokens, slots, *rot, mask, mask_local, keys, values)
 
     def _traced(self, example: tuple):
-        if self._step is None:
+        """The traced body for ``example``: one graph for every width where the body's shapes are
+        all written for any n (plain ``nn.Linear`` projections), else one per width (a dynamic-int8
+        projection loops over its rows in Python, which a trace unrolls for the width it saw)."""
+        width = None if self.body.any_width else int(example[0].shape[0])
+        step = self._steps.get(width)
+        if step is None:
             with self._lock:
-                if self._step is None:
+                step = self._steps.get(width)
+                if step is None:
                     t = time.perf_counter()
                     with warnings.catch_warnings():
                         warnings.simplefilter("ignore")  # TracerWarnings about Python branches on shapes
                         step = torch.jit.trace(self.body, example, check_trace=False)
-                    self.trace_s = time.perf_counter() - t
-                    _traced_s.append(self.trace_s)
-                    log.info("specviz: traced the static decode step of %s in %.1f s", type(self.model).__name__, self.trace_s)
-                    self._step = step
-        return self._step
+                    self.trace_s = (self.trace_s or 0.0) + time.perf_counter() - t
+                    _traced_s.append(time.perf_counter() - t)
+                    log.info("specviz: traced the static decode step of %s%s in %.1f s", type(self.model).__name__,
+                             "" if width is None else f" for {width} token(s)", _traced_s[-1])
+                    self._steps[width] = step
+        return step
+
+    def _call(self, example: tuple) -> torch.Tensor:
+        """The traced graph on ``example``, run by TorchScript's plain interpreter: its profiling
+        executor would re-profile and re-specialise the graph for every new width and context span,
+        while the gain we want, no Python between the ops, is the interpreter's alone."""
+        step = self._traced(example)
+        with torch.jit.optimized_execution(False):
+            return step(*example)
 
     @torch.inference_mode()
     def run(self, cache: StaticKV, input_ids: torch.Tensor, keep: int = 1) -> torch.Tensor:
@@ -280,10 +327,28 @@ class StaticDecoder:
         cache.reserve(start + n)
         if start == 0 and n > 1:
             return self._prefill(cache, input_ids, keep)
-        example = self._inputs(cache, input_ids, start)
-        hidden = self._traced(example)(*example)[n - keep :]  # [keep, d]: all n tokens in one traced call
+        if self.body.any_width:  # all n tokens in one traced call
+            example = self._inputs(cache, input_ids, start)
+            hidden = self._call(example)[n - keep :]  # [keep, d]
+        else:  # one token at a time through the one-token graph (a draft's catch-up feed, any length)
+            hidden = torch.cat([self._call(self._inputs(cache, input_ids[i : i + 1], start + i)) for i in range(n)])[n - keep :]
         cache.length = start + n
-        logits = self.model.get_output_embeddings()(hidden).float()  # [keep, V]
+        return self._head(hidden)  # [keep, V]
+
+    @torch.inference_mode()
+    def run_tree(self, cache: StaticKV, tokens: torch.Tensor, positions: torch.Tensor, visible: torch.Tensor) -> torch.Tensor:
+        """A token tree's nodes ``tokens`` [m] at ``positions`` [m] in one traced call, each seeing
+        the cached context and the nodes ``visible`` [m, m] allows -> float32 logits [m, V]. The
+        nodes take the next m slots; :meth:`StaticKV.keep_slots` keeps the accepted path."""
+        m, start = int(tokens.shape[0]), cache.length
+        cache.reserve(start + m)
+        example = self._inputs(cache, tokens, start, positions.cpu(), visible.cpu())
+        hidden = self._call(example)  # [m, d]
+        cache.length = start + m
+        return self._head(hidden)
+
+    def _head(self, hidden: torch.Tensor) -> torch.Tensor:
+        logits = self.model.get_output_embeddings()(hidden).float()  # [rows, V]
         if self.softcap:
             logits = torch.tanh(logits / self.softcap) * self.softcap
         return logits

@@ -114,39 +114,80 @@ def test_one_trace_serves_any_number_of_tokens(model, monkeypatch, first):
     assert cache.get_seq_length() == at == 29 + first
 
 
+def test_a_token_tree_scores_and_compacts_as_the_transformers_forward(model, monkeypatch):
+    """The target's tree step on the static buffers: the same logits as kv.score_tree on a
+    DynamicCache (tree mask, depth positions, the sliding window by position), and after keeping
+    the accepted path the cache continues as if only that path had been fed."""
+    from specviz.kv import keep_path, score_tree
+
+    monkeypatch.setattr(static_decode, "SPAN", 4)
+    ctx = [1] + [(7 * i + 5) % 30 + 3 for i in range(10)]  # 11 tokens: past the 4-token window
+    root = torch.tensor(ctx[-1:])
+    tokens = torch.tensor([5, 9, 12, 7, 30, 4])
+    parents = torch.tensor([-1, 0, 0, 1, -1, 4])  # two branches from the root, one forking
+    caches = [static_cache(model.model), new_cache(model.model)]
+    logits = []
+    for cache in caches:
+        forward_logits(model.model, torch.tensor(ctx[:-1]), cache, 1)
+        logits.append(score_tree(model.model, cache, root, tokens, parents))  # [7, V]
+    torch.testing.assert_close(logits[0], logits[1], atol=2e-4, rtol=1e-4)
+    path = [0, 1, 3]  # root -> 5 -> 9 -> 7
+    kept = ctx + [5, 9, 7]
+    want = reference_logits(model.model, kept + [8, 11])
+    for cache in caches:
+        keep_path(cache, int(tokens.shape[0]), path)
+        rollback(cache, len(kept) - 1)
+        assert cache.get_seq_length() == len(kept) - 1
+        got = forward_logits(model.model, torch.tensor([7, 8, 11]), cache, 3)
+        torch.testing.assert_close(got, want[len(kept) - 1 :], atol=2e-4, rtol=1e-4)
+
+
 def test_target_steps_run_on_it_and_stay_exact(tiny_target, gemma, monkeypatch):
-    """Target-only decoding and a chain step's verify pass run the target's static step; token
-    trees keep the transformers forward; greedy output is the target's own either way."""
+    """Target-only decoding, a chain step's verify pass and a token tree's run the target's static
+    step; greedy output is the target's own token for token."""
     from specviz import autoregressive
     from specviz.engine import Session
     from specviz.proposers import NGram, NGramTree
 
     for target in (tiny_target, gemma):
-        session = Session(SpeculativeDecoder(target, NGram(), k=4), list(range(1, 9)), 8, 0, (), "")
-        assert isinstance(session.cache, StaticKV)
-        tree = Session(SpeculativeDecoder(target, NGramTree(), k=4), list(range(1, 9)), 8, 0, (), "")
-        assert not isinstance(tree.cache, StaticKV)
+        for proposer in (NGram(), NGramTree()):
+            assert isinstance(Session(SpeculativeDecoder(target, proposer, k=4), list(range(1, 9)), 8, 0, (), "").cache, StaticKV)
         for prompt in PROMPTS:
             want = hf_greedy(target, prompt, 24)
             assert list(autoregressive(target, prompt, max_new_tokens=24).token_ids) == want
-            assert list(SpeculativeDecoder(target, NGram(), k=4).generate(prompt, max_new_tokens=24).token_ids) == want
+            for proposer in (NGram(), NGramTree()):
+                assert list(SpeculativeDecoder(target, proposer, k=4).generate(prompt, max_new_tokens=24).token_ids) == want
     monkeypatch.setenv("SPECVIZ_STATIC_DECODE", "0")
     assert not isinstance(Session(SpeculativeDecoder(gemma, NGram(), k=4), [1, 2, 3], 8, 0, (), "").cache, StaticKV)
 
 
 @torch.no_grad()
 def test_an_int8_body_traces_too(gemma):
+    """A dynamic-int8 copy (per-token activation scales: a Python loop over rows, which a trace
+    unrolls) is fed one token at a time through its one-token graph, and scores a tree through a
+    graph of the tree's width: the same distributions as its transformers forward at every width."""
+    from specviz.kv import keep_path, score_tree
     from specviz.quantize import Int8Options, quantize_int8
 
     q8 = quantize_int8(copy.deepcopy(gemma.model), options=Int8Options(smooth_alpha=None))
-    ids = [1, 5, 9, 12, 7, 5, 9, 30, 4, 8]
+    ids = [1, 5, 9, 12, 7, 5, 9, 30, 4, 8, 6, 3, 10]
     dynamic, static = new_cache(q8), static_cache(q8)
-    forward_logits(q8, torch.tensor(ids[:4]), dynamic, 1)
-    forward_logits(q8, torch.tensor(ids[:4]), static, 1)
-    for t in ids[4:]:
-        a = torch.softmax(forward_logits(q8, torch.tensor([t]), dynamic, 1)[0], -1)
-        b = torch.softmax(forward_logits(q8, torch.tensor([t]), static, 1)[0], -1)
-        assert float(torch.minimum(a, b).sum()) > 0.97  # int8 rounding may differ, the distribution does not
+    assert not static.decoder.body.any_width
+
+    def close(a, b):  # int8 rounding may differ, the distribution does not
+        for x, y in zip(torch.softmax(a, -1), torch.softmax(b, -1)):
+            assert float(torch.minimum(x, y).sum()) > 0.97
+
+    for feed in (ids[:4], ids[4:5], ids[5:8]):  # the prompt, one token, three at once
+        keep = len(feed)
+        close(forward_logits(q8, torch.tensor(feed), dynamic, keep), forward_logits(q8, torch.tensor(feed), static, keep))
+    tokens, parents = torch.tensor(ids[9:]), torch.tensor([-1, 0, 0, 1])  # after the root ids[8]
+    close(score_tree(q8, dynamic, torch.tensor(ids[8:9]), tokens, parents), score_tree(q8, static, torch.tensor(ids[8:9]), tokens, parents))
+    assert set(static.decoder._steps) == {1, 5}  # the one-token graph and the 5-wide tree's
+    for cache in (dynamic, static):
+        keep_path(cache, 4, [0, 1])
+        rollback(cache, 10)
+    close(forward_logits(q8, torch.tensor([4, 2]), dynamic, 2), forward_logits(q8, torch.tensor([4, 2]), static, 2))
 
 
 def test_drafts_use_it_and_stay_exact(tiny_target, gemma, monkeypatch):

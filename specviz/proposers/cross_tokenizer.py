@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..kv import chain_cache, vocab_size
+from ..kv import session_cache, vocab_size
 from ..records import Proposal, Sampling
 from .draft_model import _DraftState, draft_tokens
 
@@ -34,7 +34,7 @@ class CrossTokenizerDraft:
 
     def init_state(self, target) -> _CrossState:
         return _CrossState(
-            draft=_DraftState(cache=chain_cache(self.model.model), vocab=vocab_size(self.model.model)),
+            draft=_DraftState(cache=session_cache(self.model.model), vocab=vocab_size(self.model.model)),
             target_tokenizer=target.tokenizer,
         )
 

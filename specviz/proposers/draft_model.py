@@ -9,7 +9,7 @@ from typing import Any
 import torch
 
 from ..algorithm import argmax as first_argmax, logits_to_probs
-from ..kv import cache_length, chain_cache, context_window, forward_logits, rollback, vocab_size
+from ..kv import cache_length, session_cache, context_window, forward_logits, rollback, vocab_size
 from ..records import Deferred, Proposal, Sampling
 from .vocab import context_rows_for, scoring
 
@@ -42,7 +42,7 @@ class DraftModel:
 
     def init_state(self, target) -> _DraftState:
         check_same_tokenizer(target, self.model)
-        return _DraftState(cache=chain_cache(self.model.model), vocab=vocab_size(target.model),
+        return _DraftState(cache=session_cache(self.model.model), vocab=vocab_size(target.model),
                            context_rows=context_rows_for(self.model.model))
 
     def propose(self, state: _DraftState, context: torch.Tensor, k: int, sampling: Sampling, generator, stop=None) -> Proposal:
