@@ -205,8 +205,10 @@ def verify_costs(
     """t(n) for n = 1..max_n: one forward of n new tokens (logits of all n, as a verify pass
     keeps) on top of a KV cache of ``context`` positions, rolled back after each; the n are
     interleaved within each repeat so a busy machine disturbs them alike. ``stat``: ``"median"``
-    of ``repeats``, or ``"min"`` (the better estimate of the quiet cost on a shared machine)."""
-    from .kv import forward_logits, new_cache, rollback, vocab_size
+    of ``repeats``, or ``"min"`` (the better estimate of the quiet cost on a shared machine).
+    The cache is the one a session's target gets (``kv.session_cache``: the static step where the
+    model has one), so t(n) is what specviz's verify pass costs."""
+    from .kv import forward_logits, rollback, session_cache, vocab_size
 
     if stat not in ("median", "min"):
         raise ValueError(f"stat must be 'median' or 'min', not {stat!r}")
@@ -217,7 +219,7 @@ def verify_costs(
     vocab = min(vocab_size(model), 32_000)
     prompt = torch.randint(3, vocab, (context,), generator=gen).to(device)  # [context]
     new = torch.randint(3, vocab, (max_n,), generator=gen).to(device)  # [max_n]
-    cache = new_cache(model)
+    cache = session_cache(model)
     forward_logits(model, prompt, cache, 1)
     rollback(cache, context)
     for _ in range(warmup):  # warm every shape (the widest first)
