@@ -25,8 +25,9 @@ the model's own head applied to the traced body's hidden states. A prompt is pre
 model's own batched forward and its keys and values copied in.
 
 Only Llama- and Gemma-3-text-architecture models in float32 on the CPU are served (the built-in
-models and the tests' tiny models); anything else, a token tree's step (tree masks), or
-``SPECVIZ_STATIC_DECODE=0`` keeps the ``transformers`` forward and its DynamicCache. The logits
+models and the tests' tiny models); anything else, the draft tree's own draft (fed level by level
+on top of slots already fed), or ``SPECVIZ_STATIC_DECODE=0`` keeps the ``transformers`` forward
+and its DynamicCache. A token tree's verify pass runs here too (:meth:`StaticDecoder.run_tree`). The logits
 match the ``transformers`` forward to float rounding (tests/test_static_decode.py); greedy output
 stays the target's own token for token (tested), and ``python benchmarks/draft_cost.py`` measures
 both steps side by side.
@@ -303,10 +304,11 @@ class StaticDecoder:
                     with warnings.catch_warnings():
                         warnings.simplefilter("ignore")  # TracerWarnings about Python branches on shapes
                         step = torch.jit.trace(self.body, example, check_trace=False)
-                    self.trace_s = (self.trace_s or 0.0) + time.perf_counter() - t
-                    _traced_s.append(time.perf_counter() - t)
+                    took = time.perf_counter() - t
+                    self.trace_s = (self.trace_s or 0.0) + took
+                    _traced_s.append(took)
                     log.info("specviz: traced the static decode step of %s%s in %.1f s", type(self.model).__name__,
-                             "" if width is None else f" for {width} token(s)", _traced_s[-1])
+                             "" if width is None else f" for {width} token(s)", took)
                     self._steps[width] = step
         return step
 
