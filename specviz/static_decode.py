@@ -225,7 +225,6 @@ class StaticDecoder:
         self.window = getattr(self.text, "sliding_window", None) if any(self.body.local) else None
         self.softcap = getattr(self.text, "final_logit_softcapping", None)
         self._steps: dict[int | None, torch.jit.ScriptModule] = {}  # traced bodies by width (None: any), built on first use
-        self.trace_s: float | None = None
         self._tables: tuple[torch.Tensor, ...] | None = None  # cos, sin, cos_local, sin_local [C, hd]
         self._lock = threading.Lock()
 
@@ -305,7 +304,6 @@ class StaticDecoder:
                         warnings.simplefilter("ignore")  # TracerWarnings about Python branches on shapes
                         step = torch.jit.trace(self.body, example, check_trace=False)
                     took = time.perf_counter() - t
-                    self.trace_s = (self.trace_s or 0.0) + took
                     _traced_s.append(took)
                     log.info("specviz: traced the static decode step of %s%s in %.1f s", type(self.model).__name__,
                              "" if width is None else f" for {width} token(s)", took)

@@ -9,7 +9,7 @@ from typing import Any
 import torch
 
 from ..algorithm import argmax as first_argmax, logits_to_probs
-from ..kv import cache_length, session_cache, context_window, forward_logits, rollback, vocab_size
+from ..kv import cache_length, context_window, forward_logits, rollback, session_cache, vocab_size
 from ..records import Deferred, Proposal, Sampling
 from .vocab import context_rows_for, scoring
 

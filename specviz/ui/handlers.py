@@ -38,4 +38,3 @@ def plot(spec: dict) -> PlotData:
 
 
 __all__ = ["friendly_error", "plot"]
-
