@@ -1,7 +1,7 @@
 """The specviz playground: `python app.py`, then open http://127.0.0.1:7860.
 
 Thin on purpose: the app lives in specviz.ui (layout and wiring), specviz.viz (HTML and figures)
-and specviz.engine. The default models load in the background while the page comes up; the
+and specviz.core.engine. The default models load in the background while the page comes up; the
 first run converts them from GGUF and prints each stage here and in the page.
 """
 

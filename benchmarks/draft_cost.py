@@ -3,7 +3,7 @@
 For each draft spec, two copies of the same proposer draft k tokens (greedy) from the same cached
 context, interleaved in one process, each rolled back after every repeat:
 - transformers: the model's own forward on a DynamicCache (``SPECVIZ_STATIC_DECODE=0``);
-- static: specviz.static_decode's traced one-token step on static KV buffers (the default);
+- static: specviz.runtime.static_decode's traced one-token step on static KV buffers (the default);
 and the target's own one-token decode step and its verify pass over k + 1 tokens (float32, both
 ways: the transformers forward and the static step that specviz runs) are timed in the same
 rotation, so each c is measured against the same machine state. Provisional on a busy machine.
@@ -21,12 +21,12 @@ import time
 
 import torch
 
-from specviz.engine import encode_prompt
-from specviz.kv import forward_logits, new_cache, rollback
+from specviz.core.engine import encode_prompt
+from specviz.core.records import Sampling
 from specviz.models import load_model
 from specviz.proposers.registry import from_spec
-from specviz.records import Sampling
-from specviz.static_decode import static_cache
+from specviz.runtime.kv import forward_logits, new_cache, rollback
+from specviz.runtime.static_decode import static_cache
 
 PROMPT = "Write a short story about a robot who learns to paint, in five sentences."
 

@@ -42,10 +42,11 @@ sys.path.insert(0, str(ROOT))  # this source tree's specviz, installed or not
 import torch  # noqa: E402
 import transformers  # noqa: E402
 
-from specviz import Sampling, SpeculativeDecoder, checks  # noqa: E402
-from specviz.kv import forward_logits, new_cache, rollback  # noqa: E402
+from specviz import Sampling, SpeculativeDecoder  # noqa: E402
+from specviz.analysis import checks  # noqa: E402
 from specviz.models import load_model, resolve_device, resolve_dtype  # noqa: E402
 from specviz.proposers import DraftModel, NGram  # noqa: E402
+from specviz.runtime.kv import forward_logits, new_cache, rollback  # noqa: E402
 
 SCHEMA = "specviz.gpu_check/1"
 PROMPTS = [

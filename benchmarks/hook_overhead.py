@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import argparse
 import io
-import statistics
 import time
 
 import torch
 
 from specviz import Hook, SpeculativeDecoder, TraceRecorder, load_model
-from specviz.proposers import from_spec
 from specviz.prompts import load_prompts
+from specviz.proposers import from_spec
 
 
 def main() -> None:

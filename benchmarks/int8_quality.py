@@ -23,10 +23,10 @@ import time
 
 import torch
 
-from specviz.engine import encode_prompt
-from specviz.kv import forward_logits, new_cache
+from specviz.core.engine import encode_prompt
 from specviz.models import load_model
-from specviz.quantize import Int8Options, quantize_int8
+from specviz.runtime.kv import forward_logits, new_cache
+from specviz.runtime.quantize import Int8Options, quantize_int8
 
 HELD_OUT = [
     "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n",
@@ -133,7 +133,7 @@ def decode_ms(models: dict, ids: list[int], reps: int = 9, stat=statistics.media
         caches[name] = new_cache(m)
         forward_logits(m, torch.tensor(ids), caches[name], 1)
     times = {name: [] for name in models}
-    from specviz.kv import rollback
+    from specviz.runtime.kv import rollback
 
     for _ in range(reps):
         for name, m in models.items():

@@ -2,7 +2,7 @@
 
     python benchmarks/lm_head.py          # SPECVIZ_THREADS=2 by default
 
-The numbers behind :mod:`specviz.cpu`'s docstring (which kernel verifying k drafts should use).
+The numbers behind :mod:`specviz.runtime.cpu`'s docstring (which kernel verifying k drafts should use).
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import os
 
 import torch
 
-from specviz.cpu import time_head
 from specviz.models import load_model
+from specviz.runtime.cpu import time_head
 
 
 def main() -> None:

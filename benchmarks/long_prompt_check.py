@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 from specviz import SpeculativeDecoder, autoregressive
-from specviz.engine import encode_prompt
+from specviz.core.engine import encode_prompt
 from specviz.models import load_model
 from specviz.proposers.registry import from_spec
 

@@ -26,17 +26,17 @@ import time
 import plotly.graph_objects as go
 import torch
 
-from specviz.engine import SpeculativeDecoder
+from specviz.app.runs import default_prompt
+from specviz.core.engine import SpeculativeDecoder
 from specviz.models import load_model
 from specviz.proposers.registry import from_spec
-from specviz.runs import default_prompt
 
 PLAYGROUND_MAX_NEW_TOKENS = 256
 
 
 def settings_for(target: str, spec: str, k: int, prompt: str):
     """The playground Settings of a spec ("draft:m@int8,vocab=16384" -> draft model m@int8, options vocab=16384)."""
-    from specviz.runs import label_of
+    from specviz.app.runs import label_of
     from specviz.ui.state import Settings
 
     prefix, _, arg = spec.partition(":")

@@ -1,6 +1,6 @@
 """Where a Session.step's time goes outside the model forwards, per proposer and k.
 
-For each proposer (ngram, draft:TARGET@int8 built with specviz.quantize, ngram+draft, early-exit)
+For each proposer (ngram, draft:TARGET@int8 built with specviz.runtime.quantize, ngram+draft, early-exit)
 and k, it runs a few warm steps, then profiles --steps steps with torch.profiler and prints:
 the step's wall time; the time inside model forwards (the draft's and the target's, measured by
 forward hooks on the top-level modules); the rest ("outside"); and the top CPU ops by self time
@@ -24,13 +24,13 @@ import time
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
-from specviz import engine
+from benchmarks.step_overhead import PROMPT, ForwardClock  # the same prompt and forward timer
+from specviz.core import engine
+from specviz.core.records import Sampling
 from specviz.models import LoadedModel, load_model
 from specviz.proposers import DraftModel, EarlyExit, NGram, NGramOrDraft
-from specviz.quantize import quantize_int8
-from specviz.records import Sampling
+from specviz.runtime.quantize import quantize_int8
 
-from benchmarks.step_overhead import PROMPT, ForwardClock  # the same prompt and forward timer
 
 @contextlib.contextmanager
 def labelled(obj, attr: str, label: str):
@@ -116,7 +116,7 @@ def main() -> None:
             for e in sorted(labels, key=lambda e: -e.cpu_time_total):
                 print(f"  {e.key:<36} {e.cpu_time_total / 1e3 / max(1, n):8.2f} ms/step (incl.)")
             ops = [e for e in events if e.key.startswith(("aten::", "quantized::")) and e.key not in ("aten::linear",)]
-            print(f"  top aten ops by self CPU time (ms/step):")
+            print("  top aten ops by self CPU time (ms/step):")
             for e in sorted(ops, key=lambda e: -e.self_cpu_time_total)[: args.rows]:
                 print(f"    {e.key:<34} {e.self_cpu_time_total / 1e3 / max(1, n):8.2f}  x{e.count // max(1, n)}")
 

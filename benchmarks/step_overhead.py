@@ -24,10 +24,11 @@ import time
 
 import torch
 
-from specviz import Hook, engine
+from specviz import Hook
+from specviz.core import engine
+from specviz.core.records import Sampling
 from specviz.models import load_model
 from specviz.proposers.registry import from_spec
-from specviz.records import Sampling
 
 PROMPT = ("Write a Python function that parses a CSV file of orders (id, customer, amount, date), "
           "groups the orders by customer and returns the total amount per customer, sorted from the "

@@ -2,7 +2,7 @@
 
 t(n): one forward of n new positions (logits of all n, as verification keeps) on top of a KV
 cache of --context positions, rolled back after each; n interleaved, median of --repeats
-(specviz.hardware.verify_costs). Then, for models whose head specviz.cpu wraps, the head alone
+(specviz.analysis.hardware.verify_costs). Then, for models whose head specviz.runtime.cpu wraps, the head alone
 through F.linear and through oneDNN at each n, and the kernel RowAdaptiveLinear picks.
 Provisional on a busy machine.
 
@@ -16,9 +16,9 @@ import argparse
 
 import torch
 
-from specviz import cpu
-from specviz.hardware import verify_costs
+from specviz.analysis.hardware import verify_costs
 from specviz.models import load_model
+from specviz.runtime import cpu
 
 
 def head_times(weight: torch.Tensor, rows: int, repeats: int, stat: str) -> tuple[float, float]:

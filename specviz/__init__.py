@@ -1,12 +1,12 @@
 """specviz: watch, test and measure speculative decoding."""
 
-from .algorithm import logits_to_probs, verify
-from .engine import Session, SpeculativeDecoder, autoregressive, compute_stats, encode_prompt
-from .hooks import Hook, HookList, TraceRecorder, load_trace
-from .models import LoadedModel, list_models, load_model
-from .records import DraftDecision, GenerationResult, Proposal, Sampling, Stats, StepRecord
-from .theory import expected_speedup, expected_tokens_per_step
 from . import proposers
+from .analysis.theory import expected_speedup, expected_tokens_per_step
+from .core.algorithm import logits_to_probs, verify
+from .core.engine import Session, SpeculativeDecoder, autoregressive, compute_stats, encode_prompt
+from .core.hooks import Hook, HookList, TraceRecorder, load_trace
+from .core.records import DraftDecision, GenerationResult, Proposal, Sampling, Stats, StepRecord
+from .models import LoadedModel, list_models, load_model
 
 __version__ = "0.1.0"
 

@@ -18,7 +18,7 @@ import os
 import sys
 from typing import Sequence, TextIO
 
-from .records import Sampling, StepRecord
+from .core.records import Sampling, StepRecord
 
 # ANSI styles for token kinds (the app uses the same meanings, see specviz.viz.theme)
 RESET = "\x1b[0m"
@@ -156,15 +156,15 @@ def _loader(args):
 
 
 def cmd_generate(args) -> int:
+    from .core.algorithm import Acceptance
+    from .core.engine import SpeculativeDecoder
+    from .core.hooks import TraceRecorder
+    from .core.schedules import make_schedule
     from .proposers import check_spec, from_spec
-    from .algorithm import Acceptance
-    from .engine import SpeculativeDecoder
-    from .hooks import TraceRecorder
-    from .schedules import make_schedule
 
     make_schedule(args.schedule)  # a bad schedule fails before any model loads
 
-    from .engine import MAX_K
+    from .core.engine import MAX_K
 
     sampling = _sampling(args)
     kind, _ = check_spec(args.proposer)
@@ -224,7 +224,7 @@ def cmd_bench(args) -> int:
     from tqdm import tqdm
 
     from . import bench as B
-    from .metrics import why_no_speedup
+    from .analysis.metrics import why_no_speedup
     from .proposers import check_spec, from_spec
 
     if args.limit is not None and args.limit < 1:
@@ -285,7 +285,7 @@ def cmd_bench(args) -> int:
     )
     why = why_no_speedup(report["rows"])["markdown"].replace("**", "")
     print("\n" + why)
-    from .hardware import roofline_lines
+    from .analysis.hardware import roofline_lines
 
     print("\n" + "\n".join(roofline_lines(report["rows"], target.model, "int8" if target.quantize == "int8" else None)))
     for line in B.write_reports(report, args.json, args.csv, args.html):

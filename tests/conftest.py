@@ -21,6 +21,7 @@ from tests.support.tiny import (  # noqa: E402
     perturbed,
 )
 
+
 @pytest.fixture(scope="session")
 def tokenizer():
     return make_char_tokenizer()

@@ -3,17 +3,9 @@
 import pytest
 import torch
 
-import specviz.algorithm as algorithm
-
-from specviz.algorithm import (
-    acceptance_ratio,
-    logits_to_probs,
-    point_mass_residual,
-    residual_distribution,
-    verify,
-)
-from specviz.records import Sampling
-
+import specviz.core.algorithm as algorithm
+from specviz.core.algorithm import acceptance_ratio, logits_to_probs, point_mass_residual, residual_distribution, verify
+from specviz.core.records import Sampling
 
 
 def rows(*dists):
@@ -135,7 +127,7 @@ def test_fast_argmax_breaks_ties_like_tensor_argmax():
 
 @pytest.mark.parametrize("shape", [(262_144,), (3, 262_144), (2, 100_003), (40,)])
 def test_top_n_equals_topk(shape):
-    from specviz.algorithm import top_n
+    from specviz.core.algorithm import top_n
 
     g = torch.Generator().manual_seed(sum(shape))
     x = torch.softmax(torch.randn(*shape, generator=g) * 4, dim=-1)

@@ -10,10 +10,10 @@ from types import SimpleNamespace
 import pytest
 
 from specviz import bench as B
-from specviz import metrics
+from specviz.analysis import metrics
+from specviz.core.records import Sampling
 from specviz.prompts import PromptRow
 from specviz.proposers import DraftModel, NGram, from_spec
-from specviz.records import Sampling
 from specviz.viz import bench as V
 
 PROMPTS = [
@@ -226,7 +226,7 @@ def test_hf_early_exit_drafts_with_the_targets_layers_on_a_private_config(tiny_t
     private constant-k config; it gives the target's greedy output and never changes the shared
     model's configs (transformers lowers num_hidden_layers while it drafts)."""
     from specviz.bench import hf
-    from specviz.engine import eos_token_ids, encode_prompt
+    from specviz.core.engine import encode_prompt, eos_token_ids
     from specviz.proposers import EarlyExit
 
     kw = B._hf_kwargs(EarlyExit(tiny_target, 1), 3)

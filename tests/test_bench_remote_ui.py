@@ -9,10 +9,9 @@ import socket
 
 import pytest
 
-from tests.support.remote_stub import K, STEP_ACCEPTED, StubConfig, StubServer
-
 from specviz.remote.replay import NOT_EXPOSED, remote_steps
 from specviz.viz.remote_steps import remote_steps_html
+from tests.support.remote_stub import STEP_ACCEPTED, K, StubConfig, StubServer
 
 bt = pytest.importorskip("specviz.ui.bench_tab")
 br = pytest.importorskip("specviz.ui.bench_remote")

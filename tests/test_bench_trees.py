@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 
 from specviz import bench as B
-from specviz import prediction, theory
+from specviz.analysis import prediction, theory
 from specviz.bench.shapes import expand_tree_shapes, is_tree_spec, parse_tree_nodes, with_tree_nodes
 from specviz.bench.verify_cost import best_k_with_curve, curve_speedups, measure_verify_cost, v_at, verify_curve
 from specviz.prompts import PromptRow
-from specviz.proposers import NGram, check_spec, from_spec
+from specviz.proposers import check_spec, from_spec
 
 PROMPTS = [PromptRow("the cat sat on the mat. the cat sat on the mat. the dog sat on the", "writing", "1"),
            PromptRow("abc abd abc abe abc abd abc", "coding", "2")]

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from specviz import SpeculativeDecoder, autoregressive, load_model
-from specviz.engine import encode_prompt
+from specviz.core.engine import encode_prompt
 from specviz.proposers import DraftModel, NGram
 
 pytestmark = pytest.mark.slow

@@ -13,8 +13,7 @@ from pathlib import Path
 import pytest
 
 from specviz import cli
-from specviz.hooks import load_trace
-
+from specviz.core.hooks import load_trace
 from tests.support import make_char_tokenizer, make_llama, perturbed
 
 PROMPT = "the cat sat on the mat. the cat sat on the"
@@ -81,7 +80,7 @@ def test_generate_colours_tokens_and_strikes_rejected_drafts(capsys, models):
 
 
 def test_render_steps_marks_every_kind():
-    from specviz.records import DraftDecision, StepRecord
+    from specviz.core.records import DraftDecision, StepRecord
 
     def d(i, text, verdict):
         return DraftDecision(i, 10 + i, text, 1.0, 0.5, 0.5, None, verdict)

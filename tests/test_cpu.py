@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from specviz import cpu
+from specviz.runtime import cpu
 
 pytestmark = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="no oneDNN in this torch build")
 

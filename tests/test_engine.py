@@ -6,13 +6,12 @@ from dataclasses import replace
 import pytest
 import torch
 
-import specviz.algorithm as algorithm
+import specviz.core.algorithm as algorithm
 from specviz import Hook, Sampling, SpeculativeDecoder, TraceRecorder, autoregressive, load_trace
-from specviz.algorithm import logits_to_probs
-from specviz.engine import encode_prompt
-from specviz.kv import forward_logits, rollback
+from specviz.core.algorithm import logits_to_probs
+from specviz.core.engine import encode_prompt
 from specviz.proposers import DraftModel, NGram
-
+from specviz.runtime.kv import forward_logits, rollback
 from tests.support import hf_greedy
 
 PROMPTS = [
@@ -227,8 +226,9 @@ def test_records_hold_what_the_ui_needs(tiny_target, near_draft):
 
 
 def test_bad_input_raises_clear_errors(tiny_target, tokenizer):
-    from tests.support import loaded, make_llama
     from transformers import GPT2TokenizerFast  # noqa: F401  (only to show the error names the fix)
+
+    from tests.support import loaded, make_llama
 
     with pytest.raises(ValueError, match="from 1 to 32"):
         SpeculativeDecoder(tiny_target, NGram(), k=0)
@@ -248,7 +248,7 @@ def test_bad_input_raises_clear_errors(tiny_target, tokenizer):
 @pytest.fixture(scope="module")
 def sliding_target(tokenizer):
     """A tiny Gemma 3 with an 8-token sliding window on most layers (like the built-in's 512)."""
-    from specviz.checks import tiny_gemma3
+    from specviz.analysis.checks import tiny_gemma3
     from tests.support import loaded
 
     return loaded(tiny_gemma3(len(tokenizer), seed=3, window=8), tokenizer, "tiny-gemma3-sliding")
@@ -325,7 +325,7 @@ def test_a_prompt_longer_than_the_context_window_is_refused(short_target):
 def test_context_window_of_configs():
     from transformers import Gemma3Config, Gemma3TextConfig, LlamaConfig
 
-    from specviz.kv import context_window
+    from specviz.runtime.kv import context_window
 
     class M:
         def __init__(self, config):

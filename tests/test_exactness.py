@@ -7,8 +7,8 @@ checks that the same threshold catches it, so the test can fail.
 import pytest
 import torch
 
-import specviz.algorithm as algorithm
-from specviz.algorithm import verify
+import specviz.core.algorithm as algorithm
+from specviz.core.algorithm import verify
 
 N = 20_000
 TV_OK = 0.02  # sampling noise at N = 20k over 8 tokens is ~0.01

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 import torch
 
-import specviz.engine as engine
-from specviz import checks
+import specviz.core.engine as engine
 from specviz import models as M
+from specviz.analysis import checks
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "gpu_check.py"
@@ -104,7 +104,7 @@ def test_rollback_check_fails_when_the_cache_is_not_rolled_back(script, fp32_mod
 
 
 def test_wrong_rule_is_undone_after_the_block():
-    import specviz.algorithm as algorithm
+    import specviz.core.algorithm as algorithm
 
     before = algorithm.residual_distribution, algorithm.point_mass_residual
     with checks.wrong_rule():

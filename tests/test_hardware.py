@@ -5,8 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.support.tiny import make_llama
-from specviz.hardware import (
+from specviz.analysis.hardware import (
     bandwidth,
     decode_bytes,
     kv_bytes_per_position,
@@ -14,6 +13,7 @@ from specviz.hardware import (
     roofline,
     verify_costs,
 )
+from tests.support.tiny import make_llama
 
 
 def test_roofline_is_bandwidth_over_bytes():
@@ -75,7 +75,7 @@ def test_verify_costs_cover_every_n_and_leave_no_cache_behind():
 
 
 def test_roofline_lines_name_target_only_and_the_best_speculative_row(monkeypatch):
-    from specviz import hardware as H
+    from specviz.analysis import hardware as H
 
     monkeypatch.setattr(H, "bandwidth", lambda: H.Bandwidth(bytes_per_s=10e9, threads=2, size_bytes=1 << 30))
     model = make_llama(vocab_size=64, hidden=16, layers=1, seed=0)

@@ -11,12 +11,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.support import make_llama
-
-from specviz import limits as L
 from specviz import models as M
+from specviz.app import limits as L
 from specviz.proposers import REGISTRY
-
+from tests.support import make_llama
 
 # -- the limits themselves -----------------------------------------------------------------------
 
@@ -123,9 +121,9 @@ def test_token_text_is_html_escaped(tmp_path):
     from transformers import PreTrainedTokenizerFast
 
     from specviz import viz
-    from specviz.engine import SpeculativeDecoder
+    from specviz.core.engine import SpeculativeDecoder
+    from specviz.core.records import Sampling
     from specviz.proposers import NGram
-    from specviz.records import Sampling
 
     evil = ["<script>alert(1)</script>", "<img src=x onerror=alert(1)>", '"onmouseover="alert(1)', "&amp;"]
     vocab = {t: i for i, t in enumerate(["<pad>", "<bos>", "<eos>", "<unk>", *evil, "a"])}
@@ -205,7 +203,7 @@ def test_learn_and_bench_tabs_count_prompt_tokens(models_dir, allow_local, monke
 
 
 def test_the_sliders_stop_at_the_hosts_limits(monkeypatch):
-    from specviz import engine
+    from specviz.core import engine
     from specviz.ui import build_demo
 
     assert L.ENGINE_MAX_K == engine.MAX_K

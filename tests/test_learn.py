@@ -12,14 +12,24 @@ import plotly.graph_objects as go
 import pytest
 import torch
 
-from specviz import learn
-from specviz.algorithm import Acceptance, verify
-from specviz.theory import expected_speedup, expected_tokens_per_step
-from specviz.learn import (
-    PRESETS, RULES, compare_with_speculation, next_token_distributions, output_distribution, parse_distribution,
-    parse_measured_runs, parse_table, run_rule, sampling_noise, simulate_rule, tv_distance,
+from specviz.analysis.theory import expected_speedup, expected_tokens_per_step
+from specviz.core.algorithm import Acceptance, verify
+from specviz.core.records import Sampling
+from specviz.learn import chain as learn
+from specviz.learn.chain import (
+    PRESETS,
+    RULES,
+    compare_with_speculation,
+    next_token_distributions,
+    output_distribution,
+    parse_distribution,
+    parse_measured_runs,
+    parse_table,
+    run_rule,
+    sampling_noise,
+    simulate_rule,
+    tv_distance,
 )
-from specviz.records import Sampling
 from specviz.viz import learn as vl
 
 
@@ -212,7 +222,7 @@ def test_next_token_distributions_are_the_models_softmax(tiny_target, near_draft
     nt = next_token_distributions(tiny_target, near_draft, "the cat sat on the", sampling)
     ids = tiny_target.tokenizer("the cat sat on the")["input_ids"]
     assert list(nt.prompt_ids) == ids and nt.draft_token is None
-    from specviz.algorithm import logits_to_probs
+    from specviz.core.algorithm import logits_to_probs
 
     with torch.inference_mode():
         want_p = logits_to_probs(tiny_target.model(torch.tensor([ids])).logits[0, -1], sampling)
@@ -245,8 +255,7 @@ def test_ngram_point_mass_and_errors(tiny_target, tmp_path):
         next_token_distributions(tiny_target, None, "abcab", Sampling(temperature=0.0))
     with pytest.raises(ValueError, match="prompt is empty"):
         next_token_distributions(tiny_target, None, "  ", Sampling(temperature=1.0))
-    from tests.support import loaded
-    from tests.support import make_tiny_model
+    from tests.support import loaded, make_tiny_model
 
     model, tok = make_tiny_model(seed=3)
     with pytest.raises(ValueError, match="tokenizer"):
@@ -381,8 +390,8 @@ def test_handlers_turn_errors_into_messages():
 
 
 def test_model_handler_on_tiny_checkpoints(tmp_path):
-    from tests.support import app_server
     from specviz.ui import learn_tab as lt
+    from tests.support import app_server
 
     target, draft = app_server.make_tiny_models(tmp_path)
     frames = list(lt.on_model_sample(target, lt.DRAFT_MODEL, draft, app_server.TINY_PROMPT, "exact", 1.0, 1.0, 10_000, 0))
@@ -466,7 +475,7 @@ def test_the_learn_tab_receives_the_playground_run():
 
 
 def test_calculator_k_range_is_the_theory_bound():
-    from specviz.bounds import THEORY_MAX_K
+    from specviz.core.bounds import THEORY_MAX_K
     from specviz.ui import learn_tab as lt
 
     cards, fig, msg = lt.on_calc(0.7, THEORY_MAX_K, 0.1, 1.0, "")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from specviz.theory import expected_speedup
+from specviz.analysis.theory import expected_speedup
 
 TIMEOUT_MS = 30_000
 

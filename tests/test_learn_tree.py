@@ -5,9 +5,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specviz import learn
-from specviz.learn_tree import (broken_output_distribution, parse_candidates, residual_steps, run_tree_rule,
-                                try_candidates)
+from specviz.learn import chain as learn
+from specviz.learn.tree import (
+    broken_output_distribution,
+    parse_candidates,
+    residual_steps,
+    run_tree_rule,
+    try_candidates,
+)
 from specviz.viz import learn as vl
 
 TOKENS, P, Q = learn.PRESETS["draft too confident"]

@@ -167,7 +167,7 @@ def test_a_loaded_lossy_trace_says_lossy_and_sets_its_controls(tiny_env, tmp_pat
 def test_defaults_tell_the_true_story_and_avoid_int8_beside_a_gpu(monkeypatch):
     import torch
 
-    from specviz import runs
+    from specviz.app import runs
 
     for var in ("SPECVIZ_DEFAULT_TARGET", "SPECVIZ_DEFAULT_DRAFT", "SPECVIZ_DEFAULT_PROPOSER", "SPECVIZ_DEFAULT_PROMPT",
                 "SPECVIZ_DEFAULT_TEMPERATURE", "SPECVIZ_DEFAULT_K"):

@@ -7,7 +7,6 @@ card, the per-position prediction, the race, a step in phases, and the CSS they 
 from __future__ import annotations
 
 import json
-import math
 import random
 import re
 from pathlib import Path
@@ -15,11 +14,16 @@ from pathlib import Path
 import pytest
 
 from specviz import viz
-from specviz.prediction import (
-    ASSUMPTIONS, compare, drafted_fraction_of_row, expected_tokens_per_step_positional, predict_from_positions,
-    predict_row, row_agreement,
+from specviz.analysis.prediction import (
+    ASSUMPTIONS,
+    compare,
+    drafted_fraction_of_row,
+    expected_tokens_per_step_positional,
+    predict_from_positions,
+    predict_row,
+    row_agreement,
 )
-from specviz.records import DraftDecision, Stats, StepRecord
+from specviz.core.records import DraftDecision, Stats, StepRecord
 from specviz.viz import explain, numbers, phases, race
 from specviz.viz.numbers import fmt_pair, fmt_prob
 from specviz.viz.styles import PLOT_CONFIG, lesson_css
@@ -511,7 +515,7 @@ def test_lesson_css_covers_phone_width_and_every_new_class():
 
 
 def test_augmented_rows_feed_the_benchmark_charts():
-    from specviz.prediction import augment_rows
+    from specviz.analysis.prediction import augment_rows
     from specviz.viz import bench as vb
 
     path = ROOT / "assets" / "bench-gemma-cpu.json"
@@ -585,7 +589,7 @@ def test_v_curve_from_bench_rows():
 def test_lesson_pieces_on_real_runs(tiny_target, near_draft):
     """Real StepRecords (a draft model at T = 1, greedy too, and target-only) through every piece."""
     from specviz import Sampling, SpeculativeDecoder
-    from specviz.engine import autoregressive
+    from specviz.core.engine import autoregressive
     from specviz.proposers import DraftModel
 
     prompt = "the cat sat on the mat"

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from specviz import metrics, theory
+from specviz.analysis import metrics, theory
 
 
 def test_reexports_are_the_theory_functions():

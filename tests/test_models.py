@@ -125,7 +125,7 @@ def test_int8_close_to_fp32(tmp_path, fp32_first):
     assert q.quantize == "int8" and q.name.endswith("@int8")
     assert q.device == torch.device("cpu") and q.dtype == torch.float32
     assert M.load_model(str(d), quantize="int8") is q  # suffix and keyword are the same model
-    from specviz.quantize import Int8Linear
+    from specviz.runtime.quantize import Int8Linear
 
     assert isinstance(q.model.get_output_embeddings(), Int8Linear)
     assert q.vocab_size == len(q.tokenizer)

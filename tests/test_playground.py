@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support import TINY_PROMPT, make_char_tokenizer, make_llama
-
 from specviz import models as M
+from tests.support import TINY_PROMPT, make_char_tokenizer, make_llama
 
 
 def _raw(m, **change):
@@ -117,7 +116,7 @@ def test_reset_mid_run_stops_play_quietly(models_dir, allow_local):
 
 
 def test_an_exception_inside_a_step_is_reported_and_the_next_step_works(models_dir, allow_local, monkeypatch):
-    from specviz.engine import Session
+    from specviz.core.engine import Session
     from specviz.ui import playground as pg
     from specviz.ui.state import PlaygroundState
 
@@ -173,7 +172,7 @@ def test_a_live_run_pins_its_models_until_reset(models_dir, allow_local):
 def test_the_playground_offers_typical_acceptance_labelled_lossy(models_dir, allow_local):
     """Typical acceptance in the playground: recorded per step (rule and threshold), shown as LOSSY
     in the status, the tooltips and the draft table, and kept in the trace."""
-    from specviz.hooks import load_trace
+    from specviz.core.hooks import load_trace
     from specviz.ui import playground as pg
     from specviz.ui.state import PlaygroundState, parse_settings
     from specviz.viz import tokens as vt

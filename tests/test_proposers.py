@@ -4,10 +4,10 @@ import pytest
 import torch
 
 from specviz import Sampling, SpeculativeDecoder
-from specviz.algorithm import Acceptance, typical_threshold, verify
+from specviz.core.algorithm import Acceptance, typical_threshold, verify
+from specviz.core.schedules import ConfidenceK, HeuristicK, make_schedule
 from specviz.proposers import CrossTokenizerDraft, DraftModel, EarlyExit, NGram, NGramOrDraft
 from specviz.proposers.cross_tokenizer import text_to_target_tokens
-from specviz.schedules import ConfidenceK, HeuristicK, make_schedule
 from tests.test_engine import PROMPTS, _tv_of_first_two_tokens, hf_greedy
 
 

@@ -1,4 +1,4 @@
-"""The int8 self-draft stays close to its float model (specviz.quantize)."""
+"""The int8 self-draft stays close to its float model (specviz.runtime.quantize)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import warnings
 import pytest
 import torch
 
+from specviz.runtime.quantize import Int8Linear, Int8Options, quantize_int8, smoothing_scales
 from tests.support.tiny import make_llama
-from specviz.quantize import Int8Linear, Int8Options, quantize_int8, smoothing_scales
 
 
 def _outlier_input(rows: int = 6, width: int = 64, seed: int = 0) -> torch.Tensor:
@@ -110,8 +110,8 @@ HELD_OUT = [  # not the bundled dev prompts (those calibrate the smoothing)
 def test_gemma_int8_overlaps_its_float_model():
     """Next-token overlap sum(min(p, q)) of the int8 copy with float32 gemma-3-270m, after a
     batched prefill, at the prompt's end and 3 greedy tokens on (a faithful self-draft: >= 0.8)."""
-    from specviz.kv import forward_logits, new_cache
     from specviz.models import load_model
+    from specviz.runtime.kv import forward_logits, new_cache
 
     torch.set_num_threads(2)
     try:

@@ -69,7 +69,7 @@ def test_the_readme_table_is_the_generated_one():
 
 
 def test_playground_choices_map_to_specs():
-    from specviz import runs
+    from specviz.app import runs
 
     assert runs.spec_for(runs.label_of("draft"), "m@int8") == "draft:m@int8"
     assert runs.spec_for(runs.label_of("early-exit"), layers=3) == "early-exit:3"
@@ -114,11 +114,11 @@ def test_a_new_kind_with_options_plugs_in(monkeypatch, tiny_target):
 
 
 def test_every_option_has_an_example_the_registry_accepts():
+    from specviz.app.runs import OPTION_EXAMPLES, options_example, spec_for
     from specviz.proposers.registry import REGISTRY, check_spec
-    from specviz.runs import OPTION_EXAMPLES, options_example, spec_for
 
     for kind in REGISTRY:
         for key in kind.options:
-            assert key in OPTION_EXAMPLES, f"add an example value for option {key!r} to specviz.runs.OPTION_EXAMPLES"
+            assert key in OPTION_EXAMPLES, f"add an example value for option {key!r} to specviz.app.runs.OPTION_EXAMPLES"
         if kind.options:
             check_spec(spec_for(kind.label, "m", 4, options_example(kind.label)))

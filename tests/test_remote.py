@@ -28,11 +28,16 @@ import pytest
 from specviz import cli
 from specviz.remote import check_remote_allowed, remote_allowed
 from specviz.remote.client import RemoteError, parse_endpoint
-from specviz.remote.engines import (parse_llamacpp, parse_request_stats, parse_sglang, parse_vllm,
-                                    positions_from_histogram, positions_from_steps)
+from specviz.remote.engines import (
+    parse_llamacpp,
+    parse_request_stats,
+    parse_sglang,
+    parse_vllm,
+    positions_from_histogram,
+    positions_from_steps,
+)
 from specviz.remote.prom import engine_from_metrics, parse_spec_counters
-
-from tests.support.remote_stub import K, STEP_ACCEPTED, StubConfig, StubServer
+from tests.support.remote_stub import STEP_ACCEPTED, K, StubConfig, StubServer
 
 # -- Prometheus counters ------------------------------------------------------------------------
 

@@ -1,12 +1,12 @@
-"""specviz.replay.Replay: a recorded run steps like the live session that wrote it."""
+"""specviz.app.replay.Replay: a recorded run steps like the live session that wrote it."""
 
 from __future__ import annotations
 
 import pytest
 
 from specviz import Sampling, SpeculativeDecoder, TraceRecorder
+from specviz.app.replay import Replay
 from specviz.proposers import DraftModel
-from specviz.replay import Replay
 
 
 @pytest.fixture()

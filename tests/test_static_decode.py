@@ -1,4 +1,4 @@
-"""The static one-token decode step (specviz.static_decode) against the transformers forward it
+"""The static one-token decode step (specviz.runtime.static_decode) against the transformers forward it
 replaces: the same logits (to float rounding) for Llama and Gemma 3 (sliding window included),
 through prefill, token-by-token growth past the buffers' capacity, rollback and copies; and the
 draft proposers that use it stay exact."""
@@ -8,10 +8,11 @@ import copy
 import pytest
 import torch
 
-from specviz import SpeculativeDecoder, static_decode
-from specviz.kv import forward_logits, new_cache, rollback
+from specviz import SpeculativeDecoder
 from specviz.proposers import DraftModel
-from specviz.static_decode import StaticKV, static_cache, supports
+from specviz.runtime import static_decode
+from specviz.runtime.kv import forward_logits, new_cache, rollback
+from specviz.runtime.static_decode import StaticKV, static_cache, supports
 from tests.support.tiny import loaded, perturbed
 from tests.test_engine import PROMPTS, hf_greedy
 
@@ -118,7 +119,7 @@ def test_a_token_tree_scores_and_compacts_as_the_transformers_forward(model, mon
     """The target's tree step on the static buffers: the same logits as kv.score_tree on a
     DynamicCache (tree mask, depth positions, the sliding window by position), and after keeping
     the accepted path the cache continues as if only that path had been fed."""
-    from specviz.kv import keep_path, score_tree
+    from specviz.runtime.kv import keep_path, score_tree
 
     monkeypatch.setattr(static_decode, "SPAN", 4)
     ctx = [1] + [(7 * i + 5) % 30 + 3 for i in range(10)]  # 11 tokens: past the 4-token window
@@ -146,7 +147,7 @@ def test_target_steps_run_on_it_and_stay_exact(tiny_target, gemma, monkeypatch):
     """Target-only decoding, a chain step's verify pass and a token tree's run the target's static
     step; greedy output is the target's own token for token."""
     from specviz import autoregressive
-    from specviz.engine import Session
+    from specviz.core.engine import Session
     from specviz.proposers import NGram, NGramTree
 
     for target in (tiny_target, gemma):
@@ -166,8 +167,8 @@ def test_an_int8_body_traces_too(gemma):
     """A dynamic-int8 copy (per-token activation scales: a Python loop over rows, which a trace
     unrolls) is fed one token at a time through its one-token graph, and scores a tree through a
     graph of the tree's width: the same distributions as its transformers forward at every width."""
-    from specviz.kv import keep_path, score_tree
-    from specviz.quantize import Int8Options, quantize_int8
+    from specviz.runtime.kv import keep_path, score_tree
+    from specviz.runtime.quantize import Int8Options, quantize_int8
 
     q8 = quantize_int8(copy.deepcopy(gemma.model), options=Int8Options(smooth_alpha=None))
     ids = [1, 5, 9, 12, 7, 5, 9, 30, 4, 8, 6, 3, 10]

@@ -1,4 +1,4 @@
-"""specviz.theory against hand-computed values and against simulated chains of drafts."""
+"""specviz.analysis.theory against hand-computed values and against simulated chains of drafts."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import random
 
 import pytest
 
-from specviz import bounds, theory
-from specviz.theory import (
+from specviz.analysis import theory
+from specviz.analysis.theory import (
     conditional_rates,
     expected_speedup,
     expected_speedup_drafting,
@@ -15,6 +15,7 @@ from specviz.theory import (
     expected_tokens_per_step_drafting,
     expected_tokens_per_step_per_position,
 )
+from specviz.core import bounds
 
 
 def test_theory_against_hand_computed_values():
@@ -107,7 +108,9 @@ def test_bad_input_says_what_is_wrong(call, match):
 
 
 def test_each_k_bound_is_defined_once_and_used():
-    from specviz import engine, learn, limits
+    from specviz.app import limits
+    from specviz.core import engine
+    from specviz.learn import chain as learn
 
     assert engine.MAX_K is bounds.ENGINE_MAX_K
     assert limits.Limits().max_k == bounds.HOSTING_DEFAULT_MAX_K <= bounds.ENGINE_MAX_K

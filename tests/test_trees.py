@@ -8,17 +8,23 @@ import itertools
 import pytest
 import torch
 
-import specviz.algorithm as algorithm
+import specviz.core.algorithm as algorithm
 from specviz import Sampling, SpeculativeDecoder, TraceRecorder, load_trace
-from specviz.algorithm import check_tree, logits_to_probs, tree_depths, verify_tree
-from specviz.engine import encode_prompt
-from specviz.kv import (
-    cache_length, check_tree_support, forward_logits, keep_slots, new_cache, rollback, tree_attention, tree_forward_logits,
-)
+from specviz.core.algorithm import check_tree, logits_to_probs, tree_depths, verify_tree
+from specviz.core.engine import encode_prompt
 from specviz.proposers import DraftModel, DraftTree, NGram, NGramTree
 from specviz.proposers.draft_tree import DRAFT_TREE_DEFAULTS, parse_draft_tree
 from specviz.proposers.ngram_tree import NGRAM_TREE_DEFAULTS, ngram_trie, parse_ngram_tree
-
+from specviz.runtime.kv import (
+    cache_length,
+    check_tree_support,
+    forward_logits,
+    keep_slots,
+    new_cache,
+    rollback,
+    tree_attention,
+    tree_forward_logits,
+)
 from tests.support import hf_greedy
 
 T = torch.tensor
@@ -161,7 +167,7 @@ def test_wrong_sibling_rule_fails_the_same_check(sampled, monkeypatch):
 @pytest.fixture(scope="module")
 def gemma_sliding(tokenizer):
     """A tiny Gemma 3 whose sliding window (8) is far shorter than the contexts used here."""
-    from specviz.checks import tiny_gemma3
+    from specviz.analysis.checks import tiny_gemma3
     from tests.support.tiny import loaded
 
     # peaked, but not so much that sampling never rejects
@@ -220,7 +226,7 @@ def test_tree_forward_gives_each_node_its_chain_logits(tiny_target, gemma_slidin
 
 
 def test_models_that_cannot_take_a_tree_mask_fail_at_start(tiny_target, monkeypatch):
-    import specviz.kv as kv
+    import specviz.runtime.kv as kv
 
     monkeypatch.setattr(kv, "TREE_ATTENTION", ("eager",))  # as if sdpa could not take the mask
     with pytest.raises(ValueError, match="cannot take a token tree"):
@@ -230,7 +236,7 @@ def test_models_that_cannot_take_a_tree_mask_fail_at_start(tiny_target, monkeypa
 
 
 def test_sliding_model_without_per_layer_masks_is_refused(gemma_sliding, monkeypatch):
-    import specviz.kv as kv
+    import specviz.runtime.kv as kv
 
     monkeypatch.setattr(kv, "_takes_mask_per_layer_type", lambda model: False)
     with pytest.raises(ValueError, match="sliding-window"):
@@ -534,7 +540,7 @@ def test_chain_views_read_tree_steps_through_chain_view(tiny_target, near_draft)
 
 
 def test_traces_written_before_trees_still_load(tiny_target, near_draft):
-    from specviz.records import StepRecord
+    from specviz.core.records import StepRecord
 
     step = SpeculativeDecoder(tiny_target, DraftModel(near_draft), k=2).generate(BRANCHY, max_new_tokens=3).steps[0]
     old = step.to_dict()

@@ -10,10 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from specviz import Sampling, SpeculativeDecoder, compute_stats, load_trace
+from specviz import Sampling, SpeculativeDecoder, compute_stats, load_trace, viz
+from specviz.core.records import DraftDecision, StepRecord
 from specviz.proposers import DraftModel, NGram
-from specviz.records import DraftDecision, StepRecord
-from specviz import viz
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -4,11 +4,11 @@ and exactness (greedy equality, sampled output following the target) on tiny mod
 import pytest
 import torch
 
-import specviz.algorithm as algorithm
+import specviz.core.algorithm as algorithm
 from specviz import Sampling, SpeculativeDecoder
 from specviz.proposers import DraftModel, from_spec
 from specviz.proposers.vocab import ContextRows, SubsetHead, token_ranking, with_vocab_subset
-from specviz.quantize import Int8Linear, Int8Options
+from specviz.runtime.quantize import Int8Linear, Int8Options
 from tests.test_engine import PROMPTS, _tv_of_first_two_tokens, hf_greedy
 
 N = 12  # of the char tokenizer's 37 tokens
@@ -60,7 +60,7 @@ def test_the_cache_is_per_target_and_lets_a_freed_target_go(near_draft, tiny_tar
 
 
 def test_the_ranking_puts_the_calibration_texts_tokens_first(tiny_target):
-    from specviz.quantize import calibration_token_ids
+    from specviz.runtime.quantize import calibration_token_ids
 
     rank = token_ranking(tiny_target)
     assert sorted(rank.tolist()) == list(range(tiny_target.vocab_size))

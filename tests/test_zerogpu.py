@@ -11,10 +11,9 @@ import types
 
 import pytest
 
-from tests.support import app_server
-
-from specviz.replay import Replay
+from specviz.app.replay import Replay
 from specviz.ui import zerogpu
+from tests.support import app_server
 
 
 @pytest.fixture(scope="module")

@@ -32,7 +32,7 @@ Aggregation in a summary row (one per proposer x k x impl):
 - acceptance counts (drafted, accepted, per-position hits/trials, steps, committed) are summed
   over prompts, so ``acceptance_rate``, ``mean_acceptance_length`` and ``per_position`` are the
   pooled rates (vLLM's definitions);
-- ``c``, ``v`` and ``predicted_speedup`` follow :mod:`specviz.metrics`.
+- ``c``, ``v`` and ``predicted_speedup`` follow :mod:`specviz.analysis.metrics`.
 """
 
 from .config import SCHEMA, TARGET_ONLY, BenchConfig, BenchEvent, RunSpec, parse_ks

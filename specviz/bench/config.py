@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable
 
-from ..algorithm import Acceptance
-from ..engine import MAX_K
-from ..records import Sampling
-from ..schedules import make_schedule
+from ..core.algorithm import Acceptance
+from ..core.engine import MAX_K
+from ..core.records import Sampling
+from ..core.schedules import make_schedule
 from .rows import PromptResult
 
 SCHEMA = "specviz.bench/1"

@@ -8,8 +8,8 @@ from typing import Any
 
 import torch
 
+from ..core.records import Sampling
 from ..proposers import DraftModel, EarlyExit, NGram, Proposer
-from ..records import Sampling
 
 
 def _sync(device: torch.device) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Iterable, Sequence
 
-from ..bounds import THEORY_MAX_K
+from ..core.bounds import THEORY_MAX_K
 
 TREE_PREFIXES = ("ngram-tree", "draft-tree")
 

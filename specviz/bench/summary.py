@@ -5,9 +5,10 @@ from __future__ import annotations
 import statistics
 from typing import Any, Mapping, Sequence
 
-from .. import metrics
+from ..analysis import metrics
 from .config import TARGET_ONLY, RunSpec
 from .rows import PromptResult, SummaryRow
+
 
 def _sum(rows: Sequence[PromptResult], key: str) -> float | None:
     vals = [getattr(r, key) for r in rows]

@@ -9,13 +9,14 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import torch
 
-from ..algorithm import Acceptance
-from ..engine import SpeculativeDecoder, encode_prompt, eos_token_ids
+from ..core.algorithm import Acceptance
+from ..core.engine import SpeculativeDecoder, encode_prompt, eos_token_ids
+from ..core.records import StepRecord
 from ..prompts import PromptRow
 from ..proposers import Proposer
-from ..records import StepRecord
-from ..static_decode import enabled as static_decode_enabled, trace_seconds
-from .config import TARGET_ONLY, SCHEMA, BenchConfig, BenchEvent, RunSpec
+from ..runtime.static_decode import enabled as static_decode_enabled
+from ..runtime.static_decode import trace_seconds
+from .config import SCHEMA, TARGET_ONLY, BenchConfig, BenchEvent, RunSpec
 from .hf import _hf_kwargs, _run_hf, _sync
 from .report import _version
 from .rows import PromptResult, SummaryRow, to_record
@@ -216,7 +217,7 @@ class Sweep:
             "python": platform.python_version(),
             "machine": platform.machine(),
             "threads": torch.get_num_threads(),
-            "static_decode": static_decode_enabled(),  # chain steps (drafts and the target) on the traced step (specviz.static_decode)
+            "static_decode": static_decode_enabled(),  # chain steps (drafts and the target) on the traced step (specviz.runtime.static_decode)
             "static_decode_trace_s": trace_seconds() - self._traced_before,  # tracing it, once per model
             "definitions": {
                 "tokens_per_s": "total new tokens / total timed seconds over the prompts (prefill included)",

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from .. import theory
+from ..analysis import theory
 
 __all__ = ["DEFAULT_NS", "measure_verify_cost", "verify_curve", "v_at", "best_k_with_curve", "curve_speedups"]
 
@@ -25,9 +25,9 @@ DEFAULT_NS = tuple(range(1, 18))  # n = 1..17: k + 1 positions for k = 0..16
 def measure_verify_cost(target, ns: Sequence[int] = DEFAULT_NS, context_len: int = 256, reps: int = 5,
                         warmup: int = 1) -> list[tuple[int, float]]:
     """[(n, median ms)] of one target forward over n new tokens after ``context_len`` cached ones
-    (``specviz.hardware.verify_costs``: the cache rolled back after each, the n interleaved, the
+    (``specviz.analysis.hardware.verify_costs``: the cache rolled back after each, the n interleaved, the
     widest shape warmed first). target: a LoadedModel."""
-    from ..hardware import verify_costs
+    from ..analysis.hardware import verify_costs
 
     ns = sorted({int(n) for n in ns})
     if not ns or ns[0] < 1:

@@ -80,7 +80,7 @@ def _load_int8(spec: _Spec, report: Progress) -> LoadedModel:
         fresh = _load_float(spec, cpu, fp32, report)  # private copy, not cached
         model, tokenizer = fresh.model, fresh.tokenizer
     report(f"quantizing {spec.source} to int8 (per-channel weights, per-token activations, outliers smoothed)…")
-    from ..quantize import quantize_int8
+    from ..runtime.quantize import quantize_int8
 
     model = quantize_int8(model, tokenizer).eval()
     return LoadedModel(model, tokenizer, spec.display_name, cpu, fp32, "int8")
@@ -132,7 +132,7 @@ def _load_float(spec: _Spec, dev: torch.device, dt: torch.dtype, report: Progres
             model, tok = _from_pretrained(spec.source, dev, dt, use_safetensors=True, local_only=local_only)
         except Exception as e:  # noqa: BLE001
             raise _hub_error(spec.source, e, local_only) from e
-    from ..cpu import speed_up_lm_head
+    from ..runtime.cpu import speed_up_lm_head
 
     speed_up_lm_head(model)  # a large fp32 head on the CPU: oneDNN for 4+ rows where it measures faster
     return LoadedModel(model, tok, spec.display_name, dev, dt, None)

@@ -1,6 +1,6 @@
 """Proposers: things that draft tokens for the target to verify."""
 
-from .base import Proposer
+from ..core.proposer import Proposer
 from .cross_tokenizer import CrossTokenizerDraft
 from .draft_model import DraftModel
 from .draft_tree import DraftTree

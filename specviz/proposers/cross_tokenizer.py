@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..kv import session_cache, vocab_size
-from ..records import Proposal, Sampling
+from ..core.records import Proposal, Sampling
+from ..runtime.kv import session_cache, vocab_size
 from .draft_model import _DraftState, draft_tokens
 
 

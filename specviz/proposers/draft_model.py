@@ -8,9 +8,10 @@ from typing import Any
 
 import torch
 
-from ..algorithm import argmax as first_argmax, logits_to_probs
-from ..kv import cache_length, context_window, forward_logits, rollback, session_cache, vocab_size
-from ..records import Deferred, Proposal, Sampling
+from ..core.algorithm import argmax as first_argmax
+from ..core.algorithm import logits_to_probs
+from ..core.records import Deferred, Proposal, Sampling
+from ..runtime.kv import cache_length, context_window, forward_logits, rollback, session_cache, vocab_size
 from .vocab import context_rows_for, scoring
 
 

@@ -8,7 +8,7 @@ best nodes overall (by the same product) are kept: a child never scores above it
 kept set is a tree.
 
 The children are chosen deterministically (top-w of q given the context), so the target verifies
-them with the point-mass rule of ``specviz.algorithm.verify_tree``: try each child c_j with
+them with the point-mass rule of ``specviz.core.algorithm.verify_tree``: try each child c_j with
 probability r_j(c_j), remove it from the residual on rejection. q is recorded for display only.
 
 Spec (the part after ``draft-tree:``): ``NAME[@int8][,nodes=N,width=W][,vocab=V]``; defaults
@@ -24,10 +24,18 @@ from typing import Any
 
 import torch
 
-from ..algorithm import logits_to_probs, top_n
-from ..kv import check_tree_support, forward_logits, keep_slots, new_cache, rollback, tree_forward_logits, vocab_size
-from ..records import Proposal, Sampling
-from .base import empty_proposal
+from ..core.algorithm import logits_to_probs, top_n
+from ..core.proposer import empty_proposal
+from ..core.records import Proposal, Sampling
+from ..runtime.kv import (
+    check_tree_support,
+    forward_logits,
+    keep_slots,
+    new_cache,
+    rollback,
+    tree_forward_logits,
+    vocab_size,
+)
 from .draft_model import _common_prefix, _fit_vocab, check_same_tokenizer
 from .vocab import context_rows_for, scoring
 

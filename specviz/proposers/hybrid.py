@@ -15,7 +15,7 @@ from dataclasses import replace
 
 import torch
 
-from ..records import Proposal, Sampling
+from ..core.records import Proposal, Sampling
 from .draft_model import DraftModel
 from .ngram import ngram_lookup
 

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ..records import Proposal, Sampling
-from .base import empty_proposal
+from ..core.proposer import empty_proposal
+from ..core.records import Proposal, Sampling
 
 
 @dataclass

@@ -5,7 +5,7 @@ The chain proposer (:mod:`specviz.proposers.ngram`) copies what followed the *mo
 earlier occurrence of the suffix; this one copies what followed *every* occurrence (most recent
 first, longest n first), so when the text repeated itself with variations each variation is a
 branch. Nodes are point masses chosen deterministically from the context, so the tree rule for
-point-mass children keeps sampling exact (``specviz.algorithm.verify_tree``).
+point-mass children keeps sampling exact (``specviz.core.algorithm.verify_tree``).
 
 Spec (the part after ``ngram-tree``): ``[:N][,nodes=M]`` with N the longest suffix looked up
 (default 3) and M the node budget per step (default 16); the depth is the step's k.
@@ -17,9 +17,9 @@ from dataclasses import dataclass
 
 import torch
 
-from ..kv import check_tree_support
-from ..records import Proposal, Sampling
-from .base import empty_proposal
+from ..core.proposer import empty_proposal
+from ..core.records import Proposal, Sampling
+from ..runtime.kv import check_tree_support
 
 NGRAM_TREE_SYNTAX = "ngram-tree[:N][,nodes=M]  (N: longest n-gram looked up, default 3; M: nodes per step, default 16)"
 NGRAM_TREE_DEFAULTS = {"max_ngram": 3, "nodes": 16}

@@ -36,7 +36,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from .base import Proposer
+from ..core.proposer import Proposer
 
 Loader = Callable[..., Any]  # specviz.models.load_model(name, device=..., dtype=...) -> LoadedModel
 Builder = Callable[[str | None, Any, Loader], Proposer]  # (argument, target, load) -> Proposer
@@ -173,7 +173,7 @@ def _check_draft_options(prefix: str) -> Callable[[str], None]:
 
 
 def _check_tree_size(nodes: int) -> None:
-    from ..limits import check_tree_nodes
+    from ..app.limits import check_tree_nodes
 
     check_tree_nodes(nodes)  # the hosting limit (SPECVIZ_MAX_TREE_NODES), before anything loads
 

@@ -118,7 +118,7 @@ def scoring(rows: ContextRows | None, token_ids: Iterable[int]):
 def head_rows(head: torch.nn.Module, ids: torch.Tensor) -> torch.nn.Module:
     """A copy of output head ``head`` (nn.Linear, a wrapper with ``.linear``, or Int8Linear)
     keeping only rows ``ids`` [N], in that order; int8 rows keep their exact int8 values."""
-    if hasattr(head, "select_rows"):  # specviz.quantize.Int8Linear
+    if hasattr(head, "select_rows"):  # specviz.runtime.quantize.Int8Linear
         return head.select_rows(ids)
     linear = getattr(head, "linear", head)
     if not isinstance(linear, torch.nn.Linear):
@@ -137,8 +137,8 @@ def token_ranking(target, n_prompts: int = 32, max_tokens: int = 512) -> torch.T
     """Every token id of ``target``'s vocabulary, most useful first -> [V] long: the tokens of the
     bundled calibration prompts (by count), then the rest by the target's next-token probability
     summed over every position of that text."""
-    from ..kv import vocab_size
-    from ..quantize import calibration_token_ids
+    from ..runtime.kv import vocab_size
+    from ..runtime.quantize import calibration_token_ids
 
     V = vocab_size(target.model)
     mass = torch.zeros(V, dtype=torch.float64)  # [V]

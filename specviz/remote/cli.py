@@ -41,7 +41,7 @@ def bench_remote(args, prompts, say: Callable[[Any, str], None]) -> int:
     from tqdm import tqdm
 
     from .. import bench as B
-    from ..metrics import why_no_speedup
+    from ..analysis.metrics import why_no_speedup
     from .client import RemoteError, parse_endpoint
     from .run import RemoteConfig, RemoteSweep
 

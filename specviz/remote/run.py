@@ -12,7 +12,7 @@ in between, timed by specviz (wall clock, prefill included). A row's numbers com
 of preference, the response's own per-request statistics (:mod:`.engines`), then the difference
 of the Prometheus counters (:mod:`.prom`); ``sources`` says which, ``unavailable`` lists the rest.
 
-Definitions (the local lab's, :mod:`specviz.metrics`):
+Definitions (the local lab's, :mod:`specviz.analysis.metrics`):
 
 - acceptance rate = accepted / drafted;
 - steps = committed tokens - accepted drafts (each target pass commits its accepted drafts plus
@@ -38,7 +38,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
-from .. import metrics
+from ..analysis import metrics
 from ..bench import SCHEMA, BenchEvent
 from ..prompts import PromptRow
 from .client import BASELINE, Client, Endpoint, RemoteError

@@ -4,7 +4,7 @@ Gradio 6 takes the theme, CSS and head at ``launch()``, not ``gr.Blocks()``, so 
 serves the demo should use :func:`launch` (or pass :func:`launch_kwargs` itself).
 
 Environment variables: ``SPECVIZ_DEFAULT_TARGET``, ``SPECVIZ_DEFAULT_DRAFT``,
-``SPECVIZ_DEFAULT_PROPOSER`` (a spec prefix; default ``ngram``, see specviz.runs), ``SPECVIZ_DEFAULT_PROMPT``,
+``SPECVIZ_DEFAULT_PROPOSER`` (a spec prefix; default ``ngram``, see specviz.app.runs), ``SPECVIZ_DEFAULT_PROMPT``,
 ``SPECVIZ_DEFAULT_MAX_NEW_TOKENS``, ``SPECVIZ_DEFAULT_TEMPERATURE``, ``SPECVIZ_DEFAULT_K`` (the playground's starting settings; the model boxes also take
 local directories), ``SPECVIZ_CONCURRENCY`` (model runs at once across all users, default 2),
 ``SPECVIZ_HOST`` / ``SPECVIZ_PORT`` (default 127.0.0.1:7860; a Space sets ``GRADIO_SERVER_NAME``).

@@ -1,7 +1,7 @@
 """The Benchmark tab: sweep proposers x k over a prompt set, with plots beside the theory.
 
 Layout and wiring only; the sweep is :mod:`specviz.bench`, the figures :mod:`specviz.viz.bench`
-and the explanations :mod:`specviz.metrics`. ``build_bench_tab()`` creates its components inside
+and the explanations :mod:`specviz.analysis.metrics`. ``build_bench_tab()`` creates its components inside
 the current Blocks context (the caller opens the ``gr.Tab``). Each browser session keeps its own
 :class:`BenchState` in a ``gr.State``; Run is a generator handler that streams progress and rows;
 Stop sets the session's stop flag, and the sweep ends after the run in progress.
@@ -25,12 +25,12 @@ import gradio as gr
 
 from .. import bench as B
 from .. import prompts as P
-from .. import runs
+from ..analysis.prediction import ASSUMPTIONS
+from ..app import runs
+from ..app.limits import Limits
 from ..bench.shapes import expand_tree_shapes, parse_tree_nodes
 from ..bench.verify_cost import DEFAULT_NS, measure_verify_cost
-from ..prediction import ASSUMPTIONS
-from ..limits import Limits
-from ..records import Sampling
+from ..core.records import Sampling
 from ..viz import bench as V
 from ..viz.bench import progress_html
 from . import zerogpu
@@ -178,7 +178,7 @@ def parse_request(target, proposers, ks, source, categories, custom, n_prompts, 
     if not 1 <= n <= MAX_PROMPTS:
         raise ValueError(f"number of prompts must be between 1 and {MAX_PROMPTS}")
     rows, src = prompt_rows(source, categories, custom, n)
-    from ..limits import check_bench_request  # hosting limits (SPECVIZ_MAX_*, SPECVIZ_ALLOW_LOCAL_PATHS)
+    from ..app.limits import check_bench_request  # hosting limits (SPECVIZ_MAX_*, SPECVIZ_ALLOW_LOCAL_PATHS)
 
     check_bench_request(target, specs, kt, max_new, [r.prompt for r in rows])
     return Request(target, tuple(specs), kt, tuple(rows), src, max_new, Sampling(temperature=temp), bool(compare_hf), nodes)
@@ -228,7 +228,8 @@ def _friendly(e: BaseException) -> str:
 
 
 def _load(req: Request, report: Callable[[str], None]):
-    from ..limits import check_prompts_fit, load_checked as load_model  # hosting limits (names, prompt tokens)
+    from ..app.limits import check_prompts_fit  # hosting limits (names, prompt tokens)
+    from ..app.limits import load_checked as load_model
 
     target = load_model(req.target, progress=report)
     check_prompts_fit(target.tokenizer, [r.prompt for r in req.prompts], chat=True)  # the sweep's chat default
@@ -319,7 +320,7 @@ def on_run(state: BenchState, *raw) -> Iterator[list[Any]]:
 def verify_cost_points(target_name: str) -> list[tuple[int, float]]:
     """Load the target and time one forward of n = 1..17 new tokens on a 256-token cached context
     (median of 5 after a warm-up): this machine's t(n), pure (runs in the ZeroGPU worker too)."""
-    from ..limits import load_checked
+    from ..app.limits import load_checked
 
     return measure_verify_cost(load_checked(target_name), DEFAULT_NS, context_len=256, reps=5)
 
@@ -334,7 +335,7 @@ def on_verify(state: BenchState, target: str) -> Iterator[list[Any]]:
         yield [progress_html(0, 0, "choose a target model first", "error"), gr.skip(), gr.skip(), gr.skip()]
         return
     try:
-        from ..limits import check_model_name
+        from ..app.limits import check_model_name
 
         check_model_name(target)
         yield [progress_html(0, 0, f"Timing {target}: one forward of n = 1..17 new tokens on a 256-token context…"),

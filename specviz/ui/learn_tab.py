@@ -4,7 +4,7 @@
 2. The same at a real model's next-token position, with and without speculation.
 3. An expected-speedup calculator, with the user's measured runs as points.
 
-Layout and event wiring only: the experiments live in :mod:`specviz.learn`, the figures in
+Layout and event wiring only: the experiments live in :mod:`specviz.learn.chain`, the figures in
 :mod:`specviz.viz.learn`. Every handler turns errors into a message in the page. The caller opens
 the ``gr.Tab``; :func:`build_learn_tab` lays out its components in the current Blocks context.
 """
@@ -17,15 +17,14 @@ from typing import Any, Iterator
 
 import gradio as gr
 
-from .. import learn
-from ..bounds import THEORY_MAX_K
+from ..app.limits import check_prompt_chars, check_prompts_fit, load_checked
+from ..core.bounds import THEORY_MAX_K
+from ..core.records import Sampling
+from ..learn import chain as learn
+from ..viz import learn as vl
+from ..viz import message_html
 from . import zerogpu
 from .handlers import friendly_error
-from ..limits import check_prompt_chars, check_prompts_fit, load_checked
-from ..records import Sampling
-from ..viz import message_html
-from ..viz import learn as vl
-
 
 LATEX = [{"left": "$$", "right": "$$", "display": True}, {"left": "$", "right": "$", "display": False}]
 COLUMNS = ["token", "p (target)", "q (draft)"]

@@ -1,7 +1,7 @@
 """The Learn tab's part 4: several candidates for one position (a token tree's siblings), the
 exact multi-candidate rule against a broken one, and the residual shrinking as candidates fail.
 
-Layout and wiring only; the experiment is :mod:`specviz.learn_tree`, the figures
+Layout and wiring only; the experiment is :mod:`specviz.learn.tree`, the figures
 :mod:`specviz.viz.learn`. ``build_tree_section()`` lays out its components in the current Blocks
 context (``build_learn_tab`` calls it).
 """
@@ -13,7 +13,8 @@ from typing import Any
 
 import gradio as gr
 
-from .. import learn, learn_tree
+from ..learn import chain as learn
+from ..learn import tree as learn_tree
 from ..viz import learn as vl
 from ..viz import message_html
 from .handlers import friendly_error
@@ -28,7 +29,7 @@ a draft's top-w tokens). The exact rule tries them **one after another, each aga
 left by the ones that failed**: accept $c_j$ with probability $\min\!\big(1, r_j(c_j)/q_j(c_j)\big)$
 ($r_j(c_j)$ for a point mass), and after a rejection $r_{j+1} = \mathrm{norm}(\max(0, r_j - q_j))$;
 when none is kept, the token is drawn from the last residual. Below, $N$ tries with these $p$, $q$ and
-candidates run `specviz.algorithm.verify_tree` itself. The broken rule tests every candidate against
+candidates run `specviz.core.algorithm.verify_tree` itself. The broken rule tests every candidate against
 the original $p$: the mass of the rejected candidates is counted twice, and the output drifts from $p$.
 """
 

@@ -13,16 +13,14 @@ from typing import Any, Iterator
 
 import gradio as gr
 
-from .. import runs
-from ..records import StepRecord
+from ..app import runs
+from ..core.records import StepRecord
 from ..viz.explain import explain_run
-from ..viz.phases import (
-    next_frame, neighbour_step, next_rejection, previous_frame, previous_rejection, step_phase_html,
-)
+from ..viz.phases import neighbour_step, next_frame, next_rejection, previous_frame, previous_rejection, step_phase_html
 from ..viz.race import race_figure, race_html
 from ..viz.styles import keys_help_html
 from ..viz.tree import chain_view, tree_figure, tree_mask_figure
-from .state import PlaygroundState, parse_settings
+from .state import PlaygroundState
 
 # Play speed: the menu's label -> the pause between steps in seconds
 SPEEDS = {"as fast as it runs": 0.0, "2 steps/s": 0.5, "1 step/s": 1.0, "1 step / 3 s": 3.0}
@@ -102,9 +100,9 @@ CLAMPED = {"sv-k": "k (tokens drafted per step)", "sv-temperature": "Temperature
 
 def page_js() -> str:
     """The page's script for launch(js=...): the keyboard shortcuts and the model boxes' Enter."""
-    from ..viz.styles import lesson_js
-
     import json
+
+    from ..viz.styles import lesson_js
 
     clamp = CLAMP_JS % json.dumps(CLAMPED)
     return f"() => {{ ({lesson_js()})(); ({MODEL_BOX_JS})(); ({clamp})(); }}"

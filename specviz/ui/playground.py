@@ -1,6 +1,6 @@
 """The Playground tab: step through speculative decoding and inspect every decision.
 
-Layout and event wiring only: runs live in :mod:`specviz.engine` (through a per-browser
+Layout and event wiring only: runs live in :mod:`specviz.core.engine` (through a per-browser
 :class:`~specviz.ui.state.PlaygroundState`), HTML and figures come from :mod:`specviz.viz`.
 Every handler catches errors and shows them in the page; the session stays usable.
 """
@@ -16,19 +16,27 @@ from typing import Any, Iterator
 import gradio as gr
 
 from .. import viz
+from ..app import runs
+from ..app.limits import Limits
+from ..app.replay import Replay
 from ..viz.scripts import TABLE_JS, TOKENS_JS
 from ..viz.tree import chain_view
-from ..limits import Limits
-from .. import runs
-from ..replay import Replay
-from . import zerogpu
+from . import lesson, zerogpu
+from .handlers import friendly_error, plot
 from .state import (
-    CROSS, DRAFT, HYBRID, PROPOSERS, TAKES_OPTIONS, RULES, SCHEDULES, TAKES_LAYERS, USES_DRAFT_MODEL, PlaygroundState,
+    CROSS,
+    DRAFT,
+    HYBRID,
+    PROPOSERS,
+    RULES,
+    SCHEDULES,
+    TAKES_LAYERS,
+    TAKES_OPTIONS,
+    USES_DRAFT_MODEL,
+    PlaygroundState,
     parse_settings,
 )
-from .handlers import friendly_error, plot
 from .threads import in_thread
-from . import lesson
 
 log = logging.getLogger("specviz.ui")
 
@@ -40,7 +48,7 @@ REPLAY_MAX_DELAY_S = 0.5
 # -- defaults and choices --------------------------------------------------------------------
 
 
-Defaults = runs.Defaults  # the starting settings (specviz.runs)
+Defaults = runs.Defaults  # the starting settings (specviz.app.runs)
 
 
 def target_choices(defaults: Defaults) -> list[str]:

@@ -15,18 +15,18 @@ import time
 from dataclasses import dataclass
 from typing import IO, Any, Callable
 
-from ..engine import Session, SpeculativeDecoder
-from ..hooks import TraceRecorder
-from ..records import Sampling, Stats, StepRecord
-from ..replay import Replay
-from ..limits import Limits, check_k, check_max_new_tokens, check_model_name, check_prompt_chars
+from ..app.limits import Limits, check_k, check_max_new_tokens, check_model_name, check_prompt_chars
+from ..app.parsing import finite_number
+from ..app.replay import Replay
+from ..app.runs import MENU, TAKES_LAYERS, TAKES_OPTIONS, USES_DRAFT_MODEL, check_options, label_of, prefix_of, spec_for
+from ..core.engine import Session, SpeculativeDecoder
+from ..core.hooks import TraceRecorder
+from ..core.records import Sampling, Stats, StepRecord
 from ..models import pin, unpin
-from ..parsing import finite_number
-from ..runs import MENU, TAKES_LAYERS, TAKES_OPTIONS, USES_DRAFT_MODEL, check_options, label_of, prefix_of, spec_for
 
 MAX_TEMPERATURE = 5.0
 
-# The proposer menu's labels come from the proposer registry (through specviz.runs).
+# The proposer menu's labels come from the proposer registry (through specviz.app.runs).
 NGRAM, DRAFT, CROSS, EARLY, HYBRID = (label_of(p) for p in ("ngram", "draft", "xdraft", "early-exit", "ngram+draft"))
 PROPOSERS = MENU
 SCHEDULES = ("constant", "heuristic", "confidence")
@@ -53,9 +53,9 @@ class Settings:
     max_new_tokens: int
     prompt: str
     chat: bool = True
-    schedule: str = "constant"  # how k moves between steps (specviz.schedules)
+    schedule: str = "constant"  # how k moves between steps (specviz.core.schedules)
     layers: int | None = None  # EARLY: how many of the target's layers draft
-    acceptance: str = "exact"  # the acceptance rule: "exact" or "typical" (LOSSY; specviz.algorithm.Acceptance)
+    acceptance: str = "exact"  # the acceptance rule: "exact" or "typical" (LOSSY; specviz.core.algorithm.Acceptance)
     options: str = ""  # ",key=value" options of the kinds that take them ("nodes=8,width=2" for a tree)
 
     @property
@@ -228,7 +228,7 @@ class PlaygroundState:
         self._begin(settings, session, path, decoder)
 
     def start_recorded(self, settings: Settings, session: Any) -> None:
-        """A run recorded in one go elsewhere (on ZeroGPU: a ``specviz.replay.Replay``), stepped
+        """A run recorded in one go elsewhere (on ZeroGPU: a ``specviz.app.replay.Replay``), stepped
         like a live one; its trace file is the download."""
         self._close_trace()
         self._begin(settings, session, session.path, None)

@@ -6,7 +6,7 @@ process*: its arguments and results are pickled across, and nothing it changes i
 memory comes back. So the app hands the GPU only pure work with plain arguments:
 
 - the playground records a whole run (or the target-only baseline) into a trace file in one GPU
-  call (:func:`record_run`), then steps through the recorded steps (:class:`specviz.replay.Replay`), so
+  call (:func:`record_run`), then steps through the recorded steps (:class:`specviz.app.replay.Replay`), so
   Step, Play, Pause and the inspector behave as they do on a CPU;
 - the Learn tab's next-token sampling and the Benchmark tab's sweep are already pure functions
   of the request.
@@ -19,8 +19,8 @@ from __future__ import annotations
 import logging
 from typing import Any, Callable
 
-from ..hooks import TraceRecorder
-from ..replay import Replay
+from ..app.replay import Replay
+from ..core.hooks import TraceRecorder
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +69,7 @@ def on_gpu(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
 def record_run(settings: Any, path: str, target_only: bool = False) -> str:
     """Run ``settings`` (a ``ui.state.Settings``) to the end, writing every step to the trace
     file ``path``; returns ``path``. Pure: plain arguments in, a file out (safe in a fork)."""
-    from ..runs import build_decoder
+    from ..app.runs import build_decoder
 
     decoder = build_decoder(settings, lambda msg: log.info("%s", msg), target_only=target_only)
     with open(path, "w", encoding="utf-8") as fh:

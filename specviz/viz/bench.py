@@ -15,7 +15,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import plotly.graph_objects as go
 
-from ..metrics import expected_tokens_per_step
+from ..analysis.metrics import expected_tokens_per_step
 from .bench_readout import why_markdown
 from .bench_rows import _chain_a, report_rows
 from .figures import _figure as house_figure

@@ -1,13 +1,13 @@
-"""The Benchmark's "Why (no) speedup?" readout: the a/c/v explanation (specviz.metrics), the
-per-position prediction of every configuration (specviz.prediction) with its assumptions, and the
+"""The Benchmark's "Why (no) speedup?" readout: the a/c/v explanation (specviz.analysis.metrics), the
+per-position prediction of every configuration (specviz.analysis.prediction) with its assumptions, and the
 theory's best k on this machine's measured verify curve. Text only (Markdown)."""
 
 from __future__ import annotations
 
 from typing import Any, Mapping
 
-from ..metrics import why_no_speedup
-from ..prediction import ASSUMPTIONS
+from ..analysis.metrics import why_no_speedup
+from ..analysis.prediction import ASSUMPTIONS
 from .bench_rows import _chain_a, report_rows
 
 __all__ = ["why_markdown"]
@@ -43,8 +43,8 @@ def why_markdown(report: Mapping[str, Any] | None) -> str:
     a = _chain_a(rows)
     chains = [r for r in rows if r.get("impl") == "specviz" and r.get("k") and not r.get("tree") and r.get("c") is not None]
     if curve and a is not None and chains:
+        from ..analysis.theory import best_k
         from ..bench.verify_cost import best_k_with_curve, verify_curve
-        from ..theory import best_k
 
         c = sum(r["c"] for r in chains) / len(chains)
         vc = verify_curve(curve)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from ..prediction import augment_rows
+from ..analysis.prediction import augment_rows
 
 Row = Mapping[str, Any]
 

@@ -8,7 +8,7 @@ in target steps), and divides one by the other, with the run's own numbers:
     but one draft token costs 0.50 of a target step here and the 5-token verify pass 1.70 steps,
     so a step costs 3.70 target steps for 4.6 tokens: about 1.24x.
 
-Notation (as in :mod:`specviz.metrics`): ``a`` = accepted / drafted, ``tau`` = committed tokens /
+Notation (as in :mod:`specviz.analysis.metrics`): ``a`` = accepted / drafted, ``tau`` = committed tokens /
 steps, ``c`` = one draft token's cost and ``v`` = one verify round's cost, both in target-only
 decode steps (``T``, measured on the target-only run). Without a target-only run, c and v are
 unknown and the card says so instead of guessing.
@@ -23,7 +23,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
-from ..records import Stats, StepRecord
+from ..core.records import Stats, StepRecord
 
 __all__ = [
     "SpeedupStory", "explain_speedup", "explain_run", "run_costs", "drafted_fraction", "best_k_curve",

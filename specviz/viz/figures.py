@@ -19,7 +19,7 @@ import plotly.graph_objects as go
 import plotly.io as pio
 from plotly.io.json import to_json_plotly
 
-from ..records import Stats, StepRecord, TopToken
+from ..core.records import Stats, StepRecord, TopToken
 from .numbers import fmt_pair, fmt_prob
 from .theme import COLORS, FONT, KIND_LABELS
 from .tokens import is_greedy, token_label

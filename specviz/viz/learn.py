@@ -14,10 +14,10 @@ from typing import Sequence
 import plotly.graph_objects as go
 import torch
 
-from ..algorithm import acceptance_ratio, residual_distribution, typical_threshold
-from ..bounds import LEARN_CURVE_MAX_K
-from ..learn import RULES, MeasuredRun, RuleExperiment
-from ..theory import speedup_curve
+from ..analysis.theory import speedup_curve
+from ..core.algorithm import acceptance_ratio, residual_distribution, typical_threshold
+from ..core.bounds import LEARN_CURVE_MAX_K
+from ..learn.chain import RULES, MeasuredRun, RuleExperiment
 from .figures import _figure as house_figure
 from .numbers import fmt_prob
 from .theme import COLORS

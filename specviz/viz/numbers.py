@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 
-from ..records import DraftDecision, StepRecord
+from ..core.records import DraftDecision, StepRecord
 
 __all__ = [
     "fmt_prob", "fmt_pair", "rule_of", "RULE_COLUMNS", "draft_columns", "ratio_of", "ratio_note", "decision_cell",

@@ -20,7 +20,7 @@ from __future__ import annotations
 import html
 from typing import Sequence
 
-from ..records import StepRecord
+from ..core.records import StepRecord
 from .numbers import fmt_pair, fmt_prob, rule_of
 from .tokens import _draft_tip, _next_tip, _span, is_greedy, token_label
 

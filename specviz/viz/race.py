@@ -22,7 +22,7 @@ from typing import Sequence
 
 import plotly.graph_objects as go
 
-from ..records import StepRecord
+from ..core.records import StepRecord
 from .figures import _figure, _xlabel, empty_figure
 from .theme import COLORS
 from .tokens import _token_inner, token_label

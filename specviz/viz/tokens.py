@@ -17,7 +17,7 @@ import html
 import unicodedata
 from typing import Sequence
 
-from ..records import DraftDecision, Stats, StepRecord
+from ..core.records import DraftDecision, Stats, StepRecord
 from .numbers import decision_cell, decision_line, draft_columns, fmt_prob, ratio_note, rule_of
 from .theme import COLORS, KIND_LABELS
 

@@ -14,7 +14,7 @@ import html
 
 import plotly.graph_objects as go
 
-from ..records import StepRecord, TreeNode
+from ..core.records import StepRecord, TreeNode
 from .figures import _figure, empty_figure
 from .theme import COLORS
 from .tokens import token_label

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from .tiny import TINY_PROMPT, make_tiny_models
 
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

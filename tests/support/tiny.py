@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from specviz.checks import char_tokenizer, tiny_llama
+from specviz.analysis.checks import char_tokenizer, tiny_llama
 
 TINY_PROMPT = "the cat sat on the mat. the cat sat on the mat. the dog sat on the"
 
@@ -39,7 +39,7 @@ def make_char_tokenizer(chars: str = CHARS):
 
 
 def make_llama(vocab_size: int, hidden: int, layers: int, seed: int, sharpen: float = 1.0, **config_kwargs):
-    """A random Llama (eval mode), the same weights for the same ``seed`` (specviz.checks.tiny_llama,
+    """A random Llama (eval mode), the same weights for the same ``seed`` (specviz.analysis.checks.tiny_llama,
     which the GPU check uses too); ``sharpen`` scales the LM head so its distributions are peaked.
     ``config_kwargs`` override LlamaConfig fields (defaults: bos 1, eos 2, pad 0, 1024 positions).
     Like a plain ``torch.manual_seed(seed)`` before building, it leaves the global RNG seeded."""
@@ -181,7 +181,7 @@ def make_tiny_model(
 def hf_greedy(target, prompt, n: int) -> list[int]:
     """``transformers``' own greedy continuation of ``prompt`` (n new token ids): the reference
     every speculative greedy run must equal token for token."""
-    from specviz.engine import encode_prompt
+    from specviz.core.engine import encode_prompt
 
     ids = torch.tensor([encode_prompt(target.tokenizer, prompt)], device=target.device)  # [1, n_prompt]
     out = target.model.generate(ids, max_new_tokens=n, do_sample=False)

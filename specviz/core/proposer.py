@@ -6,7 +6,7 @@ from typing import Any, Callable, Protocol, runtime_checkable
 
 import torch
 
-from ..records import Proposal, Sampling
+from .records import Proposal, Sampling
 
 
 @runtime_checkable

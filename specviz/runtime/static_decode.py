@@ -20,7 +20,7 @@ target-only decoding; n = k + 1: the target's verify pass):
   one-token graph, and a tree gets a graph per width.
 
 The output head stays outside the trace (a vocab=N draft's head reads its session's context
-rows; a large target head keeps its measured kernel switch, :mod:`specviz.cpu`), so the logits are
+rows; a large target head keeps its measured kernel switch, :mod:`specviz.runtime.cpu`), so the logits are
 the model's own head applied to the traced body's hidden states. A prompt is prefilled by the
 model's own batched forward and its keys and values copied in.
 
@@ -154,7 +154,7 @@ class _Body(torch.nn.Module):
 
 class StaticKV:
     """One session's K/V buffers for a :class:`StaticDecoder`; a DynamicCache stand-in for
-    ``specviz.kv`` (``get_seq_length``, ``crop``) and ``forward_logits`` (:meth:`run`)."""
+    ``specviz.runtime.kv`` (``get_seq_length``, ``crop``) and ``forward_logits`` (:meth:`run`)."""
 
     def __init__(self, decoder: "StaticDecoder"):
         self.decoder = decoder

@@ -14,12 +14,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Protocol, Sequence
 
-from .algorithm import Acceptance
-from .engine import SpeculativeDecoder
-from .proposers.base import Proposer
-from .proposers.registry import REGISTRY, from_spec, get_kind, syntax_list
-from .prompts import PromptRow, bundled_path, read_jsonl
-from .records import Sampling
+from ..core.algorithm import Acceptance
+from ..core.engine import SpeculativeDecoder
+from ..core.proposer import Proposer
+from ..core.records import Sampling
+from ..prompts import PromptRow, bundled_path, read_jsonl
+from ..proposers.registry import REGISTRY, from_spec, get_kind, syntax_list
 
 Progress = Callable[[str], None]
 
@@ -95,7 +95,7 @@ def spec_for(label: str, draft: str | None = None, layers: int | None = None, op
 
 def check_options(label: str, draft: str | None, layers: int | None, options: str) -> None:
     """A ValueError naming a bad option key or value of a playground choice (loads nothing)."""
-    from .proposers.registry import check_spec
+    from ..proposers.registry import check_spec
 
     check_spec(spec_for(label, draft, layers, options))
 
@@ -129,14 +129,14 @@ def example_prompts() -> list[tuple[str, str]]:
 
 
 def _hub_pairs() -> dict[str, str]:
-    from .models import hub_pairs
+    from ..models import hub_pairs
 
     return hub_pairs()
 
 
 def default_draft(target: str) -> str:
     """The draft a target starts with: its pair, else its own int8 copy."""
-    from .models import HUB_PAIRS
+    from ..models import HUB_PAIRS
 
     return {**PAIRS, **HUB_PAIRS}.get(target, f"{target}@int8")
 
@@ -153,14 +153,14 @@ def auto_draft(target: str, proposer: str, current: str) -> str | None:
 
 def target_choices(default: str) -> list[str]:
     """The default, the built-ins, and the hub pairs' targets when the hub answers (a Space)."""
-    from .models import list_models
+    from ..models import list_models
 
     names = [m["name"] for m in list_models()]
     return list(dict.fromkeys([default, *names, *_hub_pairs()]))
 
 
 def draft_choices(default: str) -> list[str]:
-    from .models import list_models
+    from ..models import list_models
 
     names = [m["name"] for m in list_models()]
     return list(dict.fromkeys([default, *(PAIRS.get(n, f"{n}@int8") for n in names), *names, *_hub_pairs().values()]))
@@ -168,7 +168,7 @@ def draft_choices(default: str) -> list[str]:
 
 def bench_proposer_choices(defaults: Sequence[str], targets: Sequence[str]) -> list[str]:
     """The Benchmark tab's proposer menu: the defaults, then every kind for the listed targets."""
-    from .models import HUB_PAIRS
+    from ..models import HUB_PAIRS
 
     extra = ["ngram", "ngram:2", "ngram:4"]
     for kind in REGISTRY:
@@ -217,7 +217,7 @@ def build_decoder(settings: RunSettings, progress: Progress, *, target_only: boo
     from .limits import check_prompts_fit
 
     if load is None:
-        from .models import load_model as load
+        from ..models import load_model as load
     target = load(settings.target, progress=progress)
     check_prompts_fit(target.tokenizer, [settings.prompt], chat=settings.chat)  # hosting limit
     if target_only:
@@ -240,7 +240,7 @@ def build_proposers(specs: Iterable[str], target, load: Callable[..., Any]) -> d
 
 def is_target_only(spec: str) -> bool:
     """True for 'none' / 'target-only' (ValueError for a bad spec)."""
-    from .proposers.registry import check_spec
+    from ..proposers.registry import check_spec
 
     return check_spec(spec)[0] == "none"
 

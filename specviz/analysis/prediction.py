@@ -15,9 +15,9 @@ with ``r_i`` the reported per-position rate (steps whose draft i was accepted / 
 least i drafts: already the product of the conditional rates) and ``reach_i`` the fraction of
 steps that drafted at least i tokens (= the drafted fraction f for every i when each drafting
 step drafts the full k). The speedup of the decode loop is then ``tau / (k' c + v)`` with
-``k'`` = drafted tokens per step and c, v the measured costs (specviz.metrics).
+``k'`` = drafted tokens per step and c, v the measured costs (specviz.analysis.metrics).
 
-The closed forms come from :mod:`specviz.theory` (expected_tokens_per_step_per_position,
+The closed forms come from :mod:`specviz.analysis.theory` (expected_tokens_per_step_per_position,
 conditional_rates, expected_tokens_per_step_drafting, expected_tokens_per_step); this module adds
 the exact form with per-position reach, the bench-row plumbing and the measured-vs-predicted text.
 """

@@ -33,7 +33,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from .bounds import ENGINE_MAX_K, HOSTING_DEFAULT_MAX_K
+from ..core.bounds import ENGINE_MAX_K, HOSTING_DEFAULT_MAX_K
 
 __all__ = [
     "CHARS_PER_TOKEN",
@@ -113,7 +113,7 @@ def check_model_name(name: Any, limits: Limits | None = None) -> str:
     """The stripped model name, or ValueError. Without ``allow_local_paths`` only built-in names
     and Hugging Face hub ids (``owner/name``, optionally ``@int8``) pass: no absolute or relative
     paths, no ``..``, no ``~``, no backslashes, no existing local directories."""
-    from .models import BUILTIN_MODELS, _is_hub_id  # models imports torch: only when needed
+    from ..models import BUILTIN_MODELS, _is_hub_id  # models imports torch: only when needed
 
     lim = limits or Limits.from_env()
     if not isinstance(name, str) or not name.strip():
@@ -226,7 +226,7 @@ def check_prompts_fit(tokenizer: Any, prompts: list[str], chat: bool = True, lim
 
 def load_checked(name: str, limits: Limits | None = None, **kwargs: Any):
     """``specviz.models.load_model`` for requests from the web UI: the name is checked first."""
-    from .models import load_model
+    from ..models import load_model
 
     return load_model(check_model_name(name, limits), **kwargs)
 
@@ -237,7 +237,7 @@ def check_bench_request(target: str, proposer_specs: list[str], ks: Any, max_new
     registry entry ``needs_model``), each k, max new tokens and every prompt's length."""
     lim = limits or Limits.from_env()
     check_model_name(target, lim)
-    from .proposers.registry import check_spec, get_kind, split_options
+    from ..proposers.registry import check_spec, get_kind, split_options
 
     for spec in proposer_specs:
         prefix, arg = check_spec(spec)

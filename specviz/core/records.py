@@ -169,7 +169,7 @@ class Proposal(LazyFields):
 
 @dataclass(frozen=True)
 class TreeNode(LazyFields):
-    """The verdict on one node of a token tree (see ``specviz.algorithm.verify_tree``)."""
+    """The verdict on one node of a token tree (see ``specviz.core.algorithm.verify_tree``)."""
 
     index: int  # node index within the step's tree
     token_id: int

@@ -5,7 +5,7 @@ draft's (both after the same temperature / top-k / top-p), ``x_i`` the i-th draf
 ``u_i ~ U(0, 1)``. Nothing here touches a model: every function maps tensors to tensors, so the
 rule is tested on hand-written distributions and reused by the engine, the Learn tab and the
 statistical exactness tests. What the rule implies for speed (expected tokens per step, expected
-speedup) is in :mod:`specviz.theory`.
+speedup) is in :mod:`specviz.analysis.theory`.
 """
 
 from __future__ import annotations

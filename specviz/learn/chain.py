@@ -11,12 +11,12 @@
    samples the next token N times with speculation (the rule on the real ``p`` and ``q``: exactly
    the distribution speculative decoding commits at that position) and without (from ``p``).
 3. The expected-speedup calculator: :func:`speedup_curve` and :func:`best_k` (from
-   :mod:`specviz.theory`, re-exported here), and the user's measured runs
+   :mod:`specviz.analysis.theory`, re-exported here), and the user's measured runs
    (:func:`parse_measured_runs`, :func:`runs_from_bench_report`).
 
-The acceptance math is not re-implemented here: it calls :mod:`specviz.algorithm`
+The acceptance math is not re-implemented here: it calls :mod:`specviz.core.algorithm`
 (``acceptance_ratio``, ``residual_distribution``, ``typical_threshold``), the same code the
-engine verifies with, and :mod:`specviz.theory` for the expected speedup.
+engine verifies with, and :mod:`specviz.analysis.theory` for the expected speedup.
 """
 
 from __future__ import annotations
@@ -30,17 +30,11 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import torch
 
-from .algorithm import (
-    Acceptance,
-    acceptance_ratio,
-    logits_to_probs,
-    residual_distribution,
-    typical_threshold,
-)
-from .bounds import LEARN_CURVE_MAX_K, THEORY_MAX_K
-from .parsing import finite_number
-from .records import Sampling
-from .theory import best_k, speedup_curve
+from ..analysis.theory import best_k, speedup_curve
+from ..app.parsing import finite_number
+from ..core.algorithm import Acceptance, acceptance_ratio, logits_to_probs, residual_distribution, typical_threshold
+from ..core.bounds import LEARN_CURVE_MAX_K, THEORY_MAX_K
+from ..core.records import Sampling
 
 __all__ = [
     "BROKEN_RULES", "MAX_TOKENS", "MIN_TOKENS", "PRESETS", "RULES", "MeasuredRun", "NextToken", "RuleExperiment",
@@ -355,7 +349,7 @@ def _normalised(probs: torch.Tensor) -> torch.Tensor:
 
 @torch.inference_mode()
 def _last_logits(lm, ids: list[int]) -> torch.Tensor:
-    from .kv import forward_logits, new_cache
+    from ..runtime.kv import forward_logits, new_cache
 
     x = torch.tensor(ids, dtype=torch.long, device=lm.device)  # [n]
     return forward_logits(lm.model, x, new_cache(lm.model), 1)[0].cpu()  # [V]
@@ -369,7 +363,7 @@ def next_token_distributions(target, draft, prefix: str | Sequence[int], samplin
     (prompt lookup) proposer, whose q is a point mass on the token it would draft here.
     Sampling with temperature 0 is refused: greedy decoding has no distribution to compare.
     """
-    from .engine import encode_prompt
+    from ..core.engine import encode_prompt
 
     if sampling.greedy:
         raise ValueError("temperature 0 is greedy: both ways always give argmax p. Choose a temperature above 0")
@@ -377,7 +371,7 @@ def next_token_distributions(target, draft, prefix: str | Sequence[int], samplin
     logits_p = _last_logits(target, ids)  # [V]
     p = _normalised(logits_to_probs(logits_p, sampling))  # [V]
     if draft is None:
-        from .proposers.ngram import ngram_lookup
+        from ..proposers.ngram import ngram_lookup
 
         found = ngram_lookup(torch.tensor(ids, dtype=torch.long), 1, 3, 1)
         if found is None or found.numel() == 0:
@@ -387,7 +381,7 @@ def next_token_distributions(target, draft, prefix: str | Sequence[int], samplin
         q = torch.zeros_like(p)
         q[x] = 1.0
         return NextToken(tuple(ids), p, q, x)
-    from .proposers.draft_model import check_same_tokenizer
+    from ..proposers.draft_model import check_same_tokenizer
 
     check_same_tokenizer(target, draft)
     logits_q = _fit_logits(_last_logits(draft, ids), p.shape[0])  # [V]
@@ -480,7 +474,7 @@ def comparison_rows(p: torch.Tensor, q: torch.Tensor, cmp: "SpecComparison", n_t
 
 # -- part 3: the expected-speedup calculator ---------------------------------------------------
 
-K_MAX = LEARN_CURVE_MAX_K  # the calculator's curve range (specviz.bounds)
+K_MAX = LEARN_CURVE_MAX_K  # the calculator's curve range (specviz.core.bounds)
 
 
 @dataclass(frozen=True)

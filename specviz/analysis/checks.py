@@ -19,11 +19,11 @@ from typing import Iterator, Sequence
 
 import torch
 
-from . import algorithm
-from .algorithm import logits_to_probs
-from .engine import encode_prompt
-from .kv import forward_logits, rollback
-from .records import Sampling
+from ..core import algorithm
+from ..core.algorithm import logits_to_probs
+from ..core.engine import encode_prompt
+from ..core.records import Sampling
+from ..runtime.kv import forward_logits, rollback
 
 CHARS = "abcdefghijklmnopqrstuvwxyz .,!?'\n"
 SPECIALS = ["<pad>", "<bos>", "<eos>", "<unk>"]  # ids 0-3
@@ -104,7 +104,7 @@ def perturbed(model, scale: float, seed: int):
 
 def loaded(model, tokenizer, name: str, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32):
     """``model`` moved to ``device`` and ``dtype``, wrapped as a specviz LoadedModel."""
-    from .models import LoadedModel
+    from ..models import LoadedModel
 
     device = torch.device(device)
     return LoadedModel(model=model.to(device=device, dtype=dtype), tokenizer=tokenizer, name=name,

@@ -16,7 +16,7 @@ def new_cache(model: torch.nn.Module):
 
 
 def session_cache(model: torch.nn.Module):
-    """A session's cache for ``model``: the buffers of its static step (:mod:`specviz.static_decode`,
+    """A session's cache for ``model``: the buffers of its static step (:mod:`specviz.runtime.static_decode`,
     one traced graph per model: chain drafts, the target's verify pass over a chain or a whole
     token tree, target-only decoding) where it has one, else :func:`new_cache`."""
     from .static_decode import static_cache
@@ -46,7 +46,7 @@ def rollback(cache, length: int) -> None:
 
 def forward_logits(model: torch.nn.Module, input_ids: torch.Tensor, cache, keep: int) -> torch.Tensor:
     """Run ``input_ids`` [n] through ``model`` on top of ``cache`` (updated in place) and return
-    the float32 logits of the last ``keep`` positions [keep, V]. A :class:`specviz.static_decode.StaticKV`
+    the float32 logits of the last ``keep`` positions [keep, V]. A :class:`specviz.runtime.static_decode.StaticKV`
     runs its own static step of the same model."""
     run = getattr(cache, "run", None)
     if run is not None:
@@ -165,7 +165,7 @@ def tree_forward_logits(
     m = int(tokens.shape[0])
     T = int(slot_positions.shape[0]) - m
     run_tree = getattr(cache, "run_tree", None)
-    if run_tree is not None:  # a static step's buffers (specviz.static_decode): one tree at a time
+    if run_tree is not None:  # a static step's buffers (specviz.runtime.static_decode): one tree at a time
         if T:
             raise ValueError("a static step's cache scores a whole tree in one call; feed its slots together")
         return run_tree(tokens, positions, visible)

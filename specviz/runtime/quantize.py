@@ -149,7 +149,7 @@ def kernel_saturates() -> bool:
 def calibration_token_ids(tokenizer, n_prompts: int = 8, max_tokens: int = 256) -> list[list[int]]:
     """Token ids of the first ``n_prompts`` bundled Spec-Bench dev prompts (round robin over
     categories), each cut to ``max_tokens``."""
-    from .prompts import load_prompts
+    from ..prompts import load_prompts
 
     rows = load_prompts(limit=n_prompts)
     return [tokenizer(r.prompt, add_special_tokens=True)["input_ids"][:max_tokens] for r in rows]
@@ -192,7 +192,7 @@ def smoothing_scales(act_absmax: torch.Tensor, weight: torch.Tensor, alpha: floa
 def _float_linear(module: torch.nn.Module) -> torch.nn.Linear | None:
     if type(module) is torch.nn.Linear:
         return module
-    inner = getattr(module, "linear", None)  # specviz.cpu.RowAdaptiveLinear wraps the head
+    inner = getattr(module, "linear", None)  # specviz.runtime.cpu.RowAdaptiveLinear wraps the head
     return inner if type(inner) is torch.nn.Linear else None
 
 

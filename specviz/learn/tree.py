@@ -2,7 +2,7 @@
 turn against the residual, on a toy vocabulary.
 
 A token tree offers m children c_1..c_m where a chain offers one. The exact rule
-(``specviz.algorithm.verify_tree``; SpecInfer's multi-step speculative sampling, RSD) tries them
+(``specviz.core.algorithm.verify_tree``; SpecInfer's multi-step speculative sampling, RSD) tries them
 one after another, each against what is left of the target after the earlier ones failed:
 
 1. r_1 = p. Accept c_j with probability min(1, r_j(c_j) / q_j(c_j)) (point masses: r_j(c_j)).
@@ -23,8 +23,8 @@ from typing import Sequence
 
 import torch
 
-from .algorithm import sibling_residual, verify_tree
-from .learn import NOISE_FACTOR, sampling_noise, tv_distance
+from ..core.algorithm import sibling_residual, verify_tree
+from .chain import NOISE_FACTOR, sampling_noise, tv_distance
 
 __all__ = ["TREE_RULES", "TREE_MODES", "MAX_TREE_SAMPLES", "TreeRuleExperiment", "parse_candidates",
            "residual_steps", "broken_output_distribution", "try_candidates", "run_tree_rule"]

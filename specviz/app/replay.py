@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .engine import compute_stats
-from .hooks import load_trace
-from .records import Stats, StepRecord
+from ..core.engine import compute_stats
+from ..core.hooks import load_trace
+from ..core.records import Stats, StepRecord
 
 
 class Replay:

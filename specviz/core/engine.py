@@ -12,13 +12,13 @@ from typing import Any, Iterable, Sequence
 
 import torch
 
-from .algorithm import EXACT, TOP_N, Acceptance, Verification, argmax, logits_to_probs, verify, verify_tree
+from ..app.limits import check_tree_nodes
+from ..runtime.kv import context_window, forward_logits, keep_path, rollback, score_tree, session_cache
+from .algorithm import EXACT, Acceptance, argmax, logits_to_probs, verify, verify_tree
 from .bounds import ENGINE_MAX_K as MAX_K  # the engine's hard limit on k; kept as engine.MAX_K
 from .hooks import Hook, HookList
 from .lazyrec import RECORD_MODES, LazyProbs, chain_record
-from .kv import cache_length, context_window, forward_logits, keep_path, rollback, score_tree, session_cache
-from .limits import check_tree_nodes
-from .proposers.base import Proposer, empty_proposal
+from .proposer import Proposer, empty_proposal
 from .records import Deferred, GenerationResult, Proposal, Sampling, Stats, StepRecord, TopToken, evolve
 from .schedules import ConstantK, HeuristicK, make_schedule
 
@@ -115,7 +115,7 @@ class SpeculativeDecoder:
         self.k = _check_k(k) if proposer is not None else 0  # the first (and, by default, every) step's k
         self.schedule = make_schedule(schedule)  # constant | heuristic | confidence
         if not isinstance(acceptance, Acceptance):
-            raise ValueError("acceptance must be a specviz.algorithm.Acceptance('exact' | 'typical')")
+            raise ValueError("acceptance must be a specviz.core.algorithm.Acceptance('exact' | 'typical')")
         self.acceptance = acceptance
         if proposer is not None:
             if getattr(proposer, "max_nodes", None) is not None:

@@ -13,7 +13,7 @@ limit (how close each forward ran to the bound).
 cache of a realistic prompt, and v(n) = t(n) / t(1): the cost of verifying k = n - 1 drafts
 (Leviathan et al. assume v(n) = 1; on a CPU it is not).
 
-    python -m specviz.hardware            # bandwidth and the limit for each built-in model
+    python -m specviz.analysis.hardware            # bandwidth and the limit for each built-in model
 """
 
 from __future__ import annotations
@@ -208,7 +208,7 @@ def verify_costs(
     of ``repeats``, or ``"min"`` (the better estimate of the quiet cost on a shared machine).
     The cache is the one a session's target gets (``kv.session_cache``: the static step where the
     model has one), so t(n) is what specviz's verify pass costs."""
-    from .kv import forward_logits, rollback, session_cache, vocab_size
+    from ..runtime.kv import forward_logits, rollback, session_cache, vocab_size
 
     if stat not in ("median", "min"):
         raise ValueError(f"stat must be 'median' or 'min', not {stat!r}")
@@ -243,7 +243,7 @@ def verify_costs(
 def _main() -> None:
     import os
 
-    from .models import list_models, load_model
+    from ..models import list_models, load_model
 
     torch.set_num_threads(int(os.environ.get("SPECVIZ_THREADS", "2")))
     bw = bandwidth()

@@ -35,7 +35,7 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
-from .bounds import LEARN_CURVE_MAX_K
+from ..core.bounds import LEARN_CURVE_MAX_K
 
 __all__ = [
     "expected_tokens_per_step", "expected_speedup", "expected_tokens_per_step_per_position",

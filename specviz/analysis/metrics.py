@@ -5,7 +5,7 @@ accepted / drafted, mean acceptance length ``tau`` = committed tokens / steps, p
 i = steps whose draft i was accepted / steps with at least i+1 drafts.
 
 The theory (expected tokens per step, expected speedup, the measured ``c`` and ``v``, the
-predicted speedup of a benchmark row) lives in :mod:`specviz.theory` and is re-exported here for
+predicted speedup of a benchmark row) lives in :mod:`specviz.analysis.theory` and is re-exported here for
 callers that read a row's metrics from one place. This module adds plain-language explanations
 of what limits a measured speedup.
 """

@@ -1,0 +1,1 @@
+"""Numbers about runs: theory, measured metrics, predictions, hardware, self-checks."""

@@ -1,0 +1,1 @@
+"""The Learn tab's experiments, as pure functions (no Gradio, no Plotly)."""

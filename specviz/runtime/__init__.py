@@ -1,0 +1,1 @@
+"""How the models run: KV caches, the static decode step, CPU kernels, int8."""
