@@ -3,9 +3,11 @@
 - the repository stands on its own files: no file names the outside design notes;
 - gradio is imported only under specviz/ui, plotly only under specviz/viz;
 - specviz/ui imports nothing from specviz.proposers (the UI names proposers by spec);
-- no module in specviz/ is over 600 lines;
-- no import cycle between modules at module level (imports inside functions are allowed: that is
-  how the CLI defers torch).
+- no module in specviz/ is over 600 lines, and at most six plain modules sit at its top;
+- every import of every module (imports inside functions included, ``if TYPE_CHECKING:`` ones
+  excluded) goes to its own layer or one below it, in the order of the table that
+  docs/architecture.md shows; no import cycle anywhere, deferred imports included;
+- the linter (ruff: unused imports and names, undefined names, import order) passes.
 
 Everything is read from the files (AST), nothing is imported.
 """
@@ -13,7 +15,10 @@ Everything is read from the files (AST), nothing is imported.
 from __future__ import annotations
 
 import ast
+import re
+import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import Iterator, Mapping
 
@@ -22,6 +27,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PKG = ROOT / "specviz"
 MAX_LINES = 600
+MAX_TOP_MODULES = 6
+ARCHITECTURE = ROOT / "docs" / "architecture.md"
 OUTSIDE_NOTES = "DESIGN" + ".md"  # spelled in two parts so this file does not mention it
 
 
@@ -89,14 +96,31 @@ def imported_names(node: ast.Import | ast.ImportFrom, module: str, is_package: b
     return [target] + [f"{target}.{a.name}" for a in node.names]
 
 
-def import_graph() -> dict[str, set[str]]:
+def runtime_imports(body: list[ast.stmt]) -> Iterator[ast.Import | ast.ImportFrom]:
+    """Every import that can run: at any depth, except under ``if TYPE_CHECKING:``."""
+    stack: list[ast.AST] = list(body)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            yield node
+        elif isinstance(node, ast.If) and _is_type_checking(node.test):
+            stack.extend(node.orelse)
+        else:
+            stack.extend(ast.iter_child_nodes(node))
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (test.id if isinstance(test, ast.Name) else getattr(test, "attr", None)) == "TYPE_CHECKING"
+
+
+def import_graph(imports=module_level_imports) -> dict[str, set[str]]:
     """Module -> the specviz modules it imports at module level."""
     mods = modules()
     graph: dict[str, set[str]] = {}
     for name, path in mods.items():
         is_package = path.name == "__init__.py"
         edges: set[str] = set()
-        for node in module_level_imports(ast.parse(path.read_text(encoding="utf-8")).body):
+        for node in imports(ast.parse(path.read_text(encoding="utf-8")).body):
             names = imported_names(node, name, is_package)
             if isinstance(node, ast.Import):
                 edges |= {n for n in names if n in mods}
@@ -214,3 +238,89 @@ def test_the_cycle_finder_finds_cycles():
     tree = ast.parse("from . import x\nif TYPE_CHECKING:\n    from .y import z\ndef f():\n    import w\n")
     got = [imported_names(n, "pkg.mod", False) for n in module_level_imports(tree.body)]
     assert got == [["pkg", "pkg.x"]]
+
+
+# -- layers: the architecture page's table, every import ----------------------------------------
+
+
+def layer_table() -> list[tuple[str, list[str]]]:
+    """The architecture page's layers, top to bottom: (name, [module prefixes])."""
+    text = ARCHITECTURE.read_text(encoding="utf-8")
+    table = text.split("<!-- layers: top to bottom -->", 1)[1]
+    layers = []
+    for line in table.strip().splitlines():
+        if not line.startswith("|"):
+            break
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        name = cells[0].strip("`")
+        paths = re.findall(r"`(specviz[^`]*)`", cells[1])
+        if not paths:
+            continue  # the header and its rule
+        prefixes = [p.rstrip("/").removesuffix(".py").removesuffix("/__init__").replace("/", ".") for p in paths]
+        layers.append((name, prefixes))
+    return layers
+
+
+def layer_of(module: str, layers: list[tuple[str, list[str]]]) -> int:
+    """The index (0 = top) of the layer a module belongs to: its longest matching prefix."""
+    best, index = -1, None
+    for i, (_, prefixes) in enumerate(layers):
+        for p in prefixes:
+            if (module == p or module.startswith(p + ".")) and len(p) > best:
+                best, index = len(p), i
+    assert index is not None, f"{module} belongs to no layer of docs/architecture.md: add it to the table"
+    return index
+
+
+def test_the_layer_table_covers_every_package():
+    layers = layer_table()
+    names = [n for n, _ in layers]
+    assert names[:2] == ["cli", "specviz"] and "core" in names and "runtime" in names, names
+    for module in modules():
+        layer_of(module, layers)
+
+
+def test_every_import_goes_down_the_layers():
+    layers = layer_table()
+    offenders = []
+    for importer, targets in import_graph(runtime_imports).items():
+        mine = layer_of(importer, layers)
+        for target in targets:
+            theirs = layer_of(target, layers)
+            if theirs < mine:
+                offenders.append(f"{importer} ({layers[mine][0]}) imports {target} ({layers[theirs][0]})")
+    assert not offenders, "imports that go up the layers of docs/architecture.md:\n" + "\n".join(sorted(offenders))
+
+
+def test_no_import_cycle_anywhere():
+    graph = import_graph(runtime_imports)
+    assert "specviz.runtime.static_decode" in graph["specviz.runtime.kv"]  # deferred imports are read
+    cycle = find_cycle(graph)
+    assert cycle is None, "import cycle (deferred imports included): " + " -> ".join(cycle or [])
+
+
+def test_deferred_and_type_checking_imports_are_told_apart():
+    tree = ast.parse("import a\nif TYPE_CHECKING:\n    import b\nelse:\n    import c\n"
+                     "def f():\n    try:\n        import d\n    except ImportError:\n        import e\n")
+    assert sorted(n.names[0].name for n in runtime_imports(tree.body)) == ["a", "c", "d", "e"]
+
+
+def test_a_layer_violation_is_caught():
+    layers = [("top", ["specviz.top"]), ("low", ["specviz.low"])]
+    assert layer_of("specviz.low.x", layers) == 1 and layer_of("specviz.top", layers) == 0
+
+
+def test_at_most_six_plain_modules_at_the_top():
+    top = sorted(p.name for p in PKG.glob("*.py") if p.name != "__init__.py")
+    assert len(top) <= MAX_TOP_MODULES, f"specviz/ has {len(top)} plain modules ({top}); put them in sub-packages"
+
+
+# -- the linter ----------------------------------------------------------------------------------
+
+
+def test_the_linter_passes():
+    ruff = shutil.which("ruff", path=str(Path(sys.executable).parent)) or shutil.which("ruff")
+    assert ruff, "ruff is not installed (it is in the test extras: pip install -e '.[test]')"
+    out = subprocess.run([ruff, "check", "--no-cache", "specviz", "tests", "benchmarks", "app.py"], cwd=ROOT,
+                         capture_output=True, text=True)
+    assert out.returncode == 0, "ruff check (see [tool.ruff] in pyproject.toml):\n" + out.stdout + out.stderr

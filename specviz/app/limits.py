@@ -34,11 +34,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..core.bounds import ENGINE_MAX_K, HOSTING_DEFAULT_MAX_K
+from ..proposers.registry import check_spec, get_kind, split_options, tree_nodes
 
 __all__ = [
     "CHARS_PER_TOKEN",
     "Limits",
     "check_bench_request",
+    "check_proposer",
     "check_k",
     "count_prompt_tokens",
     "check_max_new_tokens",
@@ -231,18 +233,29 @@ def load_checked(name: str, limits: Limits | None = None, **kwargs: Any):
     return load_model(check_model_name(name, limits), **kwargs)
 
 
+def check_proposer(spec: str, limits: Limits | None = None) -> str:
+    """A proposer spec from the web UI: its syntax (the registry), the model it names (when its
+    registry entry ``needs_model``) and a token tree's nodes against SPECVIZ_MAX_TREE_NODES,
+    loading nothing. -> the spec's prefix."""
+    lim = limits or Limits.from_env()
+    prefix, arg = check_spec(spec)
+    kind = get_kind(prefix)
+    if kind.needs_model and arg:
+        check_model_name(split_options(arg, kind.options)[0], lim)
+    nodes = tree_nodes(spec)
+    if nodes is not None:
+        check_tree_nodes(nodes)
+    return prefix
+
+
 def check_bench_request(target: str, proposer_specs: list[str], ks: Any, max_new_tokens: int, prompts: list[str],
                         limits: Limits | None = None) -> None:
     """The benchmark tab's request: model names (the target and every proposer whose
     registry entry ``needs_model``), each k, max new tokens and every prompt's length."""
     lim = limits or Limits.from_env()
     check_model_name(target, lim)
-    from ..proposers.registry import check_spec, get_kind, split_options
-
     for spec in proposer_specs:
-        prefix, arg = check_spec(spec)
-        if get_kind(prefix).needs_model and arg:
-            check_model_name(split_options(arg, get_kind(prefix).options)[0], lim)
+        check_proposer(spec, lim)
     for k in ks or ():
         check_k(int(k), lim)
     check_max_new_tokens(max_new_tokens, lim)

@@ -20,6 +20,7 @@ from ..core.proposer import Proposer
 from ..core.records import Sampling
 from ..prompts import PromptRow, bundled_path, read_jsonl
 from ..proposers.registry import REGISTRY, from_spec, get_kind, syntax_list
+from .limits import check_proposer
 
 Progress = Callable[[str], None]
 
@@ -94,10 +95,9 @@ def spec_for(label: str, draft: str | None = None, layers: int | None = None, op
 
 
 def check_options(label: str, draft: str | None, layers: int | None, options: str) -> None:
-    """A ValueError naming a bad option key or value of a playground choice (loads nothing)."""
-    from ..proposers.registry import check_spec
-
-    check_spec(spec_for(label, draft, layers, options))
+    """A ValueError naming a bad option key or value of a playground choice, or a model name or
+    tree size this server refuses (loads nothing)."""
+    check_proposer(spec_for(label, draft, layers, options))
 
 
 def proposer_hint() -> str:

@@ -59,6 +59,7 @@ class ProposerKind:
     aliases: tuple[str, ...] = ()  # other prefixes that mean the same ("target-only")
     example: str = ""  # a spec to show in messages and help; defaults to syntax
     validate: Callable[[str], Any] | None = None  # checks the whole argument (options' values too), loading nothing
+    tree_nodes: Callable[[str], int] | None = None  # a token tree's nodes per step, read from the argument
 
     def spec(self, arg: str | None = None) -> str:
         """The spec of this kind with ``arg`` (None: the bare prefix)."""
@@ -172,22 +173,16 @@ def _check_draft_options(prefix: str) -> Callable[[str], None]:
     return check
 
 
-def _check_tree_size(nodes: int) -> None:
-    from ..app.limits import check_tree_nodes
-
-    check_tree_nodes(nodes)  # the hosting limit (SPECVIZ_MAX_TREE_NODES), before anything loads
-
-
-def _check_ngram_tree(arg: str) -> None:
+def _ngram_tree_nodes(arg: str) -> int:
     from .ngram_tree import parse_ngram_tree
 
-    _check_tree_size(parse_ngram_tree(arg)["nodes"])
+    return parse_ngram_tree(arg)["nodes"]
 
 
-def _check_draft_tree(arg: str) -> None:
+def _draft_tree_nodes(arg: str) -> int:
     from .draft_tree import parse_draft_tree
 
-    _check_tree_size(parse_draft_tree(arg)[1]["nodes"])
+    return parse_draft_tree(arg)[1]["nodes"]
 
 
 def _build_ngram_tree(arg, target, load):
@@ -265,14 +260,14 @@ REGISTRY: tuple[ProposerKind, ...] = (
         "(n-grams up to N, default 3) merged into one token tree of at most M nodes (default 16), depth k; "
         "point masses", needs_model=False, hf_counterpart=False, build=_build_ngram_tree,
         check_arg=_whole("'ngram-tree:N' needs a whole number N >= 1"), options=("nodes",), example="ngram-tree:3,nodes=16",
-        validate=_check_ngram_tree,
+        validate=_ngram_tree_nodes, tree_nodes=_ngram_tree_nodes,
     ),
     ProposerKind(
         "draft-tree", "draft model, token tree", "draft-tree:NAME[@int8][,nodes=N,width=W][,vocab=V]", "EAGLE-2-style "
         "dynamic tree: the draft expands the W (default 2) most likely children of the best paths at each depth, keeping "
         "the N (default 12) best nodes by path probability; depth k; point masses; vocab=V as for draft", needs_model=True,
         hf_counterpart=False, build=_build_draft_tree, arg_required=True, options=("nodes", "width", "vocab"),
-        example="draft-tree:gemma-3-270m@int8,nodes=12,width=2", validate=_check_draft_tree,
+        example="draft-tree:gemma-3-270m@int8,nodes=12,width=2", validate=_draft_tree_nodes, tree_nodes=_draft_tree_nodes,
     ),
 )
 
@@ -357,6 +352,14 @@ def check_spec(spec: str) -> tuple[str, str | None]:
     return kind.prefix, full
 
 
+def tree_nodes(spec: str) -> int | None:
+    """How many nodes per step a token-tree spec asks for (None for a chain), loading nothing: the
+    caller holds it against its own cap (the hosted app: ``specviz.app.limits.check_tree_nodes``)."""
+    prefix, arg = check_spec(spec)
+    kind = get_kind(prefix)
+    return None if kind.tree_nodes is None else kind.tree_nodes(arg or "")
+
+
 def from_spec(spec: str, target, load: Loader | None = None) -> Proposer | None:
     """A proposer spec -> a Proposer (None for target-only). Raises ValueError for a bad spec.
 
@@ -373,5 +376,5 @@ def from_spec(spec: str, target, load: Loader | None = None) -> Proposer | None:
 
 __all__ = [
     "NONE", "REGISTRY", "ProposerKind", "check_spec", "from_spec", "get_kind", "help_text", "int_option", "kinds",
-    "markdown_table", "split_options", "syntax_list",
+    "markdown_table", "split_options", "syntax_list", "tree_nodes",
 ]
