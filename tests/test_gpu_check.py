@@ -17,6 +17,7 @@ import torch
 import specviz.core.engine as engine
 from specviz import models as M
 from specviz.analysis import checks
+from specviz.core.algorithm import Verification
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "gpu_check.py"
@@ -90,7 +91,7 @@ def test_greedy_check_fails_when_the_engine_accepts_wrong_drafts(script, fp32_mo
         k = drafts.shape[0]
         ones = torch.ones(k)
         bonus = int(kw["target_argmax"][k])  # greedy: the target's own next token after all k
-        return engine.Verification(k, bonus, False, ones, ones, ones, None, None)
+        return Verification(k, bonus, False, ones, ones, ones, None, None)
 
     monkeypatch.setattr(engine, "verify", accept_everything)
     rows = script.check_greedy(fp32_models, 1, 16)
