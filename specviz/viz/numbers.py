@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 
 from ..core.records import DraftDecision, StepRecord
+from .labels import token_label
 
 __all__ = [
     "fmt_prob", "fmt_pair", "rule_of", "RULE_COLUMNS", "draft_columns", "ratio_of", "ratio_note", "decision_cell",
@@ -155,8 +156,6 @@ def decision_cell(record: StepRecord, d: DraftDecision) -> str:
     if rule == "greedy":
         if d.accepted:
             return "yes"
-        from .tokens import token_label  # (tokens imports this module)
-
         best = d.top_p[0][1] if d.top_p else None
         return "no" if best is None else f"no: argmax is {token_label(best)!r}"
     return fmt_prob(d.u)

@@ -18,6 +18,7 @@ import unicodedata
 from typing import Sequence
 
 from ..core.records import DraftDecision, Stats, StepRecord
+from .labels import token_label
 from .numbers import decision_cell, decision_line, draft_columns, fmt_prob, ratio_note, rule_of
 from .theme import COLORS, KIND_LABELS
 
@@ -26,25 +27,8 @@ __all__ = [
     "position_choices", "default_position", "token_label", "tokens_html", "step_summary", "step_summary_text",
 ]
 
-_GLYPHS = {" ": "␣", "\n": "↵", "\t": "⇥", "\r": "␍"}
 
-
-# -- token text ------------------------------------------------------------------------------
-
-
-def token_label(text: str) -> str:
-    """Plain-text label for tables and chart axes: whitespace made visible (not HTML-escaped)."""
-    if text == "":
-        return "∅"
-    out = []
-    for ch in text:
-        if ch in _GLYPHS:
-            out.append(_GLYPHS[ch])
-        elif unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp"):
-            out.append(f"\\x{ord(ch):02x}" if ord(ch) < 256 else f"\\u{ord(ch):04x}")
-        else:
-            out.append(ch)
-    return "".join(out)
+# -- token text (labels: specviz.viz.labels) ---------------------------------------------------
 
 
 def _token_inner(text: str) -> str:
