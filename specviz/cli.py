@@ -220,6 +220,13 @@ def _prompt_rows(args):
     return rows
 
 
+def _report_html(report) -> str:
+    """The standalone HTML page of a bench report (plotly: imported only when a page is asked for)."""
+    from .viz.bench import report_html
+
+    return report_html(report)
+
+
 def cmd_bench(args) -> int:
     from tqdm import tqdm
 
@@ -236,7 +243,7 @@ def cmd_bench(args) -> int:
             raise CLIError("--repeats is for local sweeps; rerun --remote to repeat a remote measurement")
         from .remote.cli import bench_remote
 
-        return bench_remote(args, _prompt_rows(args), _say)
+        return bench_remote(args, _prompt_rows(args), _say, html_renderer=_report_html)
     ks = B.parse_ks(args.k)
     sampling = _sampling(args)
     prompts = _prompt_rows(args)
@@ -288,7 +295,7 @@ def cmd_bench(args) -> int:
     from .analysis.hardware import roofline_lines
 
     print("\n" + "\n".join(roofline_lines(report["rows"], target.model, "int8" if target.quantize == "int8" else None)))
-    for line in B.write_reports(report, args.json, args.csv, args.html):
+    for line in B.write_reports(report, args.json, args.csv, args.html, html_renderer=_report_html):
         _say(args, line)
     return 0
 

@@ -322,6 +322,30 @@ def test_csv(report, tmp_path):
     assert rows[0]["acceptance_rate"] == ""
 
 
+def test_csv_columns_and_the_reports_definitions_read_the_metrics_table(report):
+    """The CSV keeps the columns it always had (files written before still line up) and reads
+    them, like the report's definitions, from METRICS."""
+    assert B.CSV_COLUMNS == [
+        "proposer", "k", "impl", "prompts", "new_tokens", "wall_s", "tokens_per_s", "ms_per_token", "speedup",
+        "speedup_median", "speedup_vs_specviz", "acceptance_rate", "mean_acceptance_length", "per_position",
+        "steps", "drafted", "accepted", "draft_ms", "verify_ms", "other_ms", "prefill_ms", "step_ms", "c", "v",
+        "expected_tokens_per_step", "predicted_speedup", "same_as_target", "nodes_per_step", "tree",
+    ]
+    assert B.CSV_COLUMNS[3:] == [m.name for m in metrics.METRICS if m.csv]
+    defs = report["meta"]["definitions"]
+    for name in B.CSV_COLUMNS[3:]:
+        assert defs[name] == metrics.metric(name).definition
+    assert set(B.CSV_COLUMNS[3:]) <= set(report["rows"][0])  # every column is a summary row's key
+
+
+def test_write_reports_takes_the_html_renderer_from_its_caller(report, tmp_path):
+    out = tmp_path / "r.html"
+    with pytest.raises(ValueError, match="html_renderer"):
+        B.write_reports(report, html_path=str(out))
+    lines = B.write_reports(report, html_path=str(out), html_renderer=lambda r: f"<p>{r['meta']['target']}</p>")
+    assert lines == [f"HTML report written to {out}"] and out.read_text() == "<p>tiny-target</p>"
+
+
 def test_format_table(report):
     text = B.format_table(report["rows"])
     lines = text.splitlines()
@@ -417,3 +441,28 @@ def test_reports_written_before_typed_rows_still_load_and_summarize_alike(name):
         for key in ("new_tokens", "tokens_per_s", "speedup", "acceptance_rate", "c", "predicted_speedup"):
             assert new[key] == pytest.approx(old[key]), key
     assert B.csv_text(typed[:0]) == B.csv_text([])
+
+
+@pytest.mark.parametrize("name", ["remote-llama-gemma.json", "remote-llama-heldout.json"])
+def test_remote_reports_written_before_load_as_typed_rows_and_summarize_alike(name):
+    """Remote reports written when the rows were untyped dicts: the typed remote rows give the
+    same records back, and the local lab's summarize gives the same summary rows."""
+    from pathlib import Path
+
+    data = B.load_report(Path(__file__).resolve().parents[1] / "assets" / name)
+    typed = [B.prompt_result(r) for r in data["prompt_rows"]]
+    assert all(isinstance(r, B.RemotePromptResult) and r.draft_ms is None for r in typed)
+    added = {"tree_steps", "nodes_per_step", "tree"}  # fields the local rows have that the remote ones lacked
+    for new, old in zip((B.to_record(r) for r in typed), data["prompt_rows"]):
+        assert {k: v for k, v in new.items() if k not in added} == old
+    again = B.summarize(data["prompt_rows"])
+    assert all(isinstance(r, B.RemoteSummaryRow) and r.c is None and r.v is None for r in again)
+    again = [B.to_record(r) for r in again]
+    assert [(r["proposer"], r["k"]) for r in again] == [(r["proposer"], r["k"]) for r in data["rows"]]
+    for new, old in zip(again, data["rows"]):
+        assert set(new) - set(old) <= added and set(old) <= set(new)
+        for key, want in old.items():
+            assert new[key] == (pytest.approx(want) if isinstance(want, (float, list)) else want), key
+    cut = [c for c in B.CSV_COLUMNS if c not in added]
+    old_csv, new_csv = (list(csv.DictReader(io.StringIO(B.csv_text(rows)))) for rows in (data["rows"], again))
+    assert [{c: r[c] for c in cut} for r in new_csv] == [{c: r[c] for c in cut} for r in old_csv]  # the CSV of before

@@ -143,3 +143,56 @@ def test_theory_matches_simulated_iid_acceptance():
             accepted += 1
         total += accepted + 1
     assert math.isclose(total / n, metrics.expected_tokens_per_step(a, k), rel_tol=0.02)
+
+
+# -- the definitions, written once -----------------------------------------------------------------
+
+
+def test_metrics_table_names_are_unique_and_complete():
+    names = [m.name for m in metrics.METRICS]
+    assert len(names) == len(set(names))
+    for m in metrics.METRICS:
+        assert m.definition and not m.definition.endswith(".") and m.scope in ("row", "remote", "figures")
+        assert metrics.metric(m.name) is m
+    assert metrics.metric("acceptance_rate").symbol == "a" and metrics.metric("mean_acceptance_length").symbol == "tau"
+    assert metrics.metric("acceptance_rate").label == "acceptance rate a"
+    remote = metrics.definitions(remote=True)
+    assert "not measurable remotely" in remote["c"] and "engine_mean_acceptance_length" in remote
+    assert "engine_mean_acceptance_length" not in metrics.definitions()
+
+
+def test_architecture_metrics_section_is_the_generated_table():
+    """docs/architecture.md, "## Metrics", holds exactly metrics_markdown()'s table, and the
+    theory and prediction subsections stay."""
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "architecture.md").read_text(encoding="utf-8")
+    section = doc.split("\n## Metrics\n", 1)[1].split("\n## ", 1)[0]
+    table = metrics.metrics_markdown()
+    assert f"\n{table}\n" in section
+    assert [ln for ln in section.splitlines() if ln.startswith("|")] == table.splitlines()
+    assert "### Theory (`specviz.analysis.theory`)" in section and "### Measured vs predicted" in section
+
+
+# -- what limits a speedup: one source -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("a, k, c, v", [(0.2, 4, 0.01, 1.05), (0.9, 4, 0.5, 1.0), (0.9, 4, 0.0, 3.0), (0.6, 2, 0.1, 1.3)])
+def test_ideal_gains_is_ideal_speedups_in_the_iid_case(a, k, c, v):
+    gains = metrics.ideal_gains(metrics.expected_tokens_per_step(a, k), k, c, v)
+    want = metrics.ideal_speedups(a, k, c, v)
+    assert gains == pytest.approx(want)
+    assert metrics.limit_of(gains) == metrics.limiting_factor(a, k, c, v)
+    assert metrics.explain_row(_row("x", k, a, c, v, 1.0))["limit"] == metrics.limit_of(gains)
+
+
+def test_the_run_card_asks_the_same_source():
+    from specviz.viz import explain
+
+    for kw in (dict(a=0.96, k=4, tau=4.6, c=0.5, v=1.7), dict(a=0.2, k=4, tau=1.25, c=0.05, v=1.1),
+               dict(a=0.9, k=4, tau=4.0, c=0.01, v=3.0), dict(a=0.7, k=2, tau=1.35, c=0.01, v=1.05, drafted_fraction=0.4)):
+        f = kw.get("drafted_fraction", 1.0)
+        s = explain.explain_speedup(tokens=60, target_forwards=20, **kw)
+        gains = metrics.ideal_gains(kw["tau"], kw["k"] * f, kw["c"], kw["v"], f)
+        assert s.limit == metrics.limit_of(gains) and s.predicted == pytest.approx(gains["now"])
+    assert "coverage" in metrics.ideal_gains(1.35, 0.8, 0.01, 1.05, 0.4)

@@ -296,3 +296,29 @@ def test_replay_strips_from_vllm_detailed_counts():
     assert s[2].verdicts == ("accepted", "rejected", "correction") and s[2].committed == 2
     with pytest.raises(ValueError, match="impossible"):
         remote_steps([2], [1])
+
+
+def test_remote_rows_are_the_local_labs_typed_rows():
+    """A remote sweep's rows are bench's typed rows (what a server cannot know is None), summarised
+    by bench.summarize, with the definitions read from METRICS."""
+    from specviz import bench as B
+    from specviz.analysis.metrics import definitions
+    from specviz.remote.run import RemoteConfig, RemoteSweep
+
+    with StubServer(StubConfig(engine="vllm")) as spec, StubServer(StubConfig(engine="vllm", spec=False)) as base:
+        sweep = RemoteSweep([parse_endpoint(f"spec={spec.url}"), parse_endpoint(base.url, baseline=True)],
+                            ["one prompt", "another prompt"], RemoteConfig(max_new_tokens=16))
+        events = list(sweep)
+    runs = [e.row for e in events if e.kind == "run"]
+    assert len(runs) == 4 and all(isinstance(r, B.RemotePromptResult) for r in runs)
+    assert all(isinstance(r, B.RemotePromptResult) and r.draft_ms is None and r.verify_ms is None for r in sweep.prompt_rows)
+    rows = sweep.rows()
+    assert all(isinstance(r, B.RemoteSummaryRow) and r.c is None and r.v is None and r.step_ms is None for r in rows)
+    assert [B.to_record(r) for r in rows] == [B.to_record(r) for r in B.summarize(sweep.prompt_rows)]
+    report = sweep.report()
+    assert report["rows"] == [B.to_record(r) for r in rows]
+    assert report["prompt_rows"][0]["kind"] == "prompt" and report["prompt_rows"][0]["impl"] == "remote"
+    defs = report["meta"]["definitions"]
+    assert {k: v for k, v in defs.items() if k != "sources"} == definitions(remote=True)
+    spec_row = next(r for r in rows if r.proposer == "spec")
+    assert spec_row.speedup is not None and spec_row.same_as_target is not None

@@ -1,8 +1,8 @@
-"""Acceptance metrics and the "why no speedup?" readout.
+"""Acceptance metrics, their definitions and the "why no speedup?" readout.
 
-Definitions (the same as vLLM's; docs/architecture.md, "Metrics"): acceptance rate ``a`` =
-accepted / drafted, mean acceptance length ``tau`` = committed tokens / steps, per-position rate
-i = steps whose draft i was accepted / steps with at least i+1 drafts.
+The definitions (the same as vLLM's) are written once, in :data:`METRICS`: the reports' meta,
+the CSV columns, the figures' tooltips and docs/architecture.md ("Metrics", the table
+:func:`metrics_markdown` renders) all read it.
 
 The theory (expected tokens per step, expected speedup, the measured ``c`` and ``v``, the
 predicted speedup of a benchmark row) lives in :mod:`specviz.analysis.theory` and is re-exported here for
@@ -12,6 +12,7 @@ of what limits a measured speedup.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from .theory import (
@@ -27,7 +28,153 @@ from .theory import (
 __all__ = [
     "expected_tokens_per_step", "expected_speedup", "measured_c", "measured_v", "predicted_speedup",
     "ideal_speedups", "limiting_factor", "explain_row", "explain_remote_row", "why_no_speedup", "per_position_rates",
+    "Metric", "METRICS", "metric", "definitions", "metrics_markdown", "ideal_gains", "limit_of",
 ]
+
+
+# -- the definitions, written once ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One number of a benchmark summary row: what the reports, the CSV, the figures' tooltips and
+    docs/architecture.md call it and how it is defined."""
+
+    name: str  # the row's key and the CSV column
+    symbol: str  # how the text writes it ("a", "tau", ...; "" when it has none)
+    unit: str  # "tokens/s", "x", "ms", ... ("" for a count or a plain ratio)
+    definition: str  # one sentence
+    vllm: str | None = None  # vLLM's name for the same number, where it has one
+    remote: str | None = None  # how a remote server's row gets it, where that differs (None: the same way)
+    scope: str = "row"  # "row": every summary row and a CSV column; "remote": remote rows only;
+    #                     "figures": added to the rows for the figures and the readout (analysis.prediction)
+    title: str = ""  # the name in words where the key's words will not do ("tokens/s")
+
+    @property
+    def csv(self) -> bool:
+        """A column of the CSV summary."""
+        return self.scope == "row"
+
+    @property
+    def label(self) -> str:
+        """"acceptance rate a": the name in words, with its symbol."""
+        words = self.title or self.name.replace("_", " ")
+        return f"{words} {self.symbol}" if self.symbol and self.symbol != self.name else words
+
+
+NOT_REMOTE = "not measurable remotely: engines report no draft vs verify timings"
+
+# In the CSV's column order (after proposer, k, impl); the remote-only numbers last.
+METRICS: tuple[Metric, ...] = (
+    Metric("prompts", "", "", "prompts this configuration ran"),
+    Metric("new_tokens", "", "tokens", "new tokens generated, summed over the prompts (EOS included)"),
+    Metric("wall_s", "", "s", "timed seconds, summed: each run from the session's start (prefill included) to its last token",
+           remote="the wall clock around each request (prefill and network included)", title="timed seconds"),
+    Metric("tokens_per_s", "", "tokens/s", "new tokens / timed seconds over the prompts (a token-weighted mean)",
+           remote="completion tokens / wall seconds around each request", title="tokens/s"),
+    Metric("ms_per_token", "", "ms", "1000 / tokens_per_s", title="ms per token"),
+    Metric("speedup", "S", "x", "tokens_per_s / the same impl's target-only tokens_per_s, on the prompts both ran",
+           remote="tokens_per_s / the target-only server's tokens_per_s on the same prompts"),
+    Metric("speedup_median", "", "x", "median over prompts of the per-prompt speedup"),
+    Metric("speedup_vs_specviz", "", "x", "tokens_per_s / specviz's target-only tokens_per_s (transformers rows against specviz)",
+           remote="none: no specviz target-only run"),
+    Metric("acceptance_rate", "a", "", "accepted draft tokens / drafted tokens, pooled over prompts",
+           vllm="draft_acceptance_rate"),
+    Metric("mean_acceptance_length", "tau", "tokens/step",
+           "committed tokens / steps, pooled: the correction or bonus token included, so target-only has tau = 1",
+           vllm="mean_acceptance_length (over draft steps only: equal when every step drafts)",
+           remote="steps = committed tokens - accepted drafts (every target pass commits its accepted drafts + 1)"),
+    Metric("per_position", "", "", "at draft position i: steps whose draft i was accepted / steps with at least i drafts, pooled",
+           vllm="spec_decode_num_accepted_tokens_per_pos / spec_decode_num_drafts",
+           remote="exact from per-step arrays; from counters or a histogram the denominator is every draft step"),
+    Metric("steps", "", "", "target forward passes after prefill, summed (each commits 1 to k + 1 tokens)"),
+    Metric("drafted", "", "tokens", "draft tokens proposed, summed (a tree counts its nodes)",
+           vllm="spec_decode_num_draft_tokens"),
+    Metric("accepted", "", "tokens", "draft tokens kept, summed (drafts cut off by EOS or max_new_tokens not counted)",
+           vllm="spec_decode_num_accepted_tokens"),
+    Metric("draft_ms", "", "ms", "time in the proposer, summed", remote=NOT_REMOTE),
+    Metric("verify_ms", "", "ms", "time in the target's verify passes, summed", remote=NOT_REMOTE),
+    Metric("other_ms", "", "ms", "the rest of the steps (sampling, rollback, bookkeeping), summed", remote=NOT_REMOTE),
+    Metric("prefill_ms", "", "ms", "the prompts' forward passes, summed", remote="the engine's own prompt time, where it reports one"),
+    Metric("step_ms", "", "ms", "(draft + verify + other) ms per step", remote=NOT_REMOTE, title="ms per step"),
+    Metric("c", "c", "target steps", "one draft token's cost: (draft ms / drafted token) / target-only ms per step", remote=NOT_REMOTE),
+    Metric("v", "v", "target steps",
+           "one verify round's cost: ((verify + other) ms / step) / target-only ms per step", remote=NOT_REMOTE),
+    Metric("expected_tokens_per_step", "E", "tokens/step", "the i.i.d. theory (1 - a^(k+1)) / (1 - a) at the measured a and k"),
+    Metric("predicted_speedup", "", "x", "the i.i.d. theory E / (k c + v) at the measured a, k, c and v", remote=NOT_REMOTE),
+    Metric("same_as_target", "", "", "share of prompts whose output equals target-only's (greedy only)"),
+    Metric("nodes_per_step", "k'", "", "drafted / steps: positions verified per step besides the root (a chain: about k)"),
+    Metric("tree", "", "", "whether the proposer drafted token trees (positions are then depths)"),
+    Metric("draft_steps", "", "", "steps that drafted at least one token, summed", vllm="spec_decode_num_drafts", scope="remote"),
+    Metric("engine_mean_acceptance_length", "", "tokens/step",
+           "1 + accepted / draft steps: the engines' own tau, over the steps that drafted only",
+           vllm="mean_acceptance_length", scope="remote"),
+    Metric("engine_tokens_per_s", "", "tokens/s", "the engine's own decode tokens/s, averaged over requests", scope="remote",
+           title="engine tokens/s"),
+    Metric("predicted_tau_positional", "", "tokens/step",
+           "tau predicted from the per-position rates: 1 + sum_i r_i reach_i (reach_i: steps that drafted at least i tokens)",
+           scope="figures", title="tokens/step predicted from per-position acceptance"),
+    Metric("predicted_speedup_positional", "", "x",
+           "the decode loop's speedup predicted from the per-position rates: predicted tau / (k' c + v)", scope="figures",
+           title="speedup predicted from per-position acceptance"),
+)
+
+_BY_NAME = {m.name: m for m in METRICS}
+
+
+def metric(name: str) -> Metric:
+    """The METRICS entry for a row key (KeyError for a key that is not a metric)."""
+    return _BY_NAME[name]
+
+
+def definitions(remote: bool = False) -> dict[str, str]:
+    """{name: definition} for a report's meta; ``remote`` appends how a server's row gets each
+    number where that differs."""
+    out = {}
+    for m in METRICS:
+        if remote and m.scope in ("row", "remote"):
+            out[m.name] = m.definition + (f" (remote: {m.remote})" if m.remote else "")
+        elif m.scope == "row":
+            out[m.name] = m.definition
+    return out
+
+
+def metrics_markdown() -> str:
+    """METRICS as a Markdown table (the one in docs/architecture.md, "Metrics")."""
+    lines = ["| name | symbol | unit | definition | vLLM | remote servers |", "|---|---|---|---|---|---|"]
+    where = {"row": "", "remote": "remote rows only", "figures": "added for the figures and readout"}
+    for m in METRICS:
+        cells = [f"`{m.name}`", f"`{m.symbol}`" if m.symbol else "", m.unit, m.definition, m.vllm or "",
+                 m.remote or where[m.scope]]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+# -- what limits a speedup: one source for every readout ---------------------------------------
+
+
+def ideal_gains(tau: float, drafted_per_step: float, c: float, v: float, drafted_fraction: float = 1.0) -> dict[str, float]:
+    """The decode loop's speedup ``now`` = tau / (k' c + v), k' = drafted / steps, and what it
+    would be with each factor made ideal in turn: every draft accepted (``a``), free drafts
+    (``c``), a verify pass as cheap as one decode step (``v``) and, when only a fraction f of the
+    steps drafted, every step drafting like those did (``coverage``)."""
+    step_cost = drafted_per_step * c + v
+    gains = {
+        "now": tau / step_cost,
+        "a": (1 + drafted_per_step) / step_cost,
+        "c": tau / v if v > 0 else float("inf"),
+        "v": tau / (drafted_per_step * c + 1.0),
+    }
+    if 0 < drafted_fraction < 0.999:
+        tau_full = 1 + (tau - 1) / drafted_fraction
+        gains["coverage"] = tau_full / (drafted_per_step / drafted_fraction * c + v)
+    return gains
+
+
+def limit_of(gains: Mapping[str, float]) -> str:
+    """The factor (a key of :func:`ideal_gains` other than "now") whose ideal value gains most;
+    the first one on ties."""
+    return max((f for f in gains if f != "now"), key=lambda f: gains[f])
 
 
 def per_position_rates(hits: Sequence[int], trials: Sequence[int]) -> list[float]:
@@ -56,8 +203,8 @@ def explain_row(row: Mapping[str, Any]) -> dict[str, Any]:
     if a is None or c is None or v is None or k < 1:
         out["summary"] = f"{label}: a, c or v could not be measured (no drafts or no target-only baseline)."
         return out
-    gains = ideal_speedups(a, k, c, v)
     e = expected_tokens_per_step(a, k)
+    gains = ideal_gains(e, k, c, v)  # the i.i.d. case: tau = E(a, k), k drafts every step (= ideal_speedups)
     out["sentences"] = {
         "a": (
             f"a = {_fmt(a)}: each step is expected to commit {_fmt(e)} of the {k + 1} tokens it could "
@@ -73,7 +220,7 @@ def explain_row(row: Mapping[str, Any]) -> dict[str, Any]:
             + (f"; at the ideal v = 1 it would give {_fmt(gains['v'])}x." if v > 1.005 else ", no more than one decode step.")
         ),
     }
-    limit = limiting_factor(a, k, c, v)
+    limit = limit_of(gains)
     out["limit"] = limit
     why = {
         "a": "the acceptance rate limits it: too many drafts are thrown away",

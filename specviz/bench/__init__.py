@@ -23,28 +23,27 @@ its last token, around the whole ``generate()`` call for HF rows. Prompt encodin
 and everything the caller does between events are *not* timed; that is the sweep's overhead,
 reported in ``meta`` as ``overhead_s`` / ``overhead_frac``.
 
-Aggregation in a summary row (one per proposer x k x impl):
-- ``tokens_per_s`` = total new tokens / total timed seconds over the prompts (a token-weighted
-  mean, robust to short EOS-terminated answers); ``ms_per_token`` = 1000 / tokens_per_s;
-- ``speedup`` = tokens_per_s / the same impl's target-only tokens_per_s, over the prompts both
-  finished; ``speedup_median`` is the median of the per-prompt speedups; HF rows also carry
-  ``speedup_vs_specviz`` (against specviz's target-only);
-- acceptance counts (drafted, accepted, per-position hits/trials, steps, committed) are summed
-  over prompts, so ``acceptance_rate``, ``mean_acceptance_length`` and ``per_position`` are the
-  pooled rates (vLLM's definitions);
-- ``c``, ``v`` and ``predicted_speedup`` follow :mod:`specviz.analysis.metrics`.
+Aggregation in a summary row (one per proposer x k x impl): every number is defined once, in
+:data:`specviz.analysis.metrics.METRICS` (the reports' meta, the CSV columns, the figures'
+tooltips and docs/architecture.md read it). Rates are token-weighted or pooled over the prompts
+(tokens/s = total tokens / total seconds; acceptance counts summed before dividing), so short
+EOS-terminated answers do not skew them; ``speedup_median`` is the one median.
+
+A remote server's rows (:mod:`specviz.remote.run`) are the same rows, summarised by the same
+:func:`summarize`.
 """
 
 from .config import SCHEMA, TARGET_ONLY, BenchConfig, BenchEvent, RunSpec, parse_ks
 from .hf import _hf_kwargs  # noqa: F401 - tests check the transformers arguments
 from .report import CSV_COLUMNS, csv_text, format_table, load_report, write_csv, write_json, write_reports
-from .rows import PromptResult, SummaryRow, to_record
+from .rows import PromptResult, RemotePromptResult, RemoteSummaryRow, SummaryRow, prompt_result, to_record
 from .summary import summarize
 from .sweep import Sweep, run_sweep
 
 __all__ = [
     "write_reports",
     "CSV_COLUMNS", "SCHEMA", "TARGET_ONLY", "BenchConfig", "BenchEvent", "PromptResult", "RunSpec", "SummaryRow",
+    "RemotePromptResult", "RemoteSummaryRow", "prompt_result",
     "Sweep", "csv_text", "format_table", "load_report", "parse_ks", "run_sweep", "summarize", "to_record",
     "write_csv", "write_json",
 ]

@@ -1,4 +1,7 @@
-"""Report output: the JSON file (schema ``specviz.bench/1``), the CSV of summary rows, a text table."""
+"""Report output: the JSON file (schema ``specviz.bench/1``), the CSV of summary rows, a text table.
+
+No HTML here: the lab sits below the figures, so a caller that wants the standalone page passes
+its renderer (``write_reports(..., html_renderer=specviz.viz.bench.report_html)``)."""
 
 from __future__ import annotations
 
@@ -7,17 +10,14 @@ import io
 import json
 import math
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
+from ..analysis.metrics import METRICS
 from .config import SCHEMA
 from .rows import Row, to_record
 
-CSV_COLUMNS = [
-    "proposer", "k", "impl", "prompts", "new_tokens", "wall_s", "tokens_per_s", "ms_per_token", "speedup",
-    "speedup_median", "speedup_vs_specviz", "acceptance_rate", "mean_acceptance_length", "per_position",
-    "steps", "drafted", "accepted", "draft_ms", "verify_ms", "other_ms", "prefill_ms", "step_ms", "c", "v",
-    "expected_tokens_per_step", "predicted_speedup", "same_as_target", "nodes_per_step", "tree",
-]
+# The configuration, then every metric of the summary rows (their definitions: METRICS).
+CSV_COLUMNS = ["proposer", "k", "impl", *(m.name for m in METRICS if m.csv)]
 
 
 def _cell(v: Any) -> Any:
@@ -76,9 +76,13 @@ def load_report(path: str | Path) -> dict[str, Any]:
 
 
 def write_reports(report: Mapping[str, Any], json_path: str | None = None, csv_path: str | None = None,
-                  html_path: str | None = None) -> list[str]:
+                  html_path: str | None = None, *,
+                  html_renderer: Callable[[Mapping[str, Any]], str] | None = None) -> list[str]:
     """Write whichever of the JSON report, the CSV summary and the standalone HTML page were asked
-    for (the local and the remote lab alike) -> one "X written to PATH" line per file."""
+    for (the local and the remote lab alike) -> one "X written to PATH" line per file. The page
+    is ``html_renderer(report)`` (the caller's, e.g. ``specviz.viz.bench.report_html``)."""
+    if html_path and html_renderer is None:
+        raise ValueError("an HTML report needs html_renderer (e.g. specviz.viz.bench.report_html)")
     done = []
     if json_path:
         write_json(report, json_path)
@@ -87,9 +91,7 @@ def write_reports(report: Mapping[str, Any], json_path: str | None = None, csv_p
         write_csv(report["rows"], csv_path)
         done.append(f"CSV written to {csv_path}")
     if html_path:
-        from ..viz.bench import report_html  # plotly: only when a page is asked for
-
-        Path(html_path).write_text(report_html(report), encoding="utf-8")
+        Path(html_path).write_text(html_renderer(report), encoding="utf-8")
         done.append(f"HTML report written to {html_path}")
     return done
 

@@ -4,14 +4,21 @@ conversion to the report's JSON/CSV records.
 The report file (``specviz.bench/1``) stores these as plain JSON objects with a ``kind`` key
 ("prompt" or "summary"); :func:`to_record` writes that object and ``from_record`` reads it back,
 so reports written before the rows were typed still load.
+
+A remote server's rows (``impl == "remote"``, :mod:`specviz.remote.run`) are the same rows with
+what only a server has added (:class:`RemotePromptResult`, :class:`RemoteSummaryRow`); what a
+server cannot know (draft and verify times, so c and v) is None. :func:`prompt_result` reads a
+record of either kind. What each number means: :data:`specviz.analysis.metrics.METRICS`.
 """
 
 from __future__ import annotations
 
-from dataclasses import MISSING, asdict, dataclass, fields
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from typing import Any, ClassVar, Mapping, TypeVar, Union
 
 R = TypeVar("R", bound="_Row")
+
+REMOTE_IMPL = "remote"  # the impl of a remote server's rows
 
 
 class _Row:
@@ -43,10 +50,10 @@ class PromptResult(_Row):
     prompt_index: int  # position of the prompt in the sweep (0-based)
     prompt_id: str  # the prompt's id (a Spec-Bench question id, or its 1-based number)
     category: str  # the prompt's category ("custom" for typed prompts)
-    prompt_tokens: int  # prompt length in target tokens (chat template included)
+    prompt_tokens: int | None  # prompt length in target tokens (chat template included); None: a server that did not say
     new_tokens: int  # tokens generated (EOS included)
     wall_s: float  # timed seconds, session start (prefill included) to the last token
-    steps: int  # target forward passes after prefill (HF: generate()'s steps)
+    steps: int | None  # target forward passes after prefill (HF: generate()'s steps); None: a server that reports no accepted count
     drafted: int | None = None  # draft tokens proposed (None for HF rows)
     accepted: int | None = None  # draft tokens kept (None for HF rows)
     per_position_hits: list[int] = ()  # type: ignore[assignment]  # steps whose draft i was accepted
@@ -56,7 +63,7 @@ class PromptResult(_Row):
     verify_ms: float | None = None  # time in the target's verify passes
     other_ms: float | None = None  # the rest of the steps (sampling, rollback, bookkeeping)
     prefill_ms: float | None = None  # the prompt's forward pass
-    finished: str = "length"  # "eos" or "length"
+    finished: str | None = "length"  # "eos" or "length" (a server's finish_reason; None when it gave none)
     tokens_per_s: float = 0.0  # new_tokens / wall_s
     ms_per_token: float | None = None  # 1000 wall_s / new_tokens
     speedup: float | None = None  # tokens_per_s / the same impl's target-only run on this prompt
@@ -82,7 +89,7 @@ class SummaryRow(_Row):
     speedup: float | None = None  # tokens_per_s / the same impl's target-only, on the prompts both ran
     speedup_vs_specviz: float | None = None  # tokens_per_s / specviz's target-only, on the shared prompts
     speedup_median: float | None = None  # median of the per-prompt speedups
-    steps: int = 0  # target forward passes after prefill, summed
+    steps: int | None = 0  # target forward passes after prefill, summed (None: a server that reports no accepted count)
     drafted: int | None = None  # draft tokens proposed, summed (None for HF rows)
     accepted: int | None = None  # draft tokens kept, summed
     acceptance_rate: float | None = None  # pooled: accepted / drafted
@@ -102,7 +109,50 @@ class SummaryRow(_Row):
     same_as_target: float | None = None  # share of prompts whose output matched target-only (greedy)
 
 
+@dataclass(frozen=True)
+class RemotePromptResult(PromptResult):
+    """One request to a remote server: a PromptResult (``impl`` "remote"; draft_ms, verify_ms and
+    other_ms are None: engines report no such timings) plus what only a server gives."""
+
+    engine: str | None = None  # "vllm", "sglang", "llama.cpp" (None: not recognised)
+    url: str | None = None  # the server
+    draft_steps: int | None = None  # steps that drafted (the engines' num_drafts)
+    engine_mean_acceptance_length: float | None = None  # 1 + accepted / draft_steps: the engines' own tau
+    engine_tokens_per_s: float | None = None  # the engine's own decode tokens/s
+    engine_reported: dict | None = None  # the engine's own tau and acceptance rate, and where they came from
+    counters_diff: dict | None = None  # the spec-decode Prometheus counters' difference around the request
+    per_step_accepted: list[int] = ()  # type: ignore[assignment]  # vLLM "detailed": accepted drafts per step
+    per_step_drafted: list[int] = ()  # type: ignore[assignment]  # vLLM "detailed": drafts per step
+    text: str = ""  # the completion (for same_as_target)
+    sources: dict = field(default_factory=dict)  # field -> the response field or counter it came from
+    unavailable: list[str] = ()  # type: ignore[assignment]  # fields this engine did not give
+
+
+@dataclass(frozen=True)
+class RemoteSummaryRow(SummaryRow):
+    """One remote server over every prompt: a SummaryRow (c, v, step_ms, predicted_speedup None:
+    not measurable remotely) plus what only a server gives."""
+
+    draft_steps: int | None = None  # steps that drafted, summed
+    engine_mean_acceptance_length: float | None = None  # pooled 1 + accepted / draft_steps
+    per_position_hits: list[int] = ()  # type: ignore[assignment]  # summed per-position hits
+    per_position_trials: list[int] = ()  # type: ignore[assignment]  # summed per-position trials
+    engine_tokens_per_s: float | None = None  # mean of the requests' engine tokens/s
+    engine: str | None = None  # as in the prompt rows (the first one's)
+    url: str | None = None
+    sources: dict = field(default_factory=dict)  # every field's first source over the prompts
+    unavailable: list[str] = ()  # type: ignore[assignment]  # fields some request did not give
+
+
 Row = Union[PromptResult, SummaryRow]
+
+
+def prompt_result(record: Mapping[str, Any] | PromptResult) -> PromptResult:
+    """A per-prompt record of a report (local or remote) -> its typed row."""
+    if isinstance(record, PromptResult):
+        return record
+    cls = RemotePromptResult if record.get("impl") == REMOTE_IMPL else PromptResult
+    return cls.from_record(record)
 
 
 def to_record(row: Row | Mapping[str, Any]) -> dict[str, Any]:
@@ -113,4 +163,5 @@ def to_record(row: Row | Mapping[str, Any]) -> dict[str, Any]:
     return dict(row)
 
 
-__all__ = ["PromptResult", "Row", "SummaryRow", "to_record"]
+__all__ = ["PromptResult", "REMOTE_IMPL", "RemotePromptResult", "RemoteSummaryRow", "Row", "SummaryRow", "prompt_result",
+           "to_record"]

@@ -1,4 +1,5 @@
-"""Per-prompt rows -> one summary row per configuration (see :mod:`specviz.bench` for the aggregation)."""
+"""Per-prompt rows -> one summary row per configuration (see :mod:`specviz.bench` for the aggregation),
+local and remote alike (a remote server's rows add what only a server gives, :class:`RemoteSummaryRow`)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from typing import Any, Mapping, Sequence
 
 from ..analysis import metrics
 from .config import TARGET_ONLY, RunSpec
-from .rows import PromptResult, SummaryRow
+from .rows import PromptResult, RemotePromptResult, RemoteSummaryRow, SummaryRow, prompt_result
 
 
 def _sum(rows: Sequence[PromptResult], key: str) -> float | None:
@@ -15,16 +16,19 @@ def _sum(rows: Sequence[PromptResult], key: str) -> float | None:
     return None if any(v is None for v in vals) else sum(vals)
 
 
-def summarize(prompt_rows: Sequence[PromptResult | Mapping[str, Any]], order: Sequence[RunSpec] | None = None) -> list[SummaryRow]:
-    """Per-prompt rows (typed, or records read from a report) -> one summary row per
-    (proposer, k, impl), in ``order`` when given (see :mod:`specviz.bench` for the aggregation)."""
+def summarize(prompt_rows: Sequence[PromptResult | Mapping[str, Any]],
+              order: Sequence[RunSpec | tuple[str, int, str]] | None = None) -> list[SummaryRow]:
+    """Per-prompt rows (typed, or records read from a report; local or remote) -> one summary row
+    per (proposer, k, impl), in ``order`` (RunSpecs or (proposer, k, impl) tuples) when given
+    (see :mod:`specviz.bench` for the aggregation)."""
     groups: dict[tuple[str, int, str], list[PromptResult]] = {}
     for record in prompt_rows:
-        r = PromptResult.from_record(record)
+        r = prompt_result(record)
         groups.setdefault((r.proposer, r.k, r.impl), []).append(r)
-    keys = [(s.proposer, s.k, s.impl) for s in order if (s.proposer, s.k, s.impl) in groups] if order else list(groups)
+    wanted = [tuple(s) if not isinstance(s, RunSpec) else (s.proposer, s.k, s.impl) for s in order or ()]
+    keys = [key for key in wanted if key in groups]
     keys += [k for k in groups if k not in keys]
-    bases = {impl: groups.get((TARGET_ONLY, 0, impl), []) for impl in ("specviz", "hf")}
+    bases = {impl: groups.get((TARGET_ONLY, 0, impl), []) for impl in ("specviz", "hf", *{k[2] for k in groups})}
     base_step_ms = None
     sv = bases["specviz"]
     if sv:
@@ -38,7 +42,7 @@ def _summary(rows: list[PromptResult], proposer: str, k: int, impl: str, bases: 
     n = sum(r.new_tokens for r in rows)
     wall = sum(r.wall_s for r in rows)
     per = [r.speedup for r in rows if r.speedup is not None]
-    steps = sum(r.steps for r in rows)
+    steps = _sum(rows, "steps")  # None: a server that reports no accepted count
     drafted, accepted = _sum(rows, "drafted"), _sum(rows, "accepted")
     width = max((len(r.per_position_hits or []) for r in rows), default=0)
     hits, trials = [0] * width, [0] * width
@@ -48,16 +52,20 @@ def _summary(rows: list[PromptResult], proposer: str, k: int, impl: str, bases: 
             trials[i] += t
     ms = {name: _sum(rows, name) for name in ("draft_ms", "verify_ms", "other_ms", "prefill_ms")}
     step_ms = (ms["draft_ms"] + ms["verify_ms"] + ms["other_ms"]) / steps if impl == "specviz" and steps else None
-    a = (accepted / drafted) if drafted else None
+    a = (accepted / drafted) if drafted and accepted is not None else None
+    tree = any(r.tree_steps for r in rows)
     c = v = expected = predicted = None
     if impl == "specviz" and k > 0 and base_step_ms:
         c = metrics.measured_c(ms["draft_ms"], drafted or 0, base_step_ms)
         v = metrics.measured_v(ms["verify_ms"], ms["other_ms"], steps, base_step_ms)
-        if a is not None and not any(r.tree_steps for r in rows):  # the i.i.d. chain formula; trees: see prediction.py
+        if a is not None and not tree:  # the i.i.d. chain formula; trees: see prediction.py
             expected = metrics.expected_tokens_per_step(a, k)
             predicted = metrics.predicted_speedup(a, k, c, v)
+    elif impl not in ("specviz", "hf") and a is not None and k > 0 and not tree:  # a server: a and k, no timings
+        expected = metrics.expected_tokens_per_step(a, k)
     same = [r.same_as_target for r in rows if r.same_as_target is not None]
-    return SummaryRow(
+    remote = all(isinstance(r, RemotePromptResult) for r in rows)
+    return (RemoteSummaryRow if remote else SummaryRow)(
         proposer=proposer, k=k, impl=impl, prompts=len(rows), new_tokens=n, wall_s=wall,
         tokens_per_s=n / wall if wall > 0 else 0.0, ms_per_token=1e3 * wall / n if n else None,
         speedup=_ratio(rows, bases[impl]), speedup_vs_specviz=_ratio(rows, bases["specviz"]),
@@ -66,9 +74,29 @@ def _summary(rows: list[PromptResult], proposer: str, k: int, impl: str, bases: 
         mean_acceptance_length=n / steps if steps else None,
         per_position=metrics.per_position_rates(hits, trials),
         nodes_per_step=(drafted / steps) if drafted is not None and steps else None,
-        tree=any(r.tree_steps for r in rows), **ms, step_ms=step_ms,
+        tree=tree, **ms, step_ms=step_ms,
         c=c, v=v, expected_tokens_per_step=expected, predicted_speedup=predicted,
         same_as_target=(sum(same) / len(same)) if same else None,
+        **(_remote_fields(rows, accepted, hits, trials) if remote else {}),
+    )
+
+
+def _remote_fields(rows: Sequence[RemotePromptResult], accepted: int | None, hits: list[int], trials: list[int]) -> dict[str, Any]:
+    """What only a server gives, pooled: draft steps and the engines' own tau, the engines'
+    tokens/s (a mean over requests), where each number came from and what was missing."""
+    draft_steps = _sum(rows, "draft_steps")
+    eng = [r.engine_tokens_per_s for r in rows if r.engine_tokens_per_s]
+    sources: dict[str, str] = {}
+    for r in rows:
+        for f, src in (r.sources or {}).items():
+            sources.setdefault(f, src)
+    return dict(
+        draft_steps=draft_steps,
+        engine_mean_acceptance_length=1 + accepted / draft_steps if draft_steps and accepted is not None else None,
+        per_position_hits=hits, per_position_trials=trials,
+        engine_tokens_per_s=statistics.mean(eng) if eng else None,
+        engine=rows[0].engine, url=rows[0].url, sources=sources,
+        unavailable=sorted({u for r in rows for u in (r.unavailable or [])}),
     )
 
 

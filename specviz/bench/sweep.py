@@ -9,6 +9,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import torch
 
+from ..analysis.metrics import definitions
 from ..core.algorithm import Acceptance
 from ..core.engine import SpeculativeDecoder, encode_prompt, eos_token_ids
 from ..core.records import StepRecord
@@ -219,17 +220,8 @@ class Sweep:
             "threads": torch.get_num_threads(),
             "static_decode": static_decode_enabled(),  # chain steps (drafts and the target) on the traced step (specviz.runtime.static_decode)
             "static_decode_trace_s": trace_seconds() - self._traced_before,  # tracing it, once per model
-            "definitions": {
-                "tokens_per_s": "total new tokens / total timed seconds over the prompts (prefill included)",
-                "speedup": "tokens_per_s / the same impl's target-only tokens_per_s on the same prompts",
-                "speedup_median": "median over prompts of the per-prompt speedup",
-                "speedup_vs_specviz": "tokens_per_s / specviz target-only tokens_per_s (the same for specviz rows)",
-                "acceptance_rate": "accepted draft tokens / drafted tokens, pooled over prompts",
-                "mean_acceptance_length": "committed tokens / steps (target forward passes after prefill), pooled",
-                "per_position": "steps whose draft i was accepted / steps with >= i+1 drafts, pooled",
-                "c": "(draft ms / drafted token) / target-only ms per step",
-                "v": "((verify + other) ms / step) / target-only ms per step",
-                "predicted_speedup": "(1 - a^(k+1)) / ((1 - a)(k c + v)) with the measured a, c, v",
+            "definitions": {  # the one table (METRICS), plus the sweep's own overhead
+                **definitions(),
                 "overhead_s": "sweep wall time - timed runs - warm-up (prompt encoding, rows, the caller's work between runs)",
             },
         }

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 __all__ = ["add_remote_args", "bench_remote", "format_remote_table"]
 
@@ -36,12 +36,14 @@ def format_remote_table(rows: Sequence[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def bench_remote(args, prompts, say: Callable[[Any, str], None]) -> int:
-    """Run the remote benchmark for parsed ``specviz bench`` arguments; write what was measured."""
+def bench_remote(args, prompts, say: Callable[[Any, str], None],
+                 html_renderer: Callable[[Mapping[str, Any]], str] | None = None) -> int:
+    """Run the remote benchmark for parsed ``specviz bench`` arguments; write what was measured
+    (the HTML page, ``--html``, through the caller's ``html_renderer``)."""
     from tqdm import tqdm
 
-    from .. import bench as B
     from ..analysis.metrics import why_no_speedup
+    from ..bench.report import write_reports
     from .client import RemoteError, parse_endpoint
     from .run import RemoteConfig, RemoteSweep
 
@@ -71,7 +73,7 @@ def bench_remote(args, prompts, say: Callable[[Any, str], None]) -> int:
         if r.get("unavailable") and r["k"]:
             print(f"  {r['proposer']}: not available from this engine: {', '.join(r['unavailable'])}")
     print("\n" + why_no_speedup(report["rows"])["markdown"].replace("**", ""))
-    for line in B.write_reports(report, args.json, args.csv, args.html):
+    for line in write_reports(report, args.json, args.csv, args.html, html_renderer=html_renderer):
         say(args, line)
     if m["stopped"]:
         kept = f"{m['runs_done']} of {m['runs_planned']} requests kept" + (" and written" if args.json or args.csv or args.html else "")

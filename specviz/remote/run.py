@@ -12,18 +12,13 @@ in between, timed by specviz (wall clock, prefill included). A row's numbers com
 of preference, the response's own per-request statistics (:mod:`.engines`), then the difference
 of the Prometheus counters (:mod:`.prom`); ``sources`` says which, ``unavailable`` lists the rest.
 
-Definitions (the local lab's, :mod:`specviz.analysis.metrics`):
-
-- acceptance rate = accepted / drafted;
-- steps = committed tokens - accepted drafts (each target pass commits its accepted drafts plus
-  one token; passes without a draft commit one), so tau = tokens / steps and a target-only server
-  has tau = 1.0; ``engine_mean_acceptance_length`` = 1 + accepted / draft steps is the engines'
-  own number (vLLM, llama.cpp), over the steps that drafted only;
-- per-position rate i = steps whose draft i was accepted / steps with at least i+1 drafts: exact
-  from vLLM ``detailed`` per-step arrays; from counters or a histogram the denominator is every
-  draft step (the engines' own definition; equal when every draft has k tokens);
-- tokens/s = completion tokens / wall seconds; speedup = tokens/s over the target-only server's
-  on the same prompts.
+Rows: the local lab's typed rows (:class:`specviz.bench.rows.RemotePromptResult`, a
+``PromptResult`` with what only a server gives), summarised by the local lab's
+``bench.summarize``. Definitions: :data:`specviz.analysis.metrics.METRICS`, whose ``remote`` column
+says how a server's number is got where that differs (steps = committed tokens - accepted
+drafts, so a target-only server has tau = 1.0; per-position denominators from counters or a
+histogram are every draft step); what a server cannot know (draft and verify times, so c and v)
+is None.
 
 A failure after the first measured request (the server died, a timeout) stops the sweep: the rows
 measured so far stay, and ``meta["stopped_reason"]`` / ``meta["stopped_at"]`` say where.
@@ -32,22 +27,23 @@ measured so far stay, and ``meta["stopped_reason"]`` / ``meta["stopped_at"]`` sa
 from __future__ import annotations
 
 import platform
-import statistics
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
-from ..analysis import metrics
-from ..bench import SCHEMA, BenchEvent
+from ..analysis.metrics import definitions
+from ..bench.config import SCHEMA, BenchEvent
+from ..bench.rows import REMOTE_IMPL, RemotePromptResult, SummaryRow, to_record
+from ..bench.summary import summarize
 from ..prompts import PromptRow
 from .client import BASELINE, Client, Endpoint, RemoteError
 from .engines import RequestStats, engine_from_body, parse_request_stats, positions_from_histogram, positions_from_steps
 from .prom import SpecCounters, engine_from_metrics, parse_spec_counters
 
-__all__ = ["RemoteConfig", "RemoteSweep", "summarize_remote", "IMPL", "NO_SPEC"]
+__all__ = ["RemoteConfig", "RemoteSweep", "IMPL", "NO_SPEC"]
 
-IMPL = "remote"
+IMPL = REMOTE_IMPL
 NO_SPEC = "this engine reports no speculative decoding"
 
 
@@ -103,7 +99,7 @@ class RemoteSweep:
         factory = client_factory or (lambda url, t: Client(url, timeout_s=t))
         self.clients = {e.url: factory(e.url, config.timeout_s) for e in self.endpoints}
         self.info: dict[Endpoint, ServerInfo] = {}
-        self.prompt_rows: list[dict[str, Any]] = []
+        self.prompt_rows: list[RemotePromptResult] = []
         self.texts: dict[tuple[int, Endpoint], str] = {}
         self.stopped = False
         self.stopped_reason: str | None = None
@@ -232,7 +228,7 @@ class RemoteSweep:
                 self._check_spec(info, out["stats"])
                 self._set_k(info, out)
                 w = self._row(ep, -1, self.prompts[0], out)
-                info.warmup = {key: w[key] for key in ("new_tokens", "drafted", "accepted", "draft_steps", "per_position_hits", "counters_diff")}
+                info.warmup = {key: getattr(w, key) for key in ("new_tokens", "drafted", "accepted", "draft_steps", "per_position_hits", "counters_diff")}
             self.warmup_s = time.perf_counter() - t0
             for i, prompt in enumerate(self.prompts if cfg.concurrency == 1 else ()):
                 order = self.order(i)
@@ -244,17 +240,17 @@ class RemoteSweep:
                         return
                     where = f"prompt {i + 1}/{len(self.prompts)} ({prompt.id}) on {ep.label} ({ep.url})"
                     out = self._measure(ep, prompt.prompt, cfg.max_new_tokens)
-                    row = self._row(ep, i, prompt, out)
-                    self.prompt_rows.append(row)
+                    self.prompt_rows.append(self._row(ep, i, prompt, out))
                     self._link(i)
                     done += 1
-                    yield BenchEvent("run", done, self.total, f"prompt {i + 1}/{len(self.prompts)}: {ep.label}", row, j == len(order) - 1)
+                    yield BenchEvent("run", done, self.total, f"prompt {i + 1}/{len(self.prompts)}: {ep.label}",
+                                     self.prompt_rows[-1], j == len(order) - 1)
             if cfg.concurrency > 1:
                 for ep in self.endpoints:
                     where = f"the concurrent requests on {ep.label} ({ep.url})"
                     for row in self._run_concurrent(ep):
                         done += 1
-                        yield BenchEvent("run", done, self.total, f"{ep.label}: prompt {row['prompt_index'] + 1}", row, False)
+                        yield BenchEvent("run", done, self.total, f"{ep.label}: prompt {row.prompt_index + 1}", row, False)
                 for i in range(len(self.prompts)):
                     self._link(i)
             self.finished = True
@@ -267,7 +263,7 @@ class RemoteSweep:
         finally:
             self.wall_s = time.perf_counter() - self._t0
 
-    def _run_concurrent(self, ep: Endpoint) -> list[dict[str, Any]]:
+    def _run_concurrent(self, ep: Endpoint) -> list[RemotePromptResult]:
         """All prompts on one server, ``concurrency`` at a time: counters diffed around the batch only."""
         before = self._scrape(ep)
         with ThreadPoolExecutor(self.config.concurrency) as pool:
@@ -298,107 +294,70 @@ class RemoteSweep:
             info.k, info.k_source = max(st.per_step_drafted), "per_step_drafted max"
 
     # -- rows -------------------------------------------------------------------------------
-    def _row(self, ep: Endpoint, i: int, prompt: PromptRow, out: Mapping[str, Any]) -> dict[str, Any]:
+    def _row(self, ep: Endpoint, i: int, prompt: PromptRow, out: Mapping[str, Any]) -> RemotePromptResult:
+        """One request -> its typed row; ``sources`` names where each number came from."""
         info = self.info[ep]
         body, wall = out["body"], out["wall_s"]
-        diff: SpecCounters | None = out["diff"]
         st: RequestStats | None = out["stats"]
         usage = body.get("usage") if isinstance(body.get("usage"), Mapping) else {}
         choice = body["choices"][0]
         sources: dict[str, str] = {"wall_s": "specviz (wall clock around POST /v1/completions)"}
-        n = usage.get("completion_tokens")
-        if isinstance(n, int):
-            sources["new_tokens"] = "usage.completion_tokens"
-        elif st is not None and st.completion_tokens is not None:
-            n = st.completion_tokens
-            sources["new_tokens"] = st.fields.get("completion_tokens", st.source)
-        else:
-            n = None
-        drafted = accepted = draft_steps = None
-        hits: list[int] = []
-        trials: list[int] = []
-        if st is not None and st.has_spec:
-            drafted, accepted, draft_steps = st.drafted, st.accepted, st.draft_steps
-            for key in ("drafted", "accepted", "draft_steps"):
-                if key in st.fields:
-                    sources[key] = st.fields[key]
-            if st.per_step_accepted and st.per_step_drafted:
-                hits, trials = positions_from_steps(st.per_step_accepted, st.per_step_drafted)
-                sources["per_position"] = "metrics.speculative_decoding.per_step_accepted/per_step_drafted (exact)"
-            elif st.histogram:
-                hits, trials = positions_from_histogram(st.histogram, st.k)
-                sources["per_position"] = f"{st.fields.get('histogram', 'histogram')} (denominator: every draft step)"
-        if diff is not None and diff.present:
-            cd = {"drafts": diff.drafts, "draft_tokens": diff.draft_tokens, "accepted": diff.accepted}
-            if drafted is None and diff.draft_tokens is not None:
-                drafted = int(diff.draft_tokens)
-                sources["drafted"] = f"/metrics {diff.prefix}:spec_decode_num_draft_tokens diff"
-            if accepted is None and diff.accepted is not None:
-                accepted = int(diff.accepted)
-                sources["accepted"] = f"/metrics {diff.prefix}:spec_decode_num_accepted_tokens diff"
-            if draft_steps is None and diff.drafts is not None:
-                draft_steps = int(diff.drafts)
-                sources["draft_steps"] = f"/metrics {diff.prefix}:spec_decode_num_drafts diff"
-            if not hits and diff.per_pos and diff.drafts is not None:
-                hits = [int(x) for x in diff.per_pos]
-                trials = [int(diff.drafts)] * len(hits)
-                sources["per_position"] = f"/metrics {diff.prefix}:spec_decode_num_accepted_tokens_per_pos diff (denominator: drafts)"
-        else:
-            cd = None
-        if ep.baseline and drafted is None:
-            drafted, accepted, draft_steps = 0, 0, 0
-            sources["drafted"] = sources["accepted"] = "target-only server (no drafts)"
-        steps = n - accepted if isinstance(n, int) and accepted is not None else None
+        n = _new_tokens(usage, st, sources)
+        sc = _spec_counts(st, out["diff"], ep.baseline, sources)
+        steps = n - sc.accepted if n is not None and sc.accepted is not None else None
         if steps is not None:
             sources["steps"] = "new_tokens - accepted (every target pass commits its accepted drafts + 1)"
-        tps = n / wall if isinstance(n, int) and wall > 0 else 0.0
-        row: dict[str, Any] = {
-            "kind": "prompt", "proposer": ep.label, "k": info.k if info.k is not None else 0, "impl": IMPL,
-            "prompt_index": i, "prompt_id": prompt.id, "category": prompt.category,
-            "prompt_tokens": usage.get("prompt_tokens"), "new_tokens": n if isinstance(n, int) else 0,
-            "wall_s": wall, "steps": steps, "drafted": drafted, "accepted": accepted,
-            "per_position_hits": hits, "per_position_trials": trials,
-            "draft_ms": None, "verify_ms": None, "other_ms": None,
-            "prefill_ms": st.prefill_ms if st is not None else None,
-            "finished": choice.get("finish_reason"),
-            "tokens_per_s": tps, "ms_per_token": 1e3 * wall / n if isinstance(n, int) and n else None,
-            "speedup": None, "speedup_vs_specviz": None, "same_as_target": None,
-            "acceptance_rate": accepted / drafted if drafted else None,
-            "mean_acceptance_length": n / steps if steps else None,
-            # remote-only fields
-            "engine": info.engine, "url": ep.url, "draft_steps": draft_steps,
-            "engine_mean_acceptance_length": 1 + accepted / draft_steps if draft_steps and accepted is not None else None,
-            "engine_tokens_per_s": st.decode_tokens_per_s if st is not None else None,
-            "engine_reported": ({"tau": st.engine_tau, "acceptance_rate": st.engine_rate, "source": st.source}
-                                if st is not None else None),
-            "counters_diff": cd,
-            "per_step_accepted": list(st.per_step_accepted) if st is not None else [],
-            "per_step_drafted": list(st.per_step_drafted) if st is not None else [],
-            "text": str(choice.get("text", "")),
-            "sources": sources,
-        }
-        if row["engine_tokens_per_s"] is not None and st is not None:
+        engine_tps = st.decode_tokens_per_s if st is not None else None
+        if engine_tps is not None:
             sources["engine_tokens_per_s"] = st.fields.get("decode_tokens_per_s", st.source)
-        row["unavailable"] = [k for k in ("drafted", "accepted", "steps", "per_position", "draft_steps", "engine_tokens_per_s")
-                              if k not in sources]
-        return row
+        return RemotePromptResult(
+            proposer=ep.label, k=info.k if info.k is not None else 0, impl=IMPL,
+            prompt_index=i, prompt_id=prompt.id, category=prompt.category,
+            prompt_tokens=usage.get("prompt_tokens"), new_tokens=n if n is not None else 0,
+            wall_s=wall, steps=steps, drafted=sc.drafted, accepted=sc.accepted,
+            per_position_hits=sc.hits, per_position_trials=sc.trials,
+            prefill_ms=st.prefill_ms if st is not None else None,  # draft, verify and other ms: no engine reports them
+            finished=choice.get("finish_reason"),
+            tokens_per_s=n / wall if n is not None and wall > 0 else 0.0,
+            ms_per_token=1e3 * wall / n if n else None,
+            acceptance_rate=sc.accepted / sc.drafted if sc.drafted and sc.accepted is not None else None,
+            mean_acceptance_length=n / steps if n is not None and steps else None,
+            engine=info.engine, url=ep.url, draft_steps=sc.draft_steps,
+            engine_mean_acceptance_length=(1 + sc.accepted / sc.draft_steps
+                                           if sc.draft_steps and sc.accepted is not None else None),
+            engine_tokens_per_s=engine_tps,
+            engine_reported=({"tau": st.engine_tau, "acceptance_rate": st.engine_rate, "source": st.source}
+                             if st is not None else None),
+            counters_diff=sc.counters_diff,
+            per_step_accepted=list(st.per_step_accepted) if st is not None else [],
+            per_step_drafted=list(st.per_step_drafted) if st is not None else [],
+            text=str(choice.get("text", "")), sources=sources,
+            unavailable=[k for k in REPORTED if k not in sources],
+        )
 
     def _link(self, i: int) -> None:
-        rows = [r for r in self.prompt_rows if r["prompt_index"] == i]
-        base = next((r for r in rows if r["proposer"] == BASELINE), None)
-        for r in rows:
-            r["speedup"] = r["tokens_per_s"] / base["tokens_per_s"] if base and base["tokens_per_s"] > 0 and r["new_tokens"] else None
-            if base is not None and r is not base and self.config.temperature == 0:
-                r["same_as_target"] = r["text"] == base["text"]
+        """Prompt ``i``'s per-request speedups and output checks against the target-only server."""
+        idx = [j for j, r in enumerate(self.prompt_rows) if r.prompt_index == i]
+        jb = next((j for j in idx if self.prompt_rows[j].proposer == BASELINE), None)
+        base = self.prompt_rows[jb] if jb is not None else None
+        for j in idx:
+            r = self.prompt_rows[j]
+            change: dict[str, Any] = {
+                "speedup": r.tokens_per_s / base.tokens_per_s if base and base.tokens_per_s > 0 and r.new_tokens else None}
+            if base is not None and j != jb and self.config.temperature == 0:
+                change["same_as_target"] = r.text == base.text
+            self.prompt_rows[j] = replace(r, **change)
 
     # -- results ----------------------------------------------------------------------------
-    def rows(self) -> list[dict[str, Any]]:
-        return summarize_remote(self.prompt_rows, order=[(e.label, self.info[e].k if e in self.info else e.k) for e in self.endpoints])
+    def rows(self) -> list[SummaryRow]:
+        """One summary row per server (``bench.summarize``, the local lab's aggregation)."""
+        order = [(e.label, self.info[e].k if self.info[e].k is not None else 0, IMPL) for e in self.endpoints if e in self.info]
+        return summarize(self.prompt_rows, order=order)
 
     def report(self) -> dict[str, Any]:
         wall = self.wall_s if self._t0 is not None else 0.0
-        overhead = max(0.0, wall - sum(r["wall_s"] for r in self.prompt_rows) - self.warmup_s)
-        self.timed_s = sum(r["wall_s"] for r in self.prompt_rows)
+        self.timed_s = sum(r.wall_s for r in self.prompt_rows)
+        overhead = max(0.0, wall - self.timed_s - self.warmup_s)
         servers = []
         for e in self.endpoints:
             info = self.info.get(e)
@@ -432,95 +391,75 @@ class RemoteSweep:
             "torch": "n/a (remote)", "transformers": "n/a (remote)", "python": platform.python_version(),
             "machine": platform.machine(), "threads": None,
             "definitions": {
-                "tokens_per_s": "completion tokens / wall seconds around each request, summed over prompts (prefill and network included)",
-                "speedup": "tokens_per_s / the target-only server's tokens_per_s on the same prompts",
-                "acceptance_rate": "accepted draft tokens / drafted tokens, pooled over prompts",
-                "mean_acceptance_length": "committed tokens / steps, steps = committed tokens - accepted drafts (every target pass commits its accepted drafts + 1; target-only = 1.0)",
-                "engine_mean_acceptance_length": "1 + accepted / draft steps: the engines' own number, over the steps that drafted only",
-                "per_position": "steps whose draft i was accepted / steps with >= i+1 drafts (exact from per-step arrays; from counters or a histogram / every draft step)",
-                "c, v, predicted_speedup": "not measurable remotely: engines report no draft vs verify timings",
+                **definitions(remote=True),
                 "sources": "each prompt row's 'sources' names the field or counter each number came from; 'unavailable' lists the rest",
             },
         }
-        return {"schema": SCHEMA, "meta": meta, "rows": self.rows(), "prompt_rows": list(self.prompt_rows)}
+        return {"schema": SCHEMA, "meta": meta, "rows": [to_record(r) for r in self.rows()],
+                "prompt_rows": [to_record(r) for r in self.prompt_rows]}
 
 
-def _sum(rows: Sequence[Mapping[str, Any]], key: str) -> float | None:
-    vals = [r.get(key) for r in rows]
-    return None if not vals or any(v is None for v in vals) else sum(vals)
+
+# What a row says it could not get when no source gave it.
+REPORTED = ("drafted", "accepted", "steps", "per_position", "draft_steps", "engine_tokens_per_s")
 
 
-def summarize_remote(prompt_rows: Sequence[Mapping[str, Any]], order: Sequence[tuple[str, int | None]] | None = None) -> list[dict[str, Any]]:
-    """Per-request rows -> one summary row per server, with the keys of ``bench.summarize``'s rows."""
-    groups: dict[tuple[str, int], list[Mapping[str, Any]]] = {}
-    for r in prompt_rows:
-        groups.setdefault((r["proposer"], r["k"]), []).append(r)
-    keys = [k for k in groups if order is None or k[0] in [o[0] for o in order]]
-    if order:
-        rank = {name: i for i, (name, _) in enumerate(order)}
-        keys.sort(key=lambda k: rank.get(k[0], len(rank)))
-    base = next((rs for (p, _), rs in groups.items() if p == BASELINE), [])
-    out = []
-    for key in keys:
-        proposer, k = key
-        rows = groups[key]
-        n = sum(r["new_tokens"] for r in rows)
-        wall = sum(r["wall_s"] for r in rows)
-        row: dict[str, Any] = {
-            "kind": "summary", "proposer": proposer, "k": k, "impl": IMPL, "prompts": len(rows),
-            "new_tokens": n, "wall_s": wall, "tokens_per_s": n / wall if wall > 0 else 0.0,
-            "ms_per_token": 1e3 * wall / n if n else None,
-        }
-        row["speedup"] = _ratio(rows, base)
-        row["speedup_vs_specviz"] = None
-        per = [r["speedup"] for r in rows if r.get("speedup") is not None]
-        row["speedup_median"] = statistics.median(per) if per else None
-        steps, drafted, accepted = _sum(rows, "steps"), _sum(rows, "drafted"), _sum(rows, "accepted")
-        draft_steps = _sum(rows, "draft_steps")
-        row.update(
-            steps=steps, drafted=drafted, accepted=accepted, draft_steps=draft_steps,
-            acceptance_rate=accepted / drafted if drafted else None,
-            mean_acceptance_length=n / steps if steps else None,
-            engine_mean_acceptance_length=1 + accepted / draft_steps if draft_steps and accepted is not None else None,
-        )
-        width = max((len(r.get("per_position_hits") or []) for r in rows), default=0)
-        hits, trials = [0] * width, [0] * width
-        for r in rows:
-            for i, (h, t) in enumerate(zip(r.get("per_position_hits") or [], r.get("per_position_trials") or [])):
-                hits[i] += h
-                trials[i] += t
-        row["per_position"] = metrics.per_position_rates(hits, trials)
-        row["per_position_hits"], row["per_position_trials"] = hits, trials
-        for name in ("draft_ms", "verify_ms", "other_ms"):
-            row[name] = None
-        row["prefill_ms"] = _sum(rows, "prefill_ms")
-        row["step_ms"] = row["c"] = row["v"] = row["predicted_speedup"] = None
-        a = row["acceptance_rate"]
-        row["expected_tokens_per_step"] = metrics.expected_tokens_per_step(a, k) if a is not None and k else None
-        eng = [r["engine_tokens_per_s"] for r in rows if r.get("engine_tokens_per_s")]
-        row["engine_tokens_per_s"] = statistics.mean(eng) if eng else None
-        same = [r["same_as_target"] for r in rows if r.get("same_as_target") is not None]
-        row["same_as_target"] = (sum(same) / len(same)) if same else None
-        row["engine"] = rows[0].get("engine")
-        row["url"] = rows[0].get("url")
-        srcs: dict[str, str] = {}
-        for r in rows:
-            for f, s in (r.get("sources") or {}).items():
-                srcs.setdefault(f, s)
-        row["sources"] = srcs
-        row["unavailable"] = sorted({u for r in rows for u in (r.get("unavailable") or [])})
-        out.append(row)
-    return out
+def _new_tokens(usage: Mapping[str, Any], st: RequestStats | None, sources: dict[str, str]) -> int | None:
+    """The completion's tokens: the usage block, else the engine's own statistics."""
+    n = usage.get("completion_tokens")
+    if isinstance(n, int):
+        sources["new_tokens"] = "usage.completion_tokens"
+        return n
+    if st is not None and st.completion_tokens is not None:
+        sources["new_tokens"] = st.fields.get("completion_tokens", st.source)
+        return st.completion_tokens if isinstance(st.completion_tokens, int) else None
+    return None
 
 
-def _ratio(rows: Sequence[Mapping[str, Any]], base: Sequence[Mapping[str, Any]]) -> float | None:
-    if not base:
-        return None
-    shared = {r["prompt_index"] for r in rows} & {b["prompt_index"] for b in base}
-    num_n = sum(r["new_tokens"] for r in rows if r["prompt_index"] in shared)
-    num_t = sum(r["wall_s"] for r in rows if r["prompt_index"] in shared)
-    den_n = sum(b["new_tokens"] for b in base if b["prompt_index"] in shared)
-    den_t = sum(b["wall_s"] for b in base if b["prompt_index"] in shared)
-    if not shared or num_t <= 0 or den_t <= 0 or den_n <= 0:
-        return None
-    return (num_n / num_t) / (den_n / den_t)
+@dataclass(frozen=True)
+class _SpecCounts:
+    drafted: int | None = None
+    accepted: int | None = None
+    draft_steps: int | None = None
+    hits: list[int] = field(default_factory=list)
+    trials: list[int] = field(default_factory=list)
+    counters_diff: dict[str, Any] | None = None
+
+
+def _spec_counts(st: RequestStats | None, diff: SpecCounters | None, baseline: bool, sources: dict[str, str]) -> _SpecCounts:
+    """Drafted, accepted, draft steps and per-position counts of one request: the response's own
+    statistics first, then the Prometheus counters' difference; a target-only server drafts 0."""
+    drafted = accepted = draft_steps = None
+    hits: list[int] = []
+    trials: list[int] = []
+    if st is not None and st.has_spec:
+        drafted, accepted, draft_steps = st.drafted, st.accepted, st.draft_steps
+        for key in ("drafted", "accepted", "draft_steps"):
+            if key in st.fields:
+                sources[key] = st.fields[key]
+        if st.per_step_accepted and st.per_step_drafted:
+            hits, trials = positions_from_steps(st.per_step_accepted, st.per_step_drafted)
+            sources["per_position"] = "metrics.speculative_decoding.per_step_accepted/per_step_drafted (exact)"
+        elif st.histogram:
+            hits, trials = positions_from_histogram(st.histogram, st.k)
+            sources["per_position"] = f"{st.fields.get('histogram', 'histogram')} (denominator: every draft step)"
+    cd = None
+    if diff is not None and diff.present:
+        cd = {"drafts": diff.drafts, "draft_tokens": diff.draft_tokens, "accepted": diff.accepted}
+        if drafted is None and diff.draft_tokens is not None:
+            drafted = int(diff.draft_tokens)
+            sources["drafted"] = f"/metrics {diff.prefix}:spec_decode_num_draft_tokens diff"
+        if accepted is None and diff.accepted is not None:
+            accepted = int(diff.accepted)
+            sources["accepted"] = f"/metrics {diff.prefix}:spec_decode_num_accepted_tokens diff"
+        if draft_steps is None and diff.drafts is not None:
+            draft_steps = int(diff.drafts)
+            sources["draft_steps"] = f"/metrics {diff.prefix}:spec_decode_num_drafts diff"
+        if not hits and diff.per_pos and diff.drafts is not None:
+            hits = [int(x) for x in diff.per_pos]
+            trials = [int(diff.drafts)] * len(hits)
+            sources["per_position"] = f"/metrics {diff.prefix}:spec_decode_num_accepted_tokens_per_pos diff (denominator: drafts)"
+    if baseline and drafted is None:
+        drafted, accepted, draft_steps = 0, 0, 0
+        sources["drafted"] = sources["accepted"] = "target-only server (no drafts)"
+    return _SpecCounts(drafted, accepted, draft_steps, list(hits), list(trials), cd)

@@ -15,7 +15,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import plotly.graph_objects as go
 
-from ..analysis.metrics import expected_tokens_per_step
+from ..analysis.metrics import METRICS, definitions, expected_tokens_per_step
 from .bench_readout import why_markdown
 from .bench_rows import _chain_a, report_rows
 from .figures import _figure as house_figure
@@ -24,7 +24,7 @@ from .theme import COLORS, FONT
 __all__ = [
     "FIGURES", "acceptance_length_figure", "acceptance_rate_figure", "build_figures", "category_figure",
     "latency_figure", "per_position_figure", "predicted_speedup_figure", "report_html", "report_rows", "speedup_figure",
-    "table_rows", "TABLE_COLUMNS", "tree_speedup_figure", "tree_tau_figure", "verify_cost_figure", "why_markdown",
+    "table_help", "table_rows", "TABLE_COLUMNS", "tree_speedup_figure", "tree_tau_figure", "verify_cost_figure", "why_markdown",
 ]
 
 Row = Mapping[str, Any]
@@ -76,11 +76,20 @@ def _name(proposer: str, impl: str) -> str:
     return f"{proposer} (hf)" if impl == "hf" else proposer
 
 
+_METRICS = {m.name: m for m in METRICS}
+
+
+def _label(key: str) -> str:
+    """A row key as the tooltips write it: the METRICS name in words, with its symbol."""
+    m = _METRICS.get(key)
+    return m.label if m else key
+
+
 def _line(rows: Sequence[Row], key: str, name: str, color: str, dash: str = "solid", fmt: str = ".2f",
           extra: Callable[[Row], str] | None = None, symbol: str = "circle") -> dict:
     pts = [r for r in rows if isinstance(r.get(key), (int, float)) and math.isfinite(r[key])]
     hover = [
-        f"{html.escape(name)}<br>k={r['k']}: {key} = {format(r[key], fmt)}" + (extra(r) if extra else "")
+        f"{html.escape(name)}<br>k={r['k']}: {html.escape(_label(key))} = {format(r[key], fmt)}" + (extra(r) if extra else "")
         for r in pts
     ]
     return dict(type="scatter", mode="lines+markers", name=name, x=[r["k"] for r in pts], y=[r[key] for r in pts],
@@ -310,7 +319,8 @@ def _shape_figure(rows: Sequence[Row], key: str, title: str, ytitle: str, theory
             type="scatter", mode="lines+markers", name=name, x=[r["nodes_per_step"] for r in pts], y=[r[key] for r in pts],
             line=dict(color=colors[base], width=2, dash="solid" if not tree else "dashdot"),
             marker=dict(size=8, color=colors[base], symbol="triangle-up" if tree else "circle"),
-            hovertext=[f"{html.escape(r['proposer'])} k={r['k']}<br>{r['nodes_per_step']:.2f} nodes/step: {key} = {r[key]:.2f}"
+            hovertext=[f"{html.escape(r['proposer'])} k={r['k']}<br>{r['nodes_per_step']:.2f} nodes/step: "
+                       f"{html.escape(_label(key))} = {r[key]:.2f}"
                        + (f"<br>per-position prediction {r['predicted_tau_positional']:.2f}" if key == "mean_acceptance_length"
                           and r.get("predicted_tau_positional") is not None else "") for r in pts],
             hoverinfo="text"))
@@ -434,6 +444,12 @@ TABLE_COLUMNS = [
 ]
 
 
+def table_help() -> list[str]:
+    """Each TABLE_COLUMNS column's definition (METRICS; "" for the configuration's own columns),
+    for header tooltips."""
+    return [_METRICS[key].definition if key in _METRICS else "" for key, _, _ in TABLE_COLUMNS]
+
+
 def table_rows(rows: Sequence[Row]) -> tuple[list[str], list[list[Any]]]:
     """(headers, rows of display values) for a table of summary rows."""
     headers = [h for _, h, _ in TABLE_COLUMNS]
@@ -487,7 +503,9 @@ def report_html(report: Mapping[str, Any], include_plotlyjs: bool | str = True) 
             full_html=False, include_plotlyjs=include_plotlyjs if i == 0 else False, default_height=f"{HEIGHT}px",
             config={"displaylogo": False, "responsive": True}) + "</section>")
     headers, body = table_rows(report_rows(report))
-    table = "<table><thead><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in headers) + "</tr></thead><tbody>"
+    table = "<table><thead><tr>" + "".join(
+        f'<th title="{html.escape(tip)}">{html.escape(h)}</th>' if tip else f"<th>{html.escape(h)}</th>"
+        for h, tip in zip(headers, table_help())) + "</tr></thead><tbody>"
     table += "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in line) + "</tr>" for line in body)
     table += "</tbody></table>"
     samp = meta.get("sampling") or {}
@@ -505,7 +523,7 @@ def report_html(report: Mapping[str, Any], include_plotlyjs: bool | str = True) 
         ("started", meta.get("started")),
     ]
     settings_html = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(str(v))}</td></tr>" for k, v in settings)
-    defs = meta.get("definitions") or {}
+    defs = meta.get("definitions") or definitions(remote=meta.get("source") == "remote")  # the report's own, else METRICS
     defs_html = "".join(f"<li><b>{html.escape(k)}</b>: {html.escape(v)}</li>" for k, v in defs.items())
     why = _md_to_html(why_markdown(report))
     title = f"specviz benchmark: {meta.get('target', '')}"

@@ -8,6 +8,10 @@ in target steps), and divides one by the other, with the run's own numbers:
     but one draft token costs 0.50 of a target step here and the 5-token verify pass 1.70 steps,
     so a step costs 3.70 target steps for 4.6 tokens: about 1.24x.
 
+What limits a run is decided in one place, :func:`specviz.analysis.metrics.ideal_gains` /
+:func:`~specviz.analysis.metrics.limit_of` (the benchmark's readout, ``explain_row``, asks the
+same functions); this card words it for one run.
+
 Notation (as in :mod:`specviz.analysis.metrics`): ``a`` = accepted / drafted, ``tau`` = committed tokens /
 steps, ``c`` = one draft token's cost and ``v`` = one verify round's cost, both in target-only
 decode steps (``T``, measured on the target-only run). Without a target-only run, c and v are
@@ -23,6 +27,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
+from ..analysis.metrics import ideal_gains, limit_of
 from ..core.records import Stats, StepRecord
 
 __all__ = [
@@ -132,15 +137,8 @@ def explain_speedup(*, a: float | None, k: int, tau: float, tokens: int, target_
         f"{tau:.2f} / {step_cost:.2f} = {_x(predicted)} in the decode loop.")
 
     # which factor, made ideal, would gain the most: a = 1, c = 0, v = 1, every step drafting
-    gains = {
-        "a": (1 + k_eff) / step_cost,  # every drafted token accepted
-        "c": tau / v if v > 0 else float("inf"),  # free drafts
-        "v": tau / (k_eff * c + 1.0),  # a verify pass as cheap as one decode step
-    }
-    if 0 < drafted_fraction < 0.999:  # every step drafting like the steps that did
-        tau_full = 1 + (tau - 1) / drafted_fraction
-        gains["coverage"] = tau_full / (k_eff / drafted_fraction * c + v)
-    limit = max(gains, key=lambda f: gains[f])
+    gains = ideal_gains(tau, k_eff, c, v, drafted_fraction)
+    limit = limit_of(gains)
     measured = speedup
     shown = measured if measured is not None else predicted
     verdict = _verdict(shown)
