@@ -43,7 +43,7 @@ class Result:
 def controls(target: str, draft: str, *, seed: int, max_new_tokens: int, prompt: str, temperature: float = 1.0,
              k: int = 4) -> list:
     """The playground's 14 control values, in PlaygroundView.controls order."""
-    return [target, "draft model", draft, k, temperature, 1.0, 0, seed, max_new_tokens, prompt, True, "constant", 4, "exact"]
+    return [target, "draft", draft, k, temperature, 1.0, 0, seed, max_new_tokens, prompt, True, "constant", 4, "exact"]
 
 
 _TAG = re.compile(r"<[^>]+>")

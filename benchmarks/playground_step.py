@@ -35,21 +35,16 @@ PLAYGROUND_MAX_NEW_TOKENS = 256
 
 
 def settings_for(target: str, spec: str, k: int, prompt: str):
-    """The playground Settings of a spec ("draft:m@int8,vocab=16384" -> draft model m@int8, options vocab=16384)."""
-    from specviz.app.runs import label_of
+    """The playground Settings of a spec (a run carries its proposer spec as it is)."""
     from specviz.ui.state import Settings
 
-    prefix, _, arg = spec.partition(":")
-    head, _, options = arg.partition(",")
-    label = label_of(prefix)
-    needs_model = prefix in ("draft", "ngram+draft", "xdraft", "draft-tree")
-    return Settings(target=target, proposer=label, draft=head if needs_model else None, k=k, temperature=0.0,
-                    top_p=None, top_k=None, seed=0, max_new_tokens=PLAYGROUND_MAX_NEW_TOKENS, prompt=prompt,
-                    layers=int(head) if prefix == "early-exit" else None, options=options)
+    return Settings(target=target, proposer=spec, k=k, temperature=0.0, top_p=None, top_k=None, seed=0,
+                    max_new_tokens=PLAYGROUND_MAX_NEW_TOKENS, prompt=prompt)
 
 
 def measure(target, spec: str, k: int, steps: int, prompt: str) -> tuple[list[float], list[float]]:
     from specviz.ui import playground
+    from specviz.ui.playground_view import render
     from specviz.ui.state import PlaygroundState
 
     proposer = from_spec(spec, target)
@@ -68,7 +63,7 @@ def measure(target, spec: str, k: int, steps: int, prompt: str) -> tuple[list[fl
         with state.lock:  # what on_step does for a live session, both frames
             record = state.step()
             state.message = playground._step_message(state, record)
-            serialized(playground.render(state, chart=False, plots=False))
+            serialized(render(state, chart=False, plots=False))
         serialized(playground.on_charts(state))
         t2 = time.perf_counter()
         if i:  # the first step includes the prefill
@@ -78,10 +73,10 @@ def measure(target, spec: str, k: int, steps: int, prompt: str) -> tuple[list[fl
     return t_bare, t_play
 
 
-def serialized(outputs: list) -> None:
+def serialized(outputs: dict) -> None:
     """What Gradio then does with a frame's figures: gr.Plot sends ``Figure.to_json()`` (a payload
     the app built as JSON already is sent as it is)."""
-    for value in outputs:
+    for value in outputs.values():
         if isinstance(value, go.Figure):
             value.to_json()
 

@@ -22,9 +22,7 @@ TIMEOUT_MS = 120_000
 
 
 def _raw(env, **change):
-    from specviz.ui.state import DRAFT
-
-    args = dict(target=env["SPECVIZ_DEFAULT_TARGET"], proposer=DRAFT, draft=env["SPECVIZ_DEFAULT_DRAFT"], k=4,
+    args = dict(target=env["SPECVIZ_DEFAULT_TARGET"], proposer="draft", draft=env["SPECVIZ_DEFAULT_DRAFT"], k=4,
                 temperature=1.0, top_p=1.0, top_k=0, seed=0, max_new_tokens=12, prompt=app_server.TINY_PROMPT, chat=True,
                 schedule="constant", layers=1)
     args.update(change)
@@ -33,14 +31,15 @@ def _raw(env, **change):
 
 def test_step_handler_streams_status_then_the_step(tiny_env):
     from specviz.ui import playground as pg
+    from specviz.ui.playground_view import OUTPUTS
     from specviz.ui.state import PlaygroundState
 
     st = PlaygroundState()
     frames = list(pg.on_step(st, *_raw(tiny_env)))
-    assert all(len(f) == pg.N_OUT for f in frames)  # the view and the lesson (specviz.ui.lesson)
+    assert all(set(f) <= set(OUTPUTS) for f in frames)  # the view and the lesson (specviz.ui.lesson_view), by name
     text, charts = frames[-2], frames[-1]  # the step's text first, then its charts
-    assert len(st.steps) == 1 and 'data-steps="1"' in text[1] and "sv-table" in text[7]
-    assert charts[1] == {"__type__": "update"} and charts[8] is not None and charts[12]["value"]
+    assert len(st.steps) == 1 and 'data-steps="1"' in text["tokens"] and "sv-table" in text["table"]
+    assert "tokens" not in charts and charts["topk"] is not None and charts["download"]["value"]
     frames = list(pg.on_step(st, *_raw(tiny_env)))
     assert len(st.steps) == 2
     # a new setting starts a new run
@@ -86,15 +85,15 @@ def test_generators_may_resume_on_other_threads(tiny_env):
 @pytest.mark.parametrize("proposer", ["cross", "early"])
 def test_other_proposers_run(tiny_env, proposer):
     from specviz.ui import playground as pg
-    from specviz.ui.state import CROSS, EARLY, PlaygroundState
+    from specviz.ui.state import PlaygroundState
 
     st = PlaygroundState()
-    which = CROSS if proposer == "cross" else EARLY
+    which = "xdraft" if proposer == "cross" else "early-exit"
     list(pg.on_play(st, *_raw(tiny_env, proposer=which, schedule="heuristic", max_new_tokens=10)))
     assert st.done and st.message[1] == "ok", st.message
-    if which == CROSS:
+    if which == "xdraft":
         assert "draft_tokens" in st.steps[0].info
-    list(pg.on_step(st, *_raw(tiny_env, proposer=EARLY, layers=5)))  # deeper than the 2-layer target
+    list(pg.on_step(st, *_raw(tiny_env, proposer="early-exit", layers=5)))  # deeper than the 2-layer target
     assert st.message[1] == "error" and "layers" in st.message[0]
     st.close()
 
@@ -102,12 +101,12 @@ def test_other_proposers_run(tiny_env, proposer):
 def test_model_loading_progress_is_streamed(tiny_env, tmp_path):
     """A model that is not loaded yet: its loading stages show in the status box before the step."""
     from specviz.ui import playground as pg
-    from specviz.ui.state import NGRAM, PlaygroundState
+    from specviz.ui.state import PlaygroundState
 
     target, _draft = app_server.make_tiny_models(tmp_path)  # a new path: not in the model cache
     st = PlaygroundState()
-    frames = list(pg.on_step(st, *_raw(tiny_env, target=target, proposer=NGRAM)))
-    statuses = [f[0] for f in frames[:-2]]
+    frames = list(pg.on_step(st, *_raw(tiny_env, target=target, proposer="ngram")))
+    statuses = [f["status"] for f in frames[:-2]]
     assert any("Loading" in s for s in statuses) and any(target in s for s in statuses), statuses
     assert len(st.steps) == 1
     st.close()
@@ -115,10 +114,10 @@ def test_model_loading_progress_is_streamed(tiny_env, tmp_path):
 
 def test_handler_errors_are_messages_and_the_session_survives(tiny_env):
     from specviz.ui import playground as pg
-    from specviz.ui.state import NGRAM, PlaygroundState
+    from specviz.ui.state import PlaygroundState
 
     st = PlaygroundState()
-    list(pg.on_step(st, *_raw(tiny_env, proposer=NGRAM)))
+    list(pg.on_step(st, *_raw(tiny_env, proposer="ngram")))
     assert len(st.steps) == 1
     for bad, text in [
         (dict(target="no-such-owner/no-such-model-xyz"), "no-such-owner/no-such-model-xyz"),
@@ -128,8 +127,8 @@ def test_handler_errors_are_messages_and_the_session_survives(tiny_env):
     ]:
         frames = list(pg.on_step(st, *_raw(tiny_env, **bad)))
         assert st.message[1] == "error" and text in st.message[0], st.message
-        assert "Traceback" not in frames[-1][0] and "sv-msg-error" in frames[-1][0]
-    list(pg.on_step(st, *_raw(tiny_env, proposer=NGRAM)))
+        assert "Traceback" not in frames[-1]["status"] and "sv-msg-error" in frames[-1]["status"]
+    list(pg.on_step(st, *_raw(tiny_env, proposer="ngram")))
     assert len(st.steps) == 2  # the same run went on
     st.close()
 
@@ -140,14 +139,14 @@ def test_play_pause_reset_and_baseline_handlers(tiny_env):
 
     st = PlaygroundState()
     frames = list(pg.on_play(st, *_raw(tiny_env)))
-    assert st.done and frames[-1][12]["value"]  # the trace download is offered at the end
+    assert st.done and frames[-1]["download"]["value"]  # the trace download is offered at the end
     frames = list(pg.on_baseline(st, *_raw(tiny_env)))
-    assert st.comparable_baseline() is not None and "×" in frames[-1][2]
+    assert st.comparable_baseline() is not None and "×" in frames[-1]["metrics"]
     assert "speedup" in st.message[0]
     pg.on_pause(st)
     assert st.stop.is_set()
     out = pg.on_reset(st)
-    assert not st.steps and st.baseline_session is None and 'data-steps="0"' in out[1]
+    assert not st.steps and st.baseline_session is None and 'data-steps="0"' in out["tokens"]
     st.close()
 
 

@@ -235,8 +235,8 @@ def test_hub_pairs_join_the_menus_only_when_the_hub_answers(monkeypatch):
     targets = pg.target_choices(d)
     assert "HuggingFaceTB/SmolLM2-360M-Instruct" in targets and "Qwen/Qwen2.5-1.5B-Instruct" in targets
     assert "EleutherAI/pythia-70m" in pg.draft_choices(d)
-    assert pg.auto_draft("Qwen/Qwen2.5-1.5B-Instruct", pg.DRAFT, "gemma-3-270m@int8") == "Qwen/Qwen2.5-0.5B-Instruct"
-    assert pg.auto_draft("EleutherAI/pythia-410m", pg.DRAFT, "my/own-draft") is None  # typed by the user: kept
+    assert pg.auto_draft("Qwen/Qwen2.5-1.5B-Instruct", "draft", "gemma-3-270m@int8") == "Qwen/Qwen2.5-0.5B-Instruct"
+    assert pg.auto_draft("EleutherAI/pythia-410m", "draft", "my/own-draft") is None  # typed by the user: kept
     bench_targets = bt._target_choices(bt.BenchDefaults.from_env())
     assert "HuggingFaceTB/SmolLM2-1.7B-Instruct" in bench_targets
     bench_choices = bt._proposer_choices(bt.BenchDefaults.from_env(), bench_targets)

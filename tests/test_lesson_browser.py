@@ -86,10 +86,10 @@ def test_keys_and_buttons_walk_steps_rejections_and_phases(browser, app_url):
 @pytest.mark.browser
 def test_a_loaded_lossy_trace_says_lossy(browser, app_url, tiny_env, tmp_path):
     from specviz.ui import playground as pg
-    from specviz.ui.state import DRAFT, PlaygroundState
+    from specviz.ui.state import PlaygroundState
 
     st = PlaygroundState()
-    raw = (tiny_env["SPECVIZ_DEFAULT_TARGET"], DRAFT, tiny_env["SPECVIZ_DEFAULT_DRAFT"], 4, 0.7, 1.0, 0, 0, 12,
+    raw = (tiny_env["SPECVIZ_DEFAULT_TARGET"], "draft", tiny_env["SPECVIZ_DEFAULT_DRAFT"], 4, 0.7, 1.0, 0, 0, 12,
            app_server.TINY_PROMPT, True, "constant", 1, "typical (LOSSY)", "")
     list(pg.on_play(st, *raw))
     page = _page(browser, app_url)

@@ -12,9 +12,7 @@ from tests.support import app_server
 
 
 def _raw(env, **change):
-    from specviz.ui.state import DRAFT
-
-    args = dict(target=env["SPECVIZ_DEFAULT_TARGET"], proposer=DRAFT, draft=env["SPECVIZ_DEFAULT_DRAFT"], k=4,
+    args = dict(target=env["SPECVIZ_DEFAULT_TARGET"], proposer="draft", draft=env["SPECVIZ_DEFAULT_DRAFT"], k=4,
                 temperature=1.0, top_p=1.0, top_k=0, seed=0, max_new_tokens=24, prompt=app_server.TINY_PROMPT, chat=True,
                 schedule="constant", layers=1, rule="exact", options="")
     args.update(change)
@@ -28,24 +26,25 @@ NAMES = ["target", "proposer", "draft", "k", "temperature", "top_p", "top_k", "s
 def _tour(env, key):
     """Run a tour's two handlers as the page chains them: -> (state, last frame, control values)."""
     from specviz.ui import lesson
-    from specviz.ui import playground as pg
+    from specviz.ui.playground_view import OUTPUTS
     from specviz.ui.state import PlaygroundState
 
     st = PlaygroundState()
-    setup = lesson.tour_setup(key, NAMES)(st)
-    controls = {n: u["value"] for n, u in zip(NAMES, setup[: len(NAMES)]) if isinstance(u, dict) and "value" in u}
+    setup = lesson.tour_setup(key)(st)
+    assert set(setup) <= set(NAMES) | set(OUTPUTS)
+    controls = {n: u["value"] for n, u in setup.items() if n in NAMES and isinstance(u, dict) and "value" in u}
     raw = dict(zip(NAMES, _raw(env)))
     raw.update(controls)
     raw["max_new_tokens"] = 24
     frames = list(lesson.tour_run(key)(st, *[raw[n] for n in NAMES]))
-    assert frames and all(len(f) == pg.N_OUT for f in frames)
+    assert frames and all(set(f) <= set(OUTPUTS) for f in frames)
     return st, frames[-1], raw
 
 
 def _lesson(frame):
-    from specviz.ui import playground as pg
+    from specviz.ui.lesson_view import LESSON_OUTPUTS
 
-    return dict(zip(["why", "race_box", "race_plot", "race", "phase", "tree_row", "tree", "mask"], frame[13:pg.N_OUT]))
+    return {name: frame[name] for name in LESSON_OUTPUTS if name in frame}
 
 
 def test_tour_speedup_ends_on_the_card_and_the_race(tiny_env):
@@ -73,7 +72,7 @@ def test_tour_rejection_stops_on_a_rejection_in_its_decide_phase(tiny_env):
 
 def test_tour_no_pay_card_names_what_limits_it(tiny_env):
     st, frame, raw = _tour(tiny_env, "no-pay")
-    assert raw["layers"] == 1 and "early exit" in raw["proposer"]
+    assert raw["layers"] == 1 and raw["proposer"] == "early-exit"
     why = _lesson(frame)["why"]
     assert "data-limit=" in why and "was not trained" in why
     st.close()
@@ -87,7 +86,7 @@ def test_tour_tree_stops_on_a_branching_tree_step(tiny_env):
     assert len(set(parents)) < len(parents)  # branches
     parts = _lesson(frame)
     assert parts["tree_row"]["visible"] is True and parts["tree"] is not None
-    assert 'data-steps="' in frame[1]  # the text view renders the tree step's committed path
+    assert 'data-steps="' in frame["tokens"]  # the text view renders the tree step's committed path
     st.close()
 
 
@@ -114,7 +113,7 @@ def test_navigation_and_phases(tiny_env):
     assert st.shown_step().index == min((i for i in rej if i > max(i for i in rej if i < 3)), default=st.shown_step().index)
     st.select(0)
     frames = [lesson.on_phase(st, -1) for _ in range(10)]  # back to the first frame: draft
-    assert st.phase == ("draft", -1) and 'data-phase="draft"' in frames[-1][13 + 4]
+    assert st.phase == ("draft", -1) and 'data-phase="draft"' in frames[-1]["phase"]
     lesson.on_phase(st, 1)
     assert st.phase[0] == "verify"
     lesson.on_speed(st, "1 step/s")
@@ -125,12 +124,12 @@ def test_navigation_and_phases(tiny_env):
 def test_proposer_options_reach_the_spec_and_bad_ones_are_named(tiny_env):
     from specviz.ui.state import parse_settings
 
-    s = parse_settings(*_raw(tiny_env, proposer="draft model, token tree", options="nodes=5,width=2"))
-    assert s.spec().endswith(",nodes=5,width=2")
-    s = parse_settings(*_raw(tiny_env, proposer="n-gram token tree", options="nodes=5"))
-    assert s.spec() == "ngram-tree:3,nodes=5"
+    s = parse_settings(*_raw(tiny_env, proposer="draft-tree", options="nodes=5,width=2"))
+    assert s.proposer.endswith(",nodes=5,width=2")
+    s = parse_settings(*_raw(tiny_env, proposer="ngram-tree", options="nodes=5"))
+    assert s.proposer == "ngram-tree:3,nodes=5"
     with pytest.raises(ValueError, match="height"):
-        parse_settings(*_raw(tiny_env, proposer="n-gram token tree", options="height=5"))
+        parse_settings(*_raw(tiny_env, proposer="ngram-tree", options="height=5"))
 
 
 @pytest.mark.parametrize("field, value, words", [("seed", -1, "seed"), ("top_k", -3, "top-k"),
@@ -143,7 +142,7 @@ def test_bad_values_name_their_field(tiny_env, field, value, words):
     raw = dict(zip(NAMES, _raw(tiny_env)))
     raw[field] = value
     frames = list(pg.on_step(st, *raw.values()))
-    assert words in frames[-1][0] and "sv-msg-error" in frames[-1][0]
+    assert words in frames[-1]["status"] and "sv-msg-error" in frames[-1]["status"]
 
 
 def test_a_loaded_lossy_trace_says_lossy_and_sets_its_controls(tiny_env, tmp_path):
@@ -157,8 +156,9 @@ def test_a_loaded_lossy_trace_says_lossy_and_sets_its_controls(tiny_env, tmp_pat
     path = st.trace_path
     other = PlaygroundState()
     out = pg.on_load_trace(other, path)
-    assert "LOSSY" in out[0] and "T = 0.7" in out[0]
-    t, rule = lesson.trace_controls(other)
+    assert "LOSSY" in out["status"] and "T = 0.7" in out["status"]
+    controls = lesson.trace_controls(other)
+    t, rule = controls["temperature"], controls["rule"]
     assert t["value"] == 0.7 and rule["value"] == "typical (LOSSY)"
     st.close()
     other.close()

@@ -14,9 +14,7 @@ from tests.support import TINY_PROMPT, make_char_tokenizer, make_llama
 
 
 def _raw(m, **change):
-    from specviz.ui.state import DRAFT
-
-    args = dict(target=m["target"], proposer=DRAFT, draft=m["draft"], k=4, temperature=1.0, top_p=1.0, top_k=0,
+    args = dict(target=m["target"], proposer="draft", draft=m["draft"], k=4, temperature=1.0, top_p=1.0, top_k=0,
                 seed=0, max_new_tokens=12, prompt=TINY_PROMPT, chat=True, schedule="constant", layers=1)
     args.update(change)
     return tuple(args.values())
@@ -87,7 +85,7 @@ def test_bad_input_is_a_message_and_the_session_survives(running, models_dir, al
     for handler in handlers:  # (the target-only baseline does not load the draft)
         frames = list(handler(st, *_raw(models_dir, **change)))  # nothing escapes
         assert st.message[1] == "error" and text in st.message[0], (handler.__name__, st.message)
-        assert "sv-msg-error" in frames[-1][0] and "Traceback" not in frames[-1][0]
+        assert "sv-msg-error" in frames[-1]["status"] and "Traceback" not in frames[-1]["status"]
         assert (len(st.steps), st.settings, st.session) == before
     for var in env:
         monkeypatch.delenv(var)
@@ -133,7 +131,7 @@ def test_an_exception_inside_a_step_is_reported_and_the_next_step_works(models_d
     monkeypatch.setattr(Session, "step", flaky)
     frames = list(pg.on_step(st, *_raw(models_dir)))
     assert st.message[1] == "error" and "boom inside the engine" in st.message[0] and "Reset" in st.message[0]
-    assert "Traceback" not in frames[-1][0] and len(st.steps) == 1
+    assert "Traceback" not in frames[-1]["status"] and len(st.steps) == 1
     list(pg.on_step(st, *_raw(models_dir)))
     assert st.message[1] != "error" and len(st.steps) == 2
     st.close()
@@ -187,7 +185,7 @@ def test_the_playground_offers_typical_acceptance_labelled_lossy(models_dir, all
     assert "typical (LOSSY)" in tip and "greedy:" not in tip
     assert "LOSSY" in vt.step_summary_text(st.steps[-1])
     assert any(row[5].startswith("p>") for row in vt.draft_table_rows(st.steps[0])[:-1])
-    assert frames and "Traceback" not in frames[-1][0]
+    assert frames and "Traceback" not in frames[-1]["status"]
     back = load_trace(st.trace_path).steps  # the run's own trace (the download)
     assert [s.rule for s in back] == [s.rule for s in st.steps] and back[0].drafts == st.steps[0].drafts
     st.close()
@@ -197,11 +195,11 @@ def test_the_playground_offers_typical_acceptance_labelled_lossy(models_dir, all
 
 def test_the_playground_runs_the_ngram_or_draft_proposer(models_dir, allow_local):
     from specviz.ui import playground as pg
-    from specviz.ui.state import HYBRID, PlaygroundState
+    from specviz.ui.state import PlaygroundState
     from specviz.viz import tokens as vt
 
     st = PlaygroundState()
-    list(pg.on_play(st, *_raw(models_dir, proposer=HYBRID, temperature=0.0, max_new_tokens=30)))
+    list(pg.on_play(st, *_raw(models_dir, proposer="ngram+draft", temperature=0.0, max_new_tokens=30)))
     assert st.message[1] == "ok", st.message
     sources = {s.info.get("source") for s in st.steps if s.k}
     assert "ngram" in sources, sources  # the tiny prompt repeats itself

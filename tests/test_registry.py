@@ -74,11 +74,12 @@ def test_playground_choices_map_to_specs():
     assert runs.spec_for(runs.label_of("draft"), "m@int8") == "draft:m@int8"
     assert runs.spec_for(runs.label_of("early-exit"), layers=3) == "early-exit:3"
     assert runs.spec_for(runs.label_of("ngram")) == "ngram"
-    assert runs.menu_label("hybrid") == runs.label_of("ngram+draft") and runs.menu_label("bogus") == runs.label_of("draft")
-    assert runs.MENU == tuple(k.label for k in REGISTRY)
-    for label in runs.MENU:  # every menu entry parses back to its kind
-        spec = runs.spec_for(label, "m", 2)
-        assert check_spec(spec)[0] == get_kind(label).prefix
+    assert runs.menu_prefix("hybrid") == "ngram+draft" and runs.menu_prefix("bogus") == "draft"
+    assert runs.menu_prefix(runs.label_of("early-exit")) == "early-exit"
+    assert runs.MENU == tuple((k.label, k.prefix) for k in REGISTRY)
+    for label, prefix in runs.MENU:  # every menu entry (label, value) parses back to its kind
+        spec = runs.spec_for(prefix, "m", 2)
+        assert check_spec(spec)[0] == get_kind(label).prefix == prefix == runs.prefix_of(spec)
     with pytest.raises(ValueError, match="choose a draft model"):
         runs.spec_for(runs.label_of("xdraft"), "")
 

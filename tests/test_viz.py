@@ -330,12 +330,12 @@ def test_ngram_records_render(tiny_target):
 
 
 def test_parse_settings_accepts_and_normalises():
-    from specviz.ui.state import DRAFT, NGRAM, parse_settings
+    from specviz.ui.state import parse_settings
 
-    s = parse_settings("gemma-3-270m", NGRAM, "ignored", 4, 0, 1.0, 0, 0, 64, "hi")
-    assert s.draft is None and s.top_p is None and s.top_k is None and s.sampling == Sampling()
-    s = parse_settings(" t ", DRAFT, "d@int8", 16.0, 0.7, 0.9, 50, 7, 1, "hi", False)
-    assert (s.target, s.draft, s.k, s.top_p, s.top_k, s.seed, s.max_new_tokens, s.chat) == ("t", "d@int8", 16, 0.9, 50, 7, 1, False)
+    s = parse_settings("gemma-3-270m", "ngram", "ignored", 4, 0, 1.0, 0, 0, 64, "hi")
+    assert s.proposer == "ngram" and s.top_p is None and s.top_k is None and s.sampling == Sampling()
+    s = parse_settings(" t ", "draft", "d@int8", 16.0, 0.7, 0.9, 50, 7, 1, "hi", False)
+    assert (s.target, s.proposer, s.k, s.top_p, s.top_k, s.seed, s.max_new_tokens, s.chat) == ("t", "draft:d@int8", 16, 0.9, 50, 7, 1, False)
 
 
 @pytest.mark.parametrize(
@@ -357,19 +357,19 @@ def test_parse_settings_accepts_and_normalises():
     ],
 )
 def test_parse_settings_errors(change, message):
-    from specviz.ui.state import DRAFT, parse_settings
+    from specviz.ui.state import parse_settings
 
-    args = dict(target="t", proposer=DRAFT, draft="d", k=4, temperature=0, top_p=1, top_k=0, seed=0, max_new_tokens=8, prompt="hi")
+    args = dict(target="t", proposer="draft", draft="d", k=4, temperature=0, top_p=1, top_k=0, seed=0, max_new_tokens=8, prompt="hi")
     args.update(change)
     with pytest.raises(ValueError, match=re.escape(message)):
         parse_settings(**args)
 
 
 def test_state_runs_writes_a_trace_and_replays_it(tiny_target, near_draft, tmp_path):
-    from specviz.ui.state import DRAFT, PlaygroundState, parse_settings
+    from specviz.ui.state import PlaygroundState, parse_settings
 
     st = PlaygroundState()
-    settings = parse_settings("tiny", DRAFT, "near", 3, 1.0, 1.0, 0, 5, 20, "the cat")
+    settings = parse_settings("tiny", "draft", "near", 3, 1.0, 1.0, 0, 5, 20, "the cat")
     dec = SpeculativeDecoder(tiny_target, DraftModel(near_draft), k=3, sampling=settings.sampling)
     st.start(settings, dec)
     st.step()
@@ -409,10 +409,10 @@ def test_state_is_not_copied_between_sessions():
 
 
 def test_baseline_compares_only_when_finished_on_the_same_settings(tiny_target):
-    from specviz.ui.state import NGRAM, PlaygroundState, parse_settings
+    from specviz.ui.state import PlaygroundState, parse_settings
 
     st = PlaygroundState()
-    s = parse_settings("tiny", NGRAM, None, 3, 0, 1, 0, 0, 6, "abc abc abc")
+    s = parse_settings("tiny", "ngram", None, 3, 0, 1, 0, 0, 6, "abc abc abc")
     st.start(s, SpeculativeDecoder(tiny_target, NGram(), k=3))
     st.step()
     st.start_baseline(s, SpeculativeDecoder(tiny_target, None))
@@ -421,7 +421,7 @@ def test_baseline_compares_only_when_finished_on_the_same_settings(tiny_target):
     while not st.baseline_session.done:
         st.baseline_session.step()
     assert st.comparable_baseline() is not None
-    st.settings = parse_settings("tiny", NGRAM, None, 3, 0, 1, 0, 0, 6, "another prompt")
+    st.settings = parse_settings("tiny", "ngram", None, 3, 0, 1, 0, 0, 6, "another prompt")
     assert st.comparable_baseline() is None
     st.close()
 
@@ -435,16 +435,16 @@ def test_step_summary_shows_a_re_tokenized_draft():
 
 
 def test_parse_settings_new_proposers():
-    from specviz.ui.state import CROSS, EARLY, parse_settings
+    from specviz.ui.state import parse_settings
 
-    s = parse_settings("t", EARLY, "", 4, 0, 1, 0, 0, 8, "hi", True, "heuristic", 3)
-    assert s.layers == 3 and s.draft is None and s.schedule == "heuristic"
-    s = parse_settings("t", CROSS, "smollm2-135m", 4, 0, 1, 0, 0, 8, "hi", True, "confidence", 3)
-    assert s.draft == "smollm2-135m" and s.layers is None
+    s = parse_settings("t", "early-exit", "", 4, 0, 1, 0, 0, 8, "hi", True, "heuristic", 3)
+    assert s.proposer == "early-exit:3" and s.schedule == "heuristic"
+    s = parse_settings("t", "xdraft", "smollm2-135m", 4, 0, 1, 0, 0, 8, "hi", True, "confidence", 3)
+    assert s.proposer == "xdraft:smollm2-135m"
     with pytest.raises(ValueError, match="unknown k schedule"):
-        parse_settings("t", CROSS, "d", 4, 0, 1, 0, 0, 8, "hi", True, "sometimes", 3)
+        parse_settings("t", "xdraft", "d", 4, 0, 1, 0, 0, 8, "hi", True, "sometimes", 3)
     with pytest.raises(ValueError, match="early-exit layers"):
-        parse_settings("t", EARLY, "", 4, 0, 1, 0, 0, 8, "hi", True, "constant", 0)
+        parse_settings("t", "early-exit", "", 4, 0, 1, 0, 0, 8, "hi", True, "constant", 0)
 
 
 def test_unvalidated_figures_are_the_validated_ones(real_run, monkeypatch):

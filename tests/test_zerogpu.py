@@ -63,9 +63,7 @@ def zero(monkeypatch):
 
 
 def _raw(m, **change):
-    from specviz.ui.state import DRAFT
-
-    args = dict(target=m["target"], proposer=DRAFT, draft=m["draft"], k=3, temperature=1.0, top_p=1.0, top_k=0,
+    args = dict(target=m["target"], proposer="draft", draft=m["draft"], k=3, temperature=1.0, top_p=1.0, top_k=0,
                 seed=7, max_new_tokens=24, prompt=app_server.TINY_PROMPT, chat=True, schedule="constant", layers=1)
     args.update(change)
     return tuple(args.values())
@@ -122,7 +120,7 @@ def test_playground_steps_one_at_a_time_and_bad_input_reads_clearly(models_dir, 
     monkeypatch.setenv("SPECVIZ_MAX_PROMPT_TOKENS", "10")  # checked in the worker, after the tokenizer loads
     frames = list(pg.on_step(st, *_raw(models_dir, seed=8)))
     assert st.message[1] == "error" and "SPECVIZ_MAX_PROMPT_TOKENS" in st.message[0], st.message
-    assert "Traceback" not in frames[-1][0] and len(st.steps) == 3  # the recorded run is untouched
+    assert "Traceback" not in frames[-1]["status"] and len(st.steps) == 3  # the recorded run is untouched
     st.close()
 
 

@@ -30,9 +30,10 @@ CROSS_PAIRS = {"gemma-3-270m": "smollm2-135m", "smollm2-135m": "gemma-3-270m@int
 
 # -- proposer menus ----------------------------------------------------------------------------
 
-MENU: tuple[str, ...] = tuple(k.label for k in REGISTRY)  # the playground's proposer menu, registry order
-USES_DRAFT_MODEL: tuple[str, ...] = tuple(k.label for k in REGISTRY if k.needs_model)  # labels that need the draft box
-TAKES_LAYERS: tuple[str, ...] = tuple(k.label for k in REGISTRY if k.arg_required and not k.needs_model)  # the layers box
+# The playground names a proposer kind by its spec prefix; the menu shows the registry's label.
+MENU: tuple[tuple[str, str], ...] = tuple((k.label, k.prefix) for k in REGISTRY)  # (label, prefix), registry order
+USES_DRAFT_MODEL: tuple[str, ...] = tuple(k.prefix for k in REGISTRY if k.needs_model)  # prefixes that need the draft box
+TAKES_LAYERS: tuple[str, ...] = tuple(k.prefix for k in REGISTRY if k.arg_required and not k.needs_model)  # the layers box
 LEGACY_NAMES = {"n-gram": "ngram", "hybrid": "ngram+draft", "cross": "xdraft", "early": "early-exit"}  # SPECVIZ_DEFAULT_PROPOSER
 
 
@@ -41,41 +42,41 @@ def label_of(prefix: str) -> str:
     return get_kind(prefix).label
 
 
-def menu_label(name: str, default: str = "draft") -> str:
-    """A proposer named by an env setting (a prefix, a label or a legacy short name) -> its menu
-    label; unknown names fall back to ``default``."""
+def menu_prefix(name: str, default: str = "draft") -> str:
+    """A proposer named by an env setting (a prefix, a label or a legacy short name) -> its spec
+    prefix (the menu's value); unknown names fall back to ``default``."""
     key = (name or "").strip().lower()
     try:
-        return get_kind(LEGACY_NAMES.get(key, key)).label
+        return get_kind(LEGACY_NAMES.get(key, key)).prefix
     except KeyError:
-        return get_kind(default).label
+        return get_kind(default).prefix
 
 
-def prefix_of(label: str) -> str:
-    """A menu label (or prefix) -> its spec prefix, used in trace file names."""
-    return get_kind(label).prefix
+def prefix_of(name: str) -> str:
+    """A spec ("draft:m@int8"), a prefix or a menu label -> its spec prefix ("draft")."""
+    return get_kind(name.partition(":")[0]).prefix
 
 
-TAKES_OPTIONS: tuple[str, ...] = tuple(k.label for k in REGISTRY if k.options)  # labels with ",key=value" options
+TAKES_OPTIONS: tuple[str, ...] = tuple(k.prefix for k in REGISTRY if k.options)  # prefixes with ",key=value" options
 NGRAM_TREE_N = 3  # the n-gram length ngram-tree uses without ":N" (the registry's default)
 
 
 OPTION_EXAMPLES = {"policy": "argmax", "vocab": "16384", "nodes": "8", "width": "2"}  # a value to show for each option key
 
 
-def options_example(label: str) -> str:
-    """An options text for a menu label's kind ("nodes=8,width=2"), "" when it takes none."""
-    return ",".join(f"{o}={OPTION_EXAMPLES.get(o, '…')}" for o in get_kind(label).options)
+def options_example(prefix: str) -> str:
+    """An options text for a kind (a spec prefix or menu label: "nodes=8,width=2"), "" when it takes none."""
+    return ",".join(f"{o}={OPTION_EXAMPLES.get(o, '…')}" for o in get_kind(prefix).options)
 
 
-def options_hint(label: str) -> str | None:
-    """The options box's hint for a menu label, or None when it takes none."""
-    kind = get_kind(label)
-    return f"{kind.syntax} · e.g. {options_example(label)}" if kind.options else None
+def options_hint(prefix: str) -> str | None:
+    """The options box's hint for a kind (a spec prefix or menu label), or None when it takes none."""
+    kind = get_kind(prefix)
+    return f"{kind.syntax} · e.g. {options_example(prefix)}" if kind.options else None
 
 
 def spec_for(label: str, draft: str | None = None, layers: int | None = None, options: str = "") -> str:
-    """The proposer spec of a playground choice: ("draft model", "m@int8") -> "draft:m@int8";
+    """The proposer spec of a playground choice (a spec prefix or menu label): ("draft", "m@int8") -> "draft:m@int8";
     ``options`` ("nodes=8,width=2") is appended for the kinds that take options (the registry
     checks the keys and values)."""
     kind = get_kind(label)
@@ -142,7 +143,7 @@ def default_draft(target: str) -> str:
 
 
 def auto_draft(target: str, proposer: str, current: str) -> str | None:
-    """The draft to switch to when the target or proposer (a label) changes, unless the user typed one."""
+    """The draft to switch to when the target or proposer (a spec prefix) changes, unless the user typed one."""
     pairs = {**PAIRS, **_hub_pairs()}
     auto = set(pairs.values()) | set(CROSS_PAIRS.values())
     if current and current not in auto:
@@ -197,9 +198,7 @@ class RunSettings(Protocol):
     """What :func:`build_decoder` reads (``specviz.ui.state.Settings`` has these fields)."""
 
     target: str
-    proposer: str  # a menu label
-    draft: str | None
-    layers: int | None
+    proposer: str  # the proposer spec ("draft:m@int8"; specviz.proposers.registry.from_spec)
     k: int
     schedule: str
     acceptance: str
@@ -222,8 +221,7 @@ def build_decoder(settings: RunSettings, progress: Progress, *, target_only: boo
     check_prompts_fit(target.tokenizer, [settings.prompt], chat=settings.chat)  # hosting limit
     if target_only:
         return SpeculativeDecoder(target, None, sampling=settings.sampling)
-    spec = spec_for(settings.proposer, settings.draft, settings.layers, getattr(settings, "options", ""))
-    proposer = from_spec(spec, target, load=lambda name, **kw: load(name, progress=progress, **kw))
+    proposer = from_spec(settings.proposer, target, load=lambda name, **kw: load(name, progress=progress, **kw))
     return SpeculativeDecoder(target, proposer, k=settings.k, sampling=settings.sampling, schedule=settings.schedule,
                               acceptance=Acceptance(settings.acceptance))
 
@@ -279,7 +277,7 @@ class Defaults:
 
     target: str
     draft: str
-    proposer: str  # a menu label
+    proposer: str  # a spec prefix (the menu's value)
     k: int = DEFAULT_K
     temperature: float = 0.0
     top_p: float = 1.0
@@ -300,7 +298,7 @@ class Defaults:
         draft = os.environ.get("SPECVIZ_DEFAULT_DRAFT", "").strip() or default_draft(target)
         if draft.endswith("@int8") and _cuda():  # int8 quantization is CPU-only: refused beside a GPU
             draft = draft[: -len("@int8")]
-        proposer = menu_label(os.environ.get("SPECVIZ_DEFAULT_PROPOSER", DEFAULT_PROPOSER))
+        proposer = menu_prefix(os.environ.get("SPECVIZ_DEFAULT_PROPOSER", DEFAULT_PROPOSER))
         prompt = os.environ.get("SPECVIZ_DEFAULT_PROMPT") or default_prompt()
         lim = Limits.from_env()
         try:
@@ -343,16 +341,16 @@ def tour_settings(key: str, d: Defaults, cuda: bool = False) -> dict[str, Any]:
     if key == "speedup":
         return {**base, "proposer": d.proposer}
     if key == "rejection":  # sampling: a draft model's drafts get rejected now and then
-        return {**base, "proposer": label_of("draft"), "temperature": 1.0, "k": 4}
+        return {**base, "proposer": "draft", "temperature": 1.0, "k": 4}
     if key == "no-pay":  # the target's first layer as the draft: nearly free, rarely right
-        return {**base, "proposer": label_of("early-exit"), "layers": 1, "k": 4}
+        return {**base, "proposer": "early-exit", "layers": 1, "k": 4}
     if key == "tree":
-        return {**base, "proposer": label_of("draft-tree"), "options": "nodes=8,width=2", "k": 3}
+        return {**base, "proposer": "draft-tree", "options": "nodes=8,width=2", "k": 3}
     raise ValueError(f"unknown tour {key!r}; choose one of: {', '.join(t.key for t in TOURS)}")
 
 
 __all__: Sequence[str] = [
     "CROSS_PAIRS", "Defaults", "MENU", "TAKES_OPTIONS", "Tour", "TOURS", "options_hint", "tour_settings", "PAIRS", "TAKES_LAYERS", "USES_DRAFT_MODEL", "auto_draft", "bench_proposer_choices",
-    "build_decoder", "build_proposers", "check_options", "default_draft", "draft_choices", "example_prompts", "is_target_only", "label_of", "menu_label",
+    "build_decoder", "build_proposers", "check_options", "default_draft", "draft_choices", "example_prompts", "is_target_only", "label_of", "menu_prefix",
     "prefix_of", "proposer_hint", "spec_for", "target_choices",
 ]

@@ -61,7 +61,7 @@ def theme() -> gr.themes.Base:
 
 def build_demo() -> gr.Blocks:
     """The whole app: Playground, plus the Benchmark and Learn tabs when their modules exist."""
-    from .playground import build_playground
+    from .playground_tab import build_playground
 
     _warm_plotly()
     with gr.Blocks(title="specviz: speculative decoding playground", analytics_enabled=False) as demo:
@@ -102,7 +102,7 @@ def _warm_plotly() -> None:
 
 def launch_kwargs() -> dict[str, Any]:
     """Theme, CSS and the keyboard shortcuts' script for ``demo.launch()`` (Gradio 6 takes them there)."""
-    from .lesson import page_js
+    from .lesson_view import page_js
 
     return {"theme": theme(), "css": css(), "js": page_js()}
 

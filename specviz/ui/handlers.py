@@ -1,10 +1,15 @@
-"""Helpers the tabs' handlers share: turning an exception into the one line the page shows, and
-a figure spec into gr.Plot's payload."""
+"""Helpers the tabs' handlers share: turning an exception into the one line the page shows, a
+figure spec into gr.Plot's payload, outputs by name, and the engine queue's concurrency."""
 
 from __future__ import annotations
 
+import functools
+import inspect
 import logging
+import os
+from typing import Any, Callable, Mapping
 
+import gradio as gr
 from gradio.components.plot import PlotData
 
 from .. import viz
@@ -37,4 +42,39 @@ def plot(spec: dict) -> PlotData:
     return PlotData(type="plotly", plot=viz.figure_json(spec))
 
 
-__all__ = ["friendly_error", "plot"]
+def by_name(fn: Callable[..., Any], components: Mapping[str, Any]) -> Callable[..., Any]:
+    """``fn`` (a handler, or a generator handler, returning ``{name: value}``) as an event's function
+    whose outputs are ``components.values()``: each name becomes its component (Gradio takes such a
+    dict); a name left out keeps its component as it is. The wrapper keeps ``fn``'s name (the API
+    name) and signature (gr.EventData parameters)."""
+
+    def to_components(out: Mapping[str, Any]) -> Any:
+        if not out:
+            return gr.skip()  # nothing changes (Gradio refuses an empty dict)
+        return {components[name]: value for name, value in out.items()}
+
+    if inspect.isgeneratorfunction(fn):
+        @functools.wraps(fn)
+        def stream(*args: Any, **kwargs: Any):
+            for out in fn(*args, **kwargs):
+                yield to_components(out)
+
+        return stream
+
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        return to_components(fn(*args, **kwargs))
+
+    return call
+
+
+def engine_concurrency() -> int:
+    """Model runs at once across all users (``SPECVIZ_CONCURRENCY``, default 2): the shared
+    "specviz-engine" queue's limit."""
+    try:
+        return max(1, int(os.environ.get("SPECVIZ_CONCURRENCY", "2")))
+    except ValueError:
+        return 2
+
+
+__all__ = ["by_name", "engine_concurrency", "friendly_error", "plot"]

@@ -24,7 +24,7 @@ from ..learn import chain as learn
 from ..viz import learn as vl
 from ..viz import message_html
 from . import zerogpu
-from .handlers import friendly_error
+from .handlers import engine_concurrency, friendly_error
 
 LATEX = [{"left": "$$", "right": "$$", "display": True}, {"left": "$", "right": "$", "display": False}]
 COLUMNS = ["token", "p (target)", "q (draft)"]
@@ -108,11 +108,10 @@ class LearnDefaults:
     def from_env(cls) -> "LearnDefaults":
         """The playground's starting models (SPECVIZ_DEFAULT_TARGET / _DRAFT / _PROPOSER / _PROMPT)."""
         from .playground import Defaults, draft_choices, target_choices
-        from .state import NGRAM as PG_NGRAM
 
         d = Defaults.from_env()
         prefix = os.environ.get("SPECVIZ_DEFAULT_PROMPT", "").strip() or DEFAULT_PREFIX
-        return cls(target=d.target, draft=d.draft, proposer=NGRAM if d.proposer == PG_NGRAM else DRAFT_MODEL,
+        return cls(target=d.target, draft=d.draft, proposer=NGRAM if d.proposer == "ngram" else DRAFT_MODEL,
                    prefix=prefix, target_choices=tuple(target_choices(d)), draft_choices=tuple(draft_choices(d)))
 
 
@@ -460,7 +459,7 @@ def build_learn_tab(defaults: LearnDefaults | None = None, playground_state: gr.
 
     proposer.change(lambda p: gr.update(visible=p == DRAFT_MODEL), [proposer], [draft], queue=False)
     model_btn.click(on_model_sample, [target, proposer, draft, prefix, model_rule, temperature, top_p, model_n, model_seed],
-                    [model_status, model_plot], concurrency_id="specviz-engine", concurrency_limit=_concurrency(),
+                    [model_status, model_plot], concurrency_id="specviz-engine", concurrency_limit=engine_concurrency(),
                     show_progress="hidden")
 
     calc_inputs = [a, k, c, v, runs]
@@ -472,13 +471,6 @@ def build_learn_tab(defaults: LearnDefaults | None = None, playground_state: gr.
     if playground_state is not None:
         add_pg.click(on_add_playground, [playground_state, runs], [runs, runs_msg], **fast)
     return LearnView(table, rule, sample_btn, verdict, model_btn, model_status, [a, k, c, v], cards)
-
-
-def _concurrency() -> int:
-    try:
-        return max(1, int(os.environ.get("SPECVIZ_CONCURRENCY", "2")))
-    except ValueError:
-        return 2
 
 
 __all__ = ["LearnDefaults", "LearnView", "build_learn_tab", "on_calc", "on_inputs", "on_load_runs", "on_model_sample",

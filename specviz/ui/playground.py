@@ -1,48 +1,38 @@
-"""The Playground tab: step through speculative decoding and inspect every decision.
+"""The Playground tab's handlers: step through speculative decoding and inspect every decision.
 
-Layout and event wiring only: runs live in :mod:`specviz.core.engine` (through a per-browser
-:class:`~specviz.ui.state.PlaygroundState`), HTML and figures come from :mod:`specviz.viz`.
-Every handler catches errors and shows them in the page; the session stays usable.
+Runs live in :mod:`specviz.core.engine` (through a per-browser
+:class:`~specviz.ui.state.PlaygroundState`); what the page shows comes from
+:mod:`specviz.ui.playground_view`, by name; the layout and its events are
+:mod:`specviz.ui.playground_tab`'s. Every handler catches errors and shows them in the page; the
+session stays usable.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import time
-from dataclasses import dataclass
 from typing import Any, Iterator
 
 import gradio as gr
 
 from .. import viz
 from ..app import runs
-from ..app.limits import Limits
 from ..app.replay import Replay
-from ..viz.scripts import TABLE_JS, TOKENS_JS
-from ..viz.tree import chain_view
-from . import lesson, zerogpu
-from .handlers import friendly_error, plot
-from .state import (
-    CROSS,
-    DRAFT,
-    HYBRID,
-    PROPOSERS,
-    RULES,
-    SCHEDULES,
-    TAKES_LAYERS,
-    TAKES_OPTIONS,
-    USES_DRAFT_MODEL,
-    PlaygroundState,
-    parse_settings,
-)
-from .threads import in_thread
+from . import zerogpu
+from .handlers import friendly_error
+from .lesson_view import trace_summary
+from .playground_view import render, status_only
+from .state import PROPOSERS, TAKES_LAYERS, TAKES_OPTIONS, USES_DRAFT_MODEL, PlaygroundState, Settings, parse_settings
+from .threads import Every, LoadProgress, loading
 
 log = logging.getLogger("specviz.ui")
 
 PLAY_MIN_INTERVAL_S = 0.08  # Play redraws at most this often (tiny models step in milliseconds)
 PLAY_CHART_INTERVAL_S = 1.0  # ... and its Plotly charts at most this often (4 charts: ~250 ms of browser CPU)
 REPLAY_MAX_DELAY_S = 0.5
+FINISHED = "This run has finished. Press Reset (or change a setting) to start a new one."
+
+Frame = dict[str, Any]  # {output name: value} (specviz.ui.playground_view.OUTPUTS)
 
 
 # -- defaults and choices --------------------------------------------------------------------
@@ -68,123 +58,29 @@ def friendly(e: BaseException) -> str:
     return friendly_error(e, "the playground", after=". The playground is still usable; try Reset.")
 
 
-
-# -- the view --------------------------------------------------------------------------------
-
-@dataclass
-class PlaygroundView:
-    """The playground's components (for handlers, tests and the app shell)."""
-
-    state: gr.State
-    controls: list[gr.components.Component]
-    status: gr.HTML
-    tokens: gr.HTML
-    metrics: gr.HTML
-    baseline: gr.HTML
-    step_slider: gr.Slider
-    position: gr.Radio
-    summary: gr.HTML
-    table: gr.HTML
-    topk: gr.Plot
-    acceptance: gr.Plot
-    timeline: gr.Plot
-    tokens_per_step: gr.Plot
-    download: gr.DownloadButton
-    lesson: lesson.LessonView
-
-    @property
-    def outputs(self) -> list[gr.components.Component]:
-        return [
-            self.status, self.tokens, self.metrics, self.baseline, self.step_slider, self.position, self.summary,
-            self.table, self.topk, self.acceptance, self.timeline, self.tokens_per_step, self.download,
-            *self.lesson.outputs,
-        ]
+# -- loading -----------------------------------------------------------------------------------
 
 
-N_OUT = 13 + lesson.N_LESSON  # len(PlaygroundView.outputs)
+def load_run(state: PlaygroundState, settings: Settings, *, target_only: bool = False,
+             gpu_note: str | None = None) -> Iterator[Frame]:
+    """The run's decoder (its models loaded in a thread, each stage in the status line), or on
+    ZeroGPU the whole run recorded there (a Replay): ``x = yield from load_run(...)``."""
+    if zerogpu.active():  # the GPU is lent per call, in a forked worker: record the run, replay it here
+        if gpu_note:
+            state.message = (gpu_note, "info")
+            yield status_only(state)
+        return zerogpu.record(settings, state.new_trace_path(settings, target_only=target_only), target_only=target_only)
+    progress = LoadProgress(1 + (not target_only and runs.prefix_of(settings.proposer) in USES_DRAFT_MODEL))
+
+    def on_progress(msg: str) -> None:
+        log.info("%s", msg)
+        state.message = (progress.line(msg), "info")
+
+    return (yield from loading(lambda report: build_decoder(settings, report, target_only=target_only),
+                               lambda _msg: status_only(state), on_progress))
 
 
-def skips() -> list[Any]:
-    return [gr.skip()] * N_OUT
-
-
-def render(
-    state: PlaygroundState, *, run: bool = True, inspector: bool = True, chart: bool = True, plots: bool = True,
-    download: bool = False, baseline: bool = False,
-) -> list[Any]:
-    """Every output of the view, in PlaygroundView.outputs order; skipped parts stay as they are.
-
-    run: status-independent text (tokens, metrics); inspector: step slider, positions, summary and
-    draft table; chart: the p/q chart; plots: the three run plots. The charts are the expensive
-    part in the browser (Plotly redraws each twice), so a Step sends them in a second event.
-    """
-    skip = gr.skip()
-    text, kind = state.message
-    out: list[Any] = [viz.message_html(text, kind)]
-    steps = [chain_view(s) for s in state.steps]  # a tree step as its committed path (chain views)
-    if run:
-        out += [
-            viz.tokens_html(state.prompt_text, steps, selected_step=_shown_index(state)),
-            viz.metrics_html(state.stats(), state.comparable_baseline(), engine_ms=state.last_engine_ms),
-        ]
-    else:
-        out += [skip, skip]
-    if baseline:
-        shown = bool(state.baseline_steps) or state.baseline_session is not None
-        b = state.baseline_stats()
-        head = "Target-only baseline" + (f" · {b.new_tokens} tokens · {b.tokens_per_s:.1f} tok/s" if b else "")
-        body = viz.tokens_html("", state.baseline_steps, empty_hint="Loading the target…")
-        out.append(gr.update(value=f'<div class="sv-subtitle">{head}</div>{body}', visible=shown))
-    else:
-        out.append(skip)
-    rec = state.shown_step()
-    rec = chain_view(rec) if rec is not None else None
-    choices = viz.position_choices(rec)
-    pos = state.selected_pos if state.selected_pos is not None else viz.default_position(rec)
-    pos = max(0, min(pos, len(choices) - 1)) if choices else 0
-    if inspector:
-        n = len(steps)
-        out += [
-            gr.update(maximum=max(2, n), value=(rec.index + 1) if rec else 1, interactive=n > 1),
-            gr.update(choices=choices, value=choices[pos] if choices else None),
-            viz.step_summary(rec),
-            viz.draft_table_html(rec, pos),
-        ]
-    else:
-        out += [skip] * 4
-    out.append(plot(viz.topk_figure.spec(rec, pos)) if chart else skip)
-    if plots:
-        stats = state.stats()
-        out += [
-            plot(viz.acceptance_by_position_figure.spec(stats)),
-            plot(viz.timeline_figure.spec(steps)),
-            plot(viz.tokens_per_step_figure.spec(steps)),
-        ]
-    else:
-        out += [skip] * 3
-    if download:
-        path = state.trace_path if steps else None
-        out.append(gr.update(value=path, interactive=bool(path)))
-    else:
-        out.append(skip)
-    return out + lesson.render_lesson(state, run=run, inspector=inspector, chart=chart, baseline=baseline)
-
-
-def _shown_index(state: PlaygroundState) -> int | None:
-    rec = state.shown_step()
-    return rec.index if rec is not None else None
-
-
-def status_only(state: PlaygroundState) -> list[Any]:
-    text, kind = state.message
-    return [viz.message_html(text, kind)] + [gr.skip()] * (N_OUT - 1)
-
-
-
-# -- handlers --------------------------------------------------------------------------------
-
-
-def ensure_live_session(state: PlaygroundState, raw: tuple) -> Iterator[list[Any]]:
+def ensure_live_session(state: PlaygroundState, raw: tuple) -> Iterator[Frame]:
     """Start a live session for the current settings unless one is running for them; yields
     status updates while models load. Raises ValueError for bad settings."""
     settings = parse_settings(*raw)
@@ -194,24 +90,8 @@ def ensure_live_session(state: PlaygroundState, raw: tuple) -> Iterator[list[Any
         changed = state.session is not None
     state.message = (f"Loading {settings.describe()}…", "info")
     yield status_only(state)
-
-    progress = lesson.LoadProgress(1 + (settings.proposer in USES_DRAFT_MODEL))
-
-    def on_progress(msg: str) -> None:
-        log.info("%s", msg)
-        state.message = (progress.line(msg), "info")
-
-    result: Any = None
-    if zerogpu.active():  # the GPU is lent per call, in a forked worker: record the run, replay it here
-        state.message = (f"Running {settings.describe()} on a ZeroGPU GPU; its steps then replay here…", "info")
-        yield status_only(state)
-        result = zerogpu.record(settings, state.new_trace_path(settings))
-    else:
-        for item in in_thread(lambda report: build_decoder(settings, report), on_progress):
-            if isinstance(item, tuple):
-                result = item[0]
-            elif item is not None:
-                yield status_only(state)
+    result = yield from load_run(
+        state, settings, gpu_note=f"Running {settings.describe()} on a ZeroGPU GPU; its steps then replay here…")
     with state.lock:
         if state.mode == "live" and state.session is not None and state.settings == settings:
             return  # another click started this very run while the models loaded
@@ -224,7 +104,10 @@ def ensure_live_session(state: PlaygroundState, raw: tuple) -> Iterator[list[Any
         state.message = (f"{state.note}{settings.describe()}.", "info")
 
 
-def on_step(state: PlaygroundState, *raw) -> Iterator[list[Any]]:
+# -- running -----------------------------------------------------------------------------------
+
+
+def on_step(state: PlaygroundState, *raw) -> Iterator[Frame]:
     """One speculative step (or the next record of a loaded trace).
 
     Gradio may resume a generator on another thread, so no ``yield`` happens while the state's
@@ -240,7 +123,7 @@ def on_step(state: PlaygroundState, *raw) -> Iterator[list[Any]]:
                 state.message = _step_message(state, record)
                 frame = render(state, chart=False, plots=False)
             else:
-                state.message = ("This run has finished. Press Reset (or change a setting) to start a new one.", "info")
+                state.message = (FINISHED, "info")
                 frame = status_only(state)
         yield frame  # the step's text first: the browser shows it while the charts are built
         if stepped:
@@ -250,7 +133,7 @@ def on_step(state: PlaygroundState, *raw) -> Iterator[list[Any]]:
         yield status_only(state)
 
 
-def on_charts(state: PlaygroundState) -> list[Any]:
+def on_charts(state: PlaygroundState) -> Frame:
     """The second frame of a Step: the p/q chart, the run plots and the trace download."""
     with state.lock:
         return render(state, run=False, inspector=False, download=state.mode == "live" and bool(state.steps))
@@ -267,7 +150,7 @@ def _step_message(state: PlaygroundState, record) -> tuple[str, str]:
     return (head, "info")
 
 
-def on_play(state: PlaygroundState, *raw) -> Iterator[list[Any]]:
+def on_play(state: PlaygroundState, *raw) -> Iterator[Frame]:
     """Step until done, redrawing after each step; Pause stops it after the current step."""
     state.stop.clear()
     try:
@@ -276,7 +159,7 @@ def on_play(state: PlaygroundState, *raw) -> Iterator[list[Any]]:
         epoch = state.epoch  # a Reset, a trace load or a new run (another event) stops this loop
         if state.mode == "live":
             if state.session is not None and state.session.done:
-                state.message = ("This run has finished. Press Reset (or change a setting) to start a new one.", "info")
+                state.message = (FINISHED, "info")
                 yield status_only(state)
                 return
         else:
@@ -285,7 +168,7 @@ def on_play(state: PlaygroundState, *raw) -> Iterator[list[Any]]:
                     state.rewind_trace()
                 frame = render(state)
             yield frame
-        last = last_charts = 0.0
+        redraw, redraw_charts = Every(PLAY_MIN_INTERVAL_S), Every(PLAY_CHART_INTERVAL_S)
         while True:
             with state.lock:
                 if state.epoch != epoch:
@@ -294,12 +177,10 @@ def on_play(state: PlaygroundState, *raw) -> Iterator[list[Any]]:
                     break
                 record = state.step()
                 state.message = _step_message(state, record)
-                now = time.perf_counter()
                 frame = None
-                if now - last >= PLAY_MIN_INTERVAL_S or state.done:
-                    charts = now - last_charts >= PLAY_CHART_INTERVAL_S or state.play_delay_s > 0
+                if redraw.due(force=state.done):
+                    charts = redraw_charts.due(force=state.play_delay_s > 0)
                     frame = render(state, chart=charts, plots=charts)
-                    last, last_charts = now, (now if charts else last_charts)
             if state.play_delay_s > 0:  # the Play speed control
                 time.sleep(state.play_delay_s)
             elif state.mode == "trace":
@@ -322,7 +203,7 @@ def on_pause(state: PlaygroundState) -> None:
     state.stop.set()
 
 
-def on_reset(state: PlaygroundState) -> list[Any]:
+def on_reset(state: PlaygroundState) -> Frame:
     state.stop.set()
     with state.lock:
         state.reset()
@@ -330,7 +211,7 @@ def on_reset(state: PlaygroundState) -> list[Any]:
         return render(state, download=True, baseline=True)
 
 
-def on_baseline(state: PlaygroundState, *raw) -> Iterator[list[Any]]:
+def on_baseline(state: PlaygroundState, *raw) -> Iterator[Frame]:
     """Target-only decoding on the same target, prompt and sampling settings, streamed."""
     state.stop.clear()
     epoch = state.epoch
@@ -338,28 +219,15 @@ def on_baseline(state: PlaygroundState, *raw) -> Iterator[list[Any]]:
         settings = parse_settings(*raw)
         state.message = (f"Loading {settings.target} for the target-only baseline…", "info")
         yield status_only(state)
-
-        progress = lesson.LoadProgress(1)
-
-        def on_progress(msg: str) -> None:
-            state.message = (progress.line(msg), "info")
-
-        decoder = recorded = None
-        if zerogpu.active():
-            recorded = zerogpu.record(settings, state.new_trace_path(settings, target_only=True), target_only=True)
-        else:
-            for item in in_thread(lambda report: build_decoder(settings, report, target_only=True), on_progress):
-                if isinstance(item, tuple):
-                    decoder = item[0]
-                elif item is not None:
-                    yield status_only(state)
+        result = yield from load_run(state, settings, target_only=True)
         with state.lock:
-            state.start_baseline(settings, decoder, recorded)
+            recorded = isinstance(result, Replay)
+            state.start_baseline(settings, None if recorded else result, result if recorded else None)
             session = state.baseline_session
             state.message = ("Running target-only: one target forward pass per token.", "info")
             frame = render(state, plots=False, inspector=False, baseline=True)
         yield frame
-        last = 0.0
+        redraw = Every(PLAY_MIN_INTERVAL_S)
         while True:
             with state.lock:
                 if state.epoch != epoch or state.baseline_session is not session:
@@ -367,12 +235,8 @@ def on_baseline(state: PlaygroundState, *raw) -> Iterator[list[Any]]:
                 if session.done or state.stop.is_set():
                     break
                 session.step()
-                now = time.perf_counter()
-                frame = None
-                if now - last >= PLAY_MIN_INTERVAL_S or session.done:
-                    frame = render(state, plots=False, inspector=False, baseline=True)
+                frame = render(state, plots=False, inspector=False, baseline=True) if redraw.due(force=session.done) else None
             if frame is not None:
-                last = now
                 yield frame
         with state.lock:
             b = session.stats()
@@ -394,51 +258,54 @@ def on_baseline(state: PlaygroundState, *raw) -> Iterator[list[Any]]:
         yield status_only(state)
 
 
-def on_pick(state: PlaygroundState, evt: gr.EventData) -> list[Any]:
+# -- the inspector -----------------------------------------------------------------------------
+
+
+def on_pick(state: PlaygroundState, evt: gr.EventData) -> Frame:
     """A token was clicked: inspect its step (at the clicked position)."""
     try:
         step = int(evt.step)
         pos = int(evt.pos)
     except (AttributeError, TypeError, ValueError):
-        return skips()
+        return {}
     with state.lock:
         if not 0 <= step < len(state.steps):
-            return skips()
+            return {}
         state.select(step, pos)
         return render(state, plots=False)
 
 
-def on_step_slider(state: PlaygroundState, value: Any) -> list[Any]:
+def on_step_slider(state: PlaygroundState, value: Any) -> Frame:
     with state.lock:
         try:
             state.select(int(value) - 1)
         except (TypeError, ValueError):
-            return skips()
+            return {}
         return render(state, plots=False)
 
 
-def on_position(state: PlaygroundState, index: Any) -> list[Any]:
+def on_position(state: PlaygroundState, index: Any) -> Frame:
     with state.lock:
         if index is None or not state.steps:
-            return skips()
+            return {}
         state.selected_pos = int(index)
         return render(state, plots=False, run=False)
 
 
-def on_table_pick(state: PlaygroundState, evt: gr.EventData) -> list[Any]:
+def on_table_pick(state: PlaygroundState, evt: gr.EventData) -> Frame:
     """A row of the draft table was clicked: chart that position."""
     try:
         pos = int(evt.pos)
     except (AttributeError, TypeError, ValueError):
-        return skips()
+        return {}
     with state.lock:
         if state.shown_step() is None:
-            return skips()
+            return {}
         state.selected_pos = pos
         return render(state, run=False, plots=False)
 
 
-def on_load_trace(state: PlaygroundState, path: Any) -> list[Any]:
+def on_load_trace(state: PlaygroundState, path: Any) -> Frame:
     state.stop.set()
     try:
         if not path:
@@ -447,7 +314,7 @@ def on_load_trace(state: PlaygroundState, path: Any) -> list[Any]:
             state.epoch += 1
             state.load_trace(str(path))
             h = state.session.header
-            what = f"{h.get('target', '?')} + {h.get('proposer', '?')}, k={h.get('k', '?')}, {lesson.trace_summary(h)}"
+            what = f"{h.get('target', '?')} + {h.get('proposer', '?')}, k={h.get('k', '?')}, {trace_summary(h)}"
             state.message = (
                 f"Loaded a trace of {len(state.session.records)} steps ({what}). Click tokens to inspect them, Play to "
                 "replay it step by step, Reset to go back to live mode.", "ok")
@@ -457,8 +324,12 @@ def on_load_trace(state: PlaygroundState, path: Any) -> list[Any]:
         return status_only(state)
 
 
-_DRAFT_INFO = {DRAFT: "must share the target's tokenizer",
-               HYBRID: "drafts only when the n-gram finds no match; must share the target's tokenizer", CROSS: "any tokenizer: its text is re-tokenized (q = 1)"}
+# -- the settings' controls ----------------------------------------------------------------------
+
+
+DRAFT_INFO = {"draft": "must share the target's tokenizer",  # the draft box's hint, by spec prefix
+              "ngram+draft": "drafts only when the n-gram finds no match; must share the target's tokenizer",
+              "xdraft": "any tokenizer: its text is re-tokenized (q = 1)"}
 
 
 def on_target_change(target: str, proposer: str, draft: str) -> Any:
@@ -469,8 +340,9 @@ def on_target_change(target: str, proposer: str, draft: str) -> Any:
 
 
 def on_proposer_change(target: str, proposer: str, draft: str) -> tuple[Any, Any, Any]:
+    """The draft, layers and options boxes for a proposer (a spec prefix): shown where it takes them."""
     new = auto_draft(target, proposer, draft) if proposer in USES_DRAFT_MODEL else None
-    draft_update = gr.update(visible=proposer in USES_DRAFT_MODEL, info=_DRAFT_INFO.get(proposer),
+    draft_update = gr.update(visible=proposer in USES_DRAFT_MODEL, info=DRAFT_INFO.get(proposer),
                              **({"value": new} if new and new != draft else {}))
     known = proposer in PROPOSERS
     opts = gr.update(visible=proposer in TAKES_OPTIONS, info=runs.options_hint(proposer) if known else None,
@@ -478,128 +350,8 @@ def on_proposer_change(target: str, proposer: str, draft: str) -> tuple[Any, Any
     return draft_update, gr.update(visible=proposer in TAKES_LAYERS), opts
 
 
-def settings_inputs(named: dict[str, Any]) -> list[Any]:
-    """The controls in parse_settings' order (a dict built in that order)."""
-    return list(named.values())
-
-
-# -- layout ----------------------------------------------------------------------------------
-
-
-def build_playground(defaults: Defaults | None = None) -> PlaygroundView:
-    """Lay out the playground (inside a gr.Blocks / gr.Tab context) and wire its events."""
-    d = defaults or Defaults.from_env()
-    lim = Limits.from_env()  # the sliders stop at the host's caps
-    examples = runs.example_prompts()
-    state = gr.State(PlaygroundState, delete_callback=lambda s: s.close() if isinstance(s, PlaygroundState) else None)
-
-    with gr.Row(equal_height=False, elem_id="sv-main-row"):
-        with gr.Column(scale=1, min_width=280, elem_id="sv-settings"):
-            target = gr.Dropdown(target_choices(d), value=d.target, label="Target model", allow_custom_value=True,
-                                 info="built-in, Hugging Face id or local directory", elem_id="sv-target")
-            proposer = gr.Radio(list(PROPOSERS), value=d.proposer, label="Proposer", elem_id="sv-proposer")
-            draft = gr.Dropdown(draft_choices(d), value=d.draft, label="Draft model", allow_custom_value=True,
-                                info=_DRAFT_INFO[d.proposer] if d.proposer in _DRAFT_INFO else None,
-                                visible=d.proposer in USES_DRAFT_MODEL, elem_id="sv-draft")
-            layers = gr.Number(value=4, label="Early-exit layers", info="the target's first L layers draft",
-                               precision=0, visible=d.proposer in TAKES_LAYERS, elem_id="sv-layers")
-            options = gr.Textbox("", label="Proposer options", info=runs.options_hint(d.proposer), max_lines=1,
-                                 placeholder=runs.options_example(d.proposer), visible=d.proposer in TAKES_OPTIONS,
-                                 elem_id="sv-options")
-            k = gr.Slider(1, lim.max_k, value=min(d.k, lim.max_k), step=1, label="k", info="tokens drafted per step", elem_id="sv-k")
-            schedule = gr.Dropdown(list(SCHEDULES), value="constant", label="k schedule",
-                                   info="how k changes from step to step", elem_id="sv-schedule")
-            rule = gr.Radio(list(RULES), value="exact", label="Acceptance rule",
-                                  info="exact keeps the target's distribution; typical is LOSSY (Medusa, vLLM) "
-                                       "and only applies when sampling (T > 0)", elem_id="sv-acceptance")
-            max_new = gr.Slider(1, lim.max_new_tokens, value=d.max_new_tokens, step=1, label="Max new tokens", elem_id="sv-max-new")
-            with gr.Accordion("Sampling", open=True):
-                temperature = gr.Slider(0, 2, value=d.temperature, step=0.05, label="Temperature", info="0 = greedy",
-                                        elem_id="sv-temperature")
-                with gr.Row():
-                    top_p = gr.Number(value=d.top_p, label="Top-p", info="1 = off", minimum=0, maximum=1, step=0.05,
-                                      min_width=80, elem_id="sv-top-p")
-                    top_k = gr.Number(value=d.top_k, label="Top-k", info="0 = off", precision=0, min_width=80,
-                                      elem_id="sv-top-k")  # no minimum: parse_settings names a bad value
-                    seed = gr.Number(value=d.seed, label="Seed", info="reproducible", precision=0, min_width=80,
-                                     elem_id="sv-seed")
-            chat = gr.Checkbox(value=True, label="Use the chat template (when the model has one)", elem_id="sv-chat")
-        with gr.Column(scale=3, min_width=320, elem_id="sv-run-column"):
-            tours = lesson.build_tours()
-            prompt = gr.Textbox(value=d.prompt, label="Prompt", lines=3, max_lines=8, elem_id="sv-prompt")
-            if examples:
-                example = gr.Dropdown([label for label, _ in examples], value=None, label="Example prompts (Spec-Bench)",
-                                      elem_id="sv-examples", container=True)
-                example.input(lambda label: dict(examples).get(label, gr.skip()), [example], [prompt], queue=False)
-            with gr.Row(elem_id="sv-buttons"):
-                step_btn = gr.Button("Step", variant="primary", elem_id="sv-step-btn")
-                play_btn = gr.Button("▶ Play", variant="primary", elem_id="sv-play-btn")
-                pause_btn = gr.Button("❚❚ Pause", elem_id="sv-pause-btn")
-                reset_btn = gr.Button("↺ Reset", elem_id="sv-reset-btn")
-                base_btn = gr.Button("Run target-only", elem_id="sv-baseline-btn", min_width=150)
-                speed = gr.Dropdown(list(lesson.SPEEDS), value=next(iter(lesson.SPEEDS)), label="Play speed",
-                                    min_width=150, elem_id="sv-speed")
-            status = gr.HTML(viz.message_html("Press Step to run one speculative step, or Play to run to the end.", "info"),
-                             elem_id="sv-status")
-            metrics = gr.HTML(viz.metrics_html(None), elem_id="sv-metrics")
-            why, race_box, race_plot, race = lesson.build_why()
-            gr.HTML(viz.legend_html(), elem_id="sv-legend")
-            tokens = gr.HTML(viz.tokens_html(d.prompt, []), elem_id="sv-tokens", elem_classes=["sv-pickable"],
-                             js_on_load=TOKENS_JS)
-            baseline = gr.HTML("", elem_id="sv-baseline", visible=False, js_on_load=TOKENS_JS)
-
-    gr.HTML('<div class="sv-section-title">Step inspector</div>')
-    with gr.Row(equal_height=False):
-        with gr.Column(scale=5, min_width=300):
-            step_slider = gr.Slider(1, 2, value=1, step=1, label="Step", interactive=False, elem_id="sv-step-slider")
-            nav = lesson.build_nav()
-            phase = lesson.build_phase()
-            position = gr.Radio([], label="Position in the step", type="index", elem_id="sv-position")
-            summary = gr.HTML(viz.step_summary(None), elem_id="sv-summary")
-            table = gr.HTML(viz.draft_table_html(None), elem_id="sv-draft-table", js_on_load=TABLE_JS)
-        with gr.Column(scale=6, min_width=300):
-            topk = gr.Plot(viz.topk_figure(None), show_label=False, elem_id="sv-topk")
-    tree_row, tree, mask = lesson.build_tree()
-    with gr.Row(elem_classes=["sv-plots"]):
-        acceptance = gr.Plot(viz.acceptance_by_position_figure(None), show_label=False, min_width=300,
-                             elem_id="sv-plot-acceptance")
-        timeline = gr.Plot(viz.timeline_figure([]), show_label=False, min_width=300, elem_id="sv-plot-timeline")
-        tps = gr.Plot(viz.tokens_per_step_figure([]), show_label=False, min_width=300, elem_id="sv-plot-tokens")
-    with gr.Row():
-        download = gr.DownloadButton("⤓ Download trace (JSONL)", value=None, interactive=False, elem_id="sv-download", size="md")
-        upload = gr.UploadButton("⤒ Load a trace to replay", file_types=[".jsonl", ".json", ".txt"], type="filepath",
-                                 elem_id="sv-upload", size="md")
-
-    named = dict(target=target, proposer=proposer, draft=draft, k=k, temperature=temperature, top_p=top_p, top_k=top_k,
-                 seed=seed, max_new_tokens=max_new, prompt=prompt, chat=chat, schedule=schedule, layers=layers, rule=rule,
-                 options=options)  # parse_settings' order
-    controls = list(named.values())
-    view = PlaygroundView(state, controls, status, tokens, metrics, baseline, step_slider, position, summary, table,
-                          topk, acceptance, timeline, tps, download,
-                          lesson.LessonView(why, race_box, race_plot, race, phase, tree_row, tree, mask))
-    outs = view.outputs
-    engine = dict(concurrency_id="specviz-engine", concurrency_limit=_concurrency(), show_progress="hidden")
-    inputs = [state, *controls]
-
-    proposer.change(on_proposer_change, [target, proposer, draft], [draft, layers, options], queue=False)
-    lesson.wire(view, named, dict(nav=nav, speed=speed, tours=tours), engine)
-    target.change(on_target_change, [target, proposer, draft], [draft], queue=False)
-    step_btn.click(on_step, inputs, outs, trigger_mode="multiple", **engine)
-    play_btn.click(on_play, inputs, outs, **engine)
-    base_btn.click(on_baseline, inputs, outs, **engine)
-    pause_btn.click(on_pause, [state], None, queue=False)
-    reset_btn.click(on_reset, [state], outs, concurrency_limit=None, show_progress="hidden")
-    tokens.pick(on_pick, [state], outs, concurrency_limit=None, show_progress="hidden")
-    step_slider.release(on_step_slider, [state, step_slider], outs, concurrency_limit=None, show_progress="hidden")
-    position.input(on_position, [state, position], outs, concurrency_limit=None, show_progress="hidden")
-    table.pick(on_table_pick, [state], outs, concurrency_limit=None, show_progress="hidden")
-    upload.upload(on_load_trace, [state, upload], outs, concurrency_limit=None, show_progress="hidden").then(
-        lesson.trace_controls, [state], [temperature, rule], queue=False)
-    return view
-
-
-def _concurrency() -> int:
-    try:
-        return max(1, int(os.environ.get("SPECVIZ_CONCURRENCY", "2")))
-    except ValueError:
-        return 2
+__all__ = [
+    "Defaults", "auto_draft", "draft_choices", "ensure_live_session", "load_run", "on_baseline", "on_charts", "on_load_trace",
+    "on_pause", "on_pick", "on_play", "on_position", "on_proposer_change", "on_reset", "on_step", "on_step_slider",
+    "on_table_pick", "on_target_change", "target_choices",
+]

@@ -18,7 +18,7 @@ from typing import IO, Any, Callable
 from ..app.limits import Limits, check_k, check_max_new_tokens, check_model_name, check_prompt_chars
 from ..app.parsing import finite_number
 from ..app.replay import Replay
-from ..app.runs import MENU, TAKES_LAYERS, TAKES_OPTIONS, USES_DRAFT_MODEL, check_options, label_of, prefix_of, spec_for
+from ..app.runs import MENU, TAKES_LAYERS, TAKES_OPTIONS, USES_DRAFT_MODEL, check_options, prefix_of, spec_for
 from ..core.engine import Session, SpeculativeDecoder
 from ..core.hooks import TraceRecorder
 from ..core.records import Sampling, Stats, StepRecord
@@ -26,11 +26,15 @@ from ..models import pin, unpin
 
 MAX_TEMPERATURE = 5.0
 
-# The proposer menu's labels come from the proposer registry (through specviz.app.runs).
-NGRAM, DRAFT, CROSS, EARLY, HYBRID = (label_of(p) for p in ("ngram", "draft", "xdraft", "early-exit", "ngram+draft"))
-PROPOSERS = MENU
+# The proposer menu: (label, spec prefix) pairs from the proposer registry (through specviz.app.runs);
+# the controls carry the prefix, a run carries the whole spec.
+PROPOSERS: tuple[str, ...] = tuple(prefix for _, prefix in MENU)
 SCHEDULES = ("constant", "heuristic", "confidence")
 RULES = {"exact": "exact", "typical (LOSSY)": "typical"}  # the menu's labels -> Acceptance.rule
+RULE_LABELS = {rule: label for label, rule in RULES.items()}  # Acceptance.rule -> the menu's label
+# How describe() says what drafts, for the kinds whose spec reads better in words ({arg}: the spec's argument)
+HOW = {"ngram": "n-gram", "draft": "draft {arg}", "ngram+draft": "n-gram, else draft {arg}",
+       "xdraft": "re-tokenized draft {arg}", "early-exit": "its first {arg} layers"}
 
 Progress = Callable[[str], None]
 
@@ -43,8 +47,7 @@ class Settings:
     """Everything that defines a run; two runs with equal settings are the same run."""
 
     target: str
-    proposer: str  # one of PROPOSERS
-    draft: str | None  # the draft model's name (DRAFT, HYBRID and CROSS proposers)
+    proposer: str  # the proposer spec ("draft:gemma-3-270m@int8"; specviz.proposers.registry.from_spec)
     k: int
     temperature: float
     top_p: float | None
@@ -54,26 +57,19 @@ class Settings:
     prompt: str
     chat: bool = True
     schedule: str = "constant"  # how k moves between steps (specviz.core.schedules)
-    layers: int | None = None  # EARLY: how many of the target's layers draft
     acceptance: str = "exact"  # the acceptance rule: "exact" or "typical" (LOSSY; specviz.core.algorithm.Acceptance)
-    options: str = ""  # ",key=value" options of the kinds that take them ("nodes=8,width=2" for a tree)
 
     @property
     def sampling(self) -> Sampling:
         return Sampling(temperature=self.temperature, top_k=self.top_k, top_p=self.top_p)
-
-    def spec(self) -> str:
-        """The proposer spec of this run ("draft:gemma-3-270m@int8"; specviz.proposers.from_spec)."""
-        return spec_for(self.proposer, self.draft, self.layers, self.options)
 
     def baseline_key(self) -> tuple:
         """What a target-only run must share with this run for its speed to compare."""
         return (self.target, self.temperature, self.top_p, self.top_k, self.seed, self.max_new_tokens, self.prompt, self.chat)
 
     def describe(self) -> str:
-        how = {NGRAM: "n-gram", DRAFT: f"draft {self.draft}", HYBRID: f"n-gram, else draft {self.draft}", CROSS: f"re-tokenized draft {self.draft}",
-               EARLY: f"its first {self.layers} layers"}.get(self.proposer) if not self.options else None
-        how = how or self.spec()
+        prefix, _, arg = self.proposer.partition(":")
+        how = HOW[prefix].format(arg=arg) if prefix in HOW and "," not in arg else self.proposer  # options: the spec
         mode = "greedy" if self.temperature == 0 else f"T={self.temperature:g}"
         sched = "" if self.schedule == "constant" else f" ({self.schedule})"
         rule = ", typical acceptance (LOSSY)" if self.acceptance == "typical" and self.temperature > 0 else ""
@@ -102,7 +98,8 @@ def parse_settings(
     seed: Any, max_new_tokens: Any, prompt: Any, chat: Any = True, schedule: Any = "constant", layers: Any = 4,
     acceptance: Any = "exact", options: Any = "",
 ) -> Settings:
-    """The raw control values -> Settings, or a ValueError that says what to fix."""
+    """The raw control values (``proposer``: a spec prefix, the menu's value) -> Settings, or a
+    ValueError that says what to fix."""
     target = (target or "").strip() if isinstance(target, str) else ""
     if not target:
         raise ValueError("choose a target model (a built-in name, a Hugging Face id or a local directory)")
@@ -137,13 +134,13 @@ def parse_settings(
         check_model_name(draft_name, lim)
     check_prompt_chars(prompt, lim)
     opts = options.strip() if isinstance(options, str) and proposer in TAKES_OPTIONS else ""
+    draft_name = draft_name if proposer in USES_DRAFT_MODEL else None
     if opts:
-        check_options(proposer, draft_name or None, n_layers, opts)  # names a bad key or value
+        check_options(proposer, draft_name, n_layers, opts)  # names a bad key or value
     return Settings(
-        target=target, proposer=proposer, draft=draft_name if proposer in USES_DRAFT_MODEL else None, k=k,
+        target=target, proposer=spec_for(proposer, draft_name, n_layers, opts), k=k,
         temperature=t, top_p=None if tp >= 1 else tp, top_k=tk or None, seed=seed, max_new_tokens=n,
-        prompt=prompt, chat=bool(chat), schedule=schedule, layers=n_layers, acceptance=rule,
-        options=opts,
+        prompt=prompt, chat=bool(chat), schedule=schedule, acceptance=rule,
     )
 
 
@@ -344,6 +341,6 @@ class PlaygroundState:
 
 
 __all__ = [
-    "CROSS", "DRAFT", "EARLY", "HYBRID", "NGRAM", "PROPOSERS", "RULES", "SCHEDULES", "TAKES_LAYERS", "TAKES_OPTIONS",
-    "USES_DRAFT_MODEL", "PlaygroundState", "Settings", "parse_settings",
+    "MENU", "PROPOSERS", "RULE_LABELS", "RULES", "SCHEDULES", "TAKES_LAYERS", "TAKES_OPTIONS", "USES_DRAFT_MODEL",
+    "PlaygroundState", "Settings", "parse_settings",
 ]

@@ -1,0 +1,113 @@
+"""The playground's view: its components by name, and :func:`render`, which gives their values
+by name from a :class:`~specviz.ui.state.PlaygroundState`.
+
+Handlers (:mod:`specviz.ui.playground`, :mod:`specviz.ui.lesson`) return ``{output name: value}``;
+a name left out keeps its component as it is. :func:`specviz.ui.handlers.by_name` turns those
+names into the components when the events are wired, so adding a view shifts nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+import gradio as gr
+
+from .. import viz
+from ..viz.tree import chain_view
+from .handlers import plot
+from .lesson_view import LESSON_OUTPUTS, LessonView, render_lesson
+from .state import PlaygroundState
+
+
+@dataclass
+class PlaygroundView:
+    """The playground's components (for handlers, tests and the app shell)."""
+
+    state: gr.State
+    controls: dict[str, gr.components.Component]  # name -> control, in parse_settings' order
+    status: gr.HTML
+    tokens: gr.HTML
+    metrics: gr.HTML
+    baseline: gr.HTML
+    step_slider: gr.Slider
+    position: gr.Radio
+    summary: gr.HTML
+    table: gr.HTML
+    topk: gr.Plot
+    acceptance: gr.Plot
+    timeline: gr.Plot
+    tokens_per_step: gr.Plot
+    download: gr.DownloadButton
+    lesson: LessonView
+
+    def named(self) -> dict[str, Any]:
+        """{output name: component}, in OUTPUTS order."""
+        return {**{name: getattr(self, name) for name in VIEW_OUTPUTS}, **self.lesson.named()}
+
+    @property
+    def outputs(self) -> list[gr.components.Component]:
+        """Every output component, in OUTPUTS order (an event's outputs)."""
+        return list(self.named().values())
+
+
+VIEW_OUTPUTS: tuple[str, ...] = tuple(f.name for f in fields(PlaygroundView) if f.name not in ("state", "controls", "lesson"))
+OUTPUTS: tuple[str, ...] = VIEW_OUTPUTS + LESSON_OUTPUTS  # every name a playground handler may return
+
+
+def render(
+    state: PlaygroundState, *, run: bool = True, inspector: bool = True, chart: bool = True, plots: bool = True,
+    download: bool = False, baseline: bool = False,
+) -> dict[str, Any]:
+    """The view's values by name (OUTPUTS); parts not asked for are left out, so they stay as they are.
+
+    run: status-independent text (tokens, metrics); inspector: step slider, positions, summary and
+    draft table; chart: the p/q chart; plots: the three run plots. The charts are the expensive
+    part in the browser (Plotly redraws each twice), so a Step sends them in a second event.
+    """
+    out: dict[str, Any] = status_only(state)
+    steps = [chain_view(s) for s in state.steps]  # a tree step as its committed path (chain views)
+    if run:
+        out["tokens"] = viz.tokens_html(state.prompt_text, steps, selected_step=_shown_index(state))
+        out["metrics"] = viz.metrics_html(state.stats(), state.comparable_baseline(), engine_ms=state.last_engine_ms)
+    if baseline:
+        shown = bool(state.baseline_steps) or state.baseline_session is not None
+        b = state.baseline_stats()
+        head = "Target-only baseline" + (f" · {b.new_tokens} tokens · {b.tokens_per_s:.1f} tok/s" if b else "")
+        body = viz.tokens_html("", state.baseline_steps, empty_hint="Loading the target…")
+        out["baseline"] = gr.update(value=f'<div class="sv-subtitle">{head}</div>{body}', visible=shown)
+    rec = state.shown_step()
+    rec = chain_view(rec) if rec is not None else None
+    choices = viz.position_choices(rec)
+    pos = state.selected_pos if state.selected_pos is not None else viz.default_position(rec)
+    pos = max(0, min(pos, len(choices) - 1)) if choices else 0
+    if inspector:
+        n = len(steps)
+        out["step_slider"] = gr.update(maximum=max(2, n), value=(rec.index + 1) if rec else 1, interactive=n > 1)
+        out["position"] = gr.update(choices=choices, value=choices[pos] if choices else None)
+        out["summary"] = viz.step_summary(rec)
+        out["table"] = viz.draft_table_html(rec, pos)
+    if chart:
+        out["topk"] = plot(viz.topk_figure.spec(rec, pos))
+    if plots:
+        out["acceptance"] = plot(viz.acceptance_by_position_figure.spec(state.stats()))
+        out["timeline"] = plot(viz.timeline_figure.spec(steps))
+        out["tokens_per_step"] = plot(viz.tokens_per_step_figure.spec(steps))
+    if download:
+        path = state.trace_path if steps else None
+        out["download"] = gr.update(value=path, interactive=bool(path))
+    return {**out, **render_lesson(state, run=run, inspector=inspector, chart=chart, baseline=baseline)}
+
+
+def _shown_index(state: PlaygroundState) -> int | None:
+    rec = state.shown_step()
+    return rec.index if rec is not None else None
+
+
+def status_only(state: PlaygroundState) -> dict[str, Any]:
+    """Only the status line (the state's message)."""
+    text, kind = state.message
+    return {"status": viz.message_html(text, kind)}
+
+
+__all__ = ["OUTPUTS", "PlaygroundView", "VIEW_OUTPUTS", "render", "status_only"]
