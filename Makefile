@@ -30,11 +30,17 @@ chromium:
 demo: setup
 	GRADIO_ANALYTICS_ENABLED=False $(BIN)/python app.py
 
+# The tests run on every core (pytest-xdist, one test file per worker: module fixtures stay
+# shared); the browser tests, which time what a person sees, run after them one at a time.
+JOBS     ?= $(shell nproc 2>/dev/null || echo 2)
+PYTEST   := GRADIO_ANALYTICS_ENABLED=False HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -ra
+
 test: setup chromium llama-server-build
-	GRADIO_ANALYTICS_ENABLED=False HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -ra
+	$(PYTEST) -n $(JOBS) --dist loadfile -m "not browser"
+	$(PYTEST) -m browser
 
 test-fast: setup
-	GRADIO_ANALYTICS_ENABLED=False HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -ra -m "not slow and not browser and not remote"
+	$(PYTEST) -n $(JOBS) --dist loadfile -m "not slow and not browser and not remote"
 
 bench: setup
 	$(BIN)/specviz bench --target gemma-3-270m --proposer ngram --proposer draft:gemma-3-270m@int8 \
