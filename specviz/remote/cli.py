@@ -47,6 +47,8 @@ def bench_remote(args, prompts, say: Callable[[Any, str], None],
     from .client import RemoteError, parse_endpoint
     from .run import RemoteConfig, RemoteSweep
 
+    if args.html and html_renderer is None:  # before anything is measured
+        raise RemoteError("--html needs the caller's HTML renderer (specviz.cli passes specviz.viz.bench.report_html)")
     endpoints = [parse_endpoint(u) for u in args.remote or []]
     if args.baseline_remote:
         endpoints.append(parse_endpoint(args.baseline_remote, baseline=True))
