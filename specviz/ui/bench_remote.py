@@ -13,7 +13,6 @@ engine gave per-step counts (vLLM ``--per-request-spec-decode-metrics detailed``
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Any, Iterator
 
@@ -26,7 +25,7 @@ from ..remote.replay import NOT_EXPOSED, steps_of_row
 from ..remote.run import RemoteConfig, RemoteSweep
 from ..viz.bench import progress_html
 from ..viz.remote_steps import remote_steps_html
-from .bench_tab import MAX_PROMPTS, RENDER_EVERY_S, BenchState, BenchView, _render, prompt_rows
+from .bench_view import MAX_PROMPTS, BenchState, BenchView, prompt_rows, render, sweep_frames
 from .handlers import friendly_error
 
 __all__ = ["RemoteView", "build_remote_source", "parse_remote_request", "on_remote_run", "on_remote_steps",
@@ -124,7 +123,6 @@ def on_remote_run(state: BenchState, *raw) -> Iterator[list[Any]]:
     """Check the policy, measure the servers, stream progress, rows and plots, then the steps view.
     Yields BenchView.outputs + [steps dropdown, steps HTML]."""
     state.stop.clear()
-    state.running = True
     sweep: RemoteSweep | None = None
     skip2 = [gr.skip(), gr.skip()]
     try:
@@ -133,37 +131,23 @@ def on_remote_run(state: BenchState, *raw) -> Iterator[list[Any]]:
             eps, rows, src, cfg = parse_remote_request(*raw)
             sweep = RemoteSweep(eps, rows, cfg, prompt_source=src)
         except ValueError as e:
-            yield _render(state, None, progress_html(0, 0, _one_line(e), "error")) + skip2
+            yield render(state, None, progress_html(0, 0, _one_line(e), "error")) + skip2
             return
-        yield _render(state, None, progress_html(0, sweep.total, f"Asking {len(eps)} server(s) what they are…")) + skip2
-        last = 0.0
-        for ev in sweep.events(should_stop=state.stop.is_set):
-            if ev.kind == "warmup":
-                yield _render(state, None, progress_html(0, ev.total, "Warming up every server (untimed)…")) + skip2
-                continue
-            if ev.kind != "run":
-                continue
-            now = time.perf_counter()
-            redraw = ev.prompt_done or now - last >= RENDER_EVERY_S
-            msg = progress_html(ev.done, ev.total, f"Ran {ev.label}")
-            if redraw:
-                last = now
-                yield _render(state, sweep.report(), msg) + skip2
-            else:
-                yield _render(state, None, msg) + skip2
+        yield render(state, None, progress_html(0, sweep.total, f"Asking {len(eps)} server(s) what they are…")) + skip2
+        for frame in sweep_frames(state, sweep.events(should_stop=state.stop.is_set), sweep.report,
+                                  "Warming up every server (untimed)…"):
+            yield frame + skip2
         report = sweep.report()
         state.report = report
-        yield _render(state, report, _end_message(report), files=True) + _steps_outputs(state, report)
+        yield render(state, report, _end_message(report), files=True) + _steps_outputs(state, report)
     except Exception as e:  # noqa: BLE001 - one line, never a traceback; the rows measured stay
         line = _one_line(e) if not isinstance(e, RemoteError) else str(e).splitlines()[0]
         if sweep is not None and sweep.prompt_rows:
             report = sweep.report()
             state.report = report
-            yield _render(state, report, _end_message(report, line), files=True) + _steps_outputs(state, report)
+            yield render(state, report, _end_message(report, line), files=True) + _steps_outputs(state, report)
         else:
-            yield _render(state, None, progress_html(0, 0, line, "error")) + skip2
-    finally:
-        state.running = False
+            yield render(state, None, progress_html(0, 0, line, "error")) + skip2
 
 
 def build_remote_source() -> RemoteView:

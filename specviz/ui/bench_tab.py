@@ -13,12 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
-import tempfile
-import threading
-import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 import gradio as gr
@@ -34,17 +29,26 @@ from ..core.records import Sampling
 from ..viz import bench as V
 from ..viz.bench import progress_html
 from . import zerogpu
+from .bench_remote import build_remote_source, wire_remote
+from .bench_view import (
+    BUNDLED,
+    CUSTOM,
+    MAX_PROMPTS,
+    PLOT_ORDER,
+    BenchState,
+    BenchView,
+    prompt_rows,
+    render,
+    sweep_frames,
+    table_value,
+    with_verify_cost,
+)
 from .handlers import friendly_error
-from .threads import in_thread
+from .threads import STOPPED, loading
 
 log = logging.getLogger("specviz.ui.bench")
 
-BUNDLED = "Spec-Bench dev prompts"
-CUSTOM = "My prompts (one per line)"
 K_CHOICES = [1, 2, 3, 4, 5, 6, 8, 10, 12, 16]
-MAX_PROMPTS = 160
-RENDER_EVERY_S = 2.0  # redraw plots at most this often (and after every prompt)
-PLOT_ORDER = list(V.FIGURES)
 
 
 @dataclass
@@ -67,64 +71,6 @@ class BenchDefaults:
         return cls(target=target, proposers=["ngram", f"draft:{draft}"])
 
 
-class BenchState:
-    """One browser session's benchmark: the stop flag, the last report and its files."""
-
-    def __init__(self):
-        self.stop = threading.Event()
-        self.running = False
-        self.report: dict[str, Any] | None = None
-        self.verify_cost: list[tuple[int, float]] | None = None  # this machine's t(n), when measured
-        self.verify_target: str | None = None  # the target it was measured on
-        self._dir: str | None = None
-
-    def files(self, report: dict[str, Any]) -> tuple[str, str, str]:
-        """Write the CSV, JSON and HTML downloads of ``report``; returns their paths."""
-        if self._dir is None or not os.path.isdir(self._dir):
-            self._dir = tempfile.mkdtemp(prefix="specviz-bench-")
-        d = Path(self._dir)
-        csv_path = B.write_csv(report["rows"], d / "specviz-bench.csv")
-        json_path = B.write_json(report, d / "specviz-bench.json")
-        html_path = d / "specviz-bench.html"
-        html_path.write_text(V.report_html(report), encoding="utf-8")
-        return str(csv_path), str(json_path), str(html_path)
-
-    def __deepcopy__(self, memo) -> "BenchState":
-        # gr.State copies its value; this handle owns an Event and files, so it is shared, not
-        # copied. The tab passes the class itself, so every browser session gets a fresh one.
-        return self
-
-    def close(self) -> None:
-        """Delete the download files (gr.State's delete_callback)."""
-        self.stop.set()
-        if self._dir:
-            shutil.rmtree(self._dir, ignore_errors=True)
-            self._dir = None
-
-
-@dataclass
-class BenchView:
-    """The tab's components (for handlers, tests and the app shell)."""
-
-    state: gr.State
-    controls: list[gr.components.Component]
-    run_btn: gr.Button
-    stop_btn: gr.Button
-    progress: gr.HTML
-    why: gr.Markdown
-    plots: dict[str, gr.Plot]
-    table: gr.Dataframe
-    csv: gr.DownloadButton
-    json: gr.DownloadButton
-    html: gr.DownloadButton
-    verify_btn: gr.Button | None = None
-    verify_msg: gr.HTML | None = None
-
-    @property
-    def outputs(self) -> list[gr.components.Component]:
-        return [self.progress, self.why, *self.plots.values(), self.table, self.csv, self.json, self.html]
-
-
 # -- input parsing ------------------------------------------------------------------------------
 
 
@@ -139,18 +85,6 @@ class Request:
     sampling: Sampling
     compare_hf: bool
     tree_nodes: tuple[int, ...] = ()
-
-
-def prompt_rows(source: str, categories: Any, custom: str | None, n: int) -> tuple[list, str]:
-    """The tab's prompt choice -> (at most n PromptRows, their source label); ValueError if empty."""
-    if source == CUSTOM:
-        rows = P.from_lines(custom or "")[:n]
-        if not rows:
-            raise ValueError("type at least one prompt (one per line) or pick the Spec-Bench prompts")
-        return rows, "custom"
-    if not categories:
-        raise ValueError("pick at least one prompt category")
-    return P.load_prompts(categories=list(categories), limit=n), "bundled:specbench-dev"
 
 
 def parse_request(target, proposers, ks, source, categories, custom, n_prompts, max_new_tokens, temperature, compare_hf,
@@ -185,42 +119,6 @@ def parse_request(target, proposers, ks, source, categories, custom, n_prompts, 
 
 
 # -- rendering ----------------------------------------------------------------------------------
-
-
-def _table_value(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    headers, body = V.table_rows(rows)  # rows with the per-position prediction (V.report_rows)
-    return {"headers": headers, "data": body or [[""] * len(headers)]}
-
-
-def _render(state: BenchState, report: dict[str, Any] | None, progress: str, *, plots: bool = True,
-            files: bool = False) -> list[Any]:
-    """Values for BenchView.outputs; gr.skip() leaves a component as it is."""
-    if report is None:
-        return [progress, *([gr.skip()] * (1 + len(PLOT_ORDER) + 1 + 3))]
-    report = with_verify_cost(state, report)
-    out: list[Any] = [progress]
-    if plots:
-        figs = V.build_figures(report)
-        out.append(V.why_markdown(report))
-        out.extend(figs[name] for name in PLOT_ORDER)
-        out.append(_table_value(V.report_rows(report)))
-    else:
-        out.extend([gr.skip()] * (1 + len(PLOT_ORDER) + 1))
-    if files:
-        paths = state.files(report)  # (report already carries the verify curve)
-        out.extend(gr.update(value=p, interactive=True) for p in paths)
-    else:
-        out.extend([gr.skip()] * 3)
-    return out
-
-
-def with_verify_cost(state: BenchState, report: dict[str, Any]) -> dict[str, Any]:
-    """The report with this session's measured verify-cost curve attached (when it was measured
-    on the report's target), so the figures, the readout and the downloads show it."""
-    target = (report.get("meta") or {}).get("target")
-    if state.verify_cost and (target is None or target == state.verify_target) and not report.get("verify_cost"):
-        return {**report, "verify_cost": [list(p) for p in state.verify_cost], "verify_cost_target": state.verify_target}
-    return report
 
 
 def _friendly(e: BaseException) -> str:
@@ -268,53 +166,34 @@ def _done_message(report: dict[str, Any]) -> str:
 def on_run(state: BenchState, *raw) -> Iterator[list[Any]]:
     """Load the models, run the sweep, stream progress, rows and plots; Stop ends it early."""
     state.stop.clear()
-    state.running = True
     try:
         try:
             req = parse_request(*raw)
         except ValueError as e:
-            yield _render(state, None, progress_html(0, 0, str(e), "error"))
+            yield render(state, None, progress_html(0, 0, str(e), "error"))
             return
         if zerogpu.active():  # the GPU is lent per call, in a forked worker: one call, no streaming
-            yield _render(state, None, progress_html(0, 0, f"Running the sweep on a ZeroGPU GPU ({req.target}); "
-                                                           "the results appear when it ends. Stop cannot reach it."))
+            yield render(state, None, progress_html(0, 0, f"Running the sweep on a ZeroGPU GPU ({req.target}); "
+                                                          "the results appear when it ends. Stop cannot reach it."))
             report = zerogpu.on_gpu(sweep_report, req)
             state.report = report
-            yield _render(state, report, _done_message(report), files=True)
+            yield render(state, report, _done_message(report), files=True)
             return
-        yield _render(state, None, progress_html(0, 0, f"Loading {req.target}…"))
-        loaded = None
-        for item in in_thread(lambda report: _load(req, report), name="specviz-bench-load"):
-            if isinstance(item, tuple):
-                loaded = item[0]
-            else:
-                yield _render(state, None, progress_html(0, 0, item))
-            if state.stop.is_set():
-                yield _render(state, None, progress_html(0, 0, "Stopped before the sweep started.", "info"))
-                return
+        yield render(state, None, progress_html(0, 0, f"Loading {req.target}…"))
+        loaded = yield from loading(lambda report: _load(req, report), lambda msg: render(state, None, progress_html(0, 0, msg)),
+                                    should_stop=state.stop.is_set, name="specviz-bench-load")
+        if loaded is STOPPED or state.stop.is_set():
+            yield render(state, None, progress_html(0, 0, "Stopped before the sweep started.", "info"))
+            return
         target, proposers = loaded
         sweep = B.Sweep(target, proposers, list(req.prompts), _config(req), prompt_source=req.source)
-        last = 0.0
-        for ev in sweep.events(should_stop=state.stop.is_set):
-            if ev.kind == "warmup":
-                yield _render(state, None, progress_html(0, ev.total, "Warming up every configuration (untimed)…"))
-                continue
-            if ev.kind != "run":
-                continue
-            now = time.perf_counter()
-            redraw = ev.prompt_done or now - last >= RENDER_EVERY_S
-            report = sweep.live_report() if redraw else None
-            if redraw:
-                last = now
-            msg = progress_html(ev.done, ev.total, f"Ran {ev.label}")
-            yield _render(state, report, msg, plots=redraw) if report else _render(state, None, msg)
+        yield from sweep_frames(state, sweep.events(should_stop=state.stop.is_set), sweep.live_report,
+                                "Warming up every configuration (untimed)…")
         report = sweep.report()
         state.report = report
-        yield _render(state, report, _done_message(report), files=True)
+        yield render(state, report, _done_message(report), files=True)
     except Exception as e:  # noqa: BLE001 - shown as a message, never a traceback
-        yield _render(state, None, progress_html(0, 0, _friendly(e), "error"))
-    finally:
-        state.running = False
+        yield render(state, None, progress_html(0, 0, _friendly(e), "error"))
 
 
 def verify_cost_points(target_name: str) -> list[tuple[int, float]]:
@@ -417,8 +296,6 @@ def build_bench_tab(defaults: BenchDefaults | None = None) -> BenchView:
         run_btn = gr.Button("▶ Run", variant="primary", elem_id="sv-bench-run", scale=1)
         stop_btn = gr.Button("■ Stop", variant="stop", elem_id="sv-bench-stop", scale=1)
         verify_btn = gr.Button("⏱ Measure verify cost t(n)", elem_id="sv-bench-verify", scale=1)
-    from .bench_remote import build_remote_source, wire_remote  # (imports this module)
-
     remote = build_remote_source()
     progress = gr.HTML(progress_html(0, 0, "Choose the settings and press Run."), elem_id="sv-bench-progress")
     verify_msg = gr.HTML("", elem_id="sv-bench-verify-msg")
@@ -433,7 +310,7 @@ def build_bench_tab(defaults: BenchDefaults | None = None) -> BenchView:
         with gr.Row():
             for name in names[i : i + 2]:
                 plots[name] = gr.Plot(empty[name], show_label=False, elem_id=f"sv-bench-plot-{name}")
-    table = gr.Dataframe(value=_table_value([]), label="Every configuration", interactive=False, wrap=True,
+    table = gr.Dataframe(value=table_value([]), label="Every configuration", interactive=False, wrap=True,
                          elem_id="sv-bench-table")
     with gr.Row():
         csv_btn = gr.DownloadButton("⤓ CSV", value=None, interactive=False, elem_id="sv-bench-csv", size="md")
