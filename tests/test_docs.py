@@ -1,6 +1,7 @@
 """The README and docs/ stay true to the code: the settings table is generated, every setting is
 registered and read, the README stays short, the two requirement lists agree, every relative link
-resolves, and the README's Python example runs (on tiny models in place of the built-ins)."""
+resolves, and the Python examples of the README and docs/api.md run (on tiny models in place
+of the built-ins)."""
 
 from __future__ import annotations
 
@@ -182,16 +183,17 @@ def test_docs_exist():
 # -- the README's example runs ------------------------------------------------------------------
 
 
-def test_readme_python_example_runs_on_tiny_models(tmp_path, monkeypatch):
-    """The README's Python block, with tiny local models in place of gemma-3-270m (same calls)."""
+@pytest.mark.parametrize("page", [README, ROOT / "docs" / "api.md"], ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_python_example_runs_on_tiny_models(page, tmp_path, monkeypatch):
+    """The page's first Python block, with tiny local models in place of gemma-3-270m (same calls)."""
     from tests.support.tiny import make_tiny_models
 
     target, draft = make_tiny_models(tmp_path / "models")
-    block = re.search(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), flags=re.S).group(1)
+    block = re.search(r"```python\n(.*?)```", page.read_text(encoding="utf-8"), flags=re.S).group(1)
     assert '"gemma-3-270m"' in block and '"gemma-3-270m@int8"' in block
     block = block.replace("gemma-3-270m@int8", f"{draft}@int8").replace("gemma-3-270m", target)
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("SPECVIZ_ALLOW_LOCAL_PATHS", "1")
     with open(os.devnull, "w") as sink:
-        exec(compile(block, "README.md", "exec"), {"print": lambda *a, **k: print(*a, **k, file=sink)})
+        exec(compile(block, page.name, "exec"), {"print": lambda *a, **k: print(*a, **k, file=sink)})
     assert (tmp_path / "run.jsonl").is_file()
