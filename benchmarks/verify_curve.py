@@ -67,7 +67,7 @@ def main() -> None:
         print(f"{name} LM head {tuple(head.weight.shape)} alone (ms): rows, F.linear, oneDNN, picked")
         for rows in range(1, args.max_n + 1):
             plain, onednn = head_times(head.weight, rows, args.repeats, args.stat)
-            picked = "F.linear" if rows < cpu.WIDE_ROWS else "oneDNN"
+            picked = head.kernel(rows)
             best = "F.linear" if plain <= onednn else "oneDNN"
             flag = "" if picked == best else "  <- slower kernel picked"
             print(f"{rows:>3} {plain * 1e3:>9.1f} {onednn * 1e3:>7.1f}  {picked}{flag}")

@@ -1,40 +1,163 @@
-"""The CPU LM-head fast path: same numbers as the plain head, used only where it is measured faster."""
+"""The CPU LM-head fast path: same numbers as the plain head, each width on the kernel measured
+faster there (a stand-in timer: no timed assertions), the choice cached per machine."""
+
+import json
 
 import pytest
 import torch
 
+from specviz.core.bounds import ENGINE_MAX_K
 from specviz.runtime import cpu
 
 pytestmark = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="no oneDNN in this torch build")
 
+# A stand-in CPU where F.linear wins below 4 rows and oneDNN from there (the Xeon's shape).
+XEON = {r: ((0.034, 0.044) if r < 4 else (0.063 + 0.005 * r, 0.044)) for r in range(1, 40)}
 
-def test_row_adaptive_linear_matches_the_plain_layer():
+
+class Timer:
+    """Stand-in for time_head: (F.linear s, oneDNN s) from a table; counts its calls."""
+
+    def __init__(self, table):
+        self.table, self.calls = table, []
+
+    def __call__(self, weight, rows):
+        self.calls.append(rows)
+        return self.table[rows]
+
+
+@pytest.fixture
+def big_head(monkeypatch, tiny_target):
+    """The tiny target counted as a large head; its own head put back afterwards (shared fixture)."""
+    model = tiny_target.model
+    head = model.get_output_embeddings()
+    monkeypatch.setattr(cpu, "MIN_HEAD_ELEMENTS", 0)
+    monkeypatch.delenv("SPECVIZ_CPU_HEAD", raising=False)
+    yield model, head
+    model.set_output_embeddings(head)
+    cpu._PLANS.pop(model, None)
+
+
+def test_the_measured_widths_are_engine_widths():
+    assert 2 <= cpu.MEASURED_ROWS <= ENGINE_MAX_K + 1
+
+
+@pytest.mark.parametrize("onednn_at", [(False, True, True, False, True), (False,) + (True,) * 9, (False, False)])
+def test_row_adaptive_linear_matches_the_plain_layer_at_every_width(onednn_at):
     torch.manual_seed(0)
     lin = torch.nn.Linear(64, 3000)
-    fast = cpu.RowAdaptiveLinear(lin)
+    fast = cpu.RowAdaptiveLinear(lin, onednn_at)
     assert fast.weight is lin.weight and fast.bias is lin.bias
     with torch.inference_mode():
-        for rows in (1, 3, 4, 9):
+        for rows in range(1, 12):  # the measured widths and beyond them
             x = torch.randn(1, rows, 64)  # [batch, rows, in] as a causal LM's head sees it
             torch.testing.assert_close(fast(x), lin(x), rtol=1e-4, atol=1e-4)
             assert fast(x).shape == (1, rows, 3000)
+            assert fast.kernel(rows) == ("oneDNN" if onednn_at[min(rows, len(onednn_at) - 1)] else "F.linear")
 
 
-def test_speed_up_lm_head_wraps_only_large_fp32_cpu_heads(monkeypatch, tiny_target):
-    model = tiny_target.model
-    assert not cpu.speed_up_lm_head(model)  # a 37 x 32 head: nothing to gain
-    monkeypatch.setattr(cpu, "MIN_HEAD_ELEMENTS", 0)
-    monkeypatch.setattr(cpu, "time_head", lambda weight, rows, repeats=3: (2.0, 1.0))  # "oneDNN measures faster"
-    monkeypatch.setenv("SPECVIZ_CPU_HEAD", "0")
-    assert not cpu.speed_up_lm_head(model)
-    monkeypatch.delenv("SPECVIZ_CPU_HEAD")
-    head = model.get_output_embeddings()
+def test_the_chooser_picks_the_faster_kernel_per_width():
+    weight = torch.zeros(8, 4)
+    timer = Timer(XEON)
+    plan = cpu.HeadKernelPlan("m", "t", 2, (8, 4), "float32", cpu.measure_head(weight, 9, time_width=timer), 0.0)
+    assert timer.calls == list(range(1, 10))  # every width, once
+    assert [plan.kernel(r) for r in range(1, 10)] == ["F.linear"] * 3 + ["oneDNN"] * 6
+    assert plan.onednn_at == (False, False, False, False) + (True,) * 6  # indexed by rows
+    assert plan.kernel(33) == "oneDNN"  # wider than measured: the widest width's choice
+    odd = {1: (2.0, 1.0), 2: (1.0, 2.0), 3: (1.0, 0.95), 4: (1.0, 0.5)}  # within 10%: F.linear stays
+    plan = cpu.HeadKernelPlan("m", "t", 2, (8, 4), "float32", cpu.measure_head(weight, 4, time_width=Timer(odd)), 0.0)
+    assert [plan.kernel(r) for r in range(1, 5)] == ["oneDNN", "F.linear", "F.linear", "oneDNN"]
+
+
+def test_measuring_stops_starting_widths_past_its_budget():
+    ticks = iter(range(100))
+    widths = cpu.measure_head(torch.zeros(8, 4), 9, time_width=Timer(XEON), budget_s=2.5, clock=lambda: next(ticks))
+    assert [w.rows for w in widths] == [1, 2, 3]
+
+
+def test_time_head_interleaves_and_stops_once_one_kernel_is_clearly_faster():
+    weight = torch.randn(16, 8)
+
+    def clock_of(durations):  # each sample reads the clock twice: start, end
+        now, seq = 0.0, [0.0]
+        for d in durations:
+            now += d
+            seq += [now, now]
+        it = iter(seq)
+        return lambda: next(it)
+
+    assert cpu.time_head(weight, 2, clock=clock_of([3.0, 1.0])) == (3.0, 1.0)  # a 3x gap: one round
+    # 1.5x and 1.5x the same way: two rounds (the second runs oneDNN first), medians of two
+    assert cpu.time_head(weight, 2, clock=clock_of([1.5, 1.0, 1.0, 1.5])) == (1.5, 1.0)
+    # a close call: all three rounds (F.linear 1, 1, 1.125; oneDNN 1.125, 1.25, 1.5), medians of three
+    assert cpu.time_head(weight, 2, clock=clock_of([1.0, 1.125, 1.25, 1.0, 1.125, 1.5])) == (1.0, 1.25)
+    assert cpu.time_head(weight, 2, 4, early=False, clock=clock_of([3.0, 1.0, 1.0, 3.0] * 2)) == (3.0, 1.0)  # all 4
+
+
+def test_speed_up_lm_head_measures_once_caches_and_reuses(big_head, tmp_path):
+    model, head = big_head
+    timer = Timer(XEON)
+    assert cpu.speed_up_lm_head(model, tmp_path, time_width=timer)
+    wrapped = model.get_output_embeddings()
+    assert isinstance(wrapped, cpu.RowAdaptiveLinear) and wrapped.linear is head
+    assert timer.calls == list(range(1, cpu.MEASURED_ROWS + 1))
+    report = cpu.head_kernel_report(model)
+    assert [w["kernel"] for w in report["by_rows"]] == ["F.linear"] * 3 + ["oneDNN"] * (cpu.MEASURED_ROWS - 3)
+    assert report["by_rows"][0] == {"rows": 1, "kernel": "F.linear", "f_linear_ms": 34.0, "onednn_ms": 44.0}
+    assert report["wrapped"] and not report["cached"] and report["wider"] == "oneDNN"
+    assert report["shape"] == list(head.weight.shape) and report["threads"] == torch.get_num_threads()
+    line = cpu.describe_head_kernels(report)
+    assert "F.linear at 1-3 rows (34 ms vs 44 ms for oneDNN)" in line and "oneDNN at 4-9 rows" in line
+    json.dumps(report)
+
+    cache = json.loads((tmp_path / cpu.CACHE_FILE).read_text())
+    assert cache["format"] == cpu.CACHE_FORMAT and len(cache["entries"]) == 1
+    (key,) = cache["entries"]
+    assert cpu.machine_id() in key and torch.__version__ in key
+    assert not cpu.speed_up_lm_head(model, tmp_path, time_width=timer)  # already wrapped: not twice
+
+    model.set_output_embeddings(head)  # a second load of the same model: read, not measured
+    again = Timer(XEON)
+    assert cpu.speed_up_lm_head(model, tmp_path, time_width=again)
+    assert again.calls == [] and cpu.head_kernel_report(model)["cached"]
+    assert model.get_output_embeddings().onednn_at == wrapped.onednn_at
+    assert json.loads((tmp_path / cpu.CACHE_FILE).read_text()) == cache  # written once
+
+    model.set_output_embeddings(head)  # another thread count is another machine
+    torch_threads = torch.get_num_threads()
+    torch.set_num_threads(torch_threads + 1)
     try:
-        assert cpu.speed_up_lm_head(model)
-        assert isinstance(model.get_output_embeddings(), cpu.RowAdaptiveLinear)
-        assert model.get_output_embeddings().linear is head
-        assert not cpu.speed_up_lm_head(model)  # already wrapped: not twice
+        cpu.speed_up_lm_head(model, tmp_path, time_width=again)
+    finally:
+        torch.set_num_threads(torch_threads)
+    assert again.calls and len(json.loads((tmp_path / cpu.CACHE_FILE).read_text())["entries"]) == 2
+
+
+def test_a_damaged_cache_is_measured_again(big_head, tmp_path):
+    model, head = big_head
+    (tmp_path / cpu.CACHE_FILE).write_text("{not json")
+    timer = Timer(XEON)
+    assert cpu.speed_up_lm_head(model, tmp_path, time_width=timer) and timer.calls
+    assert len(json.loads((tmp_path / cpu.CACHE_FILE).read_text())["entries"]) == 1
+
+
+def test_speed_up_lm_head_wraps_only_large_fp32_cpu_heads_where_onednn_wins(monkeypatch, tiny_target, tmp_path):
+    model = tiny_target.model
+    head = model.get_output_embeddings()
+    timer = Timer({r: (2.0, 1.0) for r in range(1, 40)})
+    assert not cpu.speed_up_lm_head(model, tmp_path, time_width=timer)  # a 37 x 32 head: nothing to gain
+    assert timer.calls == [] and cpu.head_kernel_report(model) is None
+    monkeypatch.setattr(cpu, "MIN_HEAD_ELEMENTS", 0)
+    monkeypatch.setenv("SPECVIZ_CPU_HEAD", "0")
+    assert not cpu.speed_up_lm_head(model, tmp_path, time_width=timer)
+    assert timer.calls == [] and not (tmp_path / cpu.CACHE_FILE).exists()
+    monkeypatch.delenv("SPECVIZ_CPU_HEAD")
+    try:
+        slower = Timer({r: (1.0, 2.0) for r in range(1, 40)})  # oneDNN slower everywhere: left alone
+        assert not cpu.speed_up_lm_head(model, time_width=slower) and model.get_output_embeddings() is head
+        report = cpu.head_kernel_report(model)
+        assert not report["wrapped"] and {w["kernel"] for w in report["by_rows"]} == {"F.linear"}
+        assert "F.linear at 1-9 rows" in cpu.describe_head_kernels(report)
     finally:
         model.set_output_embeddings(head)  # the fixture is shared
-    monkeypatch.setattr(cpu, "time_head", lambda weight, rows, repeats=3: (1.0, 2.0))  # slower here: left alone
-    assert not cpu.speed_up_lm_head(model) and model.get_output_embeddings() is head
+        cpu._PLANS.pop(model, None)

@@ -15,6 +15,7 @@ from ..core.engine import SpeculativeDecoder, encode_prompt, eos_token_ids
 from ..core.records import StepRecord
 from ..prompts import PromptRow
 from ..proposers import Proposer
+from ..runtime.cpu import head_kernel_report
 from ..runtime.static_decode import enabled as static_decode_enabled
 from ..runtime.static_decode import trace_seconds
 from .config import SCHEMA, TARGET_ONLY, BenchConfig, BenchEvent, RunSpec
@@ -220,6 +221,7 @@ class Sweep:
             "threads": torch.get_num_threads(),
             "static_decode": static_decode_enabled(),  # chain steps (drafts and the target) on the traced step (specviz.runtime.static_decode)
             "static_decode_trace_s": trace_seconds() - self._traced_before,  # tracing it, once per model
+            "lm_head": head_kernel_report(getattr(self.target, "model", None)),  # specviz.runtime.cpu: kernel per width
             "definitions": {  # the one table (METRICS), plus the sweep's own overhead
                 **definitions(),
                 "overhead_s": "sweep wall time - timed runs - warm-up (prompt encoding, rows, the caller's work between runs)",

@@ -11,7 +11,7 @@ import torch
 
 from .builtin import BUILTIN_MODELS, _convert_lock, _ensure_converted
 from .cache import _cache_get, _cache_put, _CacheKey, _key_lock
-from .device import _check_size, estimate_parameters, resolve_device, resolve_dtype
+from .device import _check_size, cache_dir, estimate_parameters, resolve_device, resolve_dtype
 from .hub import _auto_config, _from_pretrained, _hub_error, _hub_offline
 from .loaded import LoadedModel
 from .names import _resolve_spec, _Spec
@@ -134,5 +134,5 @@ def _load_float(spec: _Spec, dev: torch.device, dt: torch.dtype, report: Progres
             raise _hub_error(spec.source, e, local_only) from e
     from ..runtime.cpu import speed_up_lm_head
 
-    speed_up_lm_head(model)  # a large fp32 head on the CPU: oneDNN for 4+ rows where it measures faster
+    speed_up_lm_head(model, cache_dir())  # a large fp32 head on the CPU: oneDNN at the widths it measures faster (cached)
     return LoadedModel(model, tok, spec.display_name, dev, dt, None)

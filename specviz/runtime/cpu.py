@@ -1,13 +1,18 @@
 """A measured CPU fast path for the LM head of large-vocabulary models.
 
-Verifying k drafts runs the target's LM head on k + 1 rows at once. On x86 CPUs PyTorch's fp32
-``F.linear`` switches GEMM kernels at 4 rows, and a large head's cost nearly doubles there:
-gemma-3-270m's 262,144 x 640 head on 2 threads takes 34 ms for 3 rows, 63 ms for 4 and 102 ms
-for 9, while oneDNN's linear (``torch.ops.mkldnn._linear_pointwise``, the kernel Inductor uses)
-takes 44, 44 and 55 ms (``python benchmarks/lm_head.py``). Whether that holds on another CPU is measured,
-not assumed: :func:`speed_up_lm_head` times both kernels on the model's own head when it is loaded
-and only switches when oneDNN is faster. Both compute the same product; they differ in float
-rounding (~1e-4 on logits), as any two GEMM kernels do.
+Target-only decoding runs the target's LM head on 1 row, verifying k drafts on k + 1 rows. Two
+fp32 kernels compete for it: PyTorch's ``F.linear`` and oneDNN's linear
+(``torch.ops.mkldnn._linear_pointwise``, the kernel Inductor uses). Which is faster depends on the
+CPU and on the width. gemma-3-270m's 262,144 x 640 head on 2 threads: on an AVX-512/AMX Xeon
+``F.linear`` wins below 4 rows (34 ms vs 44 at 3 rows) and loses from 4 (63 vs 44); on an AVX2-only
+AMD EPYC (Zen 3) oneDNN wins at every width (1 row 55.5 ms vs 28.2, 3 rows 175 vs 63). So no rule
+carried from one CPU decides: :func:`speed_up_lm_head` times both kernels on the model's own head at
+every width from 1 to :data:`MEASURED_ROWS` rows (interleaved, median of a few), picks the faster per
+width, and caches the choice as JSON (per CPU model and ISA flags, torch version, thread count,
+head shape and dtype) in the directory its caller passes, so a later load does not measure.
+:func:`head_kernel_report` gives the choice and both timings per width (``python benchmarks/lm_head.py``
+prints the table). Both kernels compute the same product; they differ in float rounding (~1e-4 on
+logits), as any two GEMM kernels do.
 
 Only the output head is wrapped (the body's small matrices do not gain), only for float32 on the
 CPU, and ``SPECVIZ_CPU_HEAD=0`` turns it off.
@@ -15,14 +20,38 @@ CPU, and ``SPECVIZ_CPU_HEAD=0`` turns it off.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
+import platform
+import statistics
+import tempfile
+import threading
 import time
+import weakref
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 
 MIN_HEAD_ELEMENTS = 8_000_000  # smaller heads are fast either way
-WIDE_ROWS = 4  # F.linear's kernel switch; below it F.linear is the faster one
+# Widths measured: 1 (target-only) .. 9 (verifying k = 8, the widest k of the default bench sweep;
+# the CLI's default k is 4). specviz.core.bounds.ENGINE_MAX_K (32) allows up to 33 rows and token
+# trees verify more, but measuring every width costs a full head pass per kernel per round, so
+# wider passes use the widest measured width's choice.
+MEASURED_ROWS = 9
+BUDGET_S = 4.0  # no new width is started past this much measuring; the rest take the widest choice
+FASTER = 0.9  # oneDNN replaces F.linear at a width only when it takes under 90% of F.linear's time
+CLEAR_GAP = 2.0  # one round decides a width when one kernel takes over twice the other's time
+AGREED_GAP = 1.25  # two rounds decide it when both favour the same kernel by this much
+CACHE_FILE = "lm_head_kernels.json"
+CACHE_FORMAT = 1
+KERNELS = ("F.linear", "oneDNN")
+
+TimeWidth = Callable[[torch.Tensor, int], tuple[float, float]]  # (weight [out, in], rows) -> (F.linear s, oneDNN s)
 
 
 def _onednn_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
@@ -30,13 +59,207 @@ def _onednn_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | N
     return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
 
 
-class RowAdaptiveLinear(torch.nn.Module):
-    """Wraps an ``nn.Linear``: ``F.linear`` for fewer than ``WIDE_ROWS`` rows, oneDNN from there.
-    Holds the same weight (tied embeddings stay tied); behaves as the wrapped layer otherwise."""
+@dataclass(frozen=True)
+class WidthTiming:
+    """Both kernels' median seconds on the head at one width (``rows`` rows at once)."""
 
-    def __init__(self, linear: torch.nn.Linear):
+    rows: int
+    f_linear_s: float
+    onednn_s: float
+
+    @property
+    def kernel(self) -> str:
+        """The kernel this width uses: oneDNN only where it is clearly the faster one."""
+        return choose_kernel(self.f_linear_s, self.onednn_s)
+
+
+def choose_kernel(f_linear_s: float, onednn_s: float) -> str:
+    """``"oneDNN"`` when it takes under ``FASTER`` of F.linear's time, else ``"F.linear"``."""
+    return KERNELS[1] if onednn_s < f_linear_s * FASTER else KERNELS[0]
+
+
+@dataclass(frozen=True)
+class HeadKernelPlan:
+    """The kernel per width for one head on one machine, with the timings it was chosen from."""
+
+    machine: str  # CPU model, family and ISA flags (machine_id())
+    torch: str
+    threads: int
+    shape: tuple[int, int]  # the head's weight [out, in]
+    dtype: str
+    widths: tuple[WidthTiming, ...]  # rows 1, 2, ... in order
+    measure_s: float  # seconds the measuring took (on the load that measured)
+    cached: bool = False  # read from the cache file instead of measured on this load
+
+    def kernel(self, rows: int) -> str:
+        """The kernel for ``rows`` rows; wider than the measured range: the widest width's."""
+        return self.widths[min(max(rows, 1), len(self.widths)) - 1].kernel
+
+    @property
+    def onednn_at(self) -> tuple[bool, ...]:
+        """Whether oneDNN runs at each row count, indexed by rows (index 0: no rows, F.linear)."""
+        return (False,) + tuple(w.kernel == KERNELS[1] for w in self.widths)
+
+    def to_entry(self) -> dict[str, Any]:
+        """The JSON-able cache entry (everything but ``cached``)."""
+        d = asdict(self)
+        d.pop("cached")
+        d["shape"] = list(self.shape)
+        return d
+
+
+def _plan_from_entry(entry: dict[str, Any]) -> HeadKernelPlan:
+    widths = tuple(WidthTiming(int(w["rows"]), float(w["f_linear_s"]), float(w["onednn_s"])) for w in entry["widths"])
+    if not widths or [w.rows for w in widths] != list(range(1, len(widths) + 1)):
+        raise ValueError("widths must be rows 1, 2, ... in order")
+    return HeadKernelPlan(
+        machine=str(entry["machine"]), torch=str(entry["torch"]), threads=int(entry["threads"]),
+        shape=(int(entry["shape"][0]), int(entry["shape"][1])), dtype=str(entry["dtype"]),
+        widths=widths, measure_s=float(entry["measure_s"]), cached=True,
+    )
+
+
+# -- measuring ---------------------------------------------------------------------------------
+
+
+def time_head(
+    weight: torch.Tensor, rows: int, repeats: int = 3, *, early: bool = True,
+    clock: Callable[[], float] = time.perf_counter,
+) -> tuple[float, float]:
+    """Median seconds of (F.linear, oneDNN) on ``rows`` random rows through ``weight`` [out, in].
+
+    The kernels alternate within each of up to ``repeats`` rounds (F.linear first in even rounds,
+    oneDNN first in odd ones). ``early``: stop after one round when one kernel took over
+    ``CLEAR_GAP`` times the other's time, after two when both favoured the same kernel by
+    ``AGREED_GAP``. Warm the kernels first (:func:`measure_head` does)."""
+    x = torch.randn(rows, weight.shape[1], dtype=weight.dtype)  # [rows, in]
+    kernels = (lambda: F.linear(x, weight), lambda: _onednn_linear(x, weight, None))
+    times: tuple[list[float], list[float]] = ([], [])
+    with torch.inference_mode():
+        for r in range(repeats):
+            for i in ((0, 1) if r % 2 == 0 else (1, 0)):
+                t = clock()
+                kernels[i]()
+                times[i].append(clock() - t)
+            if early and _decided(times[0], times[1]):
+                break
+    return statistics.median(times[0]), statistics.median(times[1])
+
+
+def _decided(plain: list[float], onednn: list[float]) -> bool:
+    gaps = [max(p, o) / max(min(p, o), 1e-12) for p, o in zip(plain, onednn)]
+    if len(gaps) == 1:
+        return gaps[0] > CLEAR_GAP
+    same_side = len({p < o for p, o in zip(plain, onednn)}) == 1
+    return len(gaps) == 2 and same_side and min(gaps) >= AGREED_GAP
+
+
+def measure_head(
+    weight: torch.Tensor, max_rows: int = MEASURED_ROWS, *, time_width: TimeWidth | None = None,
+    budget_s: float = BUDGET_S, clock: Callable[[], float] = time.perf_counter,
+) -> tuple[WidthTiming, ...]:
+    """Both kernels' timings at rows 1, 2, ..., ``max_rows`` (fewer when ``budget_s`` runs out;
+    width 1 is always measured). ``time_width(weight, rows) -> (F.linear s, oneDNN s)``
+    (default :func:`time_head`)."""
+    time_width = time_width or time_head
+    start = clock()
+    if time_width is time_head:
+        x = torch.randn(1, weight.shape[1], dtype=weight.dtype)  # [1, in]
+        with torch.inference_mode():
+            F.linear(x, weight), _onednn_linear(x, weight, None)  # warm both once
+    widths = []
+    for rows in range(1, max_rows + 1):
+        plain, onednn = time_width(weight, rows)
+        widths.append(WidthTiming(rows, float(plain), float(onednn)))
+        if clock() - start > budget_s:
+            break
+    return tuple(widths)
+
+
+def machine_id() -> str:
+    """This CPU: vendor, model name, family/model, torch's ISA level and a hash of the ISA flags."""
+    fields: dict[str, str] = {}
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if not line.strip():
+                    break  # the first processor's block is enough
+                key, _, value = line.partition(":")
+                fields.setdefault(key.strip(), value.strip())
+    except OSError:
+        pass
+    name = fields.get("model name") or platform.processor() or platform.machine()
+    family = f" family {fields['cpu family']} model {fields.get('model', '?')}" if "cpu family" in fields else ""
+    flags = fields.get("flags") or fields.get("Features") or platform.platform()
+    capability = getattr(torch.backends.cpu, "get_cpu_capability", lambda: "?")()
+    digest = hashlib.sha256(" ".join(sorted(flags.split())).encode()).hexdigest()[:12]
+    return f"{fields.get('vendor_id', platform.machine())} {name}{family}, {capability}, flags {digest}"
+
+
+# -- the cache ---------------------------------------------------------------------------------
+
+
+def _cache_key(machine: str, threads: int, shape: tuple[int, int], dtype: str) -> str:
+    return f"{machine} | torch {torch.__version__} | {threads} threads | {shape[0]}x{shape[1]} {dtype}"
+
+
+def _read_cache(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    entries = data.get("entries") if isinstance(data, dict) and data.get("format") == CACHE_FORMAT else None
+    return entries if isinstance(entries, dict) else {}
+
+
+def _write_cache(path: Path, key: str, entry: dict[str, Any]) -> None:
+    """Adds ``entry`` under ``key``, atomically (a reader sees the old file or the new one)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        entries = {**_read_cache(path), key: entry}
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+        with os.fdopen(fd, "w") as f:
+            json.dump({"format": CACHE_FORMAT, "entries": entries}, f, indent=1)
+        os.replace(tmp, path)
+    except OSError:  # a read-only cache: measure again next time
+        pass
+
+
+def plan_head(
+    weight: torch.Tensor, cache_dir: str | Path | None = None, *, time_width: TimeWidth | None = None,
+    max_rows: int = MEASURED_ROWS,
+) -> HeadKernelPlan:
+    """The kernel per width for ``weight`` [out, in] here: from ``cache_dir``'s cache file when it
+    has this machine, torch, thread count, shape and dtype, else measured (and then cached)."""
+    machine, threads = machine_id(), torch.get_num_threads()
+    shape, dtype = (int(weight.shape[0]), int(weight.shape[1])), str(weight.dtype).removeprefix("torch.")
+    key = _cache_key(machine, threads, shape, dtype)
+    path = Path(cache_dir).expanduser() / CACHE_FILE if cache_dir is not None else None
+    if path is not None and key in (entries := _read_cache(path)):
+        try:
+            return _plan_from_entry(entries[key])
+        except (KeyError, TypeError, ValueError, IndexError):
+            pass  # a damaged entry: measure again
+    t0 = time.perf_counter()
+    widths = measure_head(weight, max_rows, time_width=time_width)
+    plan = HeadKernelPlan(machine, torch.__version__, threads, shape, dtype, widths, time.perf_counter() - t0)
+    if path is not None:
+        _write_cache(path, key, plan.to_entry())
+    return plan
+
+
+# -- the wrapped head --------------------------------------------------------------------------
+
+
+class RowAdaptiveLinear(torch.nn.Module):
+    """Wraps an ``nn.Linear``: at ``rows`` rows runs oneDNN where ``onednn_at[rows]`` (the widest
+    entry beyond its end), ``F.linear`` elsewhere. Holds the same weight (tied embeddings stay tied);
+    behaves as the wrapped layer otherwise."""
+
+    def __init__(self, linear: torch.nn.Linear, onednn_at: Sequence[bool]):
         super().__init__()
         self.linear = linear
+        self.onednn_at = tuple(bool(b) for b in onednn_at) or (False,)
 
     @property
     def weight(self) -> torch.Tensor:  # HF code may read lm_head.weight
@@ -46,36 +269,37 @@ class RowAdaptiveLinear(torch.nn.Module):
     def bias(self) -> torch.Tensor | None:
         return self.linear.bias
 
+    def kernel(self, rows: int) -> str:
+        """The kernel ``rows`` rows run on."""
+        return KERNELS[1] if self.onednn_at[min(rows, len(self.onednn_at) - 1)] else KERNELS[0]
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # [..., in] -> [..., out]
         lin = self.linear
         rows = x.numel() // max(1, x.shape[-1])
-        if rows < WIDE_ROWS or type(lin) is not torch.nn.Linear or lin.weight.dtype != torch.float32:
+        wide = self.onednn_at[min(rows, len(self.onednn_at) - 1)]
+        if not wide or type(lin) is not torch.nn.Linear or lin.weight.dtype != torch.float32:
             return lin(x)
         y = _onednn_linear(x.reshape(rows, x.shape[-1]), lin.weight, lin.bias)  # [rows, out]
         return y.reshape(*x.shape[:-1], y.shape[-1])
 
 
-def time_head(weight: torch.Tensor, rows: int, repeats: int = 3) -> tuple[float, float]:
-    """Median seconds of (F.linear, oneDNN) on ``rows`` random rows through ``weight`` [out, in]."""
-    x = torch.randn(rows, weight.shape[1], dtype=weight.dtype)
-
-    def median(fn) -> float:
-        fn()  # warm
-        times = []
-        for _ in range(repeats):
-            t = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - t)
-        return sorted(times)[len(times) // 2]
-
-    with torch.inference_mode():
-        return median(lambda: F.linear(x, weight)), median(lambda: _onednn_linear(x, weight, None))
+_PLANS: weakref.WeakKeyDictionary[torch.nn.Module, tuple[HeadKernelPlan, bool]] = weakref.WeakKeyDictionary()
+_PLANS_LOCK = threading.Lock()
 
 
-def speed_up_lm_head(model: torch.nn.Module) -> bool:
+def disabled() -> bool:
+    """``SPECVIZ_CPU_HEAD=0`` (or false/no/off): leave every head as it is."""
+    return os.environ.get("SPECVIZ_CPU_HEAD", "").strip().lower() in ("0", "false", "no", "off")
+
+
+def speed_up_lm_head(
+    model: torch.nn.Module, cache_dir: str | Path | None = None, *, time_width: TimeWidth | None = None,
+) -> bool:
     """Wrap the model's output head in :class:`RowAdaptiveLinear` when it is a large fp32
-    ``nn.Linear`` on the CPU and oneDNN measures faster on it at 5 and 9 rows. -> whether it did."""
-    if os.environ.get("SPECVIZ_CPU_HEAD", "").strip().lower() in ("0", "false", "no", "off"):
+    ``nn.Linear`` on the CPU and oneDNN is the faster kernel at some width (measured, or read from
+    ``cache_dir``'s cache; ``None``: measure, cache nothing). -> whether it wrapped it.
+    :func:`head_kernel_report` then tells what was chosen, wrapped or not."""
+    if disabled():
         return False
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     if type(head) is not torch.nn.Linear or head.weight.device.type != "cpu" or head.weight.dtype != torch.float32:
@@ -83,9 +307,79 @@ def speed_up_lm_head(model: torch.nn.Module) -> bool:
     if head.weight.numel() < MIN_HEAD_ELEMENTS or not torch.backends.mkldnn.is_available():
         return False
     try:
-        faster = all(onednn < plain * 0.9 for plain, onednn in (time_head(head.weight, r) for r in (5, 9)))
+        plan = plan_head(head.weight.detach(), cache_dir, time_width=time_width)
     except (RuntimeError, AttributeError):  # an op missing from this build
         return False
-    if faster:
-        model.set_output_embeddings(RowAdaptiveLinear(head))
-    return faster
+    wrap = any(plan.onednn_at)
+    if wrap:
+        model.set_output_embeddings(RowAdaptiveLinear(head, plan.onednn_at))
+    with _PLANS_LOCK:
+        _PLANS[model] = (plan, wrap)
+    return wrap
+
+
+def head_kernel_report(model: torch.nn.Module) -> dict[str, Any] | None:
+    """The LM-head kernel chosen per width for ``model`` and both timings (ms), JSON-able; None when
+    its head was not measured (small, not fp32 on the CPU, int8, or ``SPECVIZ_CPU_HEAD=0``)."""
+    with _PLANS_LOCK:
+        try:
+            found = _PLANS.get(model)
+        except TypeError:  # not a module
+            found = None
+    if found is None:
+        return None
+    plan, wrap = found
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    if wrap and not isinstance(head, RowAdaptiveLinear):  # replaced since (e.g. quantized)
+        return None
+    return plan_report(plan, wrap)
+
+
+def plan_report(plan: HeadKernelPlan, wrapped: bool) -> dict[str, Any]:
+    """``plan`` as :func:`head_kernel_report` gives it (``wrapped``: whether the head was wrapped)."""
+    return {
+        "by_rows": [
+            {"rows": w.rows, "kernel": w.kernel, "f_linear_ms": round(w.f_linear_s * 1e3, 2),
+             "onednn_ms": round(w.onednn_s * 1e3, 2)}
+            for w in plan.widths
+        ],
+        "wider": plan.widths[-1].kernel,  # rows beyond the measured ones
+        "wrapped": wrapped,
+        "cached": plan.cached,
+        "measure_s": round(plan.measure_s, 2),
+        "machine": plan.machine,
+        "torch": plan.torch,
+        "threads": plan.threads,
+        "shape": list(plan.shape),
+        "dtype": plan.dtype,
+    }
+
+
+def describe_head_kernels(report: dict[str, Any] | None) -> str:
+    """One line for a person: "LM head 262144x640, 2 threads: F.linear at 1-3 rows (34-36 ms vs
+    oneDNN 44-45 ms), oneDNN at 4-9 rows (...) ..." ("" for None)."""
+    if not report or not report.get("by_rows"):
+        return ""
+    rows = report["by_rows"]
+    groups: list[list[dict[str, Any]]] = []
+    for w in rows:
+        if groups and groups[-1][-1]["kernel"] == w["kernel"]:
+            groups[-1].append(w)
+        else:
+            groups.append([w])
+    parts = []
+    for g in groups:
+        onednn = g[0]["kernel"] == KERNELS[1]
+        mine, other = ("onednn_ms", "f_linear_ms") if onednn else ("f_linear_ms", "onednn_ms")
+        span = f"{g[0]['rows']} row{'s' if g[0]['rows'] > 1 else ''}" if len(g) == 1 else f"{g[0]['rows']}-{g[-1]['rows']} rows"
+        parts.append(f"{g[0]['kernel']} at {span} ({_ms_range(g, mine)} ms vs {_ms_range(g, other)} ms "
+                     f"for {KERNELS[0] if onednn else KERNELS[1]})")
+    shape = "x".join(str(n) for n in report.get("shape", []))
+    how = "cached" if report.get("cached") else f"measured in {report.get('measure_s', 0.0):.1f} s"
+    return (f"LM head {shape}, {report.get('threads')} threads: " + ", ".join(parts)
+            + f"; {report.get('wider')} above {rows[-1]['rows']} rows ({how})")
+
+
+def _ms_range(group: list[dict[str, Any]], key: str) -> str:
+    lo, hi = min(w[key] for w in group), max(w[key] for w in group)
+    return f"{lo:.0f}" if round(lo) == round(hi) else f"{lo:.0f}-{hi:.0f}"
