@@ -13,7 +13,7 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass
-from typing import IO, Any, Callable
+from typing import IO, Any
 
 from ..app.limits import Limits, check_k, check_max_new_tokens, check_model_name, check_prompt_chars
 from ..app.parsing import finite_number
@@ -35,8 +35,6 @@ RULE_LABELS = {rule: label for label, rule in RULES.items()}  # Acceptance.rule 
 # How describe() says what drafts, for the kinds whose spec reads better in words ({arg}: the spec's argument)
 HOW = {"ngram": "n-gram", "draft": "draft {arg}", "ngram+draft": "n-gram, else draft {arg}",
        "xdraft": "re-tokenized draft {arg}", "early-exit": "its first {arg} layers"}
-
-Progress = Callable[[str], None]
 
 
 # -- settings --------------------------------------------------------------------------------
