@@ -16,10 +16,6 @@ from tests.support.remote_stub import STEP_ACCEPTED, K, StubConfig, StubServer
 bt = pytest.importorskip("specviz.ui.bench_tab")
 br = pytest.importorskip("specviz.ui.bench_remote")
 
-N_FIG = len(bt.PLOT_ORDER)
-I_TABLE, I_JSON = 2 + N_FIG, 2 + N_FIG + 2
-
-
 def _raw(endpoints, baseline="", n=3, max_new=16):
     return (endpoints, baseline, bt.CUSTOM, [], "first prompt\nsecond prompt\nthird prompt\nfourth\nfifth", n, max_new)
 
@@ -62,7 +58,7 @@ def test_not_allowed_opens_no_connection(monkeypatch):
         hits = _counting(s)
         outs = _run(state, *_raw(f"spec={s.url}", s.url))
     assert hits == []
-    assert len(outs) == 1 and "SPECVIZ_ALLOW_REMOTE" in outs[0][0] and "Traceback" not in outs[0][0]
+    assert len(outs) == 1 and "SPECVIZ_ALLOW_REMOTE" in outs[0]["progress"] and "Traceback" not in outs[0]["progress"]
     assert state.report is None
 
 
@@ -75,16 +71,16 @@ def test_allowed_measures_and_keeps_downloads(monkeypatch):
             outs = _run(state, *_raw(f"spec={spec.url}", base.url))
         assert hits  # (the control: the counter does see requests)
         last = outs[-1]
-        assert "Done in" in last[0]
+        assert "Done in" in last["progress"]
         rows = {r["proposer"]: r for r in state.report["rows"]}
         assert rows["spec"]["acceptance_rate"] == pytest.approx(sum(STEP_ACCEPTED) / (K * len(STEP_ACCEPTED)))
         assert rows["spec"]["speedup"] is not None and rows["target-only"]["mean_acceptance_length"] == 1.0
-        table = last[I_TABLE]
+        table = last["table"]
         assert any("spec" in str(cell) for row in table["data"] for cell in row)
-        saved = json.loads(open(last[I_JSON]["value"], encoding="utf-8").read())
+        saved = json.loads(open(last["json"]["value"], encoding="utf-8").read())
         assert len(saved["prompt_rows"]) == 6 and saved["meta"]["source"] == "remote"
         # the steps view: vLLM "detailed" rows carry per-step counts, the baseline's do not
-        choice, strips = last[-2], last[-1]
+        choice, strips = last["steps_choice"], last["steps_html"]
         assert [label for label, _ in choice["choices"]][0].endswith("spec") and len(choice["choices"]) == 3
         assert strips.count('class="sv-step"') == len(STEP_ACCEPTED) and NOT_EXPOSED in strips
         assert strips.count("tok-bonus") == 1  # the step that kept all 3 drafts
@@ -102,20 +98,20 @@ def test_allowed_measures_and_keeps_downloads(monkeypatch):
 def test_bad_input_is_one_line(monkeypatch, endpoints, text):
     monkeypatch.setenv("SPECVIZ_ALLOW_REMOTE", "1")
     outs = _run(bt.BenchState(), *_raw(endpoints))
-    msg = _text(outs[-1][0])
+    msg = _text(outs[-1]["progress"])
     assert text in msg and "Traceback" not in msg and len(outs) == 1
 
 
 def test_unreachable_and_no_spec_are_one_line(monkeypatch):
     monkeypatch.setenv("SPECVIZ_ALLOW_REMOTE", "1")
     outs = _run(bt.BenchState(), *_raw(f"http://127.0.0.1:{_free_port()}"))
-    assert "cannot reach" in _text(outs[-1][0]) and "Traceback" not in outs[-1][0]
+    assert "cannot reach" in _text(outs[-1]["progress"]) and "Traceback" not in outs[-1]["progress"]
     with StubServer(StubConfig(engine="vllm", spec=False)) as s:
         outs = _run(bt.BenchState(), *_raw(s.url))
-    assert "this engine reports no speculative decoding" in _text(outs[-1][0])
+    assert "this engine reports no speculative decoding" in _text(outs[-1]["progress"])
     with StubServer(StubConfig(openai=False)) as s:
         outs = _run(bt.BenchState(), *_raw(s.url))
-    assert "not an OpenAI-compatible server" in _text(outs[-1][0])
+    assert "not an OpenAI-compatible server" in _text(outs[-1]["progress"])
 
 
 def test_timeout_is_one_line(monkeypatch):
@@ -123,7 +119,7 @@ def test_timeout_is_one_line(monkeypatch):
     monkeypatch.setattr(br, "TIMEOUT_S", 0.5)
     with StubServer(StubConfig(engine="vllm", delay_s=3.0)) as s:
         outs = _run(bt.BenchState(), *_raw(s.url, n=1))
-    assert "did not answer within 0.5 s" in _text(outs[-1][0])
+    assert "did not answer within 0.5 s" in _text(outs[-1]["progress"])
 
 
 def test_server_dies_mid_run_keeps_rows(monkeypatch):
@@ -133,10 +129,10 @@ def test_server_dies_mid_run_keeps_rows(monkeypatch):
         with StubServer(StubConfig(engine="vllm", die_after=3)) as s:  # the warm-up and 2 prompts, then it stops
             outs = _run(state, *_raw(s.url, n=5))
         last = outs[-1]
-        msg = _text(last[0])
-        assert "Stopped at prompt 3/5" in msg and "2 of 5 requests kept" in msg and "Traceback" not in last[0]
+        msg = _text(last["progress"])
+        assert "Stopped at prompt 3/5" in msg and "2 of 5 requests kept" in msg and "Traceback" not in last["progress"]
         assert len(state.report["prompt_rows"]) == 2
-        saved = json.loads(open(last[I_JSON]["value"], encoding="utf-8").read())
+        saved = json.loads(open(last["json"]["value"], encoding="utf-8").read())
         assert saved["meta"]["stopped"] and len(saved["prompt_rows"]) == 2
         assert saved["rows"][0]["drafted"] == 2 * K * len(STEP_ACCEPTED)
     finally:

@@ -167,7 +167,9 @@ def test_verify_button_measures_and_attaches_the_curve(allow_local, models_dir, 
     monkeypatch.setattr(bt, "measure_verify_cost", lambda t, ns, context_len, reps: real(t, (1, 2, 3), 8, 1))
     state = bt.BenchState()
     frames = list(bt.on_verify(state, models_dir["target"]))
-    msg, vfig, tfig, why = frames[-1]
+    last = frames[-1]
+    msg, vfig = last["verify_msg"], last["plot:verify_cost"]
+    assert set(last) == {"verify_msg", "plot:verify_cost", "plot:tree_speedup", "why"}
     assert 'data-kind="ok"' in msg and "t(1) =" in msg, msg
     assert [n for n, _ in state.verify_cost] == [1, 2, 3] and state.verify_target == models_dir["target"]
     assert list(vfig.data[0].x) == [1, 2, 3]
@@ -175,7 +177,7 @@ def test_verify_button_measures_and_attaches_the_curve(allow_local, models_dir, 
     assert report["verify_cost"] == [[n, ms] for n, ms in state.verify_cost]
     other = bt.with_verify_cost(state, {"meta": {"target": "another"}, "rows": []})
     assert "verify_cost" not in other  # a curve belongs to the target it was measured on
-    msg = list(bt.on_verify(state, ""))[-1][0]
+    msg = list(bt.on_verify(state, ""))[-1]["verify_msg"]
     assert 'data-kind="error"' in msg
     state.close()
 

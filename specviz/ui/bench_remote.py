@@ -26,7 +26,7 @@ from ..remote.run import RemoteConfig, RemoteSweep
 from ..viz.bench import progress_html
 from ..viz.remote_steps import remote_steps_html
 from .bench_view import MAX_PROMPTS, BenchState, BenchView, prompt_rows, render, sweep_frames
-from .handlers import friendly_error
+from .handlers import by_name, friendly_error
 
 __all__ = ["RemoteView", "build_remote_source", "parse_remote_request", "on_remote_run", "on_remote_steps",
            "wire_remote", "MAX_ENDPOINTS", "TIMEOUT_S", "OFF_SENTENCE"]
@@ -94,12 +94,13 @@ def on_remote_steps(state: BenchState, choice) -> str:
     return remote_steps_html(steps, STEPS_NOTE, title=f"{row['proposer']} on prompt {row['prompt_index'] + 1} ({row['prompt_id']})")
 
 
-def _steps_outputs(state: BenchState, report: dict[str, Any] | None) -> list[Any]:
+def _steps_outputs(state: BenchState, report: dict[str, Any] | None) -> dict[str, Any]:
+    """The steps view's menu and strips, by name (steps_choice, steps_html)."""
     choices = _step_choices(report)
     if not choices:
         note = "" if report is None else remote_steps_html([], STEPS_NOTE)
-        return [gr.update(choices=[], value=None), note]
-    return [gr.update(choices=choices, value=choices[0][1]), on_remote_steps(state, choices[0][1])]
+        return {"steps_choice": gr.update(choices=[], value=None), "steps_html": note}
+    return {"steps_choice": gr.update(choices=choices, value=choices[0][1]), "steps_html": on_remote_steps(state, choices[0][1])}
 
 
 def _end_message(report: dict[str, Any], error: str | None = None) -> str:
@@ -119,35 +120,33 @@ def _one_line(e: BaseException) -> str:
     return friendly_error(e, "the benchmark tab's remote source", expected=(ValueError, OSError), first_line=True)
 
 
-def on_remote_run(state: BenchState, *raw) -> Iterator[list[Any]]:
+def on_remote_run(state: BenchState, *raw) -> Iterator[dict[str, Any]]:
     """Check the policy, measure the servers, stream progress, rows and plots, then the steps view.
-    Yields BenchView.outputs + [steps dropdown, steps HTML]."""
+    Yields the tab's outputs by name (BenchView.named), then the steps view's (steps_choice, steps_html)."""
     state.stop.clear()
     sweep: RemoteSweep | None = None
-    skip2 = [gr.skip(), gr.skip()]
     try:
         try:
             check_remote_allowed()  # before anything parses or fetches a URL
             eps, rows, src, cfg = parse_remote_request(*raw)
             sweep = RemoteSweep(eps, rows, cfg, prompt_source=src)
         except ValueError as e:
-            yield render(state, None, progress_html(0, 0, _one_line(e), "error")) + skip2
+            yield render(state, None, progress_html(0, 0, _one_line(e), "error"))
             return
-        yield render(state, None, progress_html(0, sweep.total, f"Asking {len(eps)} server(s) what they are…")) + skip2
-        for frame in sweep_frames(state, sweep.events(should_stop=state.stop.is_set), sweep.report,
-                                  "Warming up every server (untimed)…"):
-            yield frame + skip2
+        yield render(state, None, progress_html(0, sweep.total, f"Asking {len(eps)} server(s) what they are…"))
+        yield from sweep_frames(state, sweep.events(should_stop=state.stop.is_set), sweep.report,
+                                "Warming up every server (untimed)…")
         report = sweep.report()
         state.report = report
-        yield render(state, report, _end_message(report), files=True) + _steps_outputs(state, report)
+        yield {**render(state, report, _end_message(report), files=True), **_steps_outputs(state, report)}
     except Exception as e:  # noqa: BLE001 - one line, never a traceback; the rows measured stay
         line = _one_line(e) if not isinstance(e, RemoteError) else str(e).splitlines()[0]
         if sweep is not None and sweep.prompt_rows:
             report = sweep.report()
             state.report = report
-            yield render(state, report, _end_message(report, line), files=True) + _steps_outputs(state, report)
+            yield {**render(state, report, _end_message(report, line), files=True), **_steps_outputs(state, report)}
         else:
-            yield render(state, None, progress_html(0, 0, line, "error")) + skip2
+            yield render(state, None, progress_html(0, 0, line, "error"))
 
 
 def build_remote_source() -> RemoteView:
@@ -180,6 +179,8 @@ def wire_remote(rv: RemoteView, view: BenchView, prompt_controls: list[gr.compon
     """Run drives :func:`on_remote_run` into the tab's outputs; ``prompt_controls``: the tab's
     [source, categories, custom, n_prompts, max_new]."""
     endpoints, baseline, run_btn, steps_choice, steps_html = rv.endpoints, rv.baseline, rv.run_btn, rv.steps_choice, rv.steps_html
-    run_btn.click(on_remote_run, [view.state, endpoints, baseline, *prompt_controls], [*view.outputs, steps_choice, steps_html],
-                  concurrency_id="specviz-bench", concurrency_limit=1, show_progress="hidden")
+    named = {**view.named(), "steps_choice": steps_choice, "steps_html": steps_html}
+    run_btn.click(by_name(on_remote_run, named), [view.state, endpoints, baseline, *prompt_controls],
+                  [*view.outputs, steps_choice, steps_html], concurrency_id="specviz-bench", concurrency_limit=1,
+                  show_progress="hidden")
     steps_choice.change(on_remote_steps, [view.state, steps_choice], [steps_html], queue=False)

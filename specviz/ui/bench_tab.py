@@ -37,13 +37,14 @@ from .bench_view import (
     PLOT_ORDER,
     BenchState,
     BenchView,
+    plot_name,
     prompt_rows,
     render,
     sweep_frames,
     table_value,
     with_verify_cost,
 )
-from .handlers import friendly_error
+from .handlers import by_name, friendly_error
 from .threads import STOPPED, loading
 
 log = logging.getLogger("specviz.ui.bench")
@@ -163,7 +164,7 @@ def _done_message(report: dict[str, Any]) -> str:
     return progress_html(m["runs_done"], m["runs_planned"], text, kind)
 
 
-def on_run(state: BenchState, *raw) -> Iterator[list[Any]]:
+def on_run(state: BenchState, *raw) -> Iterator[dict[str, Any]]:
     """Load the models, run the sweep, stream progress, rows and plots; Stop ends it early."""
     state.stop.clear()
     try:
@@ -207,18 +208,19 @@ def verify_cost_points(target_name: str) -> list[tuple[int, float]]:
 verify_cost_points.gpu_seconds = 120  # type: ignore[attr-defined]
 
 
-def on_verify(state: BenchState, target: str) -> Iterator[list[Any]]:
-    """Measure t(n) for the chosen target -> [message, verify plot, tree speedup plot, why]."""
+def on_verify(state: BenchState, target: str) -> Iterator[dict[str, Any]]:
+    """Measure t(n) for the chosen target -> its message, the verify and tree speedup plots and
+    the readout, by name (verify_msg, plot:verify_cost, plot:tree_speedup, why)."""
     target = (target or "").strip()
     if not target:
-        yield [progress_html(0, 0, "choose a target model first", "error"), gr.skip(), gr.skip(), gr.skip()]
+        yield {"verify_msg": progress_html(0, 0, "choose a target model first", "error")}
         return
     try:
         from ..app.limits import check_model_name
 
         check_model_name(target)
-        yield [progress_html(0, 0, f"Timing {target}: one forward of n = 1..17 new tokens on a 256-token context…"),
-               gr.skip(), gr.skip(), gr.skip()]
+        yield {"verify_msg": progress_html(0, 0, f"Timing {target}: one forward of n = 1..17 new tokens on a 256-token "
+                                                 "context…")}
         points = zerogpu.on_gpu(verify_cost_points, target)
         state.verify_cost, state.verify_target = points, target
         report = state.report if state.report and (state.report.get("meta") or {}).get("target") == target else {"rows": []}
@@ -228,9 +230,10 @@ def on_verify(state: BenchState, target: str) -> Iterator[list[Any]]:
         msg = progress_html(0, 0, f"t(1) = {t1:.1f} ms, v(17) = t(17)/t(1) = {v17:.2f} on this machine (provisional: "
                                   "timings move with the machine's load).", "ok")
         figs = V.build_figures(report)
-        yield [msg, figs["verify_cost"], figs["tree_speedup"], V.why_markdown(report)]
+        yield {"verify_msg": msg, plot_name("verify_cost"): figs["verify_cost"],
+               plot_name("tree_speedup"): figs["tree_speedup"], "why": V.why_markdown(report)}
     except Exception as e:  # noqa: BLE001 - shown as a message
-        yield [progress_html(0, 0, _friendly(e), "error"), gr.skip(), gr.skip(), gr.skip()]
+        yield {"verify_msg": progress_html(0, 0, _friendly(e), "error")}
 
 
 def on_stop(state: BenchState) -> None:
@@ -321,10 +324,11 @@ def build_bench_tab(defaults: BenchDefaults | None = None) -> BenchView:
     view = BenchView(state, controls, run_btn, stop_btn, progress, why, plots, table, csv_btn, json_btn, html_btn,
                      verify_btn, verify_msg)
     source.change(on_source, [source], [categories, custom], queue=False)
-    run_btn.click(on_run, [state, *controls], view.outputs, concurrency_id="specviz-bench", concurrency_limit=1,
-                  show_progress="hidden")
+    named = view.named()
+    run_btn.click(by_name(on_run, named), [state, *controls], view.outputs, concurrency_id="specviz-bench",
+                  concurrency_limit=1, show_progress="hidden")
     stop_btn.click(on_stop, [state], None, queue=False)
     wire_remote(remote, view, [source, categories, custom, n_prompts, max_new])
-    verify_btn.click(on_verify, [state, target], [verify_msg, plots["verify_cost"], plots["tree_speedup"], why],
+    verify_btn.click(by_name(on_verify, named), [state, target], [verify_msg, plots["verify_cost"], plots["tree_speedup"], why],
                      concurrency_id="specviz-bench", concurrency_limit=1, show_progress="hidden")
     return view

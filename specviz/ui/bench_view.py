@@ -2,6 +2,9 @@
 report (:func:`render`), the prompt choice, and the frames a sweep's events stream
 (:func:`sweep_frames`), shared by the local sweep (:mod:`specviz.ui.bench_tab`) and the remote
 source (:mod:`specviz.ui.bench_remote`).
+
+Frames are ``{output name: value}`` (names: :meth:`BenchView.named`; a plot is ``plot:NAME``);
+a name left out keeps its component as it is (:func:`specviz.ui.handlers.by_name` wires them).
 """
 
 from __future__ import annotations
@@ -81,9 +84,24 @@ class BenchView:
     verify_btn: gr.Button | None = None
     verify_msg: gr.HTML | None = None
 
+    def named(self) -> dict[str, Any]:
+        """{output name: component}: the run's outputs, then the verify message (when there is one)."""
+        out: dict[str, Any] = {"progress": self.progress, "why": self.why,
+                               **{plot_name(name): p for name, p in self.plots.items()},
+                               "table": self.table, "csv": self.csv, "json": self.json, "html": self.html}
+        if self.verify_msg is not None:
+            out["verify_msg"] = self.verify_msg
+        return out
+
     @property
     def outputs(self) -> list[gr.components.Component]:
-        return [self.progress, self.why, *self.plots.values(), self.table, self.csv, self.json, self.html]
+        """The components a run updates (an event's outputs)."""
+        return [c for name, c in self.named().items() if name != "verify_msg"]
+
+
+def plot_name(figure: str) -> str:
+    """The output name of a figure's plot ("plot:latency")."""
+    return f"plot:{figure}"
 
 
 # -- prompts and rendering -------------------------------------------------------------------
@@ -107,24 +125,21 @@ def table_value(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 
 def render(state: BenchState, report: dict[str, Any] | None, progress: str, *, plots: bool = True,
-            files: bool = False) -> list[Any]:
-    """Values for BenchView.outputs; gr.skip() leaves a component as it is."""
+            files: bool = False) -> dict[str, Any]:
+    """The progress line, and for a report its readout, plots and table (``plots``) and downloads
+    (``files``), by name; what is left out stays as it is."""
+    out: dict[str, Any] = {"progress": progress}
     if report is None:
-        return [progress, *([gr.skip()] * (1 + len(PLOT_ORDER) + 1 + 3))]
+        return out
     report = with_verify_cost(state, report)
-    out: list[Any] = [progress]
     if plots:
         figs = V.build_figures(report)
-        out.append(V.why_markdown(report))
-        out.extend(figs[name] for name in PLOT_ORDER)
-        out.append(table_value(V.report_rows(report)))
-    else:
-        out.extend([gr.skip()] * (1 + len(PLOT_ORDER) + 1))
+        out["why"] = V.why_markdown(report)
+        out.update({plot_name(name): figs[name] for name in PLOT_ORDER})
+        out["table"] = table_value(V.report_rows(report))
     if files:
         paths = state.files(report)  # (report already carries the verify curve)
-        out.extend(gr.update(value=p, interactive=True) for p in paths)
-    else:
-        out.extend([gr.skip()] * 3)
+        out.update({name: gr.update(value=p, interactive=True) for name, p in zip(("csv", "json", "html"), paths)})
     return out
 
 
@@ -138,7 +153,7 @@ def with_verify_cost(state: BenchState, report: dict[str, Any]) -> dict[str, Any
 
 
 def sweep_frames(state: BenchState, events: Iterable[Any], live_report: Callable[[], dict[str, Any]],
-                 warm_up: str) -> Iterator[list[Any]]:
+                 warm_up: str) -> Iterator[dict[str, Any]]:
     """The tab's frames for a sweep's events (local or remote): the warm-up line, then each run's
     progress, with the report so far (``live_report()``) redrawn after every prompt and at most
     every RENDER_EVERY_S seconds."""
@@ -153,5 +168,5 @@ def sweep_frames(state: BenchState, events: Iterable[Any], live_report: Callable
         yield render(state, live_report() if redraw.due(force=ev.prompt_done) else None, msg)
 
 
-__all__ = ["BUNDLED", "CUSTOM", "MAX_PROMPTS", "PLOT_ORDER", "RENDER_EVERY_S", "BenchState", "BenchView", "prompt_rows",
-           "render", "sweep_frames", "table_value", "with_verify_cost"]
+__all__ = ["BUNDLED", "CUSTOM", "MAX_PROMPTS", "PLOT_ORDER", "RENDER_EVERY_S", "BenchState", "BenchView", "plot_name",
+           "prompt_rows", "render", "sweep_frames", "table_value", "with_verify_cost"]
