@@ -12,7 +12,6 @@ import shutil
 import tempfile
 import threading
 import time
-import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -224,10 +223,8 @@ def _convert_builtin(b: _Builtin, target: Path, report: Progress) -> None:
         cfg_dict = src.config.to_dict()
         cfg_dict.pop("quantization_config", None)
         config = type(src.config).from_dict(cfg_dict)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            with torch.device("meta"):
-                fresh = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+        with torch.device("meta"):
+            fresh = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
         fresh.load_state_dict(src.state_dict(), strict=True, assign=True)
         fresh.tie_weights()
         fresh.generation_config = copy.deepcopy(src.generation_config)

@@ -33,6 +33,8 @@ from dataclasses import dataclass
 import torch
 
 QUANTIZED_KERNEL = "torch.ops.quantized.linear_dynamic"
+# torch's UserWarning (recent releases) on creating a quantized tensor; the kernels stay supported
+_QUANTIZED_DEPRECATED = r"torch\.quantize_per_tensor, torch\.quantize_per_channel and other quantized tensor creation"
 
 
 @dataclass(frozen=True)
@@ -118,8 +120,7 @@ class Int8Linear(torch.nn.Module):
 def _pack(weight: torch.Tensor, bias: torch.Tensor | None, per_channel: bool):
     """Symmetric int8 weight [out, in] (scale per row or per matrix) packed for the CPU kernel."""
     with warnings.catch_warnings():  # quantized tensors are deprecated upstream, still supported
-        warnings.simplefilter("ignore", UserWarning)
-        warnings.simplefilter("ignore", DeprecationWarning)
+        warnings.filterwarnings("ignore", _QUANTIZED_DEPRECATED, UserWarning)
         if per_channel:
             scale = (weight.abs().amax(dim=1) / 127.0).clamp_min(1e-12).double()  # [out]
             zero = torch.zeros_like(scale, dtype=torch.long)

@@ -50,6 +50,7 @@ log = logging.getLogger(__name__)
 ARCHITECTURES = ("llama", "gemma3_text")
 MIN_CAPACITY = 128  # positions a new cache holds; it doubles when full
 SPAN = 64  # attention reads the buffers up to the position rounded up to a multiple of this
+_TRACE_DEPRECATED = r"`torch\.jit\.trace(_method)?` is deprecated"  # torch's DeprecationWarning on tracing
 
 
 def enabled() -> bool:
@@ -301,7 +302,10 @@ class StaticDecoder:
                 if step is None:
                     t = time.perf_counter()
                     with warnings.catch_warnings():
-                        warnings.simplefilter("ignore")  # TracerWarnings about Python branches on shapes
+                        # The trace's notes on Python values it keeps as constants (an int8 body's row
+                        # loop, traced per width) and torch's deprecation of jit.trace itself.
+                        warnings.filterwarnings("ignore", category=torch.jit.TracerWarning)
+                        warnings.filterwarnings("ignore", _TRACE_DEPRECATED, DeprecationWarning)
                         step = torch.jit.trace(self.body, example, check_trace=False)
                     took = time.perf_counter() - t
                     _traced_s.append(took)
