@@ -1,23 +1,34 @@
-"""A draft token's cost against a target step: c = t(draft token) / t(target step), side by side.
+"""A draft token's cost against a target step: c = t(draft token) / t(target step), side by side;
+and the static step's runners (eager, trace, compile, export) side by side.
 
 For each draft spec, two copies of the same proposer draft k tokens (greedy) from the same cached
 context, interleaved in one process, each rolled back after every repeat:
 - transformers: the model's own forward on a DynamicCache (``SPECVIZ_STATIC_DECODE=0``);
-- static: specviz.runtime.static_decode's traced one-token step on static KV buffers (the default);
+- static: specviz.runtime.static_decode's one-token step on static KV buffers (the default: the
+  runner it measures fastest);
 and the target's own one-token decode step and its verify pass over k + 1 tokens (float32, both
 ways: the transformers forward and the static step that specviz runs) are timed in the same
 rotation, so each c is measured against the same machine state. Provisional on a busy machine.
 
+``--runners eager,trace,compile,export`` also times, in the same rotation, the target's one-token
+step and verify pass and the int8 draft's one-token step (``--int8``, default TARGET@int8) through
+each runner of the static step (specviz.runtime.runners; each on its own decoder, built once, its
+build and first calls' seconds printed: compile and export pay theirs there, export once per model
+and torch version, then from its package on disk).
+
     PYTHONPATH=$PWD python benchmarks/draft_cost.py [--target gemma-3-270m]
-        [--draft draft:gemma-3-270m@int8 --draft draft:gemma-3-270m@int8,vocab=16384] [--k 4] [--repeats 9]
+        [--draft draft:gemma-3-270m@int8 --draft draft:gemma-3-270m@int8,vocab=16384 | --draft none]
+        [--runners eager,trace,compile,export] [--k 4] [--repeats 9]
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import statistics
 import time
+from contextlib import contextmanager
 
 import torch
 
@@ -26,16 +37,18 @@ from specviz.core.records import Sampling
 from specviz.models import load_model
 from specviz.proposers.registry import from_spec
 from specviz.runtime.kv import forward_logits, new_cache, rollback
-from specviz.runtime.static_decode import static_cache
+from specviz.runtime.static_decode import StaticDecoder, static_cache
 
 PROMPT = "Write a short story about a robot who learns to paint, in five sentences."
 
 
-def proposer_state(proposer, target, static: bool):
+@contextmanager
+def static_mode(value: str):
+    """``SPECVIZ_STATIC_DECODE=value`` for the block."""
     old = os.environ.get("SPECVIZ_STATIC_DECODE")
-    os.environ["SPECVIZ_STATIC_DECODE"] = "1" if static else "0"
+    os.environ["SPECVIZ_STATIC_DECODE"] = value
     try:
-        return proposer.init_state(target)
+        yield
     finally:
         if old is None:
             del os.environ["SPECVIZ_STATIC_DECODE"]
@@ -43,59 +56,94 @@ def proposer_state(proposer, target, static: bool):
             os.environ["SPECVIZ_STATIC_DECODE"] = old
 
 
+def proposer_state(proposer, target, static: bool):
+    with static_mode("1" if static else "0"):
+        return proposer.init_state(target)
+
+
+def step_fns(model, cache, ctx: torch.Tensor, k: int):
+    """One token of decoding (k times, argmax fed back) and one pass over k + 1 tokens, each rolled back."""
+    n = int(ctx.shape[0])
+    with torch.inference_mode():
+        forward_logits(model, ctx[:-1], cache, 1)
+
+    def step():
+        with torch.inference_mode():
+            x = ctx[-1:]
+            for _ in range(k):
+                x = forward_logits(model, x, cache, 1)[0].argmax()[None]
+            rollback(cache, n - 1)
+
+    def verify():
+        with torch.inference_mode():
+            forward_logits(model, ctx[-1:].repeat(k + 1), cache, k + 1)
+            rollback(cache, n - 1)
+
+    return step, verify
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--target", default="gemma-3-270m")
-    ap.add_argument("--draft", action="append", help="a draft spec (draft:NAME...); repeat for several")
+    ap.add_argument("--draft", action="append", help="a draft spec (draft:NAME...); repeat for several; none: no proposers")
+    ap.add_argument("--runners", default="", help="comma-separated static-step runners to time side by side")
+    ap.add_argument("--int8", default=None, help="the int8 draft model the runners are timed on (default TARGET@int8)")
     ap.add_argument("--k", type=int, default=4)
     ap.add_argument("--repeats", type=int, default=9)
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
+    logging.basicConfig(format="%(message)s")
+    logging.getLogger("specviz.runtime").setLevel(logging.INFO)  # each runner's build, once
     torch.set_num_threads(args.threads)
     target = load_model(args.target)
     ids = encode_prompt(target.tokenizer, PROMPT, chat=True)
     ctx = torch.tensor(ids)
     n = len(ids)
     greedy, gen = Sampling(), torch.Generator().manual_seed(0)
-    specs = args.draft or [f"draft:{args.target}@int8", f"draft:{args.target}@int8,vocab=16384"]
-
-    def target_fns(static: bool):
-        """One token of target-only decoding (k times) and one verify pass over k + 1 tokens."""
-        cache = static_cache(target.model) if static else new_cache(target.model)
-        with torch.inference_mode():
-            forward_logits(target.model, ctx[:-1], cache, 1)
-
-        def step():
-            with torch.inference_mode():
-                x = ctx[-1:]
-                for _ in range(args.k):
-                    x = forward_logits(target.model, x, cache, 1)[0].argmax()[None]
-                rollback(cache, n - 1)
-
-        def verify():
-            with torch.inference_mode():
-                forward_logits(target.model, ctx[-1:].repeat(args.k + 1), cache, args.k + 1)
-                rollback(cache, n - 1)
-
-        return step, verify
+    specs = [] if args.draft == ["none"] else args.draft or [f"draft:{args.target}@int8", f"draft:{args.target}@int8,vocab=16384"]
+    per_pass = set()  # names timed per pass (not per token)
 
     fns = {}
     for static in (False, True):
         how = "static" if static else "transformers"
-        fns[f"target step [{how}]"], fns[f"target verify of {args.k + 1} [{how}] (whole pass)"] = target_fns(static)
+        cache = static_cache(target.model) if static else new_cache(target.model)
+        verify = f"target verify of {args.k + 1} [{how}] (whole pass)"
+        fns[f"target step [{how}]"], fns[verify] = step_fns(target.model, cache, ctx, args.k)
+        per_pass.add(verify)
     for spec in specs:
         proposer = from_spec(spec, target)
         for static in (False, True):
             state = proposer_state(proposer, target, static)
-            proposer.propose(state, ctx, args.k, greedy, gen)  # prefill the draft's cache (and trace), warm
+            proposer.propose(state, ctx, args.k, greedy, gen)  # prefill the draft's cache (and build), warm
             fns[f"{spec} [{'static' if static else 'transformers'}]"] = (
                 lambda p=proposer, s=state: p.propose(s, ctx, args.k, greedy, gen))  # rolls back to n - 1 itself
+    runners = [r for r in args.runners.split(",") if r]
+    built = {}  # (model, runner) -> (build s, first calls s, runner kept)
+    if runners:
+        int8 = load_model(args.int8 or f"{args.target}@int8")
+        models = {"target": target.model, "int8 draft": int8.model}
+        for label, model in models.items():
+            fns[f"{label} step [transformers]"] = step_fns(model, new_cache(model), ctx, args.k)[0]
+            for runner in runners:
+                with static_mode(runner):
+                    decoder = StaticDecoder(model)
+                step, verify = step_fns(model, decoder.new_cache(), ctx, args.k)
+                t = time.perf_counter()
+                step()  # builds on the first call
+                if label == "target":
+                    verify()  # a second width (compile: the graph for n >= 2)
+                first = time.perf_counter() - t
+                built[label, runner] = (sum(decoder._runner.build_s.values()), first, decoder.runner)
+                fns[f"{label} step [{runner}]"] = step
+                if label == "target":
+                    fns[f"target verify of {args.k + 1} [{runner}] (whole pass)"] = verify
+                    per_pass.add(f"target verify of {args.k + 1} [{runner}] (whole pass)")
     times = {name: [] for name in fns}
     for _ in range(args.repeats):
         for name, fn in fns.items():
             t = time.perf_counter()
             fn()
-            times[name].append((time.perf_counter() - t) / (1 if name.endswith("(whole pass)") else args.k))
+            times[name].append((time.perf_counter() - t) / (1 if name in per_pass else args.k))
     print(f"{args.target}: ms per token (the verify: per pass; k={args.k}, context {n}, {args.threads} threads, "
           f"median of {args.repeats}) and c = that / the target's one-token step (provisional)")
     base = {how: statistics.median(times[f"target step [{how}]"]) for how in ("transformers", "static")}
@@ -103,6 +151,10 @@ def main() -> None:
     for name, v in times.items():
         m = statistics.median(v)
         print(f"  {name:<58} {m * 1e3:7.1f} ms   c = {m / base['static']:4.2f} | {m / base['transformers']:4.2f}")
+    if built:
+        print("  runner builds (seconds: building the step; its first step and verify calls, builds included; kept):")
+        for (label, runner), (b, first, kept) in built.items():
+            print(f"    {label:<11} {runner:<8} build {b:7.1f} s   first calls {first:7.1f} s   kept: {kept}")
 
 
 if __name__ == "__main__":

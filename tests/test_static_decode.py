@@ -17,14 +17,14 @@ from tests.support.tiny import loaded, perturbed
 from tests.test_engine import PROMPTS, hf_greedy
 
 
-def tiny_gemma(vocab_size: int, seed: int = 0):
-    """A random 3-layer Gemma 3 text model with a 4-token sliding window on its first two layers."""
+def tiny_gemma(vocab_size: int, seed: int = 0, sliding_window: int = 4):
+    """A random 3-layer Gemma 3 text model with a 4-token (or ``sliding_window``) window on its first two layers."""
     from transformers import Gemma3ForCausalLM, Gemma3TextConfig
 
     torch.manual_seed(seed)
     config = Gemma3TextConfig(
         vocab_size=vocab_size, hidden_size=64, intermediate_size=96, num_hidden_layers=3, num_attention_heads=4,
-        num_key_value_heads=2, head_dim=16, query_pre_attn_scalar=16, sliding_window=4, max_position_embeddings=1024,
+        num_key_value_heads=2, head_dim=16, query_pre_attn_scalar=16, sliding_window=sliding_window, max_position_embeddings=1024,
         layer_types=["sliding_attention", "sliding_attention", "full_attention"], bos_token_id=1, eos_token_id=2,
         pad_token_id=0, attn_implementation="sdpa",
     )
@@ -163,14 +163,24 @@ def test_target_steps_run_on_it_and_stay_exact(tiny_target, gemma, monkeypatch):
 
 
 @torch.no_grad()
-def test_an_int8_body_traces_too(gemma):
+def test_an_int8_body_traces_too(gemma, monkeypatch):
     """A dynamic-int8 copy (per-token activation scales: a Python loop over rows, which a trace
     unrolls) is fed one token at a time through its one-token graph, and scores a tree through a
     graph of the tree's width: the same distributions as its transformers forward at every width."""
+    monkeypatch.setenv("SPECVIZ_STATIC_DECODE", "trace")
+    static = int8_matches(gemma.model)
+    assert set(static.decoder._steps) == {1, 5}  # the one-token graph and the 5-wide tree's
+
+
+@torch.no_grad()
+def int8_matches(model) -> StaticKV:
+    """An int8 copy of ``model`` on its static step (the runner SPECVIZ_STATIC_DECODE names): the
+    prompt, one token, three at once, a 5-wide tree, its path kept and two tokens more give the
+    distributions of its transformers forward. -> the static cache."""
     from specviz.runtime.kv import keep_path, score_tree
     from specviz.runtime.quantize import Int8Options, quantize_int8
 
-    q8 = quantize_int8(copy.deepcopy(gemma.model), options=Int8Options(smooth_alpha=None))
+    q8 = quantize_int8(copy.deepcopy(model), options=Int8Options(smooth_alpha=None))
     ids = [1, 5, 9, 12, 7, 5, 9, 30, 4, 8, 6, 3, 10]
     dynamic, static = new_cache(q8), static_cache(q8)
     assert not static.decoder.body.any_width
@@ -184,11 +194,11 @@ def test_an_int8_body_traces_too(gemma):
         close(forward_logits(q8, torch.tensor(feed), dynamic, keep), forward_logits(q8, torch.tensor(feed), static, keep))
     tokens, parents = torch.tensor(ids[9:]), torch.tensor([-1, 0, 0, 1])  # after the root ids[8]
     close(score_tree(q8, dynamic, torch.tensor(ids[8:9]), tokens, parents), score_tree(q8, static, torch.tensor(ids[8:9]), tokens, parents))
-    assert set(static.decoder._steps) == {1, 5}  # the one-token graph and the 5-wide tree's
     for cache in (dynamic, static):
         keep_path(cache, 4, [0, 1])
         rollback(cache, 10)
     close(forward_logits(q8, torch.tensor([4, 2]), dynamic, 2), forward_logits(q8, torch.tensor([4, 2]), static, 2))
+    return static
 
 
 def test_drafts_use_it_and_stay_exact(tiny_target, gemma, monkeypatch):
@@ -217,3 +227,133 @@ def test_the_step_is_built_once_per_model_and_freed_with_it(tokenizer):
     del model, a, b
     gc.collect()
     assert gone() is None
+
+
+# -- the runners (specviz.runtime.runners) --------------------------------------------------------
+
+RUNNERS = ["eager", "trace", pytest.param("compile", marks=pytest.mark.slow), pytest.param("export", marks=pytest.mark.slow)]
+
+
+def chains_match(model, widths=(1, 4, 1, 9, 2, 6)) -> StaticKV:
+    """Feeds of ``widths`` tokens, each with two wrong tokens after it rolled back, give the
+    transformers logits (the sliding window cutting inside a feed). -> the static cache."""
+    ids = [1] + [(11 * i + 2) % 30 + 3 for i in range(39)]  # 40 tokens
+    want = reference_logits(model, ids)  # [40, V]
+    cache = static_cache(model)
+    forward_logits(model, torch.tensor(ids[:3]), cache, 1)
+    at = 3
+    for n in widths:
+        got = forward_logits(model, torch.tensor(ids[at : at + n] + [29] * 2), cache, n + 2)[:n]
+        torch.testing.assert_close(got, want[at : at + n], atol=2e-4, rtol=1e-4)
+        at += n
+        rollback(cache, at)
+    return cache
+
+
+def tree_matches(model) -> None:
+    """A 6-node tree's logits on the static step as on a DynamicCache; after its path is kept both
+    continue as the transformers forward over the accepted tokens."""
+    from specviz.runtime.kv import keep_path, score_tree
+
+    ctx = [1] + [(7 * i + 5) % 30 + 3 for i in range(12)]  # 13 tokens: past an 8-token window
+    tokens, parents = torch.tensor([5, 9, 12, 7, 30, 4]), torch.tensor([-1, 0, 0, 1, -1, 4])
+    caches = [static_cache(model), new_cache(model)]
+    logits = []
+    for cache in caches:
+        forward_logits(model, torch.tensor(ctx[:-1]), cache, 1)
+        logits.append(score_tree(model, cache, torch.tensor(ctx[-1:]), tokens, parents))  # [7, V]
+    torch.testing.assert_close(logits[0], logits[1], atol=2e-4, rtol=1e-4)
+    kept = ctx + [5, 9, 7]  # root -> 5 -> 9 -> 7
+    want = reference_logits(model, kept + [8, 11])
+    for cache in caches:
+        keep_path(cache, int(tokens.shape[0]), [0, 1, 3])
+        rollback(cache, len(kept) - 1)
+        torch.testing.assert_close(forward_logits(model, torch.tensor([7, 8, 11]), cache, 3), want[len(kept) - 1 :],
+                                   atol=2e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_every_runner_gives_the_transformers_logits(runner, tiny_target, tokenizer, monkeypatch, tmp_path):
+    """Each runner, asked for by name, on a tiny Llama and a Gemma 3 with an 8-token sliding window:
+    chains of several widths with rollbacks between them and a token tree with its path kept, as
+    the transformers forward, the runner serving every call; and an int8 copy (its chain fed a
+    token at a time, its tree at the tree's width) keeps its distributions, whether the runner serves
+    it or gives way to eager. compile and export build for minutes on two cores: slow."""
+    monkeypatch.setenv("SPECVIZ_STATIC_DECODE", runner)
+    monkeypatch.setenv("SPECVIZ_CACHE_DIR", str(tmp_path))  # export's packages
+    monkeypatch.setattr(static_decode, "MIN_CAPACITY", 16)  # the buffers grow on the way
+    monkeypatch.setattr(static_decode, "SPAN", 8)
+    gemma = tiny_gemma(len(tokenizer), seed=7, sliding_window=8)
+    for model in (copy.deepcopy(tiny_target.model), gemma):  # new models: new decoders, built with this runner
+        cache = chains_match(model)
+        tree_matches(model)
+        assert cache.decoder.runner == runner
+    static = int8_matches(gemma)
+    assert static.decoder.runner in (runner, "eager")
+    if runner == "export":  # one package per body, its weights left out
+        assert len(list((tmp_path / "static_decode").glob("*.pt2"))) == 2
+
+
+@pytest.fixture
+def fresh(tiny_target):
+    """The tiny target as a new model (so a new static step, built under the test's settings)."""
+    return loaded(copy.deepcopy(tiny_target.model), tiny_target.tokenizer, "tiny-fresh-target")
+
+
+@pytest.mark.parametrize("when", ["build", "call"])
+def test_a_failing_runner_gives_way_to_eager_with_the_same_tokens(fresh, monkeypatch, caplog, when):
+    """A runner that raises at build, or at a call after a few good ones, leaves that model on the
+    eager body: said once in the log with the reason, and greedy output is the target's own."""
+    import dataclasses
+
+    from specviz.proposers import NGram
+    from specviz.runtime import runners
+
+    calls = []
+
+    def flaky(body, example, directory):
+        if when == "build":
+            raise RuntimeError("no compiler here")
+
+        def step(*args):
+            calls.append(1)
+            if len(calls) > 3:
+                raise RuntimeError("no compiler here")
+            return body(*args)
+
+        return step
+
+    monkeypatch.setitem(static_decode.RUNNERS, "compile", dataclasses.replace(runners.COMPILE, build_step=flaky))
+    monkeypatch.setenv("SPECVIZ_STATIC_DECODE", "compile")
+    with caplog.at_level("WARNING", logger="specviz.runtime.runners"):
+        for prompt in PROMPTS:
+            want = hf_greedy(fresh, prompt, 16)
+            assert list(SpeculativeDecoder(fresh, NGram(), k=4).generate(prompt, max_new_tokens=16).token_ids) == want
+    said = [r.getMessage() for r in caplog.records if "compile" in r.getMessage()]
+    assert len(said) == 1 and "no compiler here" in said[0], said
+    assert static_decode._decoders[fresh.model].runner == "eager"
+    assert len(calls) == (0 if when == "build" else 4)
+
+
+def test_by_default_the_fastest_is_kept_by_measurement(fresh, monkeypatch, caplog):
+    """Unset, the step times trace and eager on its first call (export too once a package of the
+    model is on disk) and keeps the fastest, saying the times once; no TorchScript setting is left
+    changed (the plan is fixed at build, no flag is flipped per call)."""
+    monkeypatch.delenv("SPECVIZ_STATIC_DECODE", raising=False)
+    strategy = torch._C._jit_set_fusion_strategy([("STATIC", 2)])
+    torch._C._jit_set_fusion_strategy(strategy)
+    with caplog.at_level("INFO", logger="specviz.runtime.runners"):
+        chains_match(fresh.model, widths=(1, 5))
+    decoder = static_decode._decoders[fresh.model]
+    assert set(decoder._runner.per_call) == {"trace", "eager"}
+    assert decoder.runner == min(decoder._runner.per_call, key=decoder._runner.per_call.get)
+    assert sum("keeping" in r.getMessage() for r in caplog.records) == 1
+    assert torch._C._get_graph_executor_optimize() and torch._C._jit_set_fusion_strategy(strategy) == strategy
+    assert static_decode.trace_seconds() > 0 and decoder.runner in static_decode.runners_kept()
+
+
+@pytest.mark.parametrize("value, mode", [("", "auto"), ("1", "auto"), ("0", "off"), ("off", "off"), ("export", "export"),
+                                         ("TRACE", "trace"), ("all", "all"), ("fastest", "auto")])
+def test_the_setting(monkeypatch, value, mode):
+    monkeypatch.setenv("SPECVIZ_STATIC_DECODE", value)
+    assert static_decode.mode() == mode and static_decode.enabled() == (mode != "off")

@@ -38,12 +38,14 @@ from __future__ import annotations
 import logging
 import os
 import threading
-import time
 import warnings
 import weakref
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+
+from . import runners
 
 log = logging.getLogger(__name__)
 
@@ -53,8 +55,47 @@ SPAN = 64  # attention reads the buffers up to the position rounded up to a mult
 _TRACE_DEPRECATED = r"`torch\.jit\.trace(_method)?` is deprecated"  # torch's DeprecationWarning on tracing
 
 
+def _jit_trace(body: torch.nn.Module, example: tuple) -> torch.jit.ScriptModule:
+    """TorchScript's trace of the body (the ``trace`` runner, :mod:`specviz.runtime.runners`)."""
+    with warnings.catch_warnings():
+        # The trace's notes on Python values it keeps as constants (an int8 body's row
+        # loop, traced per width) and torch's deprecation of jit.trace itself.
+        warnings.filterwarnings("ignore", category=torch.jit.TracerWarning)
+        warnings.filterwarnings("ignore", _TRACE_DEPRECATED, DeprecationWarning)
+        return torch.jit.trace(body, example, check_trace=False)
+
+
+RUNNERS = {r.name: r for r in (runners.EAGER, runners.COMPILE, runners.EXPORT, runners.trace_runner(_jit_trace))}
+AUTO = ("trace", "export", "eager")  # measured by default; export only from a package already on disk
+_OFF, _ON = ("0", "false", "no", "off"), ("", "1", "true", "yes", "on", "auto")
+
+
+def mode() -> str:
+    """``SPECVIZ_STATIC_DECODE``: "off" (``0``), "auto" (unset: the fastest of :data:`AUTO` by
+    measurement), "all" (the fastest of every runner, each built within runners.BUDGET_S) or one
+    runner's name (that one, eager if it fails)."""
+    value = os.environ.get("SPECVIZ_STATIC_DECODE", "").strip().lower()
+    if value in _OFF:
+        return "off"
+    if value in RUNNERS or value == "all":
+        return value
+    if value not in _ON:
+        log.warning("specviz: SPECVIZ_STATIC_DECODE=%r is none of 0, auto, all, %s; measuring (auto)", value, ", ".join(RUNNERS))
+    return "auto"
+
+
 def enabled() -> bool:
-    return os.environ.get("SPECVIZ_STATIC_DECODE", "").strip().lower() not in ("0", "false", "no", "off")
+    return mode() != "off"
+
+
+def candidates(body: torch.nn.Module, package_dir: Path | None = None) -> tuple[runners.Runner, ...]:
+    """The runners :func:`mode` asks to measure for ``body`` (one: that one)."""
+    how = mode()
+    if how in RUNNERS:
+        return (RUNNERS[how],)
+    if how == "all":
+        return tuple(RUNNERS[k] for k in ("trace", "export", "compile", "eager"))
+    return tuple(RUNNERS[k] for k in AUTO if k != "export" or runners.package_path(body, package_dir).exists())
 
 
 def supports(model: torch.nn.Module) -> str | None:
@@ -103,15 +144,17 @@ class _Body(torch.nn.Module):
             w = norm.weight.detach().float()
             return (1.0 + w) if self.gemma else w
 
-        self.norms = []  # per layer: the scales of its RMSNorms, in the order forward uses them
-        for layer in self.layers:
+        self.norms = []  # per layer: the names of its RMSNorms' scales (buffers), in the order forward uses them
+        for i, layer in enumerate(self.layers):
             names = ("input_layernorm", "post_attention_layernorm") + (
                 ("pre_feedforward_layernorm", "post_feedforward_layernorm") if self.gemma else ())
             scales = [scale(getattr(layer, n)) for n in names]
             if self.gemma:
                 scales += [scale(layer.self_attn.q_norm), scale(layer.self_attn.k_norm)]
-            self.norms.append(scales)
-        self.final = scale(body.norm)
+            for j, w in enumerate(scales):  # buffers, so an exported graph names them (runners.py)
+                self.register_buffer(f"norm_{i}_{j}", w, persistent=False)
+            self.norms.append([f"norm_{i}_{j}" for j in range(len(scales))])
+        self.register_buffer("final", scale(body.norm), persistent=False)
         projections = [m for layer in self.layers for m in (
             layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj, layer.self_attn.o_proj,
             layer.mlp.gate_proj, layer.mlp.up_proj, layer.mlp.down_proj)]
@@ -122,13 +165,14 @@ class _Body(torch.nn.Module):
         return x * cos + torch.cat((-x[..., half:], x[..., :half]), -1) * sin
 
     def forward(self, tokens, pos, cos, sin, cos_local, sin_local, mask, mask_local, keys, values):
-        # tokens, pos [n] long; cos/sin [n, 1, hd]; masks [n, S] additive; keys/values [layers, kv, S, hd]
+        # tokens, pos [n] long; cos/sin [n, 1, hd]; masks [n, S] additive; keys/values [layers, kv, C, hd] (C >= S)
         # Every shape below is written with -1 for n, so one trace serves any number of tokens.
         d, hd, eps = self.d, self.head_dim, self.eps
         kv, group = self.kv_heads, self.heads // self.kv_heads
+        span = mask.shape[1]  # S: attention reads the buffers' first S slots (the buffers hold C >= S)
         h = F.embedding(tokens, self.embedding) * self.embed_scale  # [n, d]
         for i, layer in enumerate(self.layers):
-            attn, mlp, w = layer.self_attn, layer.mlp, self.norms[i]
+            attn, mlp, w = layer.self_attn, layer.mlp, [getattr(self, name) for name in self.norms[i]]
             x = F.rms_norm(h, (d,), w[0], eps)
             q = attn.q_proj(x).view(-1, self.heads, hd)  # [n, h, hd]
             k = attn.k_proj(x).view(-1, kv, hd)  # [n, kv, hd]
@@ -139,8 +183,9 @@ class _Body(torch.nn.Module):
             keys[i].index_copy_(1, pos, k.transpose(0, 1))  # [kv, n, hd] at the tokens' positions
             values[i].index_copy_(1, pos, attn.v_proj(x).view(-1, kv, hd).transpose(0, 1))
             q = q.view(-1, kv, group, hd).permute(1, 2, 0, 3)  # [kv, g, n, hd]: query head j reads kv head j // g
-            scores = torch.matmul(q, keys[i].unsqueeze(1).transpose(2, 3)) * self.scaling  # [kv, g, n, S]
-            o = torch.matmul(torch.softmax(scores + m, dim=-1), values[i].unsqueeze(1))  # [kv, g, n, hd]
+            seen_k, seen_v = keys[i, :, :span], values[i, :, :span]  # [kv, S, hd]: the slots attention reads
+            scores = torch.matmul(q, seen_k.unsqueeze(1).transpose(2, 3)) * self.scaling  # [kv, g, n, S]
+            o = torch.matmul(torch.softmax(scores + m, dim=-1), seen_v.unsqueeze(1))  # [kv, g, n, hd]
             o = attn.o_proj(o.permute(2, 0, 1, 3).reshape(-1, self.heads * hd))  # [n, d]
             if self.gemma:
                 h = h + F.rms_norm(o, (d,), w[1], eps)
@@ -218,16 +263,26 @@ class StaticKV:
 class StaticDecoder:
     """The traced step of one model (shared by every session that drafts or verifies with it)."""
 
-    def __init__(self, model: torch.nn.Module):
+    def __init__(self, model: torch.nn.Module, package_dir: Path | None = None):
         self._model = weakref.ref(model)  # the cache is keyed weakly on the model: no strong reference back
         self.text = model.config.get_text_config()
         self.body = _Body(model).eval()
         self.shape = (self.text.num_hidden_layers, self.body.kv_heads, self.body.head_dim)
         self.window = getattr(self.text, "sliding_window", None) if any(self.body.local) else None
         self.softcap = getattr(self.text, "final_logit_softcapping", None)
-        self._steps: dict[int | None, torch.jit.ScriptModule] = {}  # traced bodies by width (None: any), built on first use
+        self._runner = runners.Choice(self.body, candidates(self.body, package_dir), type(model).__name__, package_dir)
         self._tables: tuple[torch.Tensor, ...] | None = None  # cos, sin, cos_local, sin_local [C, hd]
         self._lock = threading.Lock()
+
+    @property
+    def runner(self) -> str | None:
+        """The runner this model's step kept (None before its first call)."""
+        return None if self._runner.runner is None else self._runner.runner.name
+
+    @property
+    def _steps(self) -> dict:
+        """The kept runner's steps by width (None: one for every width)."""
+        return self._runner.steps
 
     @property
     def model(self) -> torch.nn.Module:
@@ -286,41 +341,12 @@ class StaticDecoder:
             mask_local = torch.zeros(n, span).masked_fill_(~local, float("-inf"))
         else:
             mask_local = mask
-        keys, values = cache.keys[:, :, :span], cache.values[:, :, :span]  # [layers, kv, S, hd] views
         rot = [t[positions, None] for t in (cos, sin, cos_l, sin_l)]  # each [n, 1, hd]
-        return (tokens, slots, *rot, mask, mask_local, keys, values)
-
-    def _traced(self, example: tuple):
-        """The traced body for ``example``: one graph for every width where the body's shapes are
-        all written for any n (plain ``nn.Linear`` projections), else one per width (a dynamic-int8
-        projection loops over its rows in Python, which a trace unrolls for the width it saw)."""
-        width = None if self.body.any_width else int(example[0].shape[0])
-        step = self._steps.get(width)
-        if step is None:
-            with self._lock:
-                step = self._steps.get(width)
-                if step is None:
-                    t = time.perf_counter()
-                    with warnings.catch_warnings():
-                        # The trace's notes on Python values it keeps as constants (an int8 body's row
-                        # loop, traced per width) and torch's deprecation of jit.trace itself.
-                        warnings.filterwarnings("ignore", category=torch.jit.TracerWarning)
-                        warnings.filterwarnings("ignore", _TRACE_DEPRECATED, DeprecationWarning)
-                        step = torch.jit.trace(self.body, example, check_trace=False)
-                    took = time.perf_counter() - t
-                    _traced_s.append(took)
-                    log.info("specviz: traced the static decode step of %s%s in %.1f s", type(self.model).__name__,
-                             "" if width is None else f" for {width} token(s)", took)
-                    self._steps[width] = step
-        return step
+        return (tokens, slots, *rot, mask, mask_local, cache.keys, cache.values)  # buffers [layers, kv, C, hd]
 
     def _call(self, example: tuple) -> torch.Tensor:
-        """The traced graph on ``example``, run by TorchScript's plain interpreter: its profiling
-        executor would re-profile and re-specialise the graph for every new width and context span,
-        while the gain we want, no Python between the ops, is the interpreter's alone."""
-        step = self._traced(example)
-        with torch.jit.optimized_execution(False):
-            return step(*example)
+        """The body on ``example`` through the runner this model keeps (chosen on its first call)."""
+        return self._runner(example)
 
     @torch.inference_mode()
     def run(self, cache: StaticKV, input_ids: torch.Tensor, keep: int = 1) -> torch.Tensor:
@@ -372,12 +398,15 @@ class StaticDecoder:
         return out.logits[0, -keep:].float()
 
 
-_traced_s: list[float] = []  # how long each trace took, in this process
-
-
 def trace_seconds() -> float:
-    """Seconds this process has spent tracing static decode steps (once per model)."""
-    return sum(_traced_s)
+    """Seconds this process has spent building static decode steps, any runner (once per model;
+    the name is from when tracing was the only way)."""
+    return runners.build_seconds()
+
+
+def runners_kept() -> str:
+    """The runners this process's static decode steps kept ("trace", "export, eager", ...; "" if none)."""
+    return ", ".join(runners.kept())
 
 
 _decoders: "weakref.WeakKeyDictionary[torch.nn.Module, StaticDecoder]" = weakref.WeakKeyDictionary()
@@ -400,4 +429,5 @@ def static_cache(model: torch.nn.Module) -> StaticKV | None:
     return decoder.new_cache()
 
 
-__all__ = ["StaticDecoder", "StaticKV", "static_cache", "supports", "trace_seconds"]
+__all__ = ["AUTO", "RUNNERS", "StaticDecoder", "StaticKV", "candidates", "mode", "runners_kept", "static_cache", "supports",
+           "trace_seconds"]

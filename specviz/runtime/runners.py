@@ -1,0 +1,387 @@
+"""How the static decode step's body runs: four runners behind one seam.
+
+The body (:class:`specviz.runtime.static_decode._Body`) is one function of tensors, ``(tokens,
+positions, rotary rows, masks, K/V buffers) -> hidden states``, that writes the new tokens' keys
+and values into the buffers in place. A :class:`Runner` turns it and one example of its inputs
+into a callable of the same inputs (the same hidden states, the same buffer writes):
+
+- ``eager``: the body itself, op by op from Python; always there, and the fallback of the others;
+- ``compile``: ``torch.compile`` (Inductor, ``dynamic=True``: one graph for every width of two or
+  more and context span; a width of one gets its own, as Dynamo specialises sizes 0 and 1); built
+  on the example and, for a wider one, on its first row too, so both graphs are paid for up front;
+- ``export``: ``torch.export`` with symbolic width, span and capacity, compiled ahead of time by
+  AOTInductor into a package on disk (:func:`package_path`: keyed by the body's code, shapes,
+  constants and the torch version, under ``$SPECVIZ_CACHE_DIR/static_decode`` like the converted
+  models, or a directory the caller names); the weights stay out of the package and are lent to
+  it at load (``load_constants(user_managed=True)``), so a package is a few MB and is built once;
+- ``trace``: TorchScript's ``torch.jit.trace`` (deprecated upstream, gone on Python 3.14+). Its
+  execution plan is fixed once, at build, under a lock (:func:`pin_plan`), instead of flipping
+  the process-global ``torch.jit.optimized_execution`` on every call.
+
+Every build is timed (:class:`Built`); which runner a model keeps is chosen by
+:mod:`specviz.runtime.static_decode` (by measurement, or by ``SPECVIZ_STATIC_DECODE``).
+
+A bottom-layer module: it imports nothing from specviz.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import logging
+import os
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+log = logging.getLogger(__name__)
+
+Step = Callable[..., torch.Tensor]  # the body's inputs -> hidden states [n, d] (writes the buffers)
+BUDGET_S = 120.0  # a build still running after this long is not waited for when choosing by measurement
+
+
+@dataclass(frozen=True)
+class Runner:
+    """One way to run the body: its name, why it cannot run here (None: it can), and its build
+    (body, example inputs, package directory) -> the step. ``any_width``: one build serves every
+    width of a body whose shapes are all written for any n (plain ``nn.Linear`` projections); a
+    body with dynamic-int8 projections, whose per-row Python loop a graph unrolls, gets a build
+    per width (eager serves every width of every body)."""
+
+    name: str
+    build_step: Callable[[torch.nn.Module, tuple, Path | None], Step]
+    unavailable: Callable[[], str | None] = lambda: None
+    every_body_any_width: bool = False
+
+    def any_width(self, body: torch.nn.Module) -> bool:
+        return self.every_body_any_width or bool(getattr(body, "any_width", False))
+
+    def build(self, body: torch.nn.Module, example: tuple, directory: Path | None = None) -> "Built":
+        """The step for ``body``, built (and, for the compiled runners, run once) on ``example``."""
+        t = time.perf_counter()
+        step = self.build_step(body, example, directory)
+        return Built(self.name, step, time.perf_counter() - t, getattr(step, "note", ""))
+
+
+@dataclass(frozen=True)
+class Built:
+    """A runner's step for one body and what building it cost (wall seconds; ``note``: e.g. the
+    package it loaded)."""
+
+    runner: str
+    step: Step
+    seconds: float
+    note: str = ""
+
+
+def build_within(runner: Runner, body: torch.nn.Module, example: tuple, directory: Path | None,
+                 budget_s: float | None) -> Built:
+    """:meth:`Runner.build`, given up on (TimeoutError) after ``budget_s`` seconds (None: no bound).
+    A build given up on finishes in a background thread and is dropped (an export package it
+    writes still serves the next process)."""
+    if budget_s is None:
+        return runner.build(body, example, directory)
+    done: dict[str, object] = {}
+    inference, grad = torch.is_inference_mode_enabled(), torch.is_grad_enabled()  # thread-local: carried over
+
+    def work():
+        try:
+            with torch.inference_mode(inference), torch.set_grad_enabled(grad):
+                done["built"] = runner.build(body, example, directory)
+        except BaseException as e:  # handed to the caller
+            done["error"] = e
+
+    worker = threading.Thread(target=work, name=f"specviz-build-{runner.name}", daemon=True)
+    worker.start()
+    worker.join(budget_s)
+    if worker.is_alive():
+        raise TimeoutError(f"still building after {budget_s:.0f} s")
+    if "error" in done:
+        raise done["error"]  # type: ignore[misc]
+    return done["built"]  # type: ignore[return-value]
+
+
+def first_row(example: tuple) -> tuple:
+    """The same inputs for the example's first token only (its keys and values, written at its slot,
+    are the ones the full example writes there: the first token sees only the context)."""
+    *rows, keys, values = example
+    return (*(t[:1] for t in rows), keys, values)
+
+
+class _Labelled:
+    """A step with a note on how it was built (for the log line)."""
+
+    def __init__(self, step: Step, note: str):
+        self._step, self.note = step, note
+
+    def __call__(self, *args):
+        return self._step(*args)
+
+
+# -- eager ---------------------------------------------------------------------------------------
+
+
+def _eager(body: torch.nn.Module, example: tuple, directory: Path | None) -> Step:
+    return body
+
+
+# -- torch.compile -------------------------------------------------------------------------------
+
+
+def _compile(body: torch.nn.Module, example: tuple, directory: Path | None) -> Step:
+    step = torch.compile(body, dynamic=True, fullgraph=bool(getattr(body, "any_width", False)))
+    if int(example[0].shape[0]) > 1:
+        step(*first_row(example))  # the width-1 graph (Dynamo specialises size 1)
+    step(*example)  # compiles here, not in the session's first timed step
+    return step
+
+
+# -- torch.export + AOTInductor ------------------------------------------------------------------
+
+
+def cache_root() -> Path:
+    """Where packages live by default: ``$SPECVIZ_CACHE_DIR/static_decode`` (the converted models'
+    root, else ``~/.cache/specviz``)."""
+    env = os.environ.get("SPECVIZ_CACHE_DIR")
+    return (Path(env).expanduser() if env else Path.home() / ".cache" / "specviz") / "static_decode"
+
+
+def fingerprint(body: torch.nn.Module) -> str:
+    """A key for everything an exported graph bakes in: the torch version, the body's code, its
+    scalar settings, and every module type and tensor name, shape and dtype (not the weights' values,
+    which are lent to the package at load)."""
+    h = hashlib.sha256()
+    h.update(f"{torch.__version__}|{sys.version_info[:2]}|".encode())
+    h.update(inspect.getsource(type(body)).encode())
+    for name, module in body.named_modules():
+        scalars = {k: v for k, v in vars(module).items() if not k.startswith("_") and isinstance(v, (bool, int, float, str, list, tuple))}
+        h.update(f"{name}:{type(module).__qualname__}:{module.extra_repr()}:{sorted(scalars.items())!r}|".encode())
+    for name, t in (*body.named_parameters(), *body.named_buffers()):
+        h.update(f"{name}:{tuple(t.shape)}:{t.dtype}|".encode())
+    return h.hexdigest()[:24]
+
+
+def package_path(body: torch.nn.Module, directory: Path | None = None) -> Path:
+    """The AOTInductor package of ``body`` (built or not)."""
+    return (directory or cache_root()) / f"{type(body).__name__.strip('_').lower()}-{fingerprint(body)}.pt2"
+
+
+def _dynamic_shapes():
+    """Width n, context span S and buffer capacity C symbolic, in the body's argument order."""
+    from torch.export import Dim
+
+    n, span, cap = Dim("n", min=1, max=1 << 16), Dim("S", min=2, max=1 << 24), Dim("C", min=2, max=1 << 24)
+    return ({0: n}, {0: n}, {0: n}, {0: n}, {0: n}, {0: n}, {0: n, 1: span}, {0: n, 1: span}, {2: cap}, {2: cap})
+
+
+def _export(body: torch.nn.Module, example: tuple, directory: Path | None) -> Step:
+    path = package_path(body, directory)
+    note = f"loaded {path}"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        program = torch.export.export(body, example, dynamic_shapes=_dynamic_shapes(), strict=False)
+        tmp = path.with_name(f"{path.stem}.{os.getpid()}.{threading.get_ident()}.tmp.pt2")
+        torch._inductor.aoti_compile_and_package(
+            program, package_path=str(tmp), inductor_configs={"aot_inductor.package_constants_in_so": False})
+        os.replace(tmp, path)  # whole or not at all, for a concurrent process
+        note = f"built {path}"
+    compiled = torch._inductor.aoti_load_package(str(path))
+    tensors = {**dict(body.named_parameters()), **dict(body.named_buffers())}
+    compiled.load_constants({k: tensors[k] for k in compiled.get_constant_fqns()}, check_full_update=True,
+                            user_managed=True)  # the model's own weights: no copy
+    step = _Labelled(compiled, note)
+    step(*example)
+    return step
+
+
+def _export_unavailable() -> str | None:
+    return None if hasattr(torch._inductor, "aoti_compile_and_package") else "no AOTInductor packaging in this torch"
+
+
+# -- TorchScript trace ---------------------------------------------------------------------------
+
+_jit_lock = threading.Lock()
+
+
+def pin_plan(step: torch.jit.ScriptModule, example: tuple) -> None:
+    """Fix the traced graph's execution plan on one call, for every later call in any thread.
+
+    TorchScript's profiling executor would re-profile and re-specialise the graph for every new
+    width and context span. With a bailout depth of zero it instead builds, on its first call, one
+    plan with only the shape-independent passes and returns it on every later call whatever the
+    global settings are then. The depth is process-global (``torch._C._jit_set_fusion_strategy``;
+    there is no per-graph setting), so it is set and restored around this one call under a lock:
+    another TorchScript graph first run in that window gets the same plain plan, nothing worse.
+    No global flag is flipped per call (the old ``torch.jit.optimized_execution(False)`` around
+    every call could interleave between two sessions)."""
+    with _jit_lock:
+        old = torch._C._jit_set_fusion_strategy([("STATIC", 0)])
+        try:
+            with torch.jit.optimized_execution(True):
+                step(*example)
+        finally:
+            torch._C._jit_set_fusion_strategy(old)
+
+
+def _trace_unavailable() -> str | None:
+    if sys.version_info >= (3, 14):
+        return "TorchScript does not support Python 3.14+"
+    return None if hasattr(torch.jit, "trace") else "no torch.jit.trace in this torch"
+
+
+def trace_runner(trace: Callable[[torch.nn.Module, tuple], torch.jit.ScriptModule]) -> Runner:
+    """The ``trace`` runner around ``trace`` (body, example) -> a traced module."""
+
+    def build(body: torch.nn.Module, example: tuple, directory: Path | None) -> Step:
+        step = trace(body, example)
+        pin_plan(step, example)
+        return step
+
+    return Runner("trace", build, _trace_unavailable)
+
+
+# -- the choice ----------------------------------------------------------------------------------
+
+_built: list[Built] = []  # every build in this process
+_kept: list[str] = []  # the runner each body kept, in order
+
+
+def build_seconds() -> float:
+    """Seconds this process has spent building static decode steps (tracing, compiling, exporting, loading)."""
+    return sum(b.seconds for b in _built)
+
+
+def kept() -> tuple[str, ...]:
+    """The runners the bodies of this process kept, each once, in the order first kept."""
+    return tuple(dict.fromkeys(_kept))
+
+
+def per_call_s(steps: dict[str, Step], example: tuple, rounds: int = 3) -> dict[str, float | Exception]:
+    """Each step's median wall time per call on ``example`` over ``rounds`` rounds, the steps
+    interleaved within a round (after one untimed round), so a busy machine slows them alike; a
+    step that raises is timed no more and gets its exception instead. Each call writes the same
+    keys and values at the same slots: repeating it changes nothing."""
+    times: dict[str, list[float]] = {name: [] for name in steps}
+    failed: dict[str, Exception] = {}
+    for r in range(rounds + 1):
+        for name, step in steps.items():
+            if name in failed:
+                continue
+            t = time.perf_counter()
+            try:
+                step(*example)
+            except Exception as e:
+                failed[name] = e
+            if r:
+                times[name].append(time.perf_counter() - t)
+    return {name: failed.get(name) or sorted(v)[len(v) // 2] for name, v in times.items()}
+
+
+class Choice:
+    """The runner one body keeps, chosen on the body's first call: the one named, or the fastest
+    of several by measurement (each built within :data:`BUDGET_S`, timed on that call's inputs,
+    the builds' cost logged and counted in :func:`build_seconds`). A runner that fails, at build or
+    at any call, gives way to ``eager`` for this body, said once in the log with the reason; the
+    call that failed is rerun eagerly on the same inputs, so the tokens are the same."""
+
+    def __init__(self, body: torch.nn.Module, candidates: tuple[Runner, ...], label: str,
+                 directory: Path | None = None, budget_s: float | None = BUDGET_S):
+        self.body, self.candidates, self.label, self.directory = body, candidates, label, directory
+        self.budget_s = budget_s if len(candidates) > 1 else None  # a runner asked for by name may take its time
+        self.runner: Runner | None = None  # the one kept, after the first call
+        self.per_call: dict[str, float] = {}  # seconds per call at the choice, by runner
+        self.steps: dict[int | None, Step] = {}  # the kept runner's steps by width (None: every width)
+        self.build_s: dict[str, float] = {}  # seconds spent building, by runner (every width)
+        self._lock = threading.RLock()
+
+    def __call__(self, example: tuple) -> torch.Tensor:
+        step = self._step(example)
+        try:
+            return step(*example)
+        except Exception as e:
+            if self.runner is EAGER:
+                raise
+            self._fall_back(e)
+            return self.body(*example)
+
+    def _width(self, example: tuple) -> int | None:
+        return None if self.runner.any_width(self.body) else int(example[0].shape[0])
+
+    def _step(self, example: tuple) -> Step:
+        if self.runner is None:
+            with self._lock:
+                if self.runner is None:
+                    self._choose(example)
+        step = self.steps.get(self._width(example))
+        if step is None:
+            with self._lock:
+                step = self.steps.get(self._width(example))
+                if step is None:  # a new width of a per-width runner
+                    try:
+                        step = self.steps[self._width(example)] = self._build(self.runner, example, None).step
+                    except Exception as e:
+                        self._fall_back(e)
+                        step = self.body
+        return step
+
+    def _build(self, runner: Runner, example: tuple, budget_s: float | None) -> Built:
+        built = build_within(runner, self.body, example, self.directory, budget_s)
+        _built.append(built)
+        self.build_s[runner.name] = self.build_s.get(runner.name, 0.0) + built.seconds
+        width = "" if runner.any_width(self.body) else f" for {int(example[0].shape[0])} token(s)"
+        log.info("specviz: built the %s static decode step of %s%s in %.1f s%s", runner.name, self.label, width,
+                 built.seconds, f" ({built.note})" if built.note else "")
+        return built
+
+    def _choose(self, example: tuple) -> None:
+        built: dict[str, Built] = {}
+        for runner in self.candidates:
+            why = runner.unavailable()
+            try:
+                if why is not None:
+                    raise RuntimeError(why)
+                built[runner.name] = self._build(runner, example, self.budget_s)
+            except Exception as e:
+                log.warning("specviz: no %s static decode step for %s (%s: %s)", runner.name, self.label, type(e).__name__, e)
+        if not built:
+            built["eager"] = self._build(EAGER, example, None)
+        if len(self.candidates) > 1:
+            for k, v in per_call_s({k: b.step for k, b in built.items()}, example).items():
+                if isinstance(v, Exception):  # built, but fails on a real call
+                    del built[k]
+                    log.warning("specviz: no %s static decode step for %s (%s: %s)", k, self.label, type(v).__name__, v)
+                else:
+                    self.per_call[k] = v
+        if not built:
+            built["eager"] = self._build(EAGER, example, None)
+        name = min(built, key=lambda k: self.per_call.get(k, 0.0))
+        self.runner = next(r for r in (*self.candidates, EAGER) if r.name == name)
+        self.steps = {self._width(example): built[name].step}
+        _kept.append(name)
+        if len(self.candidates) > 1:
+            timed = ", ".join(f"{k} {v * 1e3:.2f} ms" for k, v in sorted(self.per_call.items(), key=lambda kv: kv[1]))
+            log.info("specviz: static decode step of %s, per call on %d token(s): %s; keeping %s", self.label,
+                     int(example[0].shape[0]), timed, name)
+
+    def _fall_back(self, error: Exception) -> None:
+        """Eager from now on for this body (said once)."""
+        with self._lock:
+            if self.runner is EAGER:  # another thread fell back first
+                return
+            log.warning("specviz: the %s static decode step of %s failed (%s: %s); running it eagerly from now on",
+                        self.runner.name, self.label, type(error).__name__, error)
+            self.runner, self.steps = EAGER, {None: self.body}
+            _kept.append("eager")
+
+
+EAGER = Runner("eager", _eager, every_body_any_width=True)
+COMPILE = Runner("compile", _compile, lambda: None if hasattr(torch, "compile") else "no torch.compile")
+EXPORT = Runner("export", _export, _export_unavailable)
+
+__all__ = ["BUDGET_S", "Built", "COMPILE", "Choice", "EAGER", "EXPORT", "Runner", "build_seconds", "build_within",
+           "cache_root", "fingerprint", "first_row", "kept", "package_path", "per_call_s", "pin_plan", "trace_runner"]
