@@ -77,11 +77,15 @@ SETTINGS: tuple[Setting, ...] = (
             "`1` / `0`: offer (or not) the same-tokenizer hub pairs in the model menus", "app",
             ("specviz/models/hub.py",)),
     # -- models and the engine's kernels ----------------------------------------------------------
-    Setting("SPECVIZ_CACHE_DIR", "~/.cache/specviz", "where the converted built-in models are kept",
-            "models (app, API, CLI)", ("specviz/models/device.py",)),
-    Setting("SPECVIZ_STATIC_DECODE", "on",
-            "`0`: drafts and the target use the `transformers` forward instead of the traced static step "
-            "(for comparisons)", "engine", ("specviz/runtime/static_decode.py",)),
+    Setting("SPECVIZ_CACHE_DIR", "~/.cache/specviz",
+            "where the converted built-in models (and the static step's AOTInductor packages, under static_decode/) are kept",
+            "models (app, API, CLI)", ("specviz/models/device.py", "specviz/runtime/runners.py")),
+    Setting("SPECVIZ_STATIC_DECODE", "auto",
+            "how drafts and the target run the static decode step: `auto` keeps the fastest of trace, eager "
+            "(and export once its package is on disk) measured on the first call; `all` measures compile and "
+            "export too (each build within 120 s); `eager`, `trace`, `compile`, `export`: that runner (eager if it "
+            "fails); `0`: the `transformers` forward instead (for comparisons)", "engine",
+            ("specviz/runtime/static_decode.py",)),
     Setting("SPECVIZ_CPU_HEAD", "on",
             "`0`: keep `F.linear` for a large fp32 LM head instead of the measured oneDNN switch", "engine",
             ("specviz/runtime/cpu.py",)),
