@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import specviz.core.algorithm as algorithm
-from specviz.core.algorithm import verify
+from specviz.core.algorithm import verify, verify_tree
 
 N = 20_000
 TV_OK = 0.02  # sampling noise at N = 20k over 8 tokens is ~0.01
@@ -92,3 +92,51 @@ def test_accepting_everything_fails_the_same_check(monkeypatch):
     monkeypatch.setattr(algorithm, "acceptance_ratio", lambda p_x, q_x: torch.ones_like(p_x))
     first, _, _ = sample_rule(p, q, seed=1)
     assert tv(first, p[0]) > 3 * TV_OK
+
+
+# -- edges: u = 0 and draft ids outside the vocabulary (found by vLLM's rejection-sampler tests) --
+
+
+def zero_uniforms(monkeypatch):
+    """torch.rand returns exactly 0.0 about once in 2^24 draws: make every draw that one."""
+    monkeypatch.setattr(torch, "rand", lambda *size, generator=None, device=None, **kw: torch.zeros(*size, device=device))
+
+
+def test_a_zero_uniform_never_accepts_a_draft_the_target_rules_out(monkeypatch):
+    zero_uniforms(monkeypatch)
+    g = torch.Generator().manual_seed(0)
+    p = torch.tensor([[0.0, 0.6, 0.4], [0.2, 0.3, 0.5]])  # [k+1, V]: p(x_1 = 0) = 0
+    q = torch.tensor([[0.9, 0.05, 0.05]])  # [k, V]: the draft liked token 0
+    for draft_q in (q, None):  # a sampled draft and a point mass
+        ver = verify(p, draft_q, torch.tensor([0]), generator=g)
+        assert float(ver.u[0]) == 0.0 and float(ver.ratio[0]) == 0.0
+        assert ver.n_accepted == 0 and ver.resampled and ver.next_token in (1, 2)
+    ver = verify(torch.tensor([[1e-6, 0.6, 0.4 - 1e-6], [0.2, 0.3, 0.5]]), None, torch.tensor([0]), generator=g)
+    assert ver.n_accepted == 1  # any ratio above 0 still accepts at u = 0
+
+
+def test_a_zero_uniform_never_accepts_a_tree_node_the_target_rules_out(monkeypatch):
+    g = torch.Generator().manual_seed(0)
+    p = torch.tensor([[0.0, 0.6, 0.4], [0.2, 0.3, 0.5], [0.2, 0.3, 0.5]])  # [n+1, V]: root row gives token 0 p = 0
+    tokens, parents = torch.tensor([0, 1]), torch.tensor([-1, -1])  # two children of the root
+    q = torch.tensor([[0.9, 0.1, 0.0], [0.9, 0.1, 0.0]])  # siblings share their parent's q
+    ver = verify_tree(p, None, tokens, parents, generator=g, uniforms=[0.0, 0.99])
+    assert ver.verdict == ("rejected", "rejected") and ver.path == () and ver.next_token == 2
+    zero_uniforms(monkeypatch)
+    for draft_q in (q, None):
+        ver = verify_tree(p, draft_q, tokens, parents, generator=g)
+        assert ver.u[0] == 0.0 and ver.ratio[0] == 0.0 and ver.verdict[0] == "rejected"
+        assert ver.path == (1,)  # token 1 (p = 0.6 > 0) is accepted at u = 0
+
+
+@pytest.mark.parametrize("bad", [-1, 3, 1 << 40])
+def test_draft_ids_outside_the_vocabulary_are_refused(bad):
+    g = torch.Generator().manual_seed(0)
+    p = torch.tensor([[0.2, 0.3, 0.5], [0.2, 0.3, 0.5]])  # V = 3
+    for kw in ({}, {"greedy": True}):
+        with pytest.raises(ValueError, match=r"drafted token ids must be in \[0, 3\).*" + str(bad)):
+            verify(p, None, torch.tensor([bad]), generator=g, **kw)
+    with pytest.raises(ValueError, match=r"drafted token ids must be in \[0, 3\)"):
+        verify(p, torch.full((1, 3), 1 / 3), torch.tensor([bad]), generator=g)
+    with pytest.raises(ValueError, match=r"drafted token ids must be in \[0, 3\)"):
+        verify_tree(p, None, torch.tensor([bad]), torch.tensor([-1]), generator=g)

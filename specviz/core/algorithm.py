@@ -84,6 +84,24 @@ def acceptance_ratio(p_x: torch.Tensor, q_x: torch.Tensor) -> torch.Tensor:
     return torch.clamp(p_x / q_x.clamp_min(torch.finfo(q_x.dtype).tiny), max=1.0)
 
 
+def accepts(u: torch.Tensor, ratio: torch.Tensor) -> torch.Tensor:
+    """u_i <= min(1, p(x_i) / q(x_i)), never at ratio 0: ``torch.rand`` returns exactly 0.0 about
+    once in 2^24 draws, and a draft the target gives p = 0 must still be rejected. [k], [k] -> [k] bool"""
+    return (u <= ratio) & (ratio > 0)
+
+
+def check_draft_ids(tokens: torch.Tensor, vocab: int) -> None:
+    """ValueError unless every drafted id is in [0, vocab): a negative id would silently read p
+    from the last column, one past the end would fail deep inside indexing."""
+    ids = tokens.tolist()
+    bad = [t for t in ids if not 0 <= t < vocab]
+    if bad:
+        raise ValueError(
+            f"drafted token ids must be in [0, {vocab}) (the target's vocabulary), got {bad[:5]}"
+            f"{' ...' if len(bad) > 5 else ''}: the proposer drafted ids the target does not have"
+        )
+
+
 def residual_distribution(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     """norm(max(0, p - q)) [V]: what the correction is drawn from after a rejection.
 
@@ -173,6 +191,7 @@ def verify(
     acceptance: the exact rule (default) or lossy typical acceptance
     """
     k = drafts.shape[0]
+    check_draft_ids(drafts, _width(p))
     idx = torch.arange(k, device=drafts.device)
     if greedy and (_is_lazy(p) or _is_lazy(q)):
         # p and / or q not computed yet (objects with .get()): the decision needs argmax only,
@@ -196,10 +215,10 @@ def verify(
     if acceptance.rule == "typical":
         return _verify_typical(p, drafts, p_x, q_x, acceptance, generator)
 
-    # 1. Accept x_i while u_i <= min(1, p(x_i) / q(x_i)).
+    # 1. Accept x_i while u_i <= min(1, p(x_i) / q(x_i)) (never at ratio 0).
     ratio = acceptance_ratio(p_x, q_x)  # [k]
     u = torch.rand(k, generator=generator, device=p.device)  # [k]
-    n = _accepted_prefix(u <= ratio)
+    n = _accepted_prefix(accepts(u, ratio))
     if n == k:
         # 2a. Every draft accepted: sample the bonus token from p at position k+1.
         return Verification(n, sample(p[k], generator), False, p_x, q_x, ratio, u, None)
@@ -218,6 +237,12 @@ def _is_lazy(x) -> bool:
 def _get(x):
     """A tensor, None, or a lazily computed tensor (anything with .get())."""
     return x.get() if _is_lazy(x) else x
+
+
+def _width(p) -> int:
+    """V, the last dimension of p: a tensor's, a lazy p's ``shape`` when it has one, else computed."""
+    shape = getattr(p, "shape", None)
+    return int(shape[-1]) if shape is not None else int(_get(p).shape[-1])
 
 
 def _verify_typical(p, drafts, p_x, q_x, acceptance: Acceptance, generator) -> Verification:
@@ -349,6 +374,7 @@ def verify_tree(
     """
     children = check_tree(tokens, parents)
     n, V = int(tokens.shape[0]), p.shape[-1]
+    check_draft_ids(tokens, V)
     if p.shape[0] != n + 1:
         raise ValueError(f"verify_tree needs n+1 = {n + 1} rows of p (root + one per node), got {p.shape[0]}")
     tok = tokens.tolist()
@@ -393,8 +419,8 @@ def verify_tree(
             a = float(torch.clamp(r[x] / point[x].clamp_min(torch.finfo(p.dtype).tiny), max=1.0))
             u = float(next(draws)) if draws is not None else float(torch.rand(1, generator=generator, device=p.device))
             r_x[c], ratio[c], u_list[c] = float(r[x]), a, u
-            # 1. Accept c_j with probability min(1, r_j(c_j) / q_j(c_j)).
-            if u <= a:
+            # 1. Accept c_j with probability min(1, r_j(c_j) / q_j(c_j)) (never at ratio 0).
+            if u <= a and a > 0:
                 verdict[c] = "accepted"
                 kept = c
                 break
