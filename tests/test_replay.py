@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
-from specviz import Sampling, SpeculativeDecoder, TraceRecorder
+from specviz import Sampling, SpeculativeDecoder, TraceRecorder, load_trace
 from specviz.app.replay import Replay
+from specviz.core.hooks import TRACE_VERSION
 from specviz.proposers import DraftModel
 
 
@@ -50,3 +53,27 @@ def test_a_trace_without_steps_is_refused(tmp_path, recorded):
     header_only.write_text(open(path, encoding="utf-8").readline(), encoding="utf-8")
     with pytest.raises(ValueError, match="no steps"):
         Replay(str(header_only))
+
+
+def test_traces_of_this_and_older_versions_load_and_newer_ones_are_refused(tmp_path, recorded):
+    path, _, res = recorded
+    lines = open(path, encoding="utf-8").read().splitlines()
+    header = json.loads(lines[0])
+    assert header["version"] == TRACE_VERSION
+
+    def write(name, **changes):
+        out = tmp_path / name
+        head = {k: v for k, v in {**header, **changes}.items() if v is not None}
+        out.write_text("\n".join([json.dumps(head)] + lines[1:]) + "\n", encoding="utf-8")
+        return out
+
+    assert load_trace(write("same.jsonl")).steps == res.steps
+    assert load_trace(write("unversioned.jsonl", version=None)).steps == res.steps  # no version: the first one
+    with pytest.raises(ValueError, match=rf"^newer\.jsonl, line 1: a trace of version {TRACE_VERSION + 1}, newer than "
+                                         rf"this specviz reads \(versions 1 to {TRACE_VERSION}\); upgrade specviz"):
+        load_trace(write("newer.jsonl", version=TRACE_VERSION + 1))
+    for bad in ("1", 0, 1.5, True):
+        with pytest.raises(ValueError, match=r"^odd\.jsonl, line 1: the header's trace version .* is not one specviz knows"):
+            load_trace(write("odd.jsonl", version=bad))
+    with pytest.raises(ValueError, match="newer than this specviz reads"):
+        Replay(str(write("newer.jsonl", version=TRACE_VERSION + 1)))

@@ -18,7 +18,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .engine import Session
     from .records import GenerationResult, Proposal
 
-TRACE_VERSION = 1
+TRACE_VERSION = 1  # the header's "version"; load_trace reads this one and every older one
 
 
 class Hook:
@@ -107,7 +107,8 @@ def load_trace(source: str | Path | IO[str] | Iterable[str]) -> Trace:
     """Read a JSONL trace written by TraceRecorder back into StepRecords.
 
     A damaged file (a line that is not JSON, no header first, a step line missing fields) raises
-    a ValueError naming the file and the line.
+    a ValueError naming the file and the line, and so does a header of a newer (or unknown) trace
+    version than ``TRACE_VERSION``; older versions load.
     """
     where = _source_name(source)
     if isinstance(source, (str, Path)):
@@ -134,6 +135,8 @@ def load_trace(source: str | Path | IO[str] | Iterable[str]) -> Trace:
             raise ValueError(f"{at}: not a trace line (a JSON object with a \"type\"); the file is damaged "
                              "or not a specviz trace")
         kind = obj.pop("type")
+        if kind == "header":
+            _check_version(obj.get("version", 1), at)  # a header without one: the first version
         if header is None and kind != "header":
             raise ValueError(f"{at}: a {kind!r} line before the header; a specviz trace starts with its header "
                              "line (models, settings, seed): the file is cut or not a trace")
@@ -151,6 +154,16 @@ def load_trace(source: str | Path | IO[str] | Iterable[str]) -> Trace:
     if header is None:
         raise ValueError(f"{where} is not a specviz trace: it has no header line (write traces with specviz.TraceRecorder)")
     return Trace(header, tuple(steps), stats, text)
+
+
+def _check_version(version: Any, at: str) -> None:
+    """ValueError unless ``version`` is a trace version this specviz reads (1..TRACE_VERSION)."""
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        raise ValueError(f"{at}: the header's trace version {version!r} is not one specviz knows "
+                         f"(versions 1 to {TRACE_VERSION}); the file is damaged or not a specviz trace")
+    if version > TRACE_VERSION:
+        raise ValueError(f"{at}: a trace of version {version}, newer than this specviz reads (versions 1 to "
+                         f"{TRACE_VERSION}); upgrade specviz to load it")
 
 
 def _source_name(source: Any) -> str:
