@@ -1,4 +1,4 @@
-"""The ``specviz`` command: generate, bench, serve, models.
+"""The ``specviz`` command: generate, bench, advise, serve, models.
 
     specviz generate --target gemma-3-270m --proposer ngram --k 4 --prompt "Hello"
     specviz bench --target gemma-3-270m --proposer ngram --proposer draft:gemma-3-270m@int8 \\
@@ -304,6 +304,45 @@ def cmd_bench(args) -> int:
     return 0
 
 
+def cmd_advise(args) -> int:
+    from .bench import BenchConfig
+    from .bench.advise import advise, format_advice, format_runs, run_top, save_shapes
+    from .models import cache_dir
+    from .proposers import check_spec
+    from .proposers.ngram_tree import advised_shapes_path
+
+    for spec in args.proposer or ["ngram"]:
+        check_spec(spec)
+    if args.k_max < 1 or args.run_top < 0 or args.heldout < 0:
+        raise CLIError("--k-max must be >= 1, --run-top and --heldout >= 0")
+    rows = _prompt_rows(args)
+    calib, held = (rows[: len(rows) - args.heldout], rows[len(rows) - args.heldout:]) if args.heldout else (rows, rows)
+    if not calib:
+        raise CLIError(f"--heldout {args.heldout} leaves no prompts to calibrate on ({len(rows)} selected)")
+    target = _load_target(args)
+    sampling = _sampling(args)
+    advice = advise(target, args.proposer or ["ngram"], calib, cache_dir=cache_dir(), load=_loader(args),
+                    ks=range(1, args.k_max + 1), min_drafted=args.calibrate_tokens, max_new_tokens=args.max_new_tokens,
+                    sampling=sampling, chat=args.chat, seed=args.seed, refresh=args.refresh_costs, say=lambda m: _say(args, m))
+    print(advice.cost.table() + "\n")
+    print(format_advice(advice, top=args.show))
+    if advice.shapes:
+        save_shapes(advised_shapes_path(), advice)
+        _say(args, "tree shapes saved for shape=auto: " + ", ".join(f"{b} -> {s}" for b, s in advice.shapes.items()))
+    payload = advice.to_dict()
+    if args.run_top:
+        config = BenchConfig(max_new_tokens=args.max_new_tokens, sampling=sampling, seed=args.seed, chat=args.chat,
+                             repeats=args.repeats)
+        runs, report = run_top(target, advice, args.run_top, held, config, load=_loader(args), say=lambda m: _say(args, m))
+        print("\n" + format_runs(runs) + f"\n(run on {'held-out' if args.heldout else 'the calibration'} prompts: {len(held)})")
+        payload.update(runs=runs, report=report)
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as fh:
+            json.dump(payload, fh, indent=1, default=str)
+        _say(args, f"wrote {args.json}")
+    return 0
+
+
 def cmd_serve(args) -> int:
     try:
         from . import ui
@@ -430,6 +469,27 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_remote_args(b)
     b.set_defaults(func=cmd_bench)
+
+    a = sub.add_parser("advise", help="predict every proposer x k x tree shape's speedup on this machine, rank them",
+                       description="Measure this machine's costs (cached), calibrate each proposer's acceptance on a few "
+                                   "prompts, predict the speedup of every configuration with an interval, rank them; "
+                                   "--run-top N then runs the best N for real (docs/advisor.md).")
+    _add_model_args(a)
+    a.add_argument("--proposer", action="append", metavar="SPEC", help=f"repeatable: {syntax_list(include_none=False)} (default: ngram)")
+    a.add_argument("--prompts", metavar="FILE.jsonl", default=None, help="JSONL prompts (default: the bundled set)")
+    a.add_argument("--category", action="append", metavar="NAME", help="repeatable: only these prompt categories")
+    a.add_argument("--limit", type=int, default=4, help="prompts to use (default 4)")
+    a.add_argument("--heldout", type=int, default=0, help="keep the last N prompts out of calibration and run on them")
+    a.add_argument("--calibrate-tokens", type=_positive_int, default=300, help="drafted tokens to calibrate on (default 300)")
+    a.add_argument("--k-max", type=int, default=8, help="predict k = 1..K (default 8; the calibration drafts K per step)")
+    a.add_argument("--run-top", type=int, default=0, metavar="N", help="run the N best for real and compare (default 0)")
+    a.add_argument("--repeats", type=_positive_int, default=1, help="passes over the prompts in --run-top (default 1)")
+    a.add_argument("--show", type=int, default=20, help="rows of the ranking to print (default 20)")
+    a.add_argument("--refresh-costs", action="store_true", help="measure the costs again instead of reading the cache")
+    _add_sampling_args(a)
+    a.add_argument("--json", metavar="OUT.json", help="write costs, calibration, forecasts (and runs)")
+    a.add_argument("--quiet", action="store_true", help="no progress messages on stderr")
+    a.set_defaults(func=cmd_advise)
 
     s = sub.add_parser("serve", help="launch the Gradio app")
     s.add_argument("--host", default="127.0.0.1", help="interface to listen on (default 127.0.0.1)")

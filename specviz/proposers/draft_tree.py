@@ -14,6 +14,13 @@ probability r_j(c_j), remove it from the residual on rejection. q is recorded fo
 Spec (the part after ``draft-tree:``): ``NAME[@int8][,nodes=N,width=W][,vocab=V]``; defaults
 N = 12, W = 2, cheap on a 2-core CPU; vocab=V cuts the draft's head as ``draft:`` does
 (:mod:`specviz.proposers.vocab`, with the session's context rows).
+
+``shape=S`` grows a static tree instead, Sequoia style (Chen et al. 2024; with nodes=N or width=W
+too: S cut to W children per node, then its first N nodes):
+S is the tree's BFS child counts (see :mod:`specviz.proposers.ngram_tree`), and its rank-r child
+of a node is the draft's r-th most likely token there; each depth that grows costs one draft
+forward over the nodes that have children. ``shape=auto`` takes the shape ``specviz advise``
+last chose for this target and draft on this installation (docs/advisor.md).
 """
 
 from __future__ import annotations
@@ -37,15 +44,17 @@ from ..runtime.kv import (
     vocab_size,
 )
 from .draft_model import _common_prefix, _fit_vocab, check_same_tokenizer
+from .ngram_tree import AUTO_MAX_NODES, cap_shape, decode_shape, shape_nodes
 from .vocab import context_rows_for, scoring
 
 DRAFT_TREE_SYNTAX = (
-    "draft-tree:NAME[@int8][,nodes=N,width=W][,vocab=V]  (N: nodes per step, default 12; W: children per "
-    "expanded node and nodes expanded per depth, default 2; the depth is k; V: a draft head over the V tokens "
-    "the target uses most, as for draft:)"
+    "draft-tree:NAME[@int8][,nodes=N,width=W][,vocab=V][,shape=S]  (N: nodes per step, default 12; W: children per "
+    "expanded node and nodes expanded per depth, default 2; the depth is k; S: a static tree's BFS child counts "
+    "such as 2111, or auto: the one specviz advise chose; V: a draft head over the V tokens the target uses most, "
+    "as for draft:)"
 )
 DRAFT_TREE_DEFAULTS = {"nodes": 12, "width": 2}
-DRAFT_TREE_OPTIONS = (*DRAFT_TREE_DEFAULTS, "vocab")  # vocab has no default: the whole head
+DRAFT_TREE_OPTIONS = (*DRAFT_TREE_DEFAULTS, "vocab", "shape")  # vocab has no default: the whole head
 
 
 def parse_draft_tree(arg: str | None) -> tuple[str, dict[str, int]]:
@@ -65,10 +74,23 @@ def parse_draft_tree(arg: str | None) -> tuple[str, dict[str, int]]:
                              f"write {DRAFT_TREE_SYNTAX}")
         if key in given:
             raise ValueError(f"option {key} given twice; write {DRAFT_TREE_SYNTAX}")
+        if key == "shape":
+            given.add(key)
+            out["shape"] = value.lower()
+            shape_nodes(out["shape"])  # a ValueError for nonsense
+            continue
         if not value.lstrip("-").isdigit() or int(value) < 1:
             raise ValueError(f"{key} must be a whole number >= 1, got {value!r}; write {DRAFT_TREE_SYNTAX}")
         given.add(key)
         out[key] = int(value)
+    if "shape" in given:  # with nodes=N / width=W too: S cut to W children per node, then its first N nodes
+        cap_n, cap_w = (out[k] if k in given else None for k in ("nodes", "width"))
+        if out["shape"] == "auto":
+            out["nodes"] = min(cap_n or AUTO_MAX_NODES, AUTO_MAX_NODES)
+        else:
+            out["shape"] = cap_shape(out["shape"], cap_n, cap_w)
+            out["nodes"] = shape_nodes(out["shape"])
+        out.pop("width")
     return head.strip(), out
 
 
@@ -85,13 +107,25 @@ class _TreeDraftState:
 class DraftTree:
     """EAGLE-2-style dynamic draft trees from a same-tokenizer draft model."""
 
-    def __init__(self, model, nodes: int = 12, width: int = 2, name: str | None = None):
+    def __init__(self, model, nodes: int = 12, width: int = 2, name: str | None = None, shape: str | None = None):
         for what, v in (("nodes", nodes), ("width", width)):
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"DraftTree {what} must be a whole number >= 1, got {v!r}; write {DRAFT_TREE_SYNTAX}")
         self.model = model  # a specviz.models.LoadedModel
         self.nodes, self.width = nodes, width
-        self.name = name or f"draft-tree:{model.name}"
+        self.shape = shape  # a static tree's BFS child counts, or None (dynamic, EAGLE-2)
+        self._kids: dict[int, list[int]] | None = None  # static: shape node -> its children, in rank order
+        if shape is not None:
+            if shape == "auto":
+                raise ValueError("shape=auto is resolved when the proposer is built from its spec (registry.from_spec); "
+                                 "pass the advised shape's digits here")
+            parents, _ = decode_shape(shape)
+            self.nodes = max(1, len(parents))
+            self._kids = {-1: []}
+            for i, a in enumerate(parents):
+                self._kids.setdefault(a, []).append(i)
+                self._kids.setdefault(i, [])
+        self.name = name or f"draft-tree:{model.name}" + (f",shape={shape}" if shape else "")
 
     @property
     def max_nodes(self) -> int:
@@ -129,18 +163,33 @@ class DraftTree:
         depth: list[int] = []
         qrow: list[int] = []  # which q row each node was chosen from (its parent's)
 
+        kids = self._kids  # static shape: shape node -> children; None: dynamic
+        shape_of: list[int] = []  # static: each node's shape node
+
         def add_children(parent: int, row: int, base: float, d: int) -> None:
-            vals, ids = top_n(qrows[row], W)  # [w] the most likely children
-            for v, t in zip(vals.tolist(), ids.tolist()):
+            wanted = kids[shape_of[parent] if parent >= 0 else -1] if kids is not None else None
+            n_kids = W if wanted is None else len(wanted)
+            if not n_kids:
+                return
+            vals, ids = top_n(qrows[row], n_kids)  # [w] the most likely children
+            for j, (v, t) in enumerate(zip(vals.tolist(), ids.tolist())):
                 if v > 0:
                     tok.append(t), par.append(parent), score.append(base + math.log(v)), depth.append(d), qrow.append(row)
+                    if wanted is not None:
+                        shape_of.append(wanted[j])
 
-        # 2. Depth 1: the root's top-w children. Depth d+1: expand the w best nodes of depth d.
+        def next_layer(d: int) -> list[int]:
+            if kids is None:  # the w best nodes of depth d
+                return sorted((i for i in range(len(tok)) if depth[i] == d), key=lambda i: (-score[i], i))[:W]
+            return [i for i in range(len(tok)) if depth[i] == d and kids[shape_of[i]]]  # the shape's inner nodes
+
+        # 2. Depth 1: the root's top-w children. Depth d+1: expand the w best nodes of depth d
+        #    (a static shape: the nodes of depth d that have children in it).
         add_children(-1, 0, 0.0, 1)
         fed: list[int] = []  # nodes fed to the draft, in cache-slot order
         slot_of: dict[int, int] = {}
         for d in range(1, k):
-            layer = sorted((i for i in range(len(tok)) if depth[i] == d), key=lambda i: (-score[i], i))[:W]
+            layer = next_layer(d)
             if not layer:
                 break
             T = len(fed)
@@ -164,8 +213,8 @@ class DraftTree:
             fed.extend(layer)
         state.fed_tokens = [tok[i] for i in fed]
         state.fed_parents = [slot_of[par[i]] if par[i] >= 0 else -1 for i in fed]
-        # 3. Keep the best `nodes` overall; parents sort before their children (score and index).
-        kept = sorted(sorted(range(len(tok)), key=lambda i: (-score[i], i))[: self.nodes])
+        # 3. Keep the best `nodes` overall (a static shape: all it grew); parents sort before their children.
+        kept = sorted(sorted(range(len(tok)), key=lambda i: (-score[i], i))[: self.nodes]) if kids is None else list(range(len(tok)))
         if not kept:
             return empty_proposal(out_device)
         index = {old: new for new, old in enumerate(kept)}
@@ -174,7 +223,7 @@ class DraftTree:
             q=torch.stack([qrows[qrow[i]] for i in kept]).to(out_device),  # [n, V] shown only
             parents=torch.tensor([index[par[i]] if par[i] >= 0 else -1 for i in kept], dtype=torch.long, device=out_device),
             deterministic=True,
-            info={"tree": "draft", "expanded": len(fed)},
+            info={"tree": "draft", "expanded": len(fed), **({"shape": self.shape} if self.shape else {})},
         )
 
 

@@ -185,22 +185,51 @@ def _draft_tree_nodes(arg: str) -> int:
     return parse_draft_tree(arg)[1]["nodes"]
 
 
+def shape_base(spec: str) -> str:
+    """A token-tree spec without its ``shape=`` option, normalised: what ``shape=auto`` looks its
+    advised shape up by ("ngram-tree:3", "draft-tree:NAME[,vocab=V]")."""
+    from .draft_tree import parse_draft_tree
+    from .ngram_tree import parse_ngram_tree
+
+    prefix, arg = check_spec(spec)
+    if prefix == "ngram-tree":
+        return f"ngram-tree:{parse_ngram_tree(arg)['max_ngram']}"
+    if prefix == "draft-tree":
+        name, opts = parse_draft_tree(arg)
+        return f"draft-tree:{name}" + (f",vocab={opts['vocab']}" if "vocab" in opts else "")
+    raise ValueError(f"only token trees (ngram-tree, draft-tree) take a shape, not {spec!r}")
+
+
+def _auto_shape(spec: str, target, nodes: int) -> str:
+    from .ngram_tree import advised_shape, cap_shape
+
+    return cap_shape(advised_shape(str(target.name), shape_base(spec)), nodes)
+
+
 def _build_ngram_tree(arg, target, load):
     from .ngram_tree import NGramTree, parse_ngram_tree
 
-    return NGramTree(**parse_ngram_tree(arg), name="ngram-tree" + (f":{arg}" if arg else ""))
+    opts = parse_ngram_tree(arg)
+    label = arg
+    if opts.get("shape") == "auto":  # the shape specviz advise chose here
+        opts["shape"] = _auto_shape(f"ngram-tree:{arg}", target, opts["nodes"])
+        label = f"{opts['max_ngram']},shape={opts['shape']}"
+    return NGramTree(**opts, name="ngram-tree" + (f":{label}" if label else ""))
 
 
 def _build_draft_tree(arg, target, load):
     from .draft_tree import DraftTree, parse_draft_tree
 
     name, opts = parse_draft_tree(arg)
+    if opts.get("shape") == "auto":  # the shape specviz advise chose here
+        opts["shape"] = _auto_shape(f"draft-tree:{arg}", target, opts["nodes"])
     draft = _load_draft(name, target, load)
     if "vocab" in opts:
         from .vocab import with_vocab_subset
 
         draft = with_vocab_subset(draft, target, opts.pop("vocab"))  # named NAME,vocab=N
-    proposer = DraftTree(draft, **opts, name=f"draft-tree:{draft.name}" + "".join(f",{k}={v}" for k, v in opts.items()))
+    shown = {k: v for k, v in opts.items() if not ("shape" in opts and k == "nodes")}
+    proposer = DraftTree(draft, **opts, name=f"draft-tree:{draft.name}" + "".join(f",{k}={v}" for k, v in shown.items()))
     proposer.init_state(target)  # raises ValueError when the tokenizers differ or the model cannot take a tree mask
     return proposer
 
@@ -256,17 +285,21 @@ REGISTRY: tuple[ProposerKind, ...] = (
         check_arg=_whole("'early-exit:L' needs a whole number of layers L >= 1"), example="early-exit:4",
     ),
     ProposerKind(
-        "ngram-tree", "n-gram token tree", "ngram-tree[:N][,nodes=M]", "every distinct prompt-lookup continuation "
+        "ngram-tree", "n-gram token tree", "ngram-tree[:N][,nodes=M][,shape=S]", "every distinct prompt-lookup continuation "
         "(n-grams up to N, default 3) merged into one token tree of at most M nodes (default 16), depth k; "
+        "shape=S keeps a static tree (BFS child counts such as 2111; auto: the one specviz advise chose); "
         "point masses", needs_model=False, hf_counterpart=False, build=_build_ngram_tree,
-        check_arg=_whole("'ngram-tree:N' needs a whole number N >= 1"), options=("nodes",), example="ngram-tree:3,nodes=16",
+        check_arg=_whole("'ngram-tree:N' needs a whole number N >= 1"), options=("nodes", "shape"),
+        example="ngram-tree:3,nodes=16",
         validate=_ngram_tree_nodes, tree_nodes=_ngram_tree_nodes,
     ),
     ProposerKind(
-        "draft-tree", "draft model, token tree", "draft-tree:NAME[@int8][,nodes=N,width=W][,vocab=V]", "EAGLE-2-style "
-        "dynamic tree: the draft expands the W (default 2) most likely children of the best paths at each depth, keeping "
-        "the N (default 12) best nodes by path probability; depth k; point masses; vocab=V as for draft", needs_model=True,
-        hf_counterpart=False, build=_build_draft_tree, arg_required=True, options=("nodes", "width", "vocab"),
+        "draft-tree", "draft model, token tree", "draft-tree:NAME[@int8][,nodes=N,width=W][,vocab=V][,shape=S]",
+        "EAGLE-2-style dynamic tree: the draft expands the W (default 2) most likely children of the best paths at each "
+        "depth, keeping the N (default 12) best nodes by path probability; shape=S grows a static (Sequoia) tree "
+        "instead (BFS child counts such as 2111, the draft's top-r tokens; auto: the one specviz advise chose); depth k; "
+        "point masses; vocab=V as for draft", needs_model=True,
+        hf_counterpart=False, build=_build_draft_tree, arg_required=True, options=("nodes", "width", "vocab", "shape"),
         example="draft-tree:gemma-3-270m@int8,nodes=12,width=2", validate=_draft_tree_nodes, tree_nodes=_draft_tree_nodes,
     ),
 )
@@ -376,5 +409,5 @@ def from_spec(spec: str, target, load: Loader | None = None) -> Proposer | None:
 
 __all__ = [
     "NONE", "REGISTRY", "ProposerKind", "check_spec", "from_spec", "get_kind", "help_text", "int_option", "kinds",
-    "markdown_table", "split_options", "syntax_list", "tree_nodes",
+    "markdown_table", "shape_base", "split_options", "syntax_list", "tree_nodes",
 ]

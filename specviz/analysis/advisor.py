@@ -1,0 +1,367 @@
+"""Will it pay here? Acceptance from a short calibration + this machine's costs -> every
+configuration's predicted speedup, with an interval, ranked.
+
+Acceptance (counted from the calibration's step records, each share with a Wilson interval):
+
+- chains, per position i: ``g_i`` = P(the proposer drafts token i | it drafted and the target kept
+  1..i-1) (an n-gram runs out of continuation; 1 for a draft model) and ``a_i`` = P(the target
+  keeps draft i | drafted, 1..i-1 kept). Then ``r_i = g_i a_i`` is the conditional rate of
+  theory's per-position formula, tau(k) = 1 + sum_{i<=k} prod_{j<=i} r_j
+  (``theory.expected_tokens_per_step_per_position``), and the drafted tokens per step
+  k'(k) = sum_{i<=k} P(at least i drafted);
+- trees, per depth d and sibling rank r: ``accept[d][r]`` = the share of kept nodes at depth d
+  (the root: depth 0) whose rank-(r+1) child the target kept; tau(tree) =
+  ``treeshape.expected_tokens``.
+
+Speed: a step costs ``draft_s + t(k + 1) + overhead`` seconds (a tree: ``t_tree(n + 1)``) and a
+target-only step ``t(1) + overhead`` (:mod:`specviz.analysis.costmodel`), so
+
+    speedup = tau (t(1) + overhead) / (draft_s + t(k + 1) + overhead)
+
+the brief's tau t(1) / (k' c t(1) + t(k+1) + overhead) with the engine's bookkeeping on both
+sides. The interval takes every rate at its Wilson bounds at once (tau is increasing in each
+rate), so it is conservative. A configuration "does not pay" when even its best k predicts a
+speedup below 1.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from . import theory
+from .costmodel import CostModel
+from .treeshape import TreeShape, best_shape, encode, expected_tokens
+
+__all__ = [
+    "Rate", "wilson", "ChainCalibration", "RankCalibration", "chain_calibration", "rank_calibration_from_tree",
+    "rank_calibration_from_chain", "Forecast", "predict_chain", "predict_tree", "tree_step_seconds", "forecast_trees",
+    "rank", "verdicts", "run_speedup",
+]
+
+Z = 1.96  # 95% Wilson intervals
+
+
+@dataclass(frozen=True)
+class Rate:
+    """hits / trials with its Wilson interval; no trials: p = 0 and the interval [0, 1]."""
+
+    hits: int
+    trials: int
+    p: float
+    lo: float
+    hi: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"hits": self.hits, "trials": self.trials, "p": self.p, "lo": self.lo, "hi": self.hi}
+
+
+def wilson(hits: int, trials: int, z: float = Z) -> Rate:
+    """The share hits / trials with the Wilson score interval at ``z`` standard errors."""
+    if hits < 0 or trials < 0 or hits > trials:
+        raise ValueError(f"need 0 <= hits <= trials, got {hits} of {trials}")
+    if trials == 0:
+        return Rate(0, 0, 0.0, 0.0, 1.0)
+    p = hits / trials
+    z2 = z * z
+    centre = (p + z2 / (2 * trials)) / (1 + z2 / trials)
+    half = z * math.sqrt(p * (1 - p) / trials + z2 / (4 * trials * trials)) / (1 + z2 / trials)
+    return Rate(hits, trials, p, max(0.0, centre - half), min(1.0, centre + half))
+
+
+# -- calibration counts -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ChainCalibration:
+    """Per-position counts of a chain proposer's calibration at k drafts per step."""
+
+    proposer: str
+    k: int
+    steps: int  # steps counted (steps the end of the run cut short are left out)
+    reached: tuple[int, ...]  # [i]: steps that drafted >= i tokens and kept 1..i (reached[0] = steps)
+    drafted: tuple[int, ...]  # [i]: steps that drafted >= i+1 tokens and kept 1..i
+    kept: tuple[int, ...]  # [i]: steps that kept drafts 1..i+1
+    at_least: tuple[int, ...]  # [i]: steps that drafted >= i+1 tokens
+    draft_ms: float = 0.0  # the calibration's draft time (its own measure of draft cost)
+    drafted_tokens: int = 0
+
+    @property
+    def accept(self) -> tuple[Rate, ...]:
+        """a_i: P(draft i kept | drafted, 1..i-1 kept)."""
+        return tuple(wilson(h, t) for h, t in zip(self.kept, self.drafted))
+
+    @property
+    def carry_on(self) -> tuple[Rate, ...]:
+        """g_i: P(draft i drafted | 1..i-1 drafted and kept)."""
+        return tuple(wilson(d, r) for d, r in zip(self.drafted, self.reached))
+
+    def reach(self, i: int) -> float:
+        """P(at least i + 1 tokens drafted)."""
+        return self.at_least[i] / self.steps if self.steps and i < len(self.at_least) else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"proposer": self.proposer, "k": self.k, "steps": self.steps, "drafted_tokens": self.drafted_tokens,
+                "draft_ms": self.draft_ms, "accept": [r.to_dict() for r in self.accept],
+                "carry_on": [r.to_dict() for r in self.carry_on], "reach": [self.reach(i) for i in range(self.k)]}
+
+
+def _counted(steps, k: int, max_new_tokens: int | None):
+    """(step, drafted, kept) for the steps that could draft the full k (not cut by the run's end)."""
+    made = 0
+    for s in steps:
+        cap = k if max_new_tokens is None else min(k, max_new_tokens - made - 1)
+        made += s.n_committed
+        if cap < k:
+            continue
+        yield s, min(s.n_accepted, s.n_committed)
+
+
+def chain_calibration(proposer: str, runs: Sequence[Sequence[Any]], k: int, max_new_tokens: int | None = None) -> ChainCalibration:
+    """Counts from chain step records (``runs``: one list of StepRecords per prompt, each run at k)."""
+    reached, drafted, kept, at_least = [0] * k, [0] * k, [0] * k, [0] * k
+    n = ms = tokens = 0
+    for steps in runs:
+        for s, ok in _counted(steps, k, max_new_tokens):
+            L = min(s.k, k)
+            n += 1
+            ms += s.draft_ms
+            tokens += L
+            for i in range(k):
+                at_least[i] += i < L
+                reached[i] += ok >= i
+                drafted[i] += i < L and ok >= i
+                kept[i] += ok >= i + 1
+    return ChainCalibration(proposer, k, n, tuple(reached), tuple(drafted), tuple(kept), tuple(at_least), ms, tokens)
+
+
+@dataclass(frozen=True)
+class RankCalibration:
+    """Per-depth, per-rank counts: ``kept[d][r]`` of ``trials[d]`` kept nodes at depth d (root 0)
+    had their rank-(r+1) child kept."""
+
+    proposer: str
+    trials: tuple[int, ...]
+    kept: tuple[tuple[int, ...], ...]
+    steps: int = 0
+    draft_ms: float = 0.0
+    nodes: float = 0.0  # mean nodes per calibration step (the realised tree)
+
+    def matrix(self, which: str = "p") -> list[list[float]]:
+        """accept[d][r] at the estimate ("p") or a Wilson bound ("lo", "hi")."""
+        return [[getattr(wilson(h, t), which) for h in row] for row, t in zip(self.kept, self.trials)]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"proposer": self.proposer, "steps": self.steps, "trials": list(self.trials),
+                "accept": [[wilson(h, t).to_dict() for h in row] for row, t in zip(self.kept, self.trials)]}
+
+
+def _rank_table(depth: int, ranks: int):
+    return [0] * depth, [[0] * ranks for _ in range(depth)]
+
+
+def rank_calibration_from_tree(proposer: str, runs: Sequence[Sequence[Any]], k: int, ranks: int = 8,
+                               max_new_tokens: int | None = None) -> RankCalibration:
+    """Counts from token-tree step records: at the root and at each kept node at depth d < k, the
+    rank (order among its siblings) of the kept child, if any."""
+    trials, kept = _rank_table(k, ranks)
+    n = ms = nodes = 0
+    for steps in runs:
+        for s, _ in _counted(steps, k, max_new_tokens):
+            if not s.tree:
+                continue
+            n += 1
+            ms += s.draft_ms
+            nodes += len(s.tree)
+            path = list(s.accepted_path)[: s.n_committed]
+            parent = -1
+            for d in range(k):
+                trials[d] += 1
+                child = path[d] if d < len(path) else None
+                if child is None:
+                    break
+                siblings = [x.index for x in s.tree if x.parent == parent]
+                r = siblings.index(child)
+                if r < ranks:
+                    kept[d][r] += 1
+                parent = child
+    return RankCalibration(proposer, tuple(trials), tuple(map(tuple, kept)), n, ms, nodes / n if n else 0.0)
+
+
+def rank_calibration_from_chain(proposer: str, runs: Sequence[Sequence[Any]], k: int, ranks: int = 8,
+                                max_new_tokens: int | None = None) -> RankCalibration:
+    """Counts for a static draft tree from a draft model's chain records: at each position the
+    chain reached with drafts 1..i-1 kept, the rank of the target's token in the draft's top-10
+    of q there (the static tree's rank-r child is the draft's rank-r token)."""
+    trials, kept = _rank_table(k, ranks)
+    n = 0
+    for steps in runs:
+        for s, ok in _counted(steps, k, max_new_tokens):
+            n += 1
+            for i in range(min(ok + 1, s.k, k)):
+                if i >= len(s.committed):
+                    break
+                trials[i] += 1
+                ids = [t[0] for t in s.drafts[i].top_q]
+                tok = s.committed[i]
+                if tok in ids and ids.index(tok) < ranks:
+                    kept[i][ids.index(tok)] += 1
+    return RankCalibration(proposer, tuple(trials), tuple(map(tuple, kept)), n)
+
+
+# -- forecasts ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Forecast:
+    """One configuration's prediction on this machine."""
+
+    proposer: str  # the spec as the user gave it
+    spec: str  # the spec that runs it (a tree: its shape spelled out)
+    k: int
+    tau: float
+    tau_lo: float
+    tau_hi: float
+    drafted_per_step: float  # k' (a tree: its nodes)
+    draft_s: float  # drafting, seconds per step
+    step_s: float  # a whole step, seconds
+    speedup: float
+    speedup_lo: float
+    speedup_hi: float
+    shape: str | None = None  # a tree's BFS child counts
+    note: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        return f"{self.spec} k={self.k}"
+
+    @property
+    def pays(self) -> bool:
+        return self.speedup > 1.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"proposer": self.proposer, "spec": self.spec, "k": self.k, "tau": self.tau, "tau_lo": self.tau_lo,
+                "tau_hi": self.tau_hi, "drafted_per_step": self.drafted_per_step, "draft_ms": 1e3 * self.draft_s,
+                "step_ms": 1e3 * self.step_s, "speedup": self.speedup, "speedup_lo": self.speedup_lo,
+                "speedup_hi": self.speedup_hi, "shape": self.shape, "note": self.note, **self.extra}
+
+
+def _chain_tau(cal: ChainCalibration, k: int, which: str) -> float:
+    rates = [getattr(g, which) * getattr(a, which) for g, a in zip(cal.carry_on[:k], cal.accept[:k])]
+    return theory.expected_tokens_per_step_per_position(rates)
+
+
+def predict_chain(cal: ChainCalibration, cost: CostModel, k: int, kind: str, draft: str | None = None,
+                  spec: str | None = None) -> Forecast:
+    """A chain at k drafts per step. kind: "ngram" (the lookup's cost), "draft" (``draft``'s
+    measured step and catch-up feeds) or anything else (the calibration's own draft ms per token)."""
+    if not 1 <= k <= cal.k:
+        raise ValueError(f"k must be from 1 to the calibrated {cal.k}, got {k}")
+    tau = _chain_tau(cal, k, "p")
+    kprime = sum(cal.reach(i) for i in range(k))
+    if kind == "ngram":
+        draft_s = cost.lookup_s.get("ngram", 0.0)
+    elif kind == "draft" and draft in cost.drafts:
+        d = cost.drafts[draft]
+        all_kept = tau - _chain_tau(cal, k - 1, "p")  # P(drafts 1..k kept): next step feeds x_k and the bonus
+        draft_s = (1 - all_kept) * d.feed(1) + all_kept * d.feed(2) + max(0.0, kprime - 1) * d.step_s
+    else:
+        per_token = (cal.draft_ms / 1e3 / cal.drafted_tokens) if cal.drafted_tokens else 0.0
+        draft_s = kprime * per_token
+    step = draft_s + cost.t(k + 1) + cost.step_overhead_s
+    base = cost.base_step_s
+    lo, hi = _chain_tau(cal, k, "lo"), _chain_tau(cal, k, "hi")
+    note = "" if cal.drafted_tokens else "the calibration drafted nothing"
+    return Forecast(cal.proposer, spec or cal.proposer, k, tau, lo, hi, kprime, draft_s, step, tau * base / step,
+                    lo * base / step, hi * base / step, note=note)
+
+
+def tree_step_seconds(cost: CostModel, kind: str, draft: str | None = None, lookup_s: float | None = None):
+    """shape -> predicted seconds per step: the draft's cost (ngram-tree: one trie; draft-tree: the
+    root's feed and one level forward per depth that grows) + the tree pass + the bookkeeping;
+    the empty shape is a target-only step."""
+
+    def seconds(shape: TreeShape) -> float:
+        if not shape.nodes:
+            return cost.base_step_s
+        if kind == "draft-tree" and draft in cost.drafts:
+            d = cost.drafts[draft]
+            draft_s = d.level(1) + sum(d.level(w) for w in shape.level_widths())
+        else:
+            draft_s = cost.lookup_s.get("ngram-tree", 0.0) if lookup_s is None else lookup_s
+        return draft_s + cost.t_tree(shape.nodes + 1) + cost.step_overhead_s
+
+    return seconds
+
+
+def predict_tree(cal: RankCalibration, cost: CostModel, shape: TreeShape, kind: str, spec: str,
+                 draft: str | None = None, lookup_s: float | None = None) -> Forecast:
+    """A static tree of this shape (its depth is the run's k)."""
+    seconds = tree_step_seconds(cost, kind, draft, lookup_s)
+    step = seconds(shape)
+    draft_s = step - cost.t_tree(shape.nodes + 1) - cost.step_overhead_s
+    tau = expected_tokens(shape, cal.matrix("p"))
+    lo, hi = expected_tokens(shape, cal.matrix("lo")), expected_tokens(shape, cal.matrix("hi"))
+    base = cost.base_step_s
+    return Forecast(cal.proposer, spec, max(1, shape.depth), tau, lo, hi, float(shape.nodes), draft_s, step,
+                    tau * base / step, lo * base / step, hi * base / step, shape=encode(shape),
+                    extra={"tree": shape.describe()})
+
+
+def forecast_trees(cal: RankCalibration, cost: CostModel, kind: str, spec_for, ks: Sequence[int], max_nodes: int = 16,
+                   draft: str | None = None, lookup_s: float | None = None) -> tuple[list[Forecast], TreeShape]:
+    """(the DP's best shape per depth bound k, as forecasts; the best shape overall, which may be
+    the empty tree: no speculation). ``spec_for(shape_text)`` spells the spec that runs a shape."""
+    seconds = tree_step_seconds(cost, kind, draft, lookup_s)
+    accept = cal.matrix("p")
+    out: dict[str, Forecast] = {}
+    overall = None
+    for k in sorted(set(ks)):
+        choice, _ = best_shape(accept, seconds, max_nodes=max_nodes, max_depth=k)
+        if overall is None or choice.tokens_per_s > overall.tokens_per_s + 1e-12:
+            overall = choice
+        if choice.shape.nodes and choice.text not in out:
+            out[choice.text] = predict_tree(cal, cost, choice.shape, kind, spec_for(choice.text), draft, lookup_s)
+    return list(out.values()), (overall.shape if overall is not None else TreeShape())
+
+
+def rank(forecasts: Sequence[Forecast]) -> list[Forecast]:
+    """Best predicted speedup first (ties: the lower bound, then fewer drafted tokens)."""
+    return sorted(forecasts, key=lambda f: (-f.speedup, -f.speedup_lo, f.drafted_per_step))
+
+
+def verdicts(forecasts: Sequence[Forecast]) -> list[str]:
+    """One sentence per proposer (its best configuration, or that it does not pay), then the overall answer."""
+    by: dict[str, list[Forecast]] = {}
+    for f in forecasts:
+        by.setdefault(f.proposer, []).append(f)
+    lines = []
+    for name, fs in by.items():
+        best = rank(fs)[0]
+        band = f"{best.speedup_lo:.2f}-{best.speedup_hi:.2f}x"
+        if best.note and not best.tau > 1.0:
+            lines.append(f"{name} does not pay here: {best.note}, so it predicts no tokens beyond the target's own.")
+        elif best.speedup < 1.0:
+            lines.append(f"{name} does not pay on this machine: its best predicted speedup is {best.speedup:.2f}x "
+                         f"({best.label}, interval {band}), below target-only decoding at every k.")
+        else:
+            lines.append(f"{name}: best {best.speedup:.2f}x at {best.label} (interval {band}, tau {best.tau:.2f}).")
+    ranked = rank(forecasts)
+    if not ranked or ranked[0].speedup < 1.0:
+        lines.append("Does not pay: no configuration is predicted to beat target-only decoding here; decode with the target alone.")
+    else:
+        top = ranked[0]
+        sure = "" if top.speedup_lo >= 1.0 else " (its interval reaches below 1x: the calibration is too short to be sure)"
+        lines.append(f"Pick {top.label}: predicted {top.speedup:.2f}x{sure}.")
+    return lines
+
+
+def run_speedup(f: Forecast, cost: CostModel, prompt_tokens: float, new_tokens: float, draft_prefill_s: float = 0.0) -> float:
+    """The wall-clock speedup of whole runs (what a sweep measures): prefill included (the draft's
+    too), new_tokens / tau steps against new_tokens target-only steps."""
+    pre = cost.prefill(int(prompt_tokens))
+    base = pre + new_tokens * cost.base_step_s
+    spec = pre + draft_prefill_s + math.ceil(new_tokens / max(1.0, f.tau)) * f.step_s
+    return base / spec if spec > 0 else float("nan")

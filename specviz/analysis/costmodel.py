@@ -1,0 +1,432 @@
+"""What a step costs on this machine: the target's pass t(n), each draft's step, feeds, prefill.
+
+The advisor (:mod:`specviz.analysis.advisor`) turns acceptance into tokens per step; this module
+turns a configuration into seconds per step. Everything is measured through the code path the
+engine runs: the target's session cache (``runtime.kv.session_cache``: the static decode step
+where the model has one, so the traced body and the LM-head kernel choice are in the numbers),
+``runtime.kv.forward_logits`` for chains and ``score_tree`` plus the probabilities for trees, a
+draft's one-token step on its own session cache, a draft tree's level forward on its
+DynamicCache, the n-gram lookups on a context that repeats itself, and the engine's own
+bookkeeping per step (target-only steps minus t(1)).
+
+:func:`measure` takes a stand-in ``clock`` for tests; :func:`load_or_measure` keeps the result as
+JSON under a cache directory, keyed by the machine (CPU model and flags), the model, its dtype,
+torch's version and thread count, the context length and whether the static step is on.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import platform
+import statistics
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import torch
+
+__all__ = ["CostModel", "DraftCost", "machine", "cost_key", "measure", "measure_draft", "load_or_measure", "interpolate", "monotone"]
+
+MAX_N = 17  # t(n) for n = 1..17: k + 1 positions for k = 0..16, trees of up to 16 nodes
+TREE_NS = (2, 3, 5, 9, 13, 17)  # tree passes measured (interpolated between)
+LEVEL_MS = (1, 2, 3, 4)  # draft-tree level widths measured
+SCHEMA = 1
+
+
+@dataclass(frozen=True)
+class DraftCost:
+    """A draft model's costs (seconds)."""
+
+    name: str
+    step_s: float  # one-token step on its session cache (a chain draft's step)
+    feed_s: dict[int, float]  # the catch-up feed of n tokens (n = 1..3) at the start of a step
+    level_s: dict[int, float]  # a draft tree's level of m nodes (its DynamicCache, tree mask)
+    prefill_s: float  # the prompt through the draft (once per prompt)
+
+    def feed(self, n: int) -> float:
+        return interpolate(self.feed_s, n)
+
+    def level(self, m: int) -> float:
+        return interpolate(self.level_s, m)
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """The measured costs of one target (and its drafts) on this machine, in seconds."""
+
+    key: str
+    machine: str
+    target: str
+    dtype: str
+    torch: str
+    threads: int
+    context: int  # cached positions each pass ran on top of
+    static_decode: str | None  # None: the static step serves the target; else why not (a sentence)
+    target_s: dict[int, float]  # t(n): a chain pass over n new positions (n = 1 is a target-only step), made monotone
+    tree_s: dict[int, float]  # a tree pass over n positions (root + n - 1 nodes), probabilities included
+    step_overhead_s: float  # the engine's bookkeeping per step beyond t(1)
+    prefill_s: float  # the context's prefill through the target
+    lookup_s: dict[str, float] = field(default_factory=dict)  # "ngram": one chain lookup, "ngram-tree": one trie
+    drafts: dict[str, DraftCost] = field(default_factory=dict)
+    measured_s: float = 0.0  # how long measuring took
+    target_raw_s: dict[int, float] = field(default_factory=dict)  # t(n) as measured (the fastest repeat), before smoothing
+
+    def t(self, n: int) -> float:
+        """t(n), linear between measured points and beyond the last two."""
+        return interpolate(self.target_s, n)
+
+    def t_tree(self, n: int) -> float:
+        """A tree pass over n positions (n = nodes + 1); t(1) for n = 1 (no tree: a plain step)."""
+        return self.t(1) if n <= 1 else interpolate(self.tree_s, n)
+
+    def v(self, n: int) -> float:
+        """v(n) = t(n) / t(1)."""
+        return self.t(n) / self.t(1)
+
+    @property
+    def base_step_s(self) -> float:
+        """A target-only step: t(1) plus the engine's bookkeeping."""
+        return self.t(1) + self.step_overhead_s
+
+    def prefill(self, tokens: int) -> float:
+        """The target's prefill of ``tokens`` prompt tokens (scaled from the measured context)."""
+        return self.prefill_s * max(0, tokens) / max(1, self.context)
+
+    def curves(self) -> dict[str, Any]:
+        """The curves as plain lists, for a plot: n, t(n) ms, v(n), tree pass ms (None where not measured)."""
+        ns = sorted(self.target_s)
+        return {
+            "n": ns,
+            "target_ms": [1e3 * self.target_s[n] for n in ns],
+            "target_raw_ms": [1e3 * self.target_raw_s[n] if n in self.target_raw_s else None for n in ns],
+            "v": [self.v(n) for n in ns],
+            "tree_ms": [1e3 * self.tree_s[n] if n in self.tree_s else None for n in ns],
+            "drafts": {name: {"step_ms": 1e3 * d.step_s, "level_ms": {m: 1e3 * s for m, s in d.level_s.items()}}
+                       for name, d in self.drafts.items()},
+        }
+
+    def table(self) -> str:
+        """The cost model as a text table (the CLI prints it)."""
+        lines = [f"Costs on {self.machine} ({self.threads} threads, torch {self.torch}), {self.target} {self.dtype}, "
+                 f"context {self.context} tokens, measured in {self.measured_s:.1f} s:"]
+        if self.static_decode:
+            lines.append(f"  note: {self.static_decode}")
+        lines.append(f"  {'n':>3} {'t(n) ms':>8} {'raw ms':>8} {'v(n)':>6} {'tree ms':>8}")
+        for n in sorted(self.target_s):
+            tree = f"{1e3 * self.tree_s[n]:8.2f}" if n in self.tree_s else f"{'':>8}"
+            raw = f"{1e3 * self.target_raw_s[n]:8.2f}" if n in self.target_raw_s else f"{'':>8}"
+            lines.append(f"  {n:>3} {1e3 * self.target_s[n]:8.2f} {raw} {self.v(n):6.2f} {tree}")
+        lines.append(f"  engine bookkeeping per step {1e3 * self.step_overhead_s:.2f} ms; prefill of {self.context} "
+                     f"tokens {1e3 * self.prefill_s:.1f} ms")
+        for name, s in sorted(self.lookup_s.items()):
+            lines.append(f"  {name} lookup {1e3 * s:.3f} ms per step")
+        for d in self.drafts.values():
+            feeds = ", ".join(f"{n}: {1e3 * s:.2f}" for n, s in sorted(d.feed_s.items()))
+            levels = ", ".join(f"{m}: {1e3 * s:.2f}" for m, s in sorted(d.level_s.items()))
+            lines.append(f"  draft {d.name}: step {1e3 * d.step_s:.2f} ms (c = {d.step_s / self.t(1):.2f}); feeds ms "
+                         f"{{{feeds}}}; tree levels ms {{{levels}}}; prefill {1e3 * d.prefill_s:.1f} ms")
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["schema"] = SCHEMA
+        return out
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "CostModel":
+        def ints(m):
+            return {int(k): float(v) for k, v in (m or {}).items()}
+
+        drafts = {name: DraftCost(x["name"], float(x["step_s"]), ints(x["feed_s"]), ints(x["level_s"]), float(x["prefill_s"]))
+                  for name, x in (d.get("drafts") or {}).items()}
+        fields = {k: d[k] for k in ("key", "machine", "target", "dtype", "torch", "threads", "context", "static_decode",
+                                    "step_overhead_s", "prefill_s")}
+        return cls(**fields, target_s=ints(d["target_s"]), tree_s=ints(d["tree_s"]), lookup_s=dict(d.get("lookup_s") or {}),
+                   drafts=drafts, measured_s=float(d.get("measured_s", 0.0)), target_raw_s=ints(d.get("target_raw_s")))
+
+
+def monotone(points: dict[int, float]) -> dict[int, float]:
+    """The closest non-decreasing curve in n (pool adjacent violators, least squares): a pass over
+    more positions does not get cheaper, and on a shared machine one lucky or unlucky point would
+    otherwise rank configurations by chance."""
+    xs = sorted(points)
+    blocks: list[list[float]] = []  # [sum, count] per pooled block
+    for x in xs:
+        blocks.append([points[x], 1.0])
+        while len(blocks) > 1 and blocks[-2][0] / blocks[-2][1] > blocks[-1][0] / blocks[-1][1]:
+            s, c = blocks.pop()
+            blocks[-1][0] += s
+            blocks[-1][1] += c
+    out, i = {}, 0
+    for s, c in blocks:
+        for _ in range(int(c)):
+            out[xs[i]] = s / c
+            i += 1
+    return out
+
+
+def interpolate(points: dict[int, float], n: int) -> float:
+    """points[n], linear between the measured n and beyond the last two (never below 0)."""
+    if not points:
+        raise ValueError("no measured points to read a cost from")
+    if n in points:
+        return points[n]
+    xs = sorted(points)
+    if len(xs) == 1:
+        return points[xs[0]]
+    lo = [x for x in xs if x < n]
+    hi = [x for x in xs if x > n]
+    a, b = (lo[-1], hi[0]) if lo and hi else ((xs[-2], xs[-1]) if lo else (xs[0], xs[1]))
+    return max(0.0, points[a] + (points[b] - points[a]) * (n - a) / (b - a))
+
+
+# -- keys ---------------------------------------------------------------------------------------
+
+
+def machine() -> str:
+    """This machine in words: CPU model (family and model numbers), a hash of its flags."""
+    info: dict[str, str] = {}
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, sep, value = line.partition(":")
+            if sep and key.strip() not in info:
+                info[key.strip()] = value.strip()
+    except OSError:
+        pass
+    name = info.get("model name") or platform.processor() or platform.machine()
+    if "cpu family" in info:
+        name += f" (family {info['cpu family']}, model {info.get('model', '?')})"
+    flags = info.get("flags", "")
+    if "avx512f" in flags.split():
+        name += ", AVX-512"
+    return f"{name}, flags {hashlib.sha1(flags.encode()).hexdigest()[:8]}" if flags else name
+
+
+def cost_key(target, context: int) -> str:
+    """What a cost model depends on: machine, model, dtype, torch and threads, context, static step."""
+    from ..runtime.static_decode import enabled
+
+    return "|".join([machine(), str(target.name), str(target.dtype).removeprefix("torch."), torch.__version__,
+                     f"threads={torch.get_num_threads()}", f"context={context}", f"static={int(enabled())}"])
+
+
+# -- measuring ----------------------------------------------------------------------------------
+
+
+def _median(xs: Sequence[float]) -> float:
+    return statistics.median(xs) if xs else 0.0
+
+
+def _quiet(xs: Sequence[float]) -> float:
+    """The fastest of the repeats: the quiet cost on a machine other work shares (the noise only
+    ever adds time), as ``hardware.verify_costs(stat="min")``."""
+    return min(xs) if xs else 0.0
+
+
+def _tokens(model, n: int, seed: int) -> torch.Tensor:
+    from ..runtime.kv import vocab_size
+
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randint(3, min(vocab_size(model), 32_000), (n,), generator=gen)  # [n]
+
+
+def _why_not_static(model) -> str | None:
+    from ..runtime.static_decode import enabled, supports
+
+    if not enabled():
+        return "the static decode step is off (SPECVIZ_STATIC_DECODE=0): these are the transformers forward's costs"
+    why = supports(model)
+    if why is None:
+        return None
+    return (f"the static decode step cannot serve this model ({why}); the engine uses the transformers forward, "
+            "and these costs are that forward's")
+
+
+@torch.inference_mode()
+def measure(target, *, context: int = 256, max_n: int = MAX_N, repeats: int = 5, budget_s: float = 30.0,
+            sampling=None, clock: Callable[[], float] = time.perf_counter, drafts: Sequence[Any] = ()) -> CostModel:
+    """Measure the cost model of ``target`` (a LoadedModel) and of each draft in ``drafts``
+    (LoadedModels) on this machine; the passes are interleaved within each repeat and repeats
+    stop early once ``budget_s`` is spent (at least one always runs)."""
+    from ..core.algorithm import logits_to_probs
+    from ..core.records import Sampling
+    from ..runtime.kv import forward_logits, rollback, score_tree, session_cache
+
+    sampling = sampling or Sampling()
+    model, device = target.model, target.device
+    start = clock()
+    prompt = _tokens(model, context, 0).to(device)  # [context]
+    new = _tokens(model, max_n, 1).to(device)  # [max_n]
+    cache = session_cache(model)
+    t0 = clock()
+    forward_logits(model, prompt[:-1], cache, 1)  # the prefill, as Session._prefill runs it
+    prefill = clock() - t0
+    rollback(cache, context - 1)
+    forward_logits(model, prompt[-1:], cache, 1)
+    rollback(cache, context)
+    tree_ns = [n for n in TREE_NS if n <= max_n]
+    chain_par = torch.arange(-1, max_n - 1, dtype=torch.long, device=device)  # [max_n] a chain's parents
+
+    def chain_pass(n: int) -> None:
+        forward_logits(model, new[:n], cache, n)  # [n, V]
+        rollback(cache, context)
+
+    def tree_pass(n: int) -> None:
+        logits = score_tree(model, cache, new[:1], new[1:n], chain_par[: n - 1])  # [n, V]
+        logits_to_probs(logits, sampling)  # the tree step always turns every row into p
+        rollback(cache, context)
+
+    for n in range(max_n, 0, -1):  # warm every shape, the widest first
+        chain_pass(n)
+    for n in tree_ns:
+        tree_pass(n)
+    chain: dict[int, list[float]] = {n: [] for n in range(1, max_n + 1)}
+    tree: dict[int, list[float]] = {n: [] for n in tree_ns}
+    for rep in range(max(1, repeats)):
+        if rep and clock() - start > budget_s * 0.6:
+            break
+        for n in range(1, max_n + 1):
+            t0 = clock()
+            chain_pass(n)
+            chain[n].append(clock() - t0)
+        for n in tree_ns:
+            t0 = clock()
+            tree_pass(n)
+            tree[n].append(clock() - t0)
+    raw = {n: _quiet(v) for n, v in chain.items()}
+    target_s = monotone(raw)
+    overhead = _step_overhead(target, context, target_s[1], clock)
+    model_cost = CostModel(
+        key=cost_key(target, context), machine=machine(), target=str(target.name),
+        dtype=str(target.dtype).removeprefix("torch."), torch=torch.__version__, threads=torch.get_num_threads(),
+        context=context, static_decode=_why_not_static(model), target_s=target_s,
+        tree_s=monotone({n: _quiet(v) for n, v in tree.items()}), step_overhead_s=overhead, prefill_s=prefill,
+        lookup_s=_lookups(context, clock), target_raw_s=raw,
+    )
+    for d in drafts:
+        model_cost = with_draft(model_cost, measure_draft(d, context=context, clock=clock, repeats=repeats))
+    return replace(model_cost, measured_s=clock() - start)
+
+
+def _step_overhead(target, context: int, t1: float, clock) -> float:
+    """Seconds per target-only engine step beyond t(1) (verify, commit, records), never below 0."""
+    from ..core.engine import SpeculativeDecoder
+
+    steps = 8
+    ids = _tokens(target.model, context, 2).tolist()
+    session = SpeculativeDecoder(target, None).start(ids, max_new_tokens=steps + 1, records="lean")
+    session.step()  # the prefill and a warm step
+    times = []
+    while not session.done:
+        t0 = clock()
+        session.step()
+        times.append(clock() - t0)
+    return max(0.0, _quiet(times) - t1)
+
+
+def _lookups(context: int, clock, repeats: int = 20) -> dict[str, float]:
+    """One n-gram chain lookup and one n-gram trie (budget 64, depth 8) on a context that repeats."""
+    from ..proposers.ngram import ngram_lookup
+    from ..proposers.ngram_tree import ngram_trie
+
+    gen = torch.Generator().manual_seed(3)
+    block = torch.randint(3, 1000, (48,), generator=gen)  # [48]
+    ctx = block.repeat(context // 48 + 1)[:context]  # [context] every 3-gram repeats
+    out = {}
+    for name, fn in (("ngram", lambda: ngram_lookup(ctx, 8, 3, 1)), ("ngram-tree", lambda: ngram_trie(ctx, 8, 3, 1, 64))):
+        fn()
+        times = []
+        for _ in range(repeats):
+            t0 = clock()
+            fn()
+            times.append(clock() - t0)
+        out[name] = _median(times)
+    return out
+
+
+@torch.inference_mode()
+def measure_draft(draft, *, context: int = 256, repeats: int = 5, clock: Callable[[], float] = time.perf_counter) -> DraftCost:
+    """A draft model's one-token step and catch-up feeds on its session cache, its tree levels
+    of m nodes on a DynamicCache (as ``draft-tree`` grows them), and its prefill."""
+    from ..runtime.kv import forward_logits, new_cache, rollback, session_cache, tree_forward_logits
+
+    model, device = draft.model, draft.device
+    prompt = _tokens(model, context, 0).to(device)  # [context]
+    new = _tokens(model, 4, 1).to(device)  # [4]
+    cache = session_cache(model)
+    t0 = clock()
+    forward_logits(model, prompt, cache, 1)
+    prefill = clock() - t0
+    rollback(cache, context)
+    tree_cache = new_cache(model)
+    forward_logits(model, prompt, tree_cache, 1)
+    rollback(tree_cache, context)
+
+    def feed(n: int) -> None:
+        forward_logits(model, new[:n], cache, 1)
+        rollback(cache, context)
+
+    def level(m: int) -> None:
+        pos = torch.full((m,), context, dtype=torch.long, device=device)  # [m] siblings at one depth
+        tree_forward_logits(model, tree_cache, new[:m], pos, torch.eye(m, dtype=torch.bool, device=device), pos)
+        rollback(tree_cache, context)
+
+    for n in (3, 2, 1):
+        feed(n)
+    for m in LEVEL_MS:
+        level(m)
+    feeds: dict[int, list[float]] = {n: [] for n in (1, 2, 3)}
+    levels: dict[int, list[float]] = {m: [] for m in LEVEL_MS}
+    for _ in range(max(1, repeats)):
+        for n in feeds:
+            t0 = clock()
+            feed(n)
+            feeds[n].append(clock() - t0)
+        for m in LEVEL_MS:
+            t0 = clock()
+            level(m)
+            levels[m].append(clock() - t0)
+    feed_s = {n: _quiet(v) for n, v in feeds.items()}
+    return DraftCost(str(draft.name), feed_s[1], feed_s, {m: _quiet(v) for m, v in levels.items()}, prefill)
+
+
+def with_draft(model: CostModel, draft: DraftCost) -> CostModel:
+    return replace(model, drafts={**model.drafts, draft.name: draft})
+
+
+# -- the cache ----------------------------------------------------------------------------------
+
+
+def cache_path(cache_dir: str | Path, key: str) -> Path:
+    return Path(cache_dir) / "advisor" / f"costs-{hashlib.sha1(key.encode()).hexdigest()[:16]}.json"
+
+
+def load_or_measure(target, cache_dir: str | Path | None, *, context: int = 256, drafts: Sequence[Any] = (),
+                    refresh: bool = False, **options: Any) -> tuple[CostModel, bool]:
+    """(the cost model, whether it came from the cache): read from ``cache_dir`` when a model
+    with this key and every draft is there, else measure what is missing and write it back."""
+    key = cost_key(target, context)
+    path = cache_path(cache_dir, key) if cache_dir is not None else None
+    cached: CostModel | None = None
+    if path is not None and path.is_file() and not refresh:
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            cached = CostModel.from_dict(data) if data.get("key") == key and data.get("schema") == SCHEMA else None
+        except (ValueError, KeyError, TypeError):
+            cached = None  # a damaged cache file: measure again
+    missing = [d for d in drafts if cached is None or str(d.name) not in cached.drafts]
+    if cached is not None and not missing:
+        return cached, True
+    if cached is None:
+        cost = measure(target, context=context, drafts=drafts, **options)
+    else:
+        cost = cached
+        clock = options.get("clock", time.perf_counter)
+        for d in missing:
+            cost = with_draft(cost, measure_draft(d, context=context, clock=clock, repeats=options.get("repeats", 5)))
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(cost.to_dict(), indent=1), encoding="utf-8")
+    return cost, False

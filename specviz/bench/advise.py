@@ -1,0 +1,287 @@
+"""``specviz advise``: calibrate, predict every configuration's speedup on this machine, rank, and
+(optionally) run the top few for real through the sweep to show predicted against measured.
+
+    advice = advise(target, ["ngram", "draft:gemma-3-270m@int8", "ngram-tree:3"], prompts, cache_dir=...)
+    print(format_advice(advice))
+    runs = run_top(target, advice, 3, prompts, BenchConfig(...))
+
+Steps: the cost model (:mod:`specviz.analysis.costmodel`, cached per machine); a calibration run
+of each candidate at k = 8 on a few prompts (chains: per-position acceptance; ``ngram-tree``: its
+own trees at 64 nodes, per-depth/per-rank acceptance; ``draft-tree:NAME``: the draft's argmax
+chain, the rank of the target's token in the draft's top-10); the forecasts
+(:mod:`specviz.analysis.advisor`, trees shaped by :mod:`specviz.analysis.treeshape`); and the
+shapes it chose, saved for ``shape=auto`` (``proposers.ngram_tree.advised_shapes_path``).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+from ..analysis import advisor as A
+from ..analysis.costmodel import CostModel, load_or_measure
+from ..core.engine import SpeculativeDecoder, encode_prompt
+from ..core.records import Sampling
+from ..prompts import PromptRow
+from ..proposers.registry import check_spec, from_spec, shape_base
+from .config import TARGET_ONLY, BenchConfig
+from .sweep import Sweep
+
+__all__ = ["Candidate", "Advice", "plan", "calibrate", "advise", "run_top", "format_advice", "format_runs",
+           "save_shapes", "CALIBRATION_K", "CALIBRATION_TREE_NODES"]
+
+CALIBRATION_K = 8  # drafts per step while calibrating (predictions cover k = 1..this)
+CALIBRATION_TREE_NODES = 64  # an n-gram trie's budget while calibrating (its ranks, not its size, are measured)
+MAX_TREE_NODES = 16  # the advisor's trees (its cost curve covers 17 positions)
+
+Say = Callable[[str], None]
+
+
+@dataclass
+class Candidate:
+    """A proposer spec the user asked about, and how it is calibrated and costed."""
+
+    spec: str  # as given
+    kind: str  # "ngram" | "draft" | "chain" | "ngram-tree" | "draft-tree"
+    calibrate_spec: str  # the spec run during calibration
+    proposer: Any = None  # the calibration proposer
+    draft: Any = None  # the draft LoadedModel (draft, draft-tree)
+    base: str = ""  # trees: the spec without its shape (what shape=auto looks up)
+
+
+@dataclass
+class Advice:
+    target: str
+    cost: CostModel
+    cost_cached: bool
+    candidates: list[Candidate]
+    calibrations: dict[str, Any]  # spec -> ChainCalibration | RankCalibration
+    forecasts: list[A.Forecast]  # ranked
+    verdicts: list[str]
+    notes: list[str] = field(default_factory=list)
+    shapes: dict[str, str] = field(default_factory=dict)  # tree base spec -> the best shape ("0": none pays)
+    prompts: int = 0
+    prompt_tokens: float = 0.0  # mean prompt length of the calibration prompts
+    max_new_tokens: int = 64
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "target": self.target, "machine": self.cost.machine, "cost": self.cost.to_dict(), "curves": self.cost.curves(),
+            "cost_cached": self.cost_cached, "calibration": {s: c.to_dict() for s, c in self.calibrations.items()},
+            "forecasts": [f.to_dict() for f in self.forecasts], "verdicts": self.verdicts, "notes": self.notes,
+            "shapes": self.shapes, "prompts": self.prompts, "max_new_tokens": self.max_new_tokens,
+        }
+
+
+def plan(specs: Sequence[str], target, load=None) -> list[Candidate]:
+    """Each spec as a Candidate with its calibration proposer built (ValueError for a bad spec,
+    a draft with another tokenizer, a target that cannot take trees)."""
+    out: list[Candidate] = []
+    for spec in specs:
+        prefix, arg = check_spec(spec)
+        if prefix == "none":
+            continue
+        if prefix == "ngram-tree":
+            base = shape_base(spec)
+            cand = Candidate(spec, "ngram-tree", f"{base},nodes={CALIBRATION_TREE_NODES}", base=base)
+        elif prefix == "draft-tree":
+            base = shape_base(spec)
+            name_opts = base.removeprefix("draft-tree:")
+            cand = Candidate(spec, "draft-tree", f"draft:{name_opts},policy=argmax", base=base)
+        else:
+            cand = Candidate(spec, {"ngram": "ngram", "draft": "draft"}.get(prefix, "chain"), spec)
+        cand.proposer = from_spec(cand.calibrate_spec, target, load=load)
+        cand.draft = getattr(cand.proposer, "model", None) if cand.kind in ("draft", "draft-tree") else None
+        if prefix == "draft-tree":  # a tree target must take a tree mask (the draft's own check comes at run time)
+            from ..runtime.kv import check_tree_support
+
+            check_tree_support(target.model)
+        out.append(cand)
+    if not out:
+        raise ValueError("give at least one proposer to advise on (--proposer SPEC), e.g. ngram or draft:NAME")
+    return out
+
+
+def calibrate(target, candidates: Sequence[Candidate], prompts: Sequence[PromptRow], *, k: int = CALIBRATION_K,
+              min_drafted: int = 300, max_new_tokens: int = 64, sampling: Sampling = Sampling(), chat: bool = True,
+              seed: int = 0, say: Say | None = None) -> dict[str, Any]:
+    """spec -> its calibration counts: each candidate's calibration proposer at ``k`` on the
+    prompts in turn until it has drafted ``min_drafted`` tokens (or the prompts run out)."""
+    runs_by: dict[str, tuple[list[list[Any]], float]] = {}
+    out: dict[str, Any] = {}
+    for cand in candidates:
+        if cand.calibrate_spec not in runs_by:
+            t0 = time.perf_counter()
+            decoder = SpeculativeDecoder(target, cand.proposer, k=k, sampling=sampling)
+            runs, drafted = [], 0
+            records = "full" if cand.kind == "draft-tree" else "lean"  # a draft tree's ranks read the draft's top-10 of q
+            for row in prompts:
+                session = decoder.start(row.prompt, max_new_tokens=max_new_tokens, seed=seed, chat=chat, records=records)
+                while not session.done:
+                    session.step()
+                runs.append(list(session.steps))
+                drafted += sum(s.k for s in session.steps)
+                if drafted >= min_drafted:
+                    break
+            runs_by[cand.calibrate_spec] = (runs, time.perf_counter() - t0)
+            if say:
+                say(f"calibrated {cand.calibrate_spec}: {drafted} tokens drafted on {len(runs)} prompts "
+                    f"in {runs_by[cand.calibrate_spec][1]:.1f} s")
+        runs, _ = runs_by[cand.calibrate_spec]
+        if cand.kind == "ngram-tree":
+            out[cand.spec] = A.rank_calibration_from_tree(cand.spec, runs, k, max_new_tokens=max_new_tokens)
+        elif cand.kind == "draft-tree":
+            out[cand.spec] = A.rank_calibration_from_chain(cand.spec, runs, k, max_new_tokens=max_new_tokens)
+        else:
+            out[cand.spec] = A.chain_calibration(cand.spec, runs, k, max_new_tokens=max_new_tokens)
+    return out
+
+
+def _shape_spec(cand: Candidate, shape: str) -> str:
+    return f"{cand.base},shape={shape}"
+
+
+def _forecast(cand: Candidate, cal, cost: CostModel, ks: Sequence[int], notes: list[str], shapes: dict[str, str]) -> list[A.Forecast]:
+    draft = str(cand.draft.name) if cand.draft is not None else None
+    if cand.kind in ("ngram-tree", "draft-tree"):
+        if not any(any(row) for row in cal.kept):
+            notes.append(f"{cand.spec}: the calibration kept no tree node (nothing drafted matched the target), "
+                         "so it predicts no tokens beyond the target's own.")
+        lookup = (cal.draft_ms / 1e3 / cal.steps) if cand.kind == "ngram-tree" and cal.steps else None
+        fs, best = A.forecast_trees(cal, cost, cand.kind, lambda s: _shape_spec(cand, s), ks, MAX_TREE_NODES, draft, lookup)
+        shapes[cand.base] = best.text if best.nodes else "0"
+        if not best.nodes:
+            notes.append(f"{cand.spec}: no tree shape beats target-only decoding here (the dynamic program's best is "
+                         "the empty tree).")
+        return fs
+    if not cal.drafted_tokens:
+        why = " (no n-gram of the context repeated)" if cand.kind == "ngram" else ""
+        notes.append(f"{cand.spec}: the calibration drafted nothing on {cal.steps} steps{why}; "
+                     "give prompts where it can draft (--prompts FILE) or drop it.")
+    kind = cand.kind if cand.kind != "draft" or draft in cost.drafts else "chain"
+    fs = [A.predict_chain(cal, cost, k, kind, draft) for k in ks if k <= cal.k]
+    if kind == "draft" and fs and cost.drafts[draft].step_s >= cost.t(1):
+        notes.append(f"{cand.spec}: one draft step costs {cost.drafts[draft].step_s / cost.t(1):.2f} target steps "
+                     "here, too slow to pay at any k whatever it accepts.")
+    return fs
+
+
+def advise(target, specs: Sequence[str], prompts: Sequence[PromptRow], *, cache_dir=None, load=None, ks: Sequence[int] = tuple(range(1, 9)),
+           min_drafted: int = 300, max_new_tokens: int = 64, sampling: Sampling = Sampling(), chat: bool = True,
+           seed: int = 0, refresh: bool = False, say: Say | None = None, cost_options: dict[str, Any] | None = None) -> Advice:
+    """Calibrate ``specs`` on ``prompts``, measure (or read) the cost model, forecast every
+    configuration at every k in ``ks`` and rank them."""
+    if not prompts:
+        raise ValueError("no prompts to calibrate on: give --prompts FILE or a --category with prompts")
+    candidates = plan(specs, target, load)
+    lengths = [len(encode_prompt(target.tokenizer, p.prompt, chat=chat)) for p in prompts]
+    context = max(64, int(round((statistics.mean(lengths) + max_new_tokens / 2) / 64.0)) * 64)
+    drafts = {str(c.draft.name): c.draft for c in candidates if c.draft is not None}
+    t0 = time.perf_counter()
+    cost, cached = load_or_measure(target, cache_dir, context=context, drafts=list(drafts.values()), refresh=refresh,
+                                   sampling=sampling, **(cost_options or {}))
+    if say:
+        say(f"cost model {'read from the cache' if cached else 'measured'} in {time.perf_counter() - t0:.1f} s")
+    cals = calibrate(target, candidates, prompts, k=max(ks), min_drafted=min_drafted, max_new_tokens=max_new_tokens,
+                     sampling=sampling, chat=chat, seed=seed, say=say)
+    notes: list[str] = [cost.static_decode] if cost.static_decode else []
+    shapes: dict[str, str] = {}
+    forecasts: list[A.Forecast] = []
+    for cand in candidates:
+        forecasts += _forecast(cand, cals[cand.spec], cost, ks, notes, shapes)
+    ranked = A.rank(forecasts)
+    return Advice(str(target.name), cost, cached, candidates, cals, ranked, A.verdicts(ranked), notes, shapes,
+                  len(prompts), statistics.mean(lengths), max_new_tokens)
+
+
+def save_shapes(path, advice: Advice) -> None:
+    """Record the advised tree shapes where ``shape=auto`` reads them (merged with earlier ones)."""
+    from pathlib import Path
+
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        data = {}
+    for base, shape in advice.shapes.items():
+        data[f"{advice.target}|{base}"] = {"shape": shape, "machine": advice.cost.machine,
+                                          "saved": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=1), encoding="utf-8")
+
+
+# -- output ---------------------------------------------------------------------------------------
+
+
+def format_advice(advice: Advice, top: int | None = None) -> str:
+    """The ranking as a table, then the notes and the verdicts."""
+    lines = [f"Predicted on {advice.cost.machine} for {advice.target} (calibrated on {advice.prompts} prompts, "
+             f"{advice.max_new_tokens} new tokens each; 95% intervals from the acceptance counts):",
+             f"  {'#':>3} {'configuration':<44} {'tau':>5} {'tau interval':>13} {'step ms':>8} {'speedup':>8} {'interval':>13}"]
+    for i, f in enumerate(advice.forecasts[:top] if top else advice.forecasts, 1):
+        label = f.label + (f" ({f.extra['tree']})" if f.extra.get("tree") else "")
+        lines.append(f"  {i:>3} {label:<44} {f.tau:5.2f} {f.tau_lo:6.2f}-{f.tau_hi:<6.2f} {1e3 * f.step_s:8.2f} "
+                     f"{f.speedup:7.2f}x {f.speedup_lo:6.2f}-{f.speedup_hi:.2f}x")
+    lines.append(f"  (target-only: {1e3 * advice.cost.base_step_s:.2f} ms per step, 1.00x)")
+    for n in advice.notes:
+        lines.append(f"Note: {n}")
+    lines += [""] + advice.verdicts
+    return "\n".join(lines)
+
+
+def run_top(target, advice: Advice, n: int, prompts: Sequence[PromptRow], config: BenchConfig, *, load=None,
+            say: Say | None = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Run the ``n`` best forecasts (those that drafted anything) for real in one sweep beside
+    target-only; -> (predicted vs measured per configuration, the sweep's report)."""
+    picks = [f for f in advice.forecasts if f.tau > 1.0][:n]
+    if not picks:
+        raise ValueError("nothing to run: no configuration is predicted to commit more than the target's own token")
+    proposers, wanted = {}, {}
+    for f in picks:
+        p = from_spec(f.spec, target, load=load)
+        proposers[p.name] = p
+        wanted[(p.name, f.k)] = f
+    cfg = BenchConfig(**{**config.__dict__, "ks": tuple(sorted({f.k for f in picks}))})
+    sweep = Sweep(target, proposers, prompts, cfg, prompt_source="specviz advise")
+    sweep.runs = [r for r in sweep.runs if r.proposer == TARGET_ONLY or (r.proposer, r.k) in wanted]
+    if say:
+        say(f"running the top {len(picks)} for real: {len(prompts)} prompts x {len(sweep.runs)} configurations")
+    for _ in sweep.events():
+        pass
+    report = sweep.report()
+    out = []
+    rows = {(r["proposer"], r["k"]): r for r in report["rows"] if r.get("impl") == "specviz"}
+    for (name, k), f in wanted.items():
+        row = rows.get((name, k)) or {}
+        drafts = f.extra.get("draft_prefill_s", 0.0)
+        mean_prompt = statistics.mean(r.prompt_tokens for r in sweep.prompt_rows) if sweep.prompt_rows else 0
+        mean_new = (row.get("new_tokens") or 0) / max(1, row.get("prompts") or 1)
+        draft_model = next((c.draft for c in advice.candidates if c.spec == f.proposer), None)
+        if draft_model is not None and str(draft_model.name) in advice.cost.drafts:
+            drafts = advice.cost.drafts[str(draft_model.name)].prefill_s * mean_prompt / max(1, advice.cost.context)
+        predicted = A.run_speedup(f, advice.cost, mean_prompt, mean_new, drafts)
+        measured = row.get("speedup")
+        out.append({
+            "spec": f.spec, "k": k, "name": name, "predicted_speedup_loop": f.speedup, "predicted_speedup": predicted,
+            "interval": [f.speedup_lo, f.speedup_hi], "measured_speedup": measured,
+            "error": (measured - predicted) / predicted if measured is not None and predicted else None,
+            "predicted_tau": f.tau, "measured_tau": row.get("mean_acceptance_length"),
+            "measured_step_ms": row.get("step_ms"), "predicted_step_ms": 1e3 * f.step_s,
+        })
+    return out, report
+
+
+def format_runs(runs: Sequence[dict[str, Any]]) -> str:
+    """Predicted vs measured, one line per configuration that ran."""
+    lines = ["Predicted vs measured (speedup = tokens/s over target-only on the same prompts, prefill included):",
+             f"  {'configuration':<44} {'tau pred':>8} {'tau meas':>8} {'pred':>7} {'meas':>7} {'error':>7}"]
+    for r in runs:
+        meas = f"{r['measured_speedup']:6.2f}x" if r["measured_speedup"] is not None else "      -"
+        tau = f"{r['measured_tau']:8.2f}" if r["measured_tau"] is not None else "       -"
+        err = f"{100 * r['error']:+6.0f}%" if r["error"] is not None else "      -"
+        lines.append(f"  {r['spec'] + ' k=' + str(r['k']):<44} {r['predicted_tau']:8.2f} {tau} "
+                     f"{r['predicted_speedup']:6.2f}x {meas} {err}")
+    return "\n".join(lines)

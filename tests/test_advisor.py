@@ -1,0 +1,377 @@
+"""The advisor: the tree-shape dynamic program, the cost model (a stand-in clock), the prediction
+math on hand-made numbers, static tree shapes in the proposers, and `specviz advise` on tiny models."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from specviz import cli
+from specviz.analysis import advisor as A
+from specviz.analysis import costmodel as C
+from specviz.analysis.treeshape import TreeShape, best_shape, best_trees, chain, decode, encode, expected_tokens
+from specviz.core.engine import SpeculativeDecoder
+from specviz.proposers.draft_tree import parse_draft_tree
+from specviz.proposers.ngram_tree import parse_ngram_tree
+from specviz.proposers.registry import check_spec, from_spec, shape_base, tree_nodes
+from tests.support import loaded, make_char_tokenizer, make_llama, perturbed
+
+# -- the dynamic program --------------------------------------------------------------------------
+
+
+def brute_force(accept, n: int, depth: int) -> float:
+    """The best expected tokens over every tree of at most n nodes and depth <= depth."""
+    best = 1.0
+    for length in range(1, n + 2):
+        for digits in itertools.product(range(n + 1), repeat=length):
+            try:
+                shape = decode("".join(map(str, digits)))
+            except ValueError:
+                continue
+            if shape.nodes <= n and shape.depth <= depth:
+                best = max(best, expected_tokens(shape, accept))
+    return best
+
+
+@pytest.mark.parametrize("accept", [
+    [[0.6, 0.3, 0.05]] * 4,
+    [[0.4, 0.35, 0.2]] * 4,
+    [[0.9, 0.05], [0.5, 0.4], [0.3, 0.3], [0.8, 0.1]],
+])
+def test_dp_matches_brute_force(accept):
+    for depth in (1, 2, 4):
+        trees = best_trees(accept, 4, depth)
+        for n in range(5):
+            assert trees[n].nodes <= n and trees[n].depth <= depth
+            assert expected_tokens(trees[n], accept) == pytest.approx(brute_force(accept, n, depth), abs=1e-9)
+
+
+def test_a_chain_is_optimal_when_the_first_candidate_dominates():
+    accept = [[0.9, 0.05]] * 8
+    trees = best_trees(accept, 8, 8)
+    for n in range(1, 9):
+        assert encode(trees[n]) == "1" * n
+        assert expected_tokens(trees[n], accept) == pytest.approx(1 + sum(0.9 ** i for i in range(1, n + 1)))
+    choice, _ = best_shape(accept, lambda s: 1.0 + 0.01 * s.nodes, max_nodes=8, max_depth=8)
+    assert choice.shape == chain(8) and choice.shape.describe() == "chain of 8"
+
+
+def test_no_speculation_is_optimal_when_drafts_are_rarely_kept():
+    accept = [[0.05, 0.02]] * 8
+    choice, cands = best_shape(accept, lambda s: 1.0 + 0.5 * s.nodes, max_nodes=16, max_depth=8)
+    assert choice.shape.nodes == 0 and choice.tau == 1.0 and choice.text == "0"
+    assert choice.tokens_per_s == max(c.tokens_per_s for c in cands)
+
+
+def test_flat_costs_favour_a_wide_tree_and_a_steep_curve_a_small_one():
+    accept = [[0.4, 0.3, 0.2]] * 3
+    wide, _ = best_shape(accept, lambda s: 1.0, max_nodes=9, max_depth=3)
+    assert wide.shape.nodes == 9 and wide.shape.branching[0] == 3  # every node is free: use them all
+    steep, _ = best_shape(accept, lambda s: 1.0 + 0.3 * s.nodes, max_nodes=9, max_depth=3)
+    assert 0 < steep.shape.nodes < 9
+    # a known optimum: depth 1, two nodes -> both ranks of the root: 1 + 0.4 + 0.3
+    assert encode(best_trees(accept, 2, 1)[2]) == "2"
+    assert expected_tokens(decode("21"), [[0.5, 0.3]] * 2) == pytest.approx(1 + 0.5 + 0.3 + 0.25)
+
+
+def test_shape_codec_round_trips_and_refuses_nonsense():
+    for text in ("1", "1111", "21", "3111", "2101", "32"):
+        assert encode(decode(text)) == text
+    s = decode("21")
+    assert s.parents == (-1, -1, 0) and s.ranks == (1, 2, 1) and s.depth == 2 and s.branching == (2, 1)
+    assert s.level_widths() == (1,) and s.rank_paths() == {(1,), (2,), (1, 1)}
+    assert encode(TreeShape()) == "0" and decode("0").nodes == 0
+    for bad in ("", "x1", "1001", "2,1"):
+        with pytest.raises(ValueError, match="BFS child counts|do not exist"):
+            decode(bad)
+
+
+# -- hand-made cost models and calibrations ----------------------------------------------------------
+
+
+def cost_model(t1=0.010, slope=0.001, overhead=0.0, draft_step=0.002, lookup=0.0, tree_extra=0.0) -> C.CostModel:
+    ts = {n: t1 + slope * (n - 1) for n in range(1, 18)}
+    draft = C.DraftCost("d", draft_step, {1: draft_step, 2: draft_step * 1.2, 3: draft_step * 1.4},
+                        {m: draft_step * (1 + 0.1 * (m - 1)) for m in (1, 2, 3, 4)}, 0.01)
+    return C.CostModel("key", "test machine", "t", "float32", torch.__version__, 1, 64, None, ts,
+                       {n: ts[n] + tree_extra for n in (2, 5, 9, 17)}, overhead, 0.05,
+                       {"ngram": lookup, "ngram-tree": lookup}, {"d": draft})
+
+
+def step(k, n_acc, n_committed=None, draft_ms=1.0, committed=(), drafts=(), tree=(), path=()):
+    return SimpleNamespace(k=k, n_accepted=n_acc, n_committed=n_acc + 1 if n_committed is None else n_committed,
+                           draft_ms=draft_ms, committed=tuple(committed), drafts=tuple(drafts), tree=tuple(tree),
+                           accepted_path=tuple(path))
+
+
+def test_wilson_intervals():
+    r = A.wilson(5, 10)
+    assert (r.p, round(r.lo, 4), round(r.hi, 4)) == (0.5, 0.2366, 0.7634)
+    assert (A.wilson(0, 0).lo, A.wilson(0, 0).hi) == (0.0, 1.0)
+    assert A.wilson(10, 10).hi == 1.0 and A.wilson(10, 10).lo > 0.69
+    with pytest.raises(ValueError):
+        A.wilson(3, 2)
+
+
+def test_chain_counts_and_the_per_position_prediction():
+    # four steps at k = 2: kept 2, 1, 0 of 2 drafts; one n-gram step drafted a single token and kept it
+    runs = [[step(2, 2), step(2, 1), step(2, 0), step(1, 1)]]
+    cal = A.chain_calibration("ngram", runs, 2)
+    assert cal.steps == 4 and cal.drafted == (4, 2) and cal.kept == (3, 1) and cal.reached == (4, 3)
+    assert [a.p for a in cal.accept] == [0.75, 0.5] and [g.p for g in cal.carry_on] == [1.0, pytest.approx(2 / 3)]
+    cost = cost_model()
+    f1 = A.predict_chain(cal, cost, 1, "ngram")
+    assert f1.tau == pytest.approx(1.75) and f1.drafted_per_step == 1.0
+    f2 = A.predict_chain(cal, cost, 2, "ngram")
+    assert f2.tau == pytest.approx(1 + 0.75 + 0.25)  # 1 + 3/4 + (3/4)(2/3)(1/2)
+    assert f2.drafted_per_step == pytest.approx(1.75)
+    assert f2.speedup == pytest.approx(2.0 * 0.010 / 0.012)
+    assert f2.speedup_lo < f2.speedup < f2.speedup_hi
+    with pytest.raises(ValueError, match="calibrated"):
+        A.predict_chain(cal, cost, 3, "ngram")
+
+
+def test_a_perfect_draft_on_flat_costs_gains_k_plus_one_less_its_drafting():
+    cal = A.chain_calibration("draft:d", [[step(4, 4)] * 20], 4)
+    cost = cost_model(slope=0.0)
+    f = A.predict_chain(cal, cost, 4, "draft", "d")
+    assert f.tau == pytest.approx(5.0)
+    # every step: the catch-up feed of x_k and the bonus (2 tokens), then k - 1 one-token steps
+    assert f.draft_s == pytest.approx(0.0024 + 3 * 0.002)
+    assert f.speedup == pytest.approx(5 * 0.010 / (0.0084 + 0.010))
+
+
+def test_steps_cut_short_by_the_end_of_the_run_are_left_out():
+    runs = [[step(4, 4), step(4, 4), step(2, 2)]]  # max_new_tokens 13: the third step could draft only 2
+    cal = A.chain_calibration("ngram", runs, 4, max_new_tokens=13)
+    assert cal.steps == 2
+
+
+def test_tree_and_draft_rank_counts():
+    nodes = [SimpleNamespace(index=i, parent=p) for i, p in enumerate([-1, -1, 0, 1])]
+    runs = [[step(4, 2, tree=nodes, path=(1, 3)), step(4, 0, tree=nodes, path=())]]
+    cal = A.rank_calibration_from_tree("ngram-tree:3", runs, 3, ranks=3)
+    assert cal.trials == (2, 1, 1) and cal.kept[0] == (0, 1, 0) and cal.kept[1] == (1, 0, 0)
+    assert cal.matrix("p")[0][1] == 0.5
+    tops = [SimpleNamespace(top_q=((7, "a", 0.6), (8, "b", 0.3))), SimpleNamespace(top_q=((9, "c", 0.5), (5, "d", 0.4)))]
+    chain_runs = [[step(2, 1, committed=(7, 5), drafts=tops), step(2, 0, committed=(8,), drafts=tops)]]
+    cal = A.rank_calibration_from_chain("draft-tree:d", chain_runs, 2, ranks=2)
+    assert cal.trials == (2, 1) and cal.kept == ((1, 1), (0, 1))
+
+
+def test_tree_forecast_and_verdicts():
+    cal = A.RankCalibration("ngram-tree:3", (100, 50, 25), ((50, 20), (25, 5), (10, 2)))
+    cost = cost_model(slope=0.0005)
+    fs, best = A.forecast_trees(cal, cost, "ngram-tree", lambda s: f"ngram-tree:3,shape={s}", range(1, 4))
+    assert fs and best.nodes and all(f.speedup > 1 for f in fs)
+    f = A.predict_tree(cal, cost, decode("21"), "ngram-tree", "ngram-tree:3,shape=21")
+    assert f.tau == pytest.approx(1 + 0.5 + 0.2 + 0.5 * 0.5) and f.k == 2 and f.shape == "21"
+    assert f.step_s == pytest.approx(cost.t_tree(4))
+    lines = A.verdicts(A.rank(fs))
+    assert lines[-1].startswith("Pick ngram-tree:3,shape=")
+    slow = cost_model(draft_step=0.05)
+    bad = [A.predict_chain(A.chain_calibration("draft:d", [[step(4, 1)] * 10], 4), slow, k, "draft", "d") for k in (1, 2, 3, 4)]
+    lines = A.verdicts(bad)
+    assert "draft:d does not pay on this machine" in lines[0] and "below target-only decoding at every k" in lines[0]
+    assert lines[-1].startswith("Does not pay")
+
+
+def test_run_speedup_counts_prefill():
+    f = A.predict_chain(A.chain_calibration("ngram", [[step(2, 2)] * 10], 2), cost_model(slope=0.0), 2, "ngram")
+    loop = f.speedup
+    whole = A.run_speedup(f, cost_model(slope=0.0), 64, 30)
+    assert 1 < whole < loop  # the same prefill on both sides pulls the ratio towards 1
+
+
+# -- the cost model with a stand-in clock -----------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    tok = make_char_tokenizer()
+    target = make_llama(len(tok), 32, 2, seed=0, sharpen=30.0)
+    draft = perturbed(target, 0.1, seed=2)
+    return loaded(target, tok, "tiny-target"), loaded(draft, tok, "tiny-draft")
+
+
+class Clock:
+    """Every reading is 1 ms after the last: each timed interval (two readings) is 1 ms."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        self.now += 0.001
+        return self.now
+
+
+def test_cost_model_with_a_stand_in_clock(tiny, tmp_path):
+    target, draft = tiny
+    cost = C.measure(target, context=32, repeats=2, clock=Clock(), drafts=[draft])
+    assert cost.target_s == {n: pytest.approx(0.001) for n in range(1, 18)}
+    assert set(cost.tree_s) == set(C.TREE_NS) and cost.step_overhead_s == pytest.approx(0.0, abs=1e-12)
+    assert cost.drafts["tiny-draft"].step_s == pytest.approx(0.001) and cost.lookup_s["ngram"] == pytest.approx(0.001)
+    assert cost.context == 32 and cost.machine
+    assert C.CostModel.from_dict(json.loads(json.dumps(cost.to_dict()))) == cost
+    assert "t(n) ms" in cost.table() and cost.curves()["n"] == list(range(1, 18))
+    # cached per key: a second call reads it; a new draft is measured and added
+    first, cached = C.load_or_measure(target, tmp_path, context=32, clock=Clock(), repeats=1)
+    again, cached2 = C.load_or_measure(target, tmp_path, context=32, clock=Clock(), repeats=1)
+    assert (cached, cached2) == (False, True) and again == first
+    more, cached3 = C.load_or_measure(target, tmp_path, context=32, drafts=[draft], clock=Clock(), repeats=1)
+    assert not cached3 and "tiny-draft" in more.drafts and more.target_s == first.target_s
+
+
+def test_curves_are_monotone_and_interpolated():
+    assert C.monotone({1: 1.0, 2: 3.0, 3: 2.0, 4: 5.0}) == {1: 1.0, 2: 2.5, 3: 2.5, 4: 5.0}
+    assert C.interpolate({2: 1.0, 4: 3.0}, 3) == 2.0 and C.interpolate({2: 1.0, 4: 3.0}, 6) == 5.0
+
+
+def test_a_model_the_static_step_cannot_serve_is_said(monkeypatch, tiny):
+    monkeypatch.setenv("SPECVIZ_STATIC_DECODE", "0")
+    assert "static decode step is off" in C._why_not_static(tiny[0].model)
+
+
+# -- static shapes in the proposers --------------------------------------------------------------------
+
+
+def test_ngram_tree_keeps_only_the_shape(tiny):
+    target, _ = tiny
+    ctx = torch.tensor(target.tokenizer("the cat sat. the cat ran. the cat sat. the cat")["input_ids"])
+    free = from_spec("ngram-tree:3,nodes=16", target)
+    for shape in ("1", "111", "21", "3"):
+        p = from_spec(f"ngram-tree:3,shape={shape}", target)
+        assert p.max_nodes == decode(shape).nodes and p.name == f"ngram-tree:3,shape={shape}"
+        prop = p.propose(None, ctx, 4, None, None)
+        got = TreeShape(tuple(prop.parents.tolist()), tuple([0] * prop.k))
+        assert prop.k <= decode(shape).nodes and got.depth <= decode(shape).depth
+    assert free.propose(None, ctx, 4, None, None).k >= from_spec("ngram-tree:3,shape=21", target).propose(None, ctx, 4, None, None).k
+    assert parse_ngram_tree("3,nodes=2,shape=2111")["shape"] == "2"  # the shape's first two nodes
+    assert parse_draft_tree("m,shape=3111,width=2")[1] == {"shape": "211", "nodes": 4}
+    assert check_spec("ngram-tree:3,shape=auto") == ("ngram-tree", "3,shape=auto")
+    assert tree_nodes("ngram-tree:3,shape=auto") == 16 and tree_nodes("draft-tree:x,shape=211") == 4
+    assert shape_base("draft-tree:m@int8,shape=auto,vocab=9") == "draft-tree:m@int8,vocab=9"
+
+
+def test_draft_tree_grows_the_static_shape_and_stays_exact(tiny):
+    target, draft = tiny
+    load = lambda name, **kw: draft  # noqa: E731
+    p = from_spec("draft-tree:tiny-draft,shape=2111", target, load=load)
+    assert p.max_nodes == 5 and p.name == "draft-tree:tiny-draft,shape=2111"
+    dec = SpeculativeDecoder(target, p, k=3)
+    res = dec.generate("the cat sat on the", max_new_tokens=24)
+    want = decode("2111")
+    for s in res.steps:
+        if s.tree:
+            parents = [n.parent for n in s.tree]
+            ranks = [parents[:i].count(a) + 1 for i, a in enumerate(parents)]
+            assert TreeShape(tuple(parents), tuple(ranks)).rank_paths() <= want.rank_paths()
+    assert any(len(s.tree) == want.nodes for s in res.steps if s.tree)
+    plain = SpeculativeDecoder(target, None).generate("the cat sat on the", max_new_tokens=24)
+    assert res.token_ids == plain.token_ids
+
+
+def test_shape_auto_reads_the_advised_shape(tiny, tmp_path, monkeypatch):
+    from specviz.proposers.ngram_tree import advised_shapes_path
+
+    monkeypatch.setenv("SPECVIZ_CACHE_DIR", str(tmp_path))
+    target, _ = tiny
+    with pytest.raises(ValueError, match="specviz advise"):
+        from_spec("ngram-tree:3,shape=auto", target)
+    path = advised_shapes_path()
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"tiny-target|ngram-tree:3": {"shape": "21"}, "tiny-target|ngram-tree:2": {"shape": "0"}}))
+    p = from_spec("ngram-tree:3,shape=auto", target)
+    assert p.shape == "21" and p.name == "ngram-tree:3,shape=21"
+    with pytest.raises(ValueError, match="does not pay"):
+        from_spec("ngram-tree:2,shape=auto", target)
+
+
+# -- the CLI on tiny models ------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    root = tmp_path_factory.mktemp("advise-models")
+    tok = make_char_tokenizer()
+    target = make_llama(len(tok), 64, 2, seed=0, sharpen=30.0)
+    draft = perturbed(target, 0.1, seed=2)
+    paths = []
+    for name, model in (("target", target), ("draft", draft)):
+        model.save_pretrained(str(root / name))
+        tok.save_pretrained(str(root / name))
+        paths.append(str(root / name))
+    prompts = root / "prompts.jsonl"
+    prompts.write_text("\n".join(json.dumps({"prompt": p}) for p in (
+        "the cat sat on the mat. the cat sat on the", "abc abc abc abc abc", "hello there. hello there. hello")))
+    return paths[0], paths[1], str(prompts)
+
+
+@pytest.fixture()
+def fast_costs(monkeypatch, tmp_path):
+    """The cost model from numbers (no timing), the caches under tmp_path."""
+    monkeypatch.setenv("SPECVIZ_CACHE_DIR", str(tmp_path))
+    state = {"draft_step": 0.002}
+
+    def fake_measure(target, *, context=256, drafts=(), **kw):
+        cost = cost_model(slope=0.0005, draft_step=state["draft_step"], overhead=0.001)
+        return C.CostModel(**{**cost.__dict__, "key": C.cost_key(target, context), "target": str(target.name), "drafts": {
+            str(d.name): C.DraftCost(str(d.name), *[getattr(cost.drafts["d"], f) for f in ("step_s", "feed_s", "level_s", "prefill_s")])
+            for d in drafts}})
+
+    monkeypatch.setattr(C, "measure", fake_measure)
+    return state
+
+
+def advise(capsys, *argv):
+    rc = cli.main(["advise", *argv, "--no-chat", "--quiet"])
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def test_advise_ranks_runs_the_top_and_writes_json(capsys, models, fast_costs, tmp_path):
+    target, draft, prompts = models
+    out_json = tmp_path / "advice.json"
+    rc, out, err = advise(capsys, "--target", target, "--proposer", "ngram", "--proposer", f"draft:{draft}",
+                          "--proposer", "ngram-tree:3", "--prompts", prompts, "--max-new-tokens", "16", "--k-max", "4",
+                          "--calibrate-tokens", "40", "--run-top", "2", "--json", str(out_json))
+    assert rc == 0, err
+    assert "Costs on test machine" in out and "Predicted on" in out and "Predicted vs measured" in out
+    data = json.loads(out_json.read_text())
+    assert data["forecasts"] and len(data["runs"]) == 2 and data["curves"]["n"] == list(range(1, 18))
+    assert {f["proposer"] for f in data["forecasts"]} >= {"ngram", f"draft:{draft}"}
+    speeds = [f["speedup"] for f in data["forecasts"]]
+    assert speeds == sorted(speeds, reverse=True)
+    assert all(f["speedup_lo"] <= f["speedup"] <= f["speedup_hi"] for f in data["forecasts"])
+    assert all(r["measured_speedup"] is not None and r["error"] is not None for r in data["runs"])
+    assert f"{target}|ngram-tree:3" in json.loads((tmp_path / "advisor" / "shapes.json").read_text())
+
+
+def test_advise_says_when_nothing_pays(capsys, models, fast_costs):
+    target, draft, prompts = models
+    fast_costs["draft_step"] = 0.05  # five target steps per draft token
+    rc, out, err = advise(capsys, "--target", target, "--proposer", f"draft:{draft}", "--prompts", prompts,
+                          "--max-new-tokens", "12", "--k-max", "3", "--calibrate-tokens", "20")
+    assert rc == 0, err
+    assert "does not pay on this machine" in out and "too slow to pay at any k" in out
+    assert "Does not pay: no configuration is predicted to beat target-only decoding" in out
+
+
+def test_advise_says_when_the_calibration_drafts_nothing(capsys, models, fast_costs):
+    target, _, prompts = models
+    rc, out, err = advise(capsys, "--target", target, "--proposer", "ngram", "--prompts", prompts,
+                          "--max-new-tokens", "1", "--k-max", "2")
+    assert rc == 0, err
+    assert "the calibration drafted nothing" in out and "Does not pay" in out
+
+
+def test_advise_bad_input_is_one_line(capsys, models, fast_costs):
+    target, _, prompts = models
+    rc, _, err = advise(capsys, "--target", target, "--proposer", "nonsense", "--prompts", prompts)
+    assert rc == 2 and "unknown proposer" in err and "Traceback" not in err
+    rc, _, err = advise(capsys, "--target", target, "--prompts", prompts, "--limit", "3", "--heldout", "3")
+    assert rc == 2 and "leaves no prompts" in err
