@@ -25,7 +25,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
 from benchmarks.step_overhead import PROMPT, ForwardClock  # the same prompt and forward timer
-from specviz.core import engine
+from specviz.core import engine, lazyrec
 from specviz.core.records import Sampling
 from specviz.models import LoadedModel, load_model
 from specviz.proposers import DraftModel, EarlyExit, NGram, NGramOrDraft
@@ -91,7 +91,7 @@ def main() -> None:
             with contextlib.ExitStack() as stack:
                 stack.enter_context(labelled(engine, "chain_record", "engine.chain_record"))
                 stack.enter_context(labelled(engine, "verify", "algorithm.verify"))
-                stack.enter_context(labelled(engine, "logits_to_probs", "engine.logits_to_probs(target)"))
+                stack.enter_context(labelled(lazyrec, "logits_to_probs", "engine.logits_to_probs(target)"))  # LazyProbs
                 stack.enter_context(labelled(dec.texts, "tops", "TokenTexts.tops"))
                 import specviz.proposers.draft_model as dm
 

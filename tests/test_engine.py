@@ -10,7 +10,9 @@ import specviz.core.algorithm as algorithm
 from specviz import Hook, Sampling, SpeculativeDecoder, TraceRecorder, autoregressive, load_trace
 from specviz.core.algorithm import logits_to_probs
 from specviz.core.engine import encode_prompt
+from specviz.core.stats import position_counts, step_position_counts
 from specviz.proposers import DraftModel, NGram
+from specviz.remote.engines import positions_from_steps
 from specviz.runtime.kv import forward_logits, rollback
 from tests.support import hf_greedy
 
@@ -369,3 +371,15 @@ def test_a_trace_without_a_header_or_not_text_is_refused(tmp_path):
     binary.write_bytes(b"\x89PNG\r\n\x1a\n\xff\xfe")
     with pytest.raises(ValueError, match="picture.png is not a specviz trace: it is not UTF-8"):
         load_trace(binary)
+
+
+def test_one_definition_of_the_per_position_rates(tiny_target, near_draft):
+    # position i: steps that accepted more than i drafts / steps that drafted more than i (vLLM's)
+    assert position_counts([2, 0, 3, 1, 5], [3, 2, 3, 0, 2]) == ([3, 3, 1], [4, 4, 2])
+    assert position_counts([], []) == ([], [])
+    res = SpeculativeDecoder(tiny_target, DraftModel(near_draft), k=3, sampling=Sampling(1.0), schedule="heuristic").generate(
+        PROMPTS[0], max_new_tokens=30, seed=1)
+    hits, trials = step_position_counts(res.steps)
+    assert res.stats.per_position == tuple(h / t for h, t in zip(hits, trials)) and len(trials) == max(s.k for s in res.steps)
+    remote = positions_from_steps([min(s.n_accepted, s.n_committed) for s in res.steps], [s.k for s in res.steps])
+    assert remote == (hits, trials)  # the serving engines' per-step arrays count alike

@@ -9,7 +9,8 @@ import pytest
 import torch
 
 import specviz.core.algorithm as algorithm
-from specviz import Sampling, SpeculativeDecoder, TraceRecorder, load_trace
+from specviz import Proposal, Sampling, SpeculativeDecoder, TraceRecorder, load_trace
+from specviz.app.runs import hosted_decoder
 from specviz.core.algorithm import check_tree, logits_to_probs, tree_depths, verify_tree
 from specviz.core.engine import encode_prompt
 from specviz.proposers import DraftModel, DraftTree, NGram, NGramTree
@@ -477,8 +478,37 @@ def test_bad_constructor_arguments(near_draft):
 def test_hosting_limit_on_tree_nodes(tiny_target, near_draft, monkeypatch):
     monkeypatch.setenv("SPECVIZ_MAX_TREE_NODES", "8")
     with pytest.raises(ValueError, match=r"SPECVIZ_MAX_TREE_NODES.*draft-tree:NAME\[@int8\]\[,nodes=N,width=W\]"):
-        SpeculativeDecoder(tiny_target, DraftTree(near_draft, nodes=12), k=4)
-    SpeculativeDecoder(tiny_target, DraftTree(near_draft, nodes=8), k=4)  # at the limit: fine
+        hosted_decoder(tiny_target, DraftTree(near_draft, nodes=12), k=4)
+    assert hosted_decoder(tiny_target, DraftTree(near_draft, nodes=8), k=4).max_tree_nodes == 8  # at the limit: fine
+
+
+class _WideTree:
+    """A tree proposer that states no max_nodes: three children of the root, whatever k is."""
+
+    name = "wide-tree"
+
+    def init_state(self, target):
+        return None
+
+    def propose(self, state, context, k, sampling, generator, stop=None):
+        return Proposal(tokens=T([5, 6, 7]), q=None, parents=T([-1, -1, -1]), deterministic=True)
+
+
+def test_the_decoder_takes_its_cap_on_tree_nodes_as_an_argument(tiny_target, near_draft, monkeypatch):
+    monkeypatch.setenv("SPECVIZ_MAX_TREE_NODES", "8")
+    assert SpeculativeDecoder(tiny_target, DraftTree(near_draft, nodes=12), k=4).max_tree_nodes is None  # core reads no env
+    with pytest.raises(ValueError, match=r"a token tree of 12 nodes per step is more than this decoder allows "
+                                         r"\(max_tree_nodes=8\); ask the proposer for fewer nodes"):
+        SpeculativeDecoder(tiny_target, DraftTree(near_draft, nodes=12), k=4, max_tree_nodes=8)
+    for bad in (0, -1, 2.5, True):
+        with pytest.raises(ValueError, match="max_tree_nodes must be a whole number >= 1"):
+            SpeculativeDecoder(tiny_target, NGram(), k=4, max_tree_nodes=bad)
+    session = SpeculativeDecoder(tiny_target, _WideTree(), k=2, max_tree_nodes=2).start(PROMPTS[0], max_new_tokens=8)
+    with pytest.raises(ValueError, match=r"a token tree of 3 nodes per step .*max_tree_nodes=2"):
+        session.step()  # checked on every step, before the target's forward
+    assert session.target_forwards == 1 and not session.steps  # the prefill only
+    free = SpeculativeDecoder(tiny_target, _WideTree(), k=2).generate(PROMPTS[0], max_new_tokens=8)
+    assert all(len(s.tree) == 3 for s in free.steps[:-1])
 
 
 def test_ngram_trie_merges_every_distinct_continuation():

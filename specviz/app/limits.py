@@ -13,8 +13,8 @@ variable                       default    meaning
                                           included); also a cheap pre-check of 16 characters a token
 ``SPECVIZ_MAX_NEW_TOKENS``     512        most new tokens one run may generate
 ``SPECVIZ_MAX_K``              16         most tokens drafted per step (at most 32, the engine's)
-``SPECVIZ_MAX_TREE_NODES``     64         most nodes a token tree may have per step (checked by the
-                                          engine too, before any forward; see check_tree_nodes)
+``SPECVIZ_MAX_TREE_NODES``     64         most nodes a token tree may have per step (the app hands it
+                                          to the decoder as max_tree_nodes; see runs.hosted_decoder)
 ``SPECVIZ_ALLOW_LOCAL_PATHS``  off        ``1`` lets visitors name local directories as models
 ``SPECVIZ_MAX_PARAMS``         RAM/2      refuse models with more parameters (see specviz.models)
 ``SPECVIZ_CONCURRENCY``        2          model runs at once, across all visitors (see specviz.ui)

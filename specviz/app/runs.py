@@ -20,7 +20,7 @@ from ..core.proposer import Proposer
 from ..core.records import Sampling
 from ..prompts import PromptRow, bundled_path, read_jsonl
 from ..proposers.registry import REGISTRY, from_spec, get_kind, syntax_list
-from .limits import check_proposer
+from .limits import check_proposer, check_tree_nodes, max_tree_nodes
 
 Progress = Callable[[str], None]
 
@@ -222,8 +222,18 @@ def build_decoder(settings: RunSettings, progress: Progress, *, target_only: boo
     if target_only:
         return SpeculativeDecoder(target, None, sampling=settings.sampling)
     proposer = from_spec(settings.proposer, target, load=lambda name, **kw: load(name, progress=progress, **kw))
-    return SpeculativeDecoder(target, proposer, k=settings.k, sampling=settings.sampling, schedule=settings.schedule,
-                              acceptance=Acceptance(settings.acceptance))
+    return hosted_decoder(target, proposer, k=settings.k, sampling=settings.sampling, schedule=settings.schedule,
+                          acceptance=Acceptance(settings.acceptance))
+
+
+def hosted_decoder(target, proposer: Proposer | None, **options: Any) -> SpeculativeDecoder:
+    """``SpeculativeDecoder(target, proposer, **options)`` under the hosting limits: a token tree's
+    nodes against SPECVIZ_MAX_TREE_NODES, before any forward (the message shows the tree syntax)
+    and, as the decoder's ``max_tree_nodes``, on every step."""
+    nodes = getattr(proposer, "max_nodes", None)
+    if nodes is not None:
+        check_tree_nodes(nodes)
+    return SpeculativeDecoder(target, proposer, max_tree_nodes=max_tree_nodes(), **options)
 
 
 def build_proposers(specs: Iterable[str], target, load: Callable[..., Any]) -> dict[str, Proposer]:

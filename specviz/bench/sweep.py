@@ -12,7 +12,7 @@ import torch
 from ..analysis.metrics import definitions
 from ..core.algorithm import Acceptance
 from ..core.engine import SpeculativeDecoder, encode_prompt, eos_token_ids
-from ..core.records import StepRecord
+from ..core.stats import step_position_counts
 from ..prompts import PromptRow
 from ..proposers import Proposer
 from ..runtime.cpu import head_kernel_report
@@ -269,7 +269,7 @@ def _run_specviz(decoder: SpeculativeDecoder, ids: list[int], max_new_tokens: in
         session.step()
     wall = time.perf_counter() - t0
     steps = session.steps
-    hits, trials = _position_counts(steps)
+    hits, trials = step_position_counts(steps)  # as the engine's Stats count them
     return {
         "token_ids": session.new_token_ids,
         "new_tokens": session.n_new,
@@ -286,26 +286,6 @@ def _run_specviz(decoder: SpeculativeDecoder, ids: list[int], max_new_tokens: in
         "prefill_ms": session.prefill_ms,
         "finished": session.finished,
     }
-
-
-def _depth(s: StepRecord) -> int:
-    """The positions a step drafted: k for a chain, the deepest node for a tree (a tree of 16
-    nodes and depth 4 can commit at most 4 drafts, like a chain of 4)."""
-    return max((node.depth for node in s.tree), default=0) if s.tree else s.k
-
-
-def _position_counts(steps: Sequence[StepRecord]) -> tuple[list[int], list[int]]:
-    """Per-position (accepted, drafted) step counts, as in compute_stats; for tree steps the
-    position is the depth (trials: steps whose tree reached depth i; hits: accepted path >= i)."""
-    max_k = max((_depth(s) for s in steps), default=0)
-    hits, trials = [0] * max_k, [0] * max_k
-    for s in steps:
-        n = min(s.n_accepted, s.n_committed)
-        for i in range(_depth(s)):
-            trials[i] += 1
-            if i < n:
-                hits[i] += 1
-    return hits, trials
 
 
 def _run_name(proposer: str, schedule: str, acceptance: Acceptance) -> str:

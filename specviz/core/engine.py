@@ -12,15 +12,16 @@ from typing import Any, Iterable, Sequence
 
 import torch
 
-from ..app.limits import check_tree_nodes
 from ..runtime.kv import context_window, forward_logits, keep_path, rollback, score_tree, session_cache
-from .algorithm import EXACT, Acceptance, argmax, logits_to_probs, verify, verify_tree
+from .algorithm import EXACT, Acceptance, TreeVerification, Verification, argmax, verify, verify_tree
 from .bounds import ENGINE_MAX_K as MAX_K  # the engine's hard limit on k; kept as engine.MAX_K
 from .hooks import Hook, HookList
 from .lazyrec import RECORD_MODES, LazyProbs, chain_record
 from .proposer import Proposer, empty_proposal
-from .records import Deferred, GenerationResult, Proposal, Sampling, Stats, StepRecord, TopToken, evolve
+from .records import GenerationResult, Proposal, Sampling, Stats, StepRecord, TopToken, evolve
 from .schedules import ConstantK, HeuristicK, make_schedule
+from .stats import accepted_positions, drafted_positions, step_position_counts
+from .trees import prune_tree, tree_record
 
 
 def encode_prompt(tokenizer, prompt: str | Sequence[int], chat: bool = False) -> list[int]:
@@ -99,7 +100,8 @@ def check_context_window(n_prompt: int, max_new_tokens: int, window: int | None,
 
 class SpeculativeDecoder:
     """A target model and a proposer, with k, the sampling settings, a k schedule and the
-    acceptance rule (exact by default; ``Acceptance("typical")`` is lossy)."""
+    acceptance rule (exact by default; ``Acceptance("typical")`` is lossy). ``max_tree_nodes``
+    caps a token tree's nodes per step (None: no cap beyond depth <= k; a host passes its limit)."""
 
     def __init__(
         self,
@@ -109,6 +111,7 @@ class SpeculativeDecoder:
         sampling: Sampling = Sampling(),
         schedule: str | object | None = None,
         acceptance: Acceptance = EXACT,
+        max_tree_nodes: int | None = None,
     ):
         self.target = target  # specviz.models.LoadedModel
         self.proposer = proposer
@@ -117,9 +120,13 @@ class SpeculativeDecoder:
         if not isinstance(acceptance, Acceptance):
             raise ValueError("acceptance must be a specviz.core.algorithm.Acceptance('exact' | 'typical')")
         self.acceptance = acceptance
+        if max_tree_nodes is not None and (isinstance(max_tree_nodes, bool) or not isinstance(max_tree_nodes, int)
+                                           or max_tree_nodes < 1):
+            raise ValueError(f"max_tree_nodes must be a whole number >= 1 (None = no cap), got {max_tree_nodes!r}")
+        self.max_tree_nodes = max_tree_nodes  # the most nodes a token tree may have per step (None: any)
         if proposer is not None:
             if getattr(proposer, "max_nodes", None) is not None:
-                check_tree_nodes(proposer.max_nodes)  # the hosting limit, before any forward
+                check_tree_nodes(proposer.max_nodes, max_tree_nodes)  # before any forward
             proposer.init_state(target)  # fail now, not mid-run, if it cannot draft for this target
         if not isinstance(sampling, Sampling):
             raise ValueError("sampling must be a specviz.Sampling(temperature=..., top_k=..., top_p=...)")
@@ -277,80 +284,67 @@ class Session:
             return 0
         return max(0, min(self.k_current, self.max_new_tokens - self.n_new - 1))
 
+    def _propose(self) -> Proposal:
+        """Up to k drafts after the context (none without a proposer or room left): a chain cut to
+        k, or a token tree cut to depth k and held to the decoder's cap on nodes."""
+        k = self._next_k()
+        if k == 0:
+            return empty_proposal(self.target.device)
+        decoder = self.decoder
+        proposal = decoder.proposer.propose(
+            self.proposer_state, self.context, k, decoder.sampling, self.generator, stop=_stop_rule(decoder.schedule)
+        )
+        if not proposal.is_tree:
+            return proposal.head(k)
+        proposal = prune_tree(proposal, k)
+        check_tree_nodes(proposal.k, decoder.max_tree_nodes)
+        return proposal
+
     @torch.inference_mode()
     def step(self) -> StepRecord:
-        """One round: draft k tokens, score them in one target pass, verify, commit, roll back."""
+        """One round: draft, score the drafts in one target pass, verify, commit and roll back,
+        record. A chain and a token tree are two strategies of this one path (``_CHAIN``, ``_TREE``)."""
         if self.done:
             raise RuntimeError("this session has finished; start a new one")
         if not self._prefilled:
             self._prefill()
         t_release = self._release()
-        decoder, target, sampling = self.decoder, self.target, self.decoder.sampling
         t0 = time.perf_counter()
 
-        # 1. Draft up to k tokens after the context.
-        k = self._next_k()
-        if k > 0:
-            proposal = decoder.proposer.propose(
-                self.proposer_state, self.context, k, sampling, self.generator, stop=_stop_rule(decoder.schedule)
-            )
-            if proposal.parents is not None:
-                from .trees import prune_tree  # token trees: depth <= k, at most the hosting limit of nodes
-
-                proposal = prune_tree(proposal, k)
-                check_tree_nodes(proposal.k)
-            elif proposal.k > k:
-                full = proposal
-                q = None if full.__dict__["_lazy_q"] is None else Deferred(lambda: full.q[:k])  # [k, V]
-                proposal = evolve(full, tokens=full.tokens[:k], q=q)
-        else:
-            proposal = empty_proposal(target.device)
-        if proposal.parents is not None:
-            return self._step_tree(proposal, t0, t_release)
-        drafts = proposal.tokens  # [k]
-        k = proposal.k
+        # 1. Propose up to k tokens after the context: a chain, or a token tree of depth <= k.
+        proposal = self._propose()
+        strategy = _TREE if proposal.is_tree else _CHAIN
         self.hooks.on_draft(self, proposal)
         self._sync()
         t1 = time.perf_counter()
 
-        # 2. Score: one target forward over [last committed token, x_1..x_k] -> k+1 rows of p.
-        feed = torch.cat([self.context[-1:], drafts])  # [k+1]
-        logits = forward_logits(target.model, feed, self.cache, k + 1)  # [k+1, V]
-        # greedy decides on argmax alone: p is computed only if a record or hook reads it
-        p = LazyProbs(logits, sampling)
-        lazy = sampling.greedy
+        # 2. Score: one target forward over [last committed token, the drafts] -> one row of p per
+        #    draft plus one; p itself is computed when the rule, a record or a hook reads it.
+        logits = strategy.score(self, proposal)  # [k+1, V]
+        p = LazyProbs(logits, self.decoder.sampling)  # [k+1, V], on first read
         self.target_forwards += 1
         self._sync()
         t2 = time.perf_counter()
 
-        # 3. Verify: the longest accepted prefix, then a correction or bonus token.
-        if proposal.deterministic:
-            q = None  # point masses (argmax drafts): q is only shown
-        elif lazy and proposal.pending():
-            q = _PendingQ(proposal)  # greedy: q(x_i) only for the record
-        else:
-            q = proposal.q  # None for point masses (n-gram)
-        if isinstance(q, torch.Tensor) and q.shape[-1] != logits.shape[-1]:
-            raise ValueError(f"the proposer's q has {q.shape[-1]} columns but the target's vocabulary has {logits.shape[-1]}")
-        ver = verify(
-            p if lazy else p.get(), q, drafts, generator=self.generator, greedy=sampling.greedy,
-            target_argmax=argmax(logits) if sampling.greedy else None, acceptance=decoder.acceptance,
-        )
+        # 3. Verify: the longest accepted prefix (a tree: path), then a correction or bonus token.
+        ver = strategy.verify(self, proposal, logits, p)
         self.hooks.on_verify(self, ver)
 
-        # 4. Commit x_1..x_n and the next token (stopping at EOS / max_new_tokens), then roll the
-        #    target's cache back to everything but the new last token.
-        committed = self._commit(drafts[: ver.n_accepted].tolist() + [ver.next_token])
+        # 4. Commit the accepted drafts and the next token (stopping at EOS / max_new_tokens), keep
+        #    only those in the target's cache, then roll it back to all but the new last token.
+        committed = self._commit(strategy.accepted(proposal, ver) + [ver.next_token])
+        strategy.keep(self.cache, proposal, ver)
         rollback(self.cache, self.length - 1)
 
-        # 5. Record: the costly fields are computed when something reads them.
+        # 5. Record (its costly fields computed when read), move k, tell the hooks.
         t3 = time.perf_counter()
-        record, self._kept = chain_record(self, proposal, p, ver, committed, k, ((t1 - t0) * 1e3, (t2 - t1) * 1e3, (t3 - t2 + t_release) * 1e3))
+        timings = ((t1 - t0) * 1e3, (t2 - t1) * 1e3, (t3 - t2 + t_release) * 1e3)  # draft, verify, other ms
+        record, self._kept = strategy.record(self, proposal, p, ver, committed, timings)
         if self.eager_records:
             record.resolve()
         self.steps.append(record)
-        if decoder.proposer is not None:
-            self.k_current = decoder.schedule.next_k(self.k_current, MAX_K, record)
+        if self.decoder.proposer is not None:
+            self.k_current = self.decoder.schedule.next_k(self.k_current, MAX_K, strategy.as_chain(record))
         self.hooks.on_step(self, record)
         if self.done:
             self.hooks.on_finish(self, self.result())
@@ -366,57 +360,6 @@ class Session:
         self._kept.release(resolve=self.records == "full")
         self._kept = None
         return time.perf_counter() - t
-
-    @torch.inference_mode()
-    def _step_tree(self, proposal: Proposal, t0: float, t_release: float = 0.0) -> StepRecord:
-        """A tree round: one target forward over every node (tree attention mask), verify_tree,
-        commit the accepted path and the correction / bonus, keep only that path in the cache."""
-        from .trees import tree_record
-
-        decoder, target, sampling = self.decoder, self.target, self.decoder.sampling
-        tokens, parents, n = proposal.tokens, proposal.parents, proposal.k  # [n], [n]
-        self.hooks.on_draft(self, proposal)
-        self._sync()
-        t1 = time.perf_counter()
-
-        # 2. Score: one forward over [last committed token, node_1..node_n] -> n+1 rows of p.
-        logits = score_tree(target.model, self.cache, self.context[-1:], tokens, parents)  # [n+1, V]
-        p = logits_to_probs(logits, sampling)  # [n+1, V]
-        self.target_forwards += 1
-        self._sync()
-        t2 = time.perf_counter()
-
-        # 3. Verify: walk down the tree keeping one child per depth, then a correction or bonus.
-        q = proposal.q_for_rule
-        if q is not None and q.shape[-1] != p.shape[-1]:
-            raise ValueError(f"the proposer's q has {q.shape[-1]} columns but the target's vocabulary has {p.shape[-1]}")
-        ver = verify_tree(
-            p, q, tokens, parents, generator=self.generator, greedy=sampling.greedy,
-            target_argmax=argmax(logits) if sampling.greedy else None,
-        )
-        self.hooks.on_verify(self, ver)
-
-        # 4. Commit the path and the next token (EOS / max_new_tokens as for chains), keep only the
-        #    root and the accepted path in the cache, then roll back to all but the new last token.
-        committed = self._commit(tokens[list(ver.path)].tolist() + [ver.next_token])
-        keep_path(self.cache, n, ver.path)
-        rollback(self.cache, self.length - 1)
-
-        # 5. Record.
-        record, self._kept = tree_record(self, proposal, p, ver, committed)
-        t3 = time.perf_counter()
-        record = evolve(record, draft_ms=(t1 - t0) * 1e3, verify_ms=(t2 - t1) * 1e3, other_ms=(t3 - t2 + t_release) * 1e3)
-        self._kept.records[0] = record
-        if self.eager_records:
-            record.resolve()
-        self.steps.append(record)
-        # a tree's k is its depth budget: the schedule sees the path against the deepest node
-        self.k_current = decoder.schedule.next_k(self.k_current, MAX_K, evolve(record, k=max(x.depth for x in record.tree)))
-        self.hooks.on_step(self, record)
-        if self.done:
-            self.hooks.on_finish(self, self.result())
-            self._release()
-        return record
 
     def _commit(self, new: list[int]) -> list[int]:
         """Append ``new`` to the context, stopping at EOS and at max_new_tokens; -> what was kept."""
@@ -471,21 +414,107 @@ class _PendingQ:
         return self.proposal.q
 
 
+def check_tree_nodes(n: int, most: int | None) -> None:
+    """ValueError when a token tree of ``n`` nodes per step is over the decoder's cap (None: no cap)."""
+    if most is not None and n > most:
+        raise ValueError(
+            f"a token tree of {n} nodes per step is more than this decoder allows (max_tree_nodes={most}); "
+            f"ask the proposer for fewer nodes, e.g. nodes={min(12, most)}"
+        )
+
+
+def _check_q_width(q, logits: torch.Tensor) -> None:
+    if isinstance(q, torch.Tensor) and q.shape[-1] != logits.shape[-1]:
+        raise ValueError(f"the proposer's q has {q.shape[-1]} columns but the target's vocabulary has {logits.shape[-1]}")
+
+
+class _Chain:
+    """A chain x_1..x_k: one forward over the sequence, the prefix rule, rollback drops the rest."""
+
+    @staticmethod
+    def score(session: Session, proposal: Proposal) -> torch.Tensor:
+        feed = torch.cat([session.context[-1:], proposal.tokens])  # [k+1]
+        return forward_logits(session.target.model, feed, session.cache, proposal.k + 1)  # [k+1, V]
+
+    @staticmethod
+    def verify(session: Session, proposal: Proposal, logits: torch.Tensor, p: LazyProbs) -> Verification:
+        sampling = session.decoder.sampling
+        if proposal.deterministic:
+            q = None  # point masses (argmax drafts): q is only shown
+        elif sampling.greedy and proposal.pending():
+            q = _PendingQ(proposal)  # greedy: q(x_i) only for the record
+        else:
+            q = proposal.q  # None for point masses (n-gram)
+        _check_q_width(q, logits)
+        # greedy decides on argmax alone: p is computed only if a record or hook reads it
+        return verify(
+            p if sampling.greedy else p.get(), q, proposal.tokens, generator=session.generator, greedy=sampling.greedy,
+            target_argmax=argmax(logits) if sampling.greedy else None, acceptance=session.decoder.acceptance,
+        )
+
+    @staticmethod
+    def accepted(proposal: Proposal, ver: Verification) -> list[int]:
+        return proposal.tokens[: ver.n_accepted].tolist()
+
+    @staticmethod
+    def keep(cache, proposal: Proposal, ver: Verification) -> None:
+        """Nothing to compact: the rejected drafts are past the rollback point."""
+
+    @staticmethod
+    def record(session, proposal, p, ver, committed, timings):
+        return chain_record(session, proposal, p, ver, committed, timings)
+
+    @staticmethod
+    def as_chain(record: StepRecord) -> StepRecord:
+        return record
+
+
+class _Tree:
+    """A token tree: one forward over every node (tree attention mask), the sibling rule walked
+    from the root, only the accepted path kept in the cache."""
+
+    @staticmethod
+    def score(session: Session, proposal: Proposal) -> torch.Tensor:
+        return score_tree(session.target.model, session.cache, session.context[-1:], proposal.tokens, proposal.parents)  # [n+1, V]
+
+    @staticmethod
+    def verify(session: Session, proposal: Proposal, logits: torch.Tensor, p: LazyProbs) -> TreeVerification:
+        sampling = session.decoder.sampling
+        q = proposal.q_for_rule
+        _check_q_width(q, logits)
+        return verify_tree(
+            p.get(), q, proposal.tokens, proposal.parents, generator=session.generator, greedy=sampling.greedy,
+            target_argmax=argmax(logits) if sampling.greedy else None,
+        )
+
+    @staticmethod
+    def accepted(proposal: Proposal, ver: TreeVerification) -> list[int]:
+        return proposal.tokens[list(ver.path)].tolist()
+
+    @staticmethod
+    def keep(cache, proposal: Proposal, ver: TreeVerification) -> None:
+        keep_path(cache, proposal.k, ver.path)  # the root and the accepted path
+
+    @staticmethod
+    def record(session, proposal, p, ver, committed, timings):
+        return tree_record(session, proposal, p, ver, committed, timings)
+
+    @staticmethod
+    def as_chain(record: StepRecord) -> StepRecord:
+        """What the k schedule sees: a tree's k is its depth budget, so the path against the deepest node."""
+        return evolve(record, k=drafted_positions(record))
+
+
+_CHAIN, _TREE = _Chain(), _Tree()
+
+
 def compute_stats(steps: Sequence[StepRecord], prefill_ms: float = 0.0, target_forwards: int | None = None) -> Stats:
     """Metrics from step records (docs/architecture.md, "Metrics"); usable on a trace loaded back from disk."""
     n_steps = len(steps)
     drafted = sum(s.k for s in steps)
-    # drafts cut off by EOS / max_new_tokens were never committed, so they are not counted
-    accepted = sum(min(s.n_accepted, s.n_committed) for s in steps)
+    accepted = sum(accepted_positions(s) for s in steps)  # drafts cut off by EOS / max_new_tokens do not count
     new_tokens = sum(s.n_committed for s in steps)
-    # a tree's positions are its depths: position i was reached by steps with a node at depth i+1
-    depth = [max((x.depth for x in s.tree), default=0) if s.tree else s.k for s in steps]
-    max_k = max(depth, default=0)
-    per_position = tuple(
-        sum(1 for s, d in zip(steps, depth) if d > i and min(s.n_accepted, s.n_committed) > i)
-        / max(1, sum(1 for d in depth if d > i))
-        for i in range(max_k)
-    )
+    hits, trials = step_position_counts(steps)  # a tree's positions are its depths
     draft_ms = sum(s.draft_ms for s in steps)
     verify_ms = sum(s.verify_ms for s in steps)
     other_ms = sum(s.other_ms for s in steps)
@@ -497,7 +526,7 @@ def compute_stats(steps: Sequence[StepRecord], prefill_ms: float = 0.0, target_f
         new_tokens=new_tokens,
         acceptance_rate=accepted / drafted if drafted else 0.0,
         mean_acceptance_length=new_tokens / n_steps if n_steps else 0.0,
-        per_position=per_position,
+        per_position=tuple(h / max(1, t) for h, t in zip(hits, trials)),
         wall_s=wall_s,
         tokens_per_s=new_tokens / wall_s if wall_s > 0 else 0.0,
         target_forwards=target_forwards if target_forwards is not None else n_steps,

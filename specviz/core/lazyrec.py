@@ -25,6 +25,11 @@ class LazyProbs:
     def __init__(self, logits: torch.Tensor, sampling):
         self.logits, self.sampling, self._p = logits, sampling, None
 
+    @property
+    def shape(self) -> torch.Size:
+        """p's shape, [n, V], known without computing p."""
+        return self.logits.shape
+
     def get(self) -> torch.Tensor:
         if self._p is None:
             self._p = logits_to_probs(self.logits, self.sampling)  # [n, V]
@@ -77,14 +82,17 @@ class StepTensors:
         self.records = []
 
 
-def chain_record(session, proposal, p: LazyProbs, ver, committed: list[int], k: int, timings) -> tuple[StepRecord, StepTensors]:
-    """The StepRecord of a chain step, its costly fields deferred; -> (record, kept tensors)."""
+def chain_record(session, proposal, p: LazyProbs, ver, committed: list[int],
+                 timings: tuple[float, float, float]) -> tuple[StepRecord, StepTensors]:
+    """The StepRecord of a chain step, its costly fields deferred; -> (record, kept tensors).
+    ``timings``: (draft, verify, other) ms."""
     texts = session.decoder.texts
+    k = proposal.k
     kept = StepTensors(texts, p, proposal, ver)
     lazy = kept.lazy
     n = ver.n_accepted
     ids = proposal.tokens.tolist()
-    has_q = proposal.__dict__["_lazy_q"] is not None  # without computing a pending q
+    has_q = proposal.has_q  # without computing a pending q
     vals = _Floats(ver)
     u = ver.u.tolist() if ver.u is not None else [None] * k
     threshold = ver.threshold.tolist() if ver.threshold is not None else [None] * k

@@ -80,6 +80,11 @@ class LazyFields:
         """Names of Lazy fields not computed yet."""
         return tuple(key[6:] for key, v in self.__dict__.items() if key.startswith("_lazy_") and type(v) is Deferred)
 
+    def given(self, name: str) -> bool:
+        """Whether the Lazy field ``name`` holds something other than None, without computing it
+        (a pending value counts as given)."""
+        return self.__dict__["_lazy_" + name] is not None
+
     def resolve(self) -> "LazyFields":
         """Compute every pending field now (nested records too); -> self."""
         for name in self.pending():
@@ -165,6 +170,25 @@ class Proposal(LazyFields):
     def q_for_rule(self) -> torch.Tensor | None:
         """The q the acceptance rule uses: None (point masses) when the draft was deterministic."""
         return None if self.deterministic else self.q
+
+    @property
+    def has_q(self) -> bool:
+        """Whether the proposer gave q (computed or pending), without computing a pending q."""
+        return self.given("q")
+
+    def head(self, k: int) -> "Proposal":
+        """The first k drafts of a chain; a q is sliced when first read."""
+        if k >= self.k:
+            return self
+        q = Deferred(lambda: self.q[:k]) if self.has_q else None  # [k, V]
+        return evolve(self, tokens=self.tokens[:k], q=q)
+
+    def select(self, nodes: list[int], parents: torch.Tensor) -> "Proposal":
+        """A tree's nodes ``nodes`` (indices, in order) with their re-indexed ``parents``; a q is
+        sliced when first read."""
+        idx = torch.tensor(nodes, dtype=torch.long, device=self.tokens.device)  # [m]
+        q = Deferred(lambda: self.q[idx]) if self.has_q else None  # [m, V]
+        return evolve(self, tokens=self.tokens[idx], q=q, parents=parents)
 
 
 @dataclass(frozen=True)

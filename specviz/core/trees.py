@@ -4,13 +4,12 @@ text markup and the per-position metrics already understand)."""
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import torch
 
 from .algorithm import TreeVerification, tree_depths
-from .lazyrec import StepTensors
+from .lazyrec import LazyProbs, StepTensors
 from .records import DraftDecision, Proposal, StepRecord, TreeNode
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -25,28 +24,24 @@ def prune_tree(proposal: Proposal, k: int) -> Proposal:
     kept = [i for i, d in enumerate(depth) if d <= k]
     new_index = {old: new for new, old in enumerate(kept)}
     parents = [(-1 if a < 0 else new_index[a]) for a in proposal.parents[kept].tolist()]
-    idx = torch.tensor(kept, dtype=torch.long, device=proposal.tokens.device)
-    return replace(
-        proposal,
-        tokens=proposal.tokens[idx],
-        q=None if proposal.q is None else proposal.q[idx],
-        parents=torch.tensor(parents, dtype=torch.long, device=proposal.tokens.device),
-    )
+    return proposal.select(kept, torch.tensor(parents, dtype=torch.long, device=proposal.tokens.device))  # [m]
 
 
-def tree_record(session: "Session", proposal: Proposal, p: torch.Tensor, ver: TreeVerification, committed: list[int]):
-    """(The StepRecord of a tree step, the tensors its pending fields are computed from). ``drafts`` is the chain view: the accepted path, then the
-    first child tried and rejected at the depth where the walk stopped (if any)."""
+def tree_record(session: "Session", proposal: Proposal, p: LazyProbs, ver: TreeVerification, committed: list[int],
+                timings: tuple[float, float, float]) -> tuple[StepRecord, StepTensors]:
+    """The StepRecord of a tree step, its top-10 lists deferred; -> (record, kept tensors).
+    ``drafts`` is the chain view: the accepted path, then the first child tried and rejected at
+    the depth where the walk stopped (if any). ``timings``: (draft, verify, other) ms."""
     texts = session.decoder.texts
     tokens, parents = proposal.tokens.tolist(), proposal.parents.tolist()
     n = len(tokens)
     depth = tree_depths(proposal.parents)
-    kept = StepTensors(texts, _Ready(p), proposal, ver)  # the top-10 lists are computed when read
+    kept = StepTensors(texts, p, proposal, ver)  # the top-10 lists are computed when read
     lazy = kept.lazy
-    has_q = proposal.q is not None and n
+    has_q = proposal.has_q and n > 0
     top_q = [lazy(lambda i=i: kept.top_q(i)) if has_q else () for i in range(n)]
     p_x, q_x = ver.p_x.tolist(), ver.q_x.tolist()
-    if proposal.q is not None and n:  # the draft's q(x), shown even where the rule used point masses
+    if has_q:  # the draft's q(x), shown even where the rule used point masses
         q_x = proposal.q[torch.arange(n, device=proposal.q.device), proposal.tokens].tolist()
     nodes = tuple(
         TreeNode(
@@ -80,14 +75,14 @@ def tree_record(session: "Session", proposal: Proposal, p: torch.Tensor, ver: Tr
         next_token_id=ver.next_token,
         next_token_text=texts(ver.next_token),
         next_kind="resampled" if ver.resampled else "bonus",
-        next_p=float(p[row, ver.next_token]),
+        next_p=float(p.get()[row, ver.next_token]),
         top_next=lazy(lambda: kept.top_p(row)),
         top_residual=top_residual,
         committed=tuple(committed),
         committed_text=tuple(texts(t) for t in committed),
-        draft_ms=0.0,
-        verify_ms=0.0,
-        other_ms=0.0,
+        draft_ms=timings[0],
+        verify_ms=timings[1],
+        other_ms=timings[2],
         finished=session.finished,
         info=dict(proposal.info),
         rule="exact",
@@ -96,13 +91,3 @@ def tree_record(session: "Session", proposal: Proposal, p: torch.Tensor, ver: Tr
     )
     kept.records = [record, *drafts, *nodes]
     return record, kept
-
-
-class _Ready:
-    """An already computed p, with the LazyProbs interface."""
-
-    def __init__(self, p: torch.Tensor):
-        self.p = p
-
-    def get(self) -> torch.Tensor:
-        return self.p

@@ -26,6 +26,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
+from ..core.stats import position_counts
+
 __all__ = ["RequestStats", "parse_vllm", "parse_sglang", "parse_llamacpp", "parse_request_stats",
            "engine_from_body", "positions_from_steps", "positions_from_histogram"]
 
@@ -216,15 +218,9 @@ def engine_from_body(body: Mapping[str, Any]) -> str | None:
 
 def positions_from_steps(per_step_accepted: Sequence[int], per_step_drafted: Sequence[int]) -> tuple[list[int], list[int]]:
     """Exact per-position (hits, trials) from per-step arrays: position i was tried in a step that
-    drafted more than i tokens and accepted when more than i were accepted."""
-    width = max(per_step_drafted, default=0)
-    hits, trials = [0] * width, [0] * width
-    for a, n in zip(per_step_accepted, per_step_drafted):
-        for i in range(n):
-            trials[i] += 1
-            if i < a:
-                hits[i] += 1
-    return hits, trials
+    drafted more than i tokens and accepted when more than i were accepted (the engine's own
+    definition, :func:`specviz.core.stats.position_counts`)."""
+    return position_counts(per_step_accepted, per_step_drafted)
 
 
 def positions_from_histogram(histogram: Sequence[int], k: int | None = None) -> tuple[list[int], list[int]]:
