@@ -226,6 +226,13 @@ def test_cost_model_with_a_stand_in_clock(tiny, tmp_path):
     assert not cached3 and "tiny-draft" in more.drafts and more.target_s == first.target_s
 
 
+def test_a_busy_machine_is_said():
+    from dataclasses import replace
+
+    assert cost_model().busy is None
+    assert "the machine was busy while measuring (load 9.0 on 2 cores)" in replace(cost_model(), load=9.0, cores=2).table()
+
+
 def test_curves_are_monotone_and_interpolated():
     assert C.monotone({1: 1.0, 2: 3.0, 3: 2.0, 4: 5.0}) == {1: 1.0, 2: 2.5, 3: 2.5, 4: 5.0}
     assert C.interpolate({2: 1.0, 4: 3.0}, 3) == 2.0 and C.interpolate({2: 1.0, 4: 3.0}, 6) == 5.0

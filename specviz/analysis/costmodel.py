@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import platform
 import statistics
 import time
@@ -72,6 +73,16 @@ class CostModel:
     drafts: dict[str, DraftCost] = field(default_factory=dict)
     measured_s: float = 0.0  # how long measuring took
     target_raw_s: dict[int, float] = field(default_factory=dict)  # t(n) as measured (the fastest repeat), before smoothing
+    load: float | None = None  # the machine's 1-minute load average when measured (None: unknown)
+    cores: int | None = None  # CPU cores the OS reports
+
+    @property
+    def busy(self) -> str | None:
+        """A sentence when other work loaded the machine while measuring (load above its cores), else None."""
+        if self.load is None or not self.cores or self.load <= self.cores:
+            return None
+        return (f"the machine was busy while measuring (load {self.load:.1f} on {self.cores} cores): the costs are "
+                "noisy; measure again when it is quieter (--refresh-costs)")
 
     def t(self, n: int) -> float:
         """t(n), linear between measured points and beyond the last two."""
@@ -111,8 +122,9 @@ class CostModel:
         """The cost model as a text table (the CLI prints it)."""
         lines = [f"Costs on {self.machine} ({self.threads} threads, torch {self.torch}), {self.target} {self.dtype}, "
                  f"context {self.context} tokens, measured in {self.measured_s:.1f} s:"]
-        if self.static_decode:
-            lines.append(f"  note: {self.static_decode}")
+        for note in (self.static_decode, self.busy):
+            if note:
+                lines.append(f"  note: {note}")
         lines.append(f"  {'n':>3} {'t(n) ms':>8} {'raw ms':>8} {'v(n)':>6} {'tree ms':>8}")
         for n in sorted(self.target_s):
             tree = f"{1e3 * self.tree_s[n]:8.2f}" if n in self.tree_s else f"{'':>8}"
@@ -144,7 +156,8 @@ class CostModel:
         fields = {k: d[k] for k in ("key", "machine", "target", "dtype", "torch", "threads", "context", "static_decode",
                                     "step_overhead_s", "prefill_s")}
         return cls(**fields, target_s=ints(d["target_s"]), tree_s=ints(d["tree_s"]), lookup_s=dict(d.get("lookup_s") or {}),
-                   drafts=drafts, measured_s=float(d.get("measured_s", 0.0)), target_raw_s=ints(d.get("target_raw_s")))
+                   drafts=drafts, measured_s=float(d.get("measured_s", 0.0)), target_raw_s=ints(d.get("target_raw_s")),
+                   load=d.get("load"), cores=d.get("cores"))
 
 
 def monotone(points: dict[int, float]) -> dict[int, float]:
@@ -232,6 +245,13 @@ def _tokens(model, n: int, seed: int) -> torch.Tensor:
     return torch.randint(3, min(vocab_size(model), 32_000), (n,), generator=gen)  # [n]
 
 
+def _load() -> float | None:
+    try:
+        return os.getloadavg()[0]
+    except (OSError, AttributeError):
+        return None
+
+
 def _why_not_static(model) -> str | None:
     from ..runtime.static_decode import enabled, supports
 
@@ -303,7 +323,7 @@ def measure(target, *, context: int = 256, max_n: int = MAX_N, repeats: int = 5,
         dtype=str(target.dtype).removeprefix("torch."), torch=torch.__version__, threads=torch.get_num_threads(),
         context=context, static_decode=_why_not_static(model), target_s=target_s,
         tree_s=monotone({n: _quiet(v) for n, v in tree.items()}), step_overhead_s=overhead, prefill_s=prefill,
-        lookup_s=_lookups(context, clock), target_raw_s=raw,
+        lookup_s=_lookups(context, clock), target_raw_s=raw, load=_load(), cores=os.cpu_count(),
     )
     for d in drafts:
         model_cost = with_draft(model_cost, measure_draft(d, context=context, clock=clock, repeats=repeats))

@@ -187,7 +187,7 @@ def advise(target, specs: Sequence[str], prompts: Sequence[PromptRow], *, cache_
         say(f"cost model {'read from the cache' if cached else 'measured'} in {time.perf_counter() - t0:.1f} s")
     cals = calibrate(target, candidates, prompts, k=max(ks), min_drafted=min_drafted, max_new_tokens=max_new_tokens,
                      sampling=sampling, chat=chat, seed=seed, say=say)
-    notes: list[str] = [cost.static_decode] if cost.static_decode else []
+    notes: list[str] = [n for n in (cost.static_decode, cost.busy) if n]
     shapes: dict[str, str] = {}
     forecasts: list[A.Forecast] = []
     for cand in candidates:
