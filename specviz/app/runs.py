@@ -61,7 +61,7 @@ TAKES_OPTIONS: tuple[str, ...] = tuple(k.prefix for k in REGISTRY if k.options) 
 NGRAM_TREE_N = 3  # the n-gram length ngram-tree uses without ":N" (the registry's default)
 
 
-OPTION_EXAMPLES = {"policy": "argmax", "vocab": "16384", "nodes": "8", "width": "2"}  # a value to show for each option key
+OPTION_EXAMPLES = {"policy": "argmax", "vocab": "16384", "nodes": "8", "width": "2", "shape": "2111"}  # a value to show for each option key
 
 
 def options_example(prefix: str) -> str:
