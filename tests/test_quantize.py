@@ -8,7 +8,7 @@ import warnings
 import pytest
 import torch
 
-from specviz.runtime.quantize import Int8Linear, Int8Options, quantize_int8, smoothing_scales
+from specviz.runtime.quantize import _QUANTIZED_DEPRECATED, Int8Linear, Int8Options, quantize_int8, smoothing_scales
 from tests.support.tiny import make_llama
 
 
@@ -77,8 +77,9 @@ def test_quantize_int8_keeps_a_tiny_model_with_outliers_close(outlier_model, tok
     with torch.inference_mode():
         ref = outlier_model(input_ids=ids).logits[0]  # [n, V]
         ours = quantize_int8(copy.deepcopy(outlier_model), tokenizer)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
+        with warnings.catch_warnings():  # the baseline is torch.ao's deprecated quantize_dynamic
+            warnings.filterwarnings("ignore", r"torch\.ao\.quantization is deprecated", DeprecationWarning)
+            warnings.filterwarnings("ignore", _QUANTIZED_DEPRECATED, UserWarning)
             from torch.ao.quantization import quantize_dynamic
 
             naive = quantize_dynamic(copy.deepcopy(outlier_model), {torch.nn.Linear}, dtype=torch.qint8)

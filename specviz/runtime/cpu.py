@@ -9,7 +9,8 @@ AMD EPYC (Zen 3) oneDNN wins at every width (1 row 55.5 ms vs 28.2, 3 rows 175 v
 carried from one CPU decides: :func:`speed_up_lm_head` times both kernels on the model's own head at
 every width from 1 to :data:`MEASURED_ROWS` rows (interleaved, median of a few), picks the faster per
 width, and caches the choice as JSON (per CPU model and ISA flags, torch version, thread count,
-head shape and dtype) in the directory its caller passes, so a later load does not measure.
+head shape and dtype) in the directory its caller passes, so a later load does not measure (delete
+``lm_head_kernels.json`` there to measure again, e.g. after measuring on a busy machine).
 :func:`head_kernel_report` gives the choice and both timings per width (``python benchmarks/lm_head.py``
 prints the table). Both kernels compute the same product; they differ in float rounding (~1e-4 on
 logits), as any two GEMM kernels do.
