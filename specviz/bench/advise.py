@@ -222,9 +222,9 @@ def format_advice(advice: Advice, top: int | None = None) -> str:
              f"{advice.max_new_tokens} new tokens each; 95% intervals from the acceptance counts):",
              f"  {'#':>3} {'configuration':<44} {'tau':>5} {'tau interval':>13} {'step ms':>8} {'speedup':>8} {'interval':>13}"]
     for i, f in enumerate(advice.forecasts[:top] if top else advice.forecasts, 1):
-        label = f.label + (f" ({f.extra['tree']})" if f.extra.get("tree") else "")
-        lines.append(f"  {i:>3} {label:<44} {f.tau:5.2f} {f.tau_lo:6.2f}-{f.tau_hi:<6.2f} {1e3 * f.step_s:8.2f} "
-                     f"{f.speedup:7.2f}x {f.speedup_lo:6.2f}-{f.speedup_hi:.2f}x")
+        tree = f"  {f.extra['tree']}" if f.extra.get("tree") else ""
+        lines.append(f"  {i:>3} {f.label:<44} {f.tau:5.2f} {f.tau_lo:6.2f}-{f.tau_hi:<6.2f} {1e3 * f.step_s:8.2f} "
+                     f"{f.speedup:7.2f}x {f.speedup_lo:6.2f}-{f.speedup_hi:.2f}x{tree}")
     lines.append(f"  (target-only: {1e3 * advice.cost.base_step_s:.2f} ms per step, 1.00x)")
     for n in advice.notes:
         lines.append(f"Note: {n}")
