@@ -109,7 +109,8 @@ def calibrate(target, candidates: Sequence[Candidate], prompts: Sequence[PromptR
               min_drafted: int = 300, max_new_tokens: int = 64, sampling: Sampling = Sampling(), chat: bool = True,
               seed: int = 0, say: Say | None = None) -> dict[str, Any]:
     """spec -> its calibration counts: each candidate's calibration proposer at ``k`` on the
-    prompts in turn until it has drafted ``min_drafted`` tokens (or the prompts run out)."""
+    prompts in turn until it has drafted ``min_drafted`` positions (a tree: its depth per step)
+    on every kind (category) of prompt given, or the prompts run out."""
     runs_by: dict[str, tuple[list[list[Any]], float]] = {}
     out: dict[str, Any] = {}
     for cand in candidates:
@@ -118,17 +119,19 @@ def calibrate(target, candidates: Sequence[Candidate], prompts: Sequence[PromptR
             decoder = SpeculativeDecoder(target, cand.proposer, k=k, sampling=sampling)
             runs, drafted = [], 0
             records = "full" if cand.kind == "draft-tree" else "lean"  # a draft tree's ranks read the draft's top-10 of q
+            kinds, seen = {row.category for row in prompts}, set()
             for row in prompts:
                 session = decoder.start(row.prompt, max_new_tokens=max_new_tokens, seed=seed, chat=chat, records=records)
                 while not session.done:
                     session.step()
                 runs.append(list(session.steps))
-                drafted += sum(s.k for s in session.steps)
-                if drafted >= min_drafted:
+                drafted += sum(_positions(s) for s in session.steps)
+                seen.add(row.category)
+                if drafted >= min_drafted and seen >= kinds:  # enough drafts, and every kind of prompt at least once
                     break
             runs_by[cand.calibrate_spec] = (runs, time.perf_counter() - t0)
             if say:
-                say(f"calibrated {cand.calibrate_spec}: {drafted} tokens drafted on {len(runs)} prompts "
+                say(f"calibrated {cand.calibrate_spec}: {drafted} positions drafted on {len(runs)} prompts "
                     f"in {runs_by[cand.calibrate_spec][1]:.1f} s")
         runs, _ = runs_by[cand.calibrate_spec]
         if cand.kind == "ngram-tree":
@@ -138,6 +141,11 @@ def calibrate(target, candidates: Sequence[Candidate], prompts: Sequence[PromptR
         else:
             out[cand.spec] = A.chain_calibration(cand.spec, runs, k, max_new_tokens=max_new_tokens)
     return out
+
+
+def _positions(s) -> int:
+    """Draft positions a step offered: its drafts (a chain) or its depth (a tree: 64 nodes are not 64 positions)."""
+    return max((x.depth for x in s.tree), default=0) if s.tree else s.k
 
 
 def _shape_spec(cand: Candidate, shape: str) -> str:
