@@ -213,7 +213,7 @@ def test_cost_model_with_a_stand_in_clock(tiny, tmp_path):
     target, draft = tiny
     cost = C.measure(target, context=32, repeats=2, clock=Clock(), drafts=[draft])
     assert cost.target_s == {n: pytest.approx(0.001) for n in range(1, 18)}
-    assert set(cost.tree_s) == set(C.TREE_NS) and cost.step_overhead_s == pytest.approx(0.0, abs=1e-12)
+    assert set(cost.tree_s) == set(C.TREE_NS) and 0.0 <= cost.step_overhead_s < 0.05  # the engine's own clock
     assert cost.drafts["tiny-draft"].step_s == pytest.approx(0.001) and cost.lookup_s["ngram"] == pytest.approx(0.001)
     assert cost.context == 32 and cost.machine
     assert C.CostModel.from_dict(json.loads(json.dumps(cost.to_dict()))) == cost

@@ -7,7 +7,7 @@ where the model has one, so the traced body and the LM-head kernel choice are in
 ``runtime.kv.forward_logits`` for chains and ``score_tree`` plus the probabilities for trees, a
 draft's one-token step on its own session cache, a draft tree's level forward on its
 DynamicCache, the n-gram lookups on a context that repeats itself, and the engine's own
-bookkeeping per step (target-only steps minus t(1)).
+bookkeeping per step (a target-only step's time outside its forward, from its records).
 
 :func:`measure` takes a stand-in ``clock`` for tests; :func:`load_or_measure` keeps the result as
 JSON under a cache directory, keyed by the machine (CPU model and flags), the model, its dtype,
@@ -280,6 +280,8 @@ def measure(target, *, context: int = 256, max_n: int = MAX_N, repeats: int = 5,
     prompt = _tokens(model, context, 0).to(device)  # [context]
     new = _tokens(model, max_n, 1).to(device)  # [max_n]
     cache = session_cache(model)
+    forward_logits(model, prompt[:-1], cache, 1)  # once untimed: a first call may trace the static step
+    rollback(cache, 0)
     t0 = clock()
     forward_logits(model, prompt[:-1], cache, 1)  # the prefill, as Session._prefill runs it
     prefill = clock() - t0
@@ -317,7 +319,7 @@ def measure(target, *, context: int = 256, max_n: int = MAX_N, repeats: int = 5,
             tree[n].append(clock() - t0)
     raw = {n: _quiet(v) for n, v in chain.items()}
     target_s = monotone(raw)
-    overhead = _step_overhead(target, context, target_s[1], clock)
+    overhead = _step_overhead(target, context)
     model_cost = CostModel(
         key=cost_key(target, context), machine=machine(), target=str(target.name),
         dtype=str(target.dtype).removeprefix("torch."), torch=torch.__version__, threads=torch.get_num_threads(),
@@ -330,20 +332,17 @@ def measure(target, *, context: int = 256, max_n: int = MAX_N, repeats: int = 5,
     return replace(model_cost, measured_s=clock() - start)
 
 
-def _step_overhead(target, context: int, t1: float, clock) -> float:
-    """Seconds per target-only engine step beyond t(1) (verify, commit, records), never below 0."""
+def _step_overhead(target, context: int) -> float:
+    """Seconds per target-only engine step beyond its forward: the step records' own ``other_ms``
+    (verify, commit, records; the engine's clock, so a stand-in clock does not reach it)."""
     from ..core.engine import SpeculativeDecoder
 
     steps = 8
     ids = _tokens(target.model, context, 2).tolist()
     session = SpeculativeDecoder(target, None).start(ids, max_new_tokens=steps + 1, records="lean")
-    session.step()  # the prefill and a warm step
-    times = []
     while not session.done:
-        t0 = clock()
         session.step()
-        times.append(clock() - t0)
-    return max(0.0, _quiet(times) - t1)
+    return _quiet([s.other_ms / 1e3 for s in session.steps[1:]])
 
 
 def _lookups(context: int, clock, repeats: int = 20) -> dict[str, float]:
@@ -376,6 +375,8 @@ def measure_draft(draft, *, context: int = 256, repeats: int = 5, clock: Callabl
     prompt = _tokens(model, context, 0).to(device)  # [context]
     new = _tokens(model, 4, 1).to(device)  # [4]
     cache = session_cache(model)
+    forward_logits(model, prompt, cache, 1)  # once untimed: a first call may trace the static step
+    rollback(cache, 0)
     t0 = clock()
     forward_logits(model, prompt, cache, 1)
     prefill = clock() - t0
