@@ -113,6 +113,15 @@ def first_row(example: tuple) -> tuple:
     return (*(t[:1] for t in rows), keys, values)
 
 
+def two_wide(example: tuple) -> tuple:
+    """The example with at least two tokens (its first row repeated), for a graph that must not
+    specialise the width to 1; only for tracing with fake tensors, never run."""
+    if int(example[0].shape[0]) > 1:
+        return example
+    *rows, keys, values = example
+    return (*(torch.cat([t[:1], t[:1]]) for t in rows), keys, values)
+
+
 class _Labelled:
     """A step with a note on how it was built (for the log line)."""
 
@@ -133,8 +142,32 @@ def _eager(body: torch.nn.Module, example: tuple, directory: Path | None) -> Ste
 # -- torch.compile -------------------------------------------------------------------------------
 
 
+def mark(t: torch.Tensor, dim: int) -> None:
+    """Tell Dynamo that ``t``'s size ``dim`` varies (width n, context span S, capacity C) rather
+    than letting it share a symbol with an equal fixed size (duck sizing: a span of 640 would be
+    specialised with gemma-3-270m's hidden size) or specialise on the first size seen."""
+    torch._dynamo.maybe_mark_dynamic(t, dim)
+
+
 def _compile(body: torch.nn.Module, example: tuple, directory: Path | None) -> Step:
-    step = torch.compile(body, dynamic=True, fullgraph=bool(getattr(body, "any_width", False)))
+    fullgraph = bool(getattr(body, "any_width", False))  # an int8 row loop breaks the graph
+    config = torch._dynamo.config  # every body's layer is one code object, each body up to four graphs of it
+    config.recompile_limit = max(config.recompile_limit, 64)  # (width 1 or more, span below or at capacity)
+    if hasattr(body, "run_layers"):  # one decoder layer compiled, its graph shared by every layer
+        compiled = torch.compile(body.layer, fullgraph=fullgraph)
+
+        def layer(h, module, w, pos, cos, sin, mask, keys, values):
+            mark(h, 0)
+            return compiled(h, module, w, pos, cos, sin, mask, keys, values)
+
+        def step(tokens, pos, cos, sin, cos_local, sin_local, mask, mask_local, keys, values):
+            for t in (pos, cos, sin, cos_local, sin_local, mask, mask_local):
+                mark(t, 0)
+            for t in (mask, mask_local, keys[0], values[0]):
+                mark(t, t.dim() - 1 if t.dim() == 2 else 1)
+            return body.run_layers(layer, tokens, pos, cos, sin, cos_local, sin_local, mask, mask_local, keys, values)
+    else:
+        step = torch.compile(body, dynamic=True, fullgraph=fullgraph)
     if int(example[0].shape[0]) > 1:
         step(*first_row(example))  # the width-1 graph (Dynamo specialises size 1)
     step(*example)  # compiles here, not in the session's first timed step
@@ -184,7 +217,7 @@ def _export(body: torch.nn.Module, example: tuple, directory: Path | None) -> St
     note = f"loaded {path}"
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
-        program = torch.export.export(body, example, dynamic_shapes=_dynamic_shapes(), strict=False)
+        program = torch.export.export(body, two_wide(example), dynamic_shapes=_dynamic_shapes(), strict=False)
         tmp = path.with_name(f"{path.stem}.{os.getpid()}.{threading.get_ident()}.tmp.pt2")
         torch._inductor.aoti_compile_and_package(
             program, package_path=str(tmp), inductor_configs={"aot_inductor.package_constants_in_so": False})

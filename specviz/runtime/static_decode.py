@@ -1,4 +1,4 @@
-"""A lean decode step on the CPU: static KV buffers, one traced graph per model.
+"""A lean decode step on the CPU: static KV buffers, one compiled (or traced) body per model.
 
 For a small model most of a decode step is not the matrix products: gemma-3-270m's int8 copy
 spends about 6 ms of a 24 ms token in its int8 GEMMs and the rest in Python and in ~2,000 small
@@ -12,16 +12,20 @@ target-only decoding; n = k + 1: the target's verify pass):
   type (causal, and the sliding window for Gemma 3's local layers); a rollback moves the length;
 - RMSNorm is one fused ``F.rms_norm`` with its scale precomputed (Gemma's 1 + w);
 - the rotary tables come from the model's own rotary module, once per capacity;
-- the function is traced once per model (``torch.jit.trace``, about a second, logged) into a
-  graph that runs without the Python interpreter between ops, by TorchScript's plain
-  interpreter; every shape in it is written with -1 for n, so with plain ``nn.Linear``
-  projections one trace serves every width (tested). A dynamic-int8 copy's projections loop over
-  their rows in Python, which a trace unrolls: its chain feeds go one token at a time through a
-  one-token graph, and a tree gets a graph per width.
+- the function runs through a runner (:mod:`specviz.runtime.runners`): ``eager`` (op by op from
+  Python), ``compile`` (``torch.compile``: one decoder layer compiled, shared by every layer),
+  ``export`` (``torch.export`` + AOTInductor, a package on disk built once per model and torch
+  version) or ``trace`` (TorchScript, its plan fixed once at build). Each model keeps the fastest
+  of :data:`AUTO` measured on its first call, or the one ``SPECVIZ_STATIC_DECODE`` names
+  (:func:`mode`); any runner that fails gives way to eager, said once in the log. Building is
+  logged and counted (:func:`trace_seconds`). Every shape in the body is written with -1 for n,
+  so with plain ``nn.Linear`` projections one build serves every width (tested). A dynamic-int8
+  copy's projections loop over their rows in Python, which a graph unrolls: its chain feeds go
+  one token at a time through a one-token graph, and a tree gets a graph per width.
 
-The output head stays outside the trace (a vocab=N draft's head reads its session's context
+The output head stays outside the body (a vocab=N draft's head reads its session's context
 rows; a large target head keeps its measured kernel switch, :mod:`specviz.runtime.cpu`), so the logits are
-the model's own head applied to the traced body's hidden states. A prompt is prefilled by the
+the model's own head applied to the body's hidden states. A prompt is prefilled by the
 model's own batched forward and its keys and values copied in.
 
 Only Llama- and Gemma-3-text-architecture models in float32 on the CPU are served (the built-in
@@ -158,7 +162,7 @@ class _Body(torch.nn.Module):
         projections = [m for layer in self.layers for m in (
             layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj, layer.self_attn.o_proj,
             layer.mlp.gate_proj, layer.mlp.up_proj, layer.mlp.down_proj)]
-        self.any_width = all(type(m) is torch.nn.Linear for m in projections)  # one trace serves every n
+        self.any_width = all(type(m) is torch.nn.Linear for m in projections)  # one build serves every n
 
     def _rope(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:  # [n, h, hd]
         half = self.head_dim // 2
@@ -166,36 +170,46 @@ class _Body(torch.nn.Module):
 
     def forward(self, tokens, pos, cos, sin, cos_local, sin_local, mask, mask_local, keys, values):
         # tokens, pos [n] long; cos/sin [n, 1, hd]; masks [n, S] additive; keys/values [layers, kv, C, hd] (C >= S)
-        # Every shape below is written with -1 for n, so one trace serves any number of tokens.
+        return self.run_layers(self.layer, tokens, pos, cos, sin, cos_local, sin_local, mask, mask_local, keys, values)
+
+    def run_layers(self, layer_step, tokens, pos, cos, sin, cos_local, sin_local, mask, mask_local, keys, values):
+        """The forward with each decoder layer run by ``layer_step`` (:meth:`layer`, or a compiled
+        copy of it that every layer shares: specviz.runtime.runners)."""
+        h = F.embedding(tokens, self.embedding) * self.embed_scale  # [n, d]
+        for i, layer in enumerate(self.layers):
+            w = [getattr(self, name) for name in self.norms[i]]
+            rows = (cos_local, sin_local, mask_local) if self.local[i] else (cos, sin, mask)
+            h = layer_step(h, layer, w, pos, *rows, keys[i], values[i])
+        return F.rms_norm(h, (self.d,), self.final, self.eps)  # [n, d]
+
+    def layer(self, h, layer, w, pos, cos, sin, mask, keys, values):
+        """One decoder layer: h [n, d] -> [n, d]; writes the tokens' keys and values [kv, n, hd] into
+        ``keys``/``values`` [kv, C, hd] at ``pos``. Every shape is written with -1 for n, so one
+        graph (trace, export) serves any number of tokens."""
         d, hd, eps = self.d, self.head_dim, self.eps
         kv, group = self.kv_heads, self.heads // self.kv_heads
         span = mask.shape[1]  # S: attention reads the buffers' first S slots (the buffers hold C >= S)
-        h = F.embedding(tokens, self.embedding) * self.embed_scale  # [n, d]
-        for i, layer in enumerate(self.layers):
-            attn, mlp, w = layer.self_attn, layer.mlp, [getattr(self, name) for name in self.norms[i]]
-            x = F.rms_norm(h, (d,), w[0], eps)
-            q = attn.q_proj(x).view(-1, self.heads, hd)  # [n, h, hd]
-            k = attn.k_proj(x).view(-1, kv, hd)  # [n, kv, hd]
-            if self.gemma:
-                q, k = F.rms_norm(q, (hd,), w[4], eps), F.rms_norm(k, (hd,), w[5], eps)
-            c, s, m = (cos_local, sin_local, mask_local) if self.local[i] else (cos, sin, mask)
-            q, k = self._rope(q, c, s), self._rope(k, c, s)
-            keys[i].index_copy_(1, pos, k.transpose(0, 1))  # [kv, n, hd] at the tokens' positions
-            values[i].index_copy_(1, pos, attn.v_proj(x).view(-1, kv, hd).transpose(0, 1))
-            q = q.view(-1, kv, group, hd).permute(1, 2, 0, 3)  # [kv, g, n, hd]: query head j reads kv head j // g
-            seen_k, seen_v = keys[i, :, :span], values[i, :, :span]  # [kv, S, hd]: the slots attention reads
-            scores = torch.matmul(q, seen_k.unsqueeze(1).transpose(2, 3)) * self.scaling  # [kv, g, n, S]
-            o = torch.matmul(torch.softmax(scores + m, dim=-1), seen_v.unsqueeze(1))  # [kv, g, n, hd]
-            o = attn.o_proj(o.permute(2, 0, 1, 3).reshape(-1, self.heads * hd))  # [n, d]
-            if self.gemma:
-                h = h + F.rms_norm(o, (d,), w[1], eps)
-                x = F.rms_norm(h, (d,), w[2], eps)
-                h = h + F.rms_norm(mlp.down_proj(F.gelu(mlp.gate_proj(x), approximate="tanh") * mlp.up_proj(x)), (d,), w[3], eps)
-            else:
-                h = h + o
-                x = F.rms_norm(h, (d,), w[1], eps)
-                h = h + mlp.down_proj(F.silu(mlp.gate_proj(x)) * mlp.up_proj(x))
-        return F.rms_norm(h, (d,), self.final, eps)  # [n, d]
+        attn, mlp = layer.self_attn, layer.mlp
+        x = F.rms_norm(h, (d,), w[0], eps)
+        q = attn.q_proj(x).view(-1, self.heads, hd)  # [n, h, hd]
+        k = attn.k_proj(x).view(-1, kv, hd)  # [n, kv, hd]
+        if self.gemma:
+            q, k = F.rms_norm(q, (hd,), w[4], eps), F.rms_norm(k, (hd,), w[5], eps)
+        q, k = self._rope(q, cos, sin), self._rope(k, cos, sin)
+        keys.index_copy_(1, pos, k.transpose(0, 1))  # [kv, n, hd] at the tokens' positions
+        values.index_copy_(1, pos, attn.v_proj(x).view(-1, kv, hd).transpose(0, 1))
+        q = q.view(-1, kv, group, hd).permute(1, 2, 0, 3)  # [kv, g, n, hd]: query head j reads kv head j // g
+        seen_k, seen_v = keys.narrow(1, 0, span), values.narrow(1, 0, span)  # [kv, S, hd]: the slots attention reads
+        scores = torch.matmul(q, seen_k.unsqueeze(1).transpose(2, 3)) * self.scaling  # [kv, g, n, S]
+        o = torch.matmul(torch.softmax(scores + mask, dim=-1), seen_v.unsqueeze(1))  # [kv, g, n, hd]
+        o = attn.o_proj(o.permute(2, 0, 1, 3).reshape(-1, self.heads * hd))  # [n, d]
+        if self.gemma:
+            h = h + F.rms_norm(o, (d,), w[1], eps)
+            x = F.rms_norm(h, (d,), w[2], eps)
+            return h + F.rms_norm(mlp.down_proj(F.gelu(mlp.gate_proj(x), approximate="tanh") * mlp.up_proj(x)), (d,), w[3], eps)
+        h = h + o
+        x = F.rms_norm(h, (d,), w[1], eps)
+        return h + mlp.down_proj(F.silu(mlp.gate_proj(x)) * mlp.up_proj(x))
 
 
 class StaticKV:
@@ -261,7 +275,7 @@ class StaticKV:
 
 
 class StaticDecoder:
-    """The traced step of one model (shared by every session that drafts or verifies with it)."""
+    """The static step of one model (shared by every session that drafts or verifies with it)."""
 
     def __init__(self, model: torch.nn.Module, package_dir: Path | None = None):
         self._model = weakref.ref(model)  # the cache is keyed weakly on the model: no strong reference back
@@ -317,11 +331,12 @@ class StaticDecoder:
 
     def _inputs(self, cache: StaticKV, tokens: torch.Tensor, p: int, positions: torch.Tensor | None = None,
                 visible: torch.Tensor | None = None) -> tuple:
-        """The traced step's inputs for ``tokens`` [n] written to slots p..p+n-1. A chain's tokens
+        """The body's inputs for ``tokens`` [n] written to slots p..p+n-1. A chain's tokens
         sit at those positions and see every slot before their own; a token tree's (``positions``
         [n], by depth) see the context and the slots ``visible`` [n, n] allows (their ancestors).
-        Attention reads only the buffers' first S = p + n slots rounded up to SPAN (views: the
-        writes land in the buffers), so its cost follows the context, not the capacity."""
+        Attention reads only the buffers' first S = p + n slots rounded up to SPAN (the mask's
+        width; the body narrows the whole buffers to it), so its cost follows the context, not the
+        capacity."""
         n = int(tokens.shape[0])
         cos, sin, cos_l, sin_l = self._rotary(cache.capacity)
         span = min(cache.capacity, -(-(p + n) // SPAN) * SPAN)
@@ -357,7 +372,7 @@ class StaticDecoder:
         cache.reserve(start + n)
         if start == 0 and n > 1:
             return self._prefill(cache, input_ids, keep)
-        if self.body.any_width:  # all n tokens in one traced call
+        if self.body.any_width:  # all n tokens in one call
             example = self._inputs(cache, input_ids, start)
             hidden = self._call(example)[n - keep :]  # [keep, d]
         else:  # one token at a time through the one-token graph (a draft's catch-up feed, any length)
@@ -367,7 +382,7 @@ class StaticDecoder:
 
     @torch.inference_mode()
     def run_tree(self, cache: StaticKV, tokens: torch.Tensor, positions: torch.Tensor, visible: torch.Tensor) -> torch.Tensor:
-        """A token tree's nodes ``tokens`` [m] at ``positions`` [m] in one traced call, each seeing
+        """A token tree's nodes ``tokens`` [m] at ``positions`` [m] in one call, each seeing
         the cached context and the nodes ``visible`` [m, m] allows -> float32 logits [m, V]. The
         nodes take the next m slots; :meth:`StaticKV.keep_slots` keeps the accepted path."""
         m, start = int(tokens.shape[0]), cache.length
