@@ -118,9 +118,10 @@ def _say(args, msg: str) -> None:
 
 
 def _trace_note(meta: dict) -> str:
-    """A note on the warm-up's share spent tracing the static decode step ("" when none was traced)."""
+    """A note on the warm-up's share spent building the static decode step ("" when none was built)."""
     t = meta.get("static_decode_trace_s") or 0.0
-    return f" (of which tracing the static decode step, once per model: {t:.1f} s)" if t > 0 else ""
+    how = f" ({meta['static_decode_runner']})" if meta.get("static_decode_runner") else ""
+    return f" (of which building the static decode step{how}, once per model: {t:.1f} s)" if t > 0 else ""
 
 
 def _sampling(args) -> Sampling:
