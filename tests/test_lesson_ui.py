@@ -180,3 +180,38 @@ def test_defaults_tell_the_true_story_and_avoid_int8_beside_a_gpu(monkeypatch):
     assert "@int8" not in d.draft
     for tour in runs.TOURS:
         assert "@int8" not in str(runs.tour_settings(tour.key, d, cuda=True).get("draft"))
+
+
+def _text(frame):
+    """Every value of a frame as one string (HTML, updates, the figures' JSON)."""
+    return " ".join(str(getattr(v, "plot", v)) for v in frame.values())
+
+
+def test_lesson_mode_opens_each_step_in_its_draft_phase_and_phase_moves_on(tiny_env):
+    from specviz.ui import lesson
+    from specviz.ui import playground as pg
+    from specviz.ui.state import PlaygroundState
+    from specviz.viz.numbers import fmt_prob
+    from specviz.viz.phases import phase_frames
+    from specviz.viz.tree import chain_view
+
+    st = PlaygroundState()
+    lesson.on_lesson_mode(st, True)
+    frames = list(pg.on_step(st, *_raw(tiny_env)))
+    assert st.phase == ("draft", -1) and len(st.steps) == 1
+    page = _text({k: v for f in frames for k, v in f.items()})
+    rec = chain_view(st.steps[0])
+    qs = {fmt_prob(d.q) for d in rec.drafts}
+    secrets = {fmt_prob(d.p) for d in rec.drafts} | {fmt_prob(d.u) for d in rec.drafts if d.u is not None}
+    for s in secrets - qs - {"—", "1.000"}:
+        assert s not in page, s  # the target's p and the draws are not known in the draft phase
+    assert "resampled" not in page and "bonus token" not in page and "drafts accepted" not in page
+    assert "tok-pending" in next(f["tokens"] for f in frames if "tokens" in f)
+    for _ in range(len(phase_frames(rec)) - 1):  # draft -> ... -> commit
+        out = lesson.on_phase(st, 1)
+    assert st.phase == ("commit", -1) and "accepted" in out["status"] and len(st.steps) == 1
+    lesson.on_phase(st, 1)  # at commit: on to the next step, in its draft phase
+    assert len(st.steps) == 2 and st.phase == ("draft", -1) and st.shown_step().index == 1
+    lesson.on_lesson_mode(st, False)
+    assert st.phase is None
+    st.close()

@@ -618,3 +618,141 @@ def test_lesson_pieces_on_real_runs(tiny_target, near_draft):
     story = explain.explain_run(spec.steps, spec.stats, base.stats, k=4)
     assert story.measured is not None and story.predicted is not None and story.verdict in ("faster", "even", "slower")
     assert f"accepted {spec.stats.acceptance_rate:.0%} of the time" in story.text
+
+
+# -- 8. one step, told once: the step vocabulary (core.stepwords) ----------------------------------
+
+
+def _node(i, parent, depth, verdict, q=0.5, p=0.6, u=0.3):
+    from specviz.core.records import TreeNode
+
+    return TreeNode(index=i, token_id=200 + i, text=f"n{i}", parent=parent, depth=depth, q=q, p=p, r=p,
+                    ratio=min(1.0, p / q), u=u if verdict != "not reached" else None, residual_mass=None,
+                    verdict=verdict, top_q=())
+
+
+def tree_step(rejected=False):
+    """12 nodes, depth 4: the path 0-1-2-3 accepted + bonus; or (rejected) 0-1 accepted, node 5 rejected at depth 3."""
+    shape = [(-1, 1), (0, 2), (1, 3), (2, 4), (-1, 1), (1, 3), (0, 2), (-1, 1), (4, 2), (6, 3), (5, 4), (9, 4)]
+    path = [0, 1] if rejected else [0, 1, 2, 3]
+    verdicts = ["accepted" if i in path else "not reached" for i in range(12)]
+    if rejected:
+        verdicts[2] = verdicts[3] = "not reached"
+        verdicts[5] = "rejected"
+    nodes = tuple(_node(i, par, dep, verdicts[i]) for i, (par, dep) in enumerate(shape))
+    shown = path + ([5] if rejected else [])
+    drafts = tuple(_d(j, 200 + i, f"n{i}", 0.5, 0.6, 0.3, verdicts[i]) for j, i in enumerate(shown))
+    n = len(path)
+    rec = _step(1, list(drafts), n, next_text="Z", next_kind="resampled" if rejected else "bonus")
+    from dataclasses import replace
+
+    return replace(rec, k=12, tree=nodes, accepted_path=tuple(path))
+
+
+def test_a_tree_step_is_told_once_the_same_everywhere():
+    from specviz.core.engine import compute_stats
+    from specviz.core.stepwords import run_counts, step_counts
+    from specviz.viz.tree import chain_view, tree_figure
+
+    rec = tree_step()
+    c = step_counts(rec)
+    assert c == step_counts(chain_view(rec))  # the chain view tells the same counts
+    assert (c.tree, c.nodes_drafted, c.nodes_verified, c.depth, c.path_accepted, c.next_kind) == (True, 12, 12, 4, 4, "bonus")
+    note = "accepted path 4 of depth 4 (12 nodes drafted: the rate over nodes is 33%)"
+    status = viz.step_summary_text(rec)  # the status line's words (specviz.ui.playground._step_message)
+    assert note in status and status == viz.step_summary_text(chain_view(rec)) and "bonus" in status
+    assert "rejected" not in status and "correction" not in status  # the old status said "draft 5 rejected"
+    summary = viz.step_summary(chain_view(rec))
+    assert html_escape(status) in summary and "all 4 drafts accepted" not in summary
+    stats = compute_stats([rec])
+    cards = viz.metrics_html(stats, steps=[rec])
+    acc = re.search(r'data-metric="acceptance".*?sv-card-value">([^<]+)<.*?sv-card-sub">([^<]+)<', cards).groups()
+    assert acc[0] == "100%" and "depth" in acc[1] and "33%" in acc[1]  # the card agrees with the chart
+    fig = viz.acceptance_by_position_figure.spec(stats, run_counts([rec]))
+    title = fig["layout"]["title"]["text"]
+    assert "tree depth" in title and "100%" in title and "33%" in title and list(fig["data"][0]["y"]) == [1.0] * 4
+    assert note in tree_figure(rec).layout.title.text
+    r = tree_step(rejected=True)
+    words = viz.step_summary_text(r)
+    assert "accepted path 2 of depth 4 (12 nodes drafted: the rate over nodes is 17%)" in words
+    assert "a node at depth 3 rejected, correction 'Z' resampled" in words
+    assert words == viz.step_summary_text(chain_view(r)) and step_counts(r).rejected_at == 3
+
+
+def html_escape(s):
+    import html
+
+    return html.escape(s)
+
+
+def test_a_chain_step_keeps_its_words_and_greedy_says_argmax():
+    from specviz.core.stepwords import step_counts
+
+    assert viz.step_summary_text(rejected_step()) == "1 of 3 drafts accepted, draft 2 rejected, correction 'X' resampled"
+    assert viz.step_summary_text(bonus_step()) == "all 2 drafts accepted + bonus token 'c'"
+    assert "correction 'z' taken as argmax p" in viz.step_summary_text(greedy_step())  # not "resampled"
+    c = step_counts(rejected_step())
+    assert (c.tree, c.nodes_drafted, c.depth, c.path_accepted, c.next_kind, c.next_how) == (False, 3, 3, 1, "correction", "resampled")
+    assert step_counts(greedy_step()).next_how == "argmax p" and step_counts(target_only_step(0, "a")).next_kind == "target"
+    assert "100%" not in viz.metrics_html(Stats(1, 3, 1, 2, 1 / 3, 2.0, (1.0, 0.0, 0.0), 1, 2, 1, 0, 0, 0, 0),
+                                          steps=[rejected_step()])
+
+
+# -- 9. phases tell only what is known by then -----------------------------------------------------
+
+
+def lesson_step():
+    """k=3 with distinct numbers: accepted, rejected, discarded."""
+    def d(i, tid, text, q, p, u, verdict):
+        return _d(i, tid, text, q, p, u, verdict, top_p=((tid, text, p),), top_q=((tid, text, q),))
+
+    return _step(0, [d(0, 10, " the", 0.81, 0.94, 0.27, "accepted"), d(1, 11, " cat", 0.72, 0.17, 0.68, "rejected"),
+                     d(2, 12, " sat", 0.53, 0.36, None, "discarded")], 1, top_residual=((13, "X", 0.83),))
+
+
+SECRETS_P = ["0.940", "0.170", "0.360"]  # p as the page formats it
+SECRETS_U = ["0.270", "0.680", "0.236", "0.679", "0.830"]  # u, min(1, p/q), the residual
+VERDICTS = ["accepted", "rejected", "discarded", "resampled", "bonus", "✓", "✗", "correction"]
+
+
+def _page_at(rec, phase, upto=None):
+    from specviz.viz.numbers import reveal
+
+    shown = reveal(rec, phase, upto)
+    return shown, {
+        "table": viz.draft_table_html(rec, None, shown), "text": viz.tokens_html("a prompt", [rec], shown=shown),
+        "summary": viz.step_summary(rec, shown), "positions": " ".join(viz.position_choices(rec, shown)),
+        "chart": viz.figure_json(viz.topk_figure.spec(rec, None, shown)),
+        "chart title": viz.topk_figure.spec(rec, None, shown)["layout"]["title"]["text"],
+        "phase": phases.step_phase_html(rec, phase, upto),
+    }
+
+
+def test_the_draft_phase_shows_no_p_no_u_no_verdict():
+    rec = lesson_step()
+    shown, page = _page_at(rec, "draft")
+    assert shown is not None and not shown.p
+    for name, out in page.items():
+        for secret in SECRETS_P + SECRETS_U:
+            assert secret not in out, (name, secret)
+        if name != "chart":  # the JSON has plotly's own keys
+            body = re.sub(r"<thead>.*?</thead>", "", out)  # the headers' tooltips state the rule, not a verdict
+            for word in VERDICTS:
+                assert word not in body, (name, word)
+    assert "0.810" in page["table"] and "0.810" in page["chart title"] and "tok-pending" in page["text"]
+    assert "p (target)" not in page["chart"] and "residual" not in page["chart"]
+
+
+def test_verify_then_decide_then_commit_reveal_in_order():
+    rec = lesson_step()
+    _, v = _page_at(rec, "verify")
+    assert all(p in v["table"] for p in SECRETS_P) and "0.270" not in v["table"] and "rejected" not in v["table"]
+    assert "p (target)" in v["chart"] and "residual" not in v["chart"] and "not judged yet" in v["chart title"]
+    _, d0 = _page_at(rec, "decide", 0)
+    assert "0.270" in d0["table"] and "accepted" in d0["table"] and "0.680" not in d0["table"]
+    assert "rejected" not in d0["table"] + d0["text"] + d0["positions"]
+    _, d1 = _page_at(rec, "decide", 1)
+    assert "0.680" in d1["table"] and "rejected" in d1["table"] and "resampled" not in d1["table"] + d1["text"]
+    _, c = _page_at(rec, "commit")
+    assert "resampled" in c["table"] and "tok-resampled" in c["text"] and "residual" in c["chart"]
+    assert viz.draft_table_html(rec) == c["table"]  # commit is the page as it always was

@@ -14,10 +14,11 @@ import gradio as gr
 from ..app import runs
 from ..core.records import StepRecord
 from ..viz.phases import neighbour_step, next_frame, next_rejection, previous_frame, previous_rejection
+from ..viz.tokens import phase_summary_text, step_summary_text
 from ..viz.tree import chain_view
 from . import playground as pg
 from .handlers import by_name
-from .lesson_view import SPEEDS
+from .lesson_view import SPEEDS, shown_of
 from .playground_view import render, status_only
 from .state import RULE_LABELS, PlaygroundState
 
@@ -42,8 +43,10 @@ def on_nav(state: PlaygroundState, which: str) -> Frame:
                   "next-rejection": lambda: next_rejection(state.steps, cur)}[which]()
         if target is None:
             where = "before" if which.startswith("prev") else "after"
-            state.message = (f"No step with a rejection {where} step {cur + 1}"
-                             + (" yet: press Step or Play to run more." if where == "after" else "."), "info")
+            more = " yet: press Step or Play to run more." if where == "after" and not state.done else "."
+            if where == "after" and state.done:
+                more = ": the run has finished." if state.mode == "live" else ": this is the end of the trace."
+            state.message = (f"No step with a rejection {where} step {cur + 1}{more}", "info")
             return render(state, inspector=False, chart=False, plots=False, run=False)
         state.select(target, _rejected_pos(state.steps[target]) if "rejection" in which else None)
         if "rejection" in which:
@@ -64,22 +67,76 @@ def _branches(rec: StepRecord | None) -> bool:
     return len(set(parents)) < len(parents)
 
 
+def phase_message(state: PlaygroundState) -> tuple[str, str]:
+    """The status line for the shown step at its phase: what is known so far, the whole step at commit."""
+    raw = state.shown_step()
+    if raw is None:
+        return state.message
+    shown = shown_of(state)
+    if shown is not None:
+        return (f"Step {raw.index + 1}: {phase_summary_text(raw, shown)}.", "info")
+    text = f"Step {raw.index + 1}: {step_summary_text(raw)}."
+    if raw is state.steps[-1] and state.done:
+        why = {"eos": "end of sequence", "length": "max new tokens reached"}.get(raw.finished or "", "end of trace")
+        return (f"{text} Finished: {why}.", "ok")
+    return (text, "info")
+
+
+def _move_on(state: PlaygroundState, rec: StepRecord) -> None:
+    """Lesson mode, "phase ▶" at commit: the next step in its draft phase (run it when it is the latest)."""
+    if rec.index + 1 < len(state.steps):
+        state.select(rec.index + 1)
+        nxt = state.shown_step()
+        state.phase = ("draft", -1) if nxt is not None and nxt.k > 0 else None
+    elif state.session is not None and not state.done:
+        state.select(None)
+        state.step()  # lesson mode: it opens in its draft phase
+    else:
+        state.message = (pg.FINISHED if state.mode == "live" and state.session is not None else
+                         "This is the last step." if state.steps else "Press Step to run the first step.", "info")
+        return
+    state.message = phase_message(state)
+
+
 def on_phase(state: PlaygroundState, delta: int) -> Frame:
-    """The shown step one phase back or on (draft -> verify -> decide -> commit)."""
+    """The shown step one phase back or on (draft -> verify -> decide -> commit); in lesson mode,
+    on from commit goes to the next step's draft phase (running it when it is the latest)."""
     with state.lock:
         rec = state.shown_step()
         if rec is None:
             return {}
-        rec = chain_view(rec)
+        view = chain_view(rec)
         phase, upto = state.phase or ("commit", -1)
         if delta < 0:
-            frame = previous_frame(rec, phase, upto) or (phase, upto)
+            frame = previous_frame(view, phase, upto) or (phase, upto)
         else:
-            frame = next_frame(rec, phase, upto) or ("commit", -1)
+            frame = next_frame(view, phase, upto)
+            if frame is None and state.lesson_mode:
+                try:
+                    _move_on(state, rec)
+                except Exception as e:  # noqa: BLE001 - shown in the page
+                    state.message = (pg.friendly(e), "error")
+                return render(state)
+            frame = frame or ("commit", -1)
         state.phase = frame
         if frame[0] == "decide":
             state.selected_pos = frame[1]
-        return render(state, run=False, plots=False)
+        elif frame[0] != "commit":
+            state.selected_pos = None
+        state.message = phase_message(state)
+        return render(state, plots=frame[0] == "commit")
+
+
+def on_lesson_mode(state: PlaygroundState, on: Any) -> Frame:
+    """Lesson mode on: the shown step goes back to its draft phase; off: committed."""
+    with state.lock:
+        state.lesson_mode = bool(on)
+        rec = state.shown_step()
+        state.phase = ("draft", -1) if state.lesson_mode and rec is not None and rec.k > 0 else None
+        state.selected_pos = None
+        if rec is not None:
+            state.message = phase_message(state)
+        return render(state)
 
 
 def on_speed(state: PlaygroundState, label: str) -> None:
@@ -187,6 +244,8 @@ def wire(view, parts: dict[str, Any], engine: dict[str, Any]) -> None:
         else:
             btn.click(by_name(lambda s, w=key: on_nav(s, w), named), [state], outs, **fast)
     parts["speed"].change(on_speed, [state, parts["speed"]], None, queue=False)
+    if parts.get("lesson_mode") is not None:
+        parts["lesson_mode"].change(by_name(on_lesson_mode, named), [state, parts["lesson_mode"]], outs, **fast)
     controls = list(view.controls.values())
     with_controls = {**view.controls, **named}
     for tour, btn in parts["tours"]:

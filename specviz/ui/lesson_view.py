@@ -17,6 +17,7 @@ import gradio as gr
 
 from ..app import runs
 from ..viz.explain import explain_run
+from ..viz.numbers import Reveal, reveal
 from ..viz.phases import step_phase_html
 from ..viz.race import race_figure, race_html
 from ..viz.styles import keys_help_html
@@ -130,15 +131,15 @@ def _k(state: PlaygroundState) -> int:
 
 def why_html(state: PlaygroundState) -> str:
     """The "why this speedup?" card of the run (and its target-only run, once there is one)."""
-    stats = state.stats()
+    stats = state.visible_stats()  # a latest step not committed yet is not told
     note = ""
     if state.settings is not None and runs.prefix_of(state.settings.proposer) == "early-exit":
         note = f'<p class="sv-why-note sv-muted">{EARLY_NOTE}</p>'
-    if stats is None or not state.steps:
+    if stats is None or not state.visible_steps():
         return ('<div class="sv-why sv-why-unknown" data-verdict="none"><div class="sv-why-head">Why this speedup?'
                 '</div><p class="sv-muted">Run some steps, then “Run target-only”: this card explains the speedup '
                 f'from the run\'s own numbers.</p><p class="sv-muted">{WHEN_IT_PAYS}</p>{note}</div>')
-    story = explain_run(state.steps, stats, state.comparable_baseline(), k=_k(state), proposer=_proposer_name(state))
+    story = explain_run(state.visible_steps(), stats, state.comparable_baseline(), k=_k(state), proposer=_proposer_name(state))
     return story.html() + note
 
 
@@ -153,6 +154,15 @@ def _race(state: PlaygroundState) -> dict[str, Any]:
     return {"race_box": gr.update(visible=True),
             "race_plot": race_figure(steps, bsteps, spec_start_ms=spec_start, base_start_ms=base_start),
             "race": race_html(steps, bsteps, spec_start_ms=spec_start, base_start_ms=base_start, speed=2.0)}
+
+
+def shown_of(state: PlaygroundState) -> Reveal | None:
+    """What the shown step's phase knows (:func:`specviz.viz.numbers.reveal`); None at commit."""
+    rec = state.shown_step()
+    if rec is None or state.phase is None:
+        return None
+    phase, upto = state.phase
+    return reveal(chain_view(rec), phase, upto if phase == "decide" else None)
 
 
 def phase_html(state: PlaygroundState) -> str:
@@ -174,7 +184,7 @@ def render_lesson(state: PlaygroundState, *, run: bool, inspector: bool, chart: 
         tree = bool(rec is not None and rec.tree)
         out["tree_row"] = gr.update(visible=tree)
         if tree:
-            out["tree"], out["mask"] = tree_figure(rec), tree_mask_figure(rec)
+            out["tree"], out["mask"] = tree_figure(rec, shown=shown_of(state)), tree_mask_figure(rec)
     return out
 
 
@@ -201,6 +211,11 @@ def build_nav() -> dict[str, gr.Button]:
         buttons = {key: gr.Button(text, size="sm", min_width=70, elem_id=f"sv-{key}") for key, text in ids}
     gr.HTML(keys_help_html(), elem_id="sv-keys")
     return buttons
+
+
+def build_lesson_mode() -> gr.Checkbox:
+    return gr.Checkbox(value=False, label="Lesson mode: each new step opens in its draft phase; phase ▶ at commit "
+                       "moves on to the next step", elem_id="sv-lesson-mode")
 
 
 def build_phase() -> gr.HTML:

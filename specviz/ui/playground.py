@@ -18,9 +18,10 @@ import gradio as gr
 from .. import viz
 from ..app import runs
 from ..app.replay import Replay
+from ..viz.tokens import phase_summary_text
 from . import zerogpu
 from .handlers import friendly_error
-from .lesson_view import trace_summary
+from .lesson_view import shown_of, trace_summary
 from .playground_view import render, status_only
 from .state import PROPOSERS, TAKES_LAYERS, TAKES_OPTIONS, USES_DRAFT_MODEL, PlaygroundState, Settings, parse_settings
 from .threads import Every, LoadProgress, loading
@@ -142,8 +143,12 @@ def on_charts(state: PlaygroundState) -> Frame:
 def _step_message(state: PlaygroundState, record) -> tuple[str, str]:
     ms = state.last_engine_ms or 0.0
     where = "trace" if state.mode == "trace" else "engine"
-    head = f"{state.note}Step {record.index + 1}: {viz.step_summary_text(record)} ({where} {ms:.0f} ms)."
+    shown = shown_of(state) if state.shown_step() is record else None
+    what = viz.step_summary_text(record) if shown is None else phase_summary_text(record, shown)
+    head = f"{state.note}Step {record.index + 1}: {what} ({where} {ms:.0f} ms)."
     state.note = ""
+    if shown is not None:
+        return (head, "info")  # the outcome (and a finished run) is told at commit
     if state.done:
         why = {"eos": "end of sequence", "length": "max new tokens reached"}.get(record.finished or "", "end of trace")
         return (f"{head} Finished: {why}.", "ok")
@@ -176,6 +181,8 @@ def on_play(state: PlaygroundState, *raw) -> Iterator[Frame]:
                 if state.done or state.stop.is_set():
                     break
                 record = state.step()
+                if state.selected_step is None:
+                    state.phase = None  # Play shows each step committed (lesson mode opens Step's in draft)
                 state.message = _step_message(state, record)
                 frame = None
                 if redraw.due(force=state.done):

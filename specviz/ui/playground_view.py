@@ -14,9 +14,10 @@ from typing import Any
 import gradio as gr
 
 from .. import viz
+from ..core.stepwords import run_counts
 from ..viz.tree import chain_view
 from .handlers import plot
-from .lesson_view import LESSON_OUTPUTS, LessonView, render_lesson
+from .lesson_view import LESSON_OUTPUTS, LessonView, render_lesson, shown_of
 from .state import PlaygroundState
 
 
@@ -67,32 +68,36 @@ def render(
     """
     out: dict[str, Any] = status_only(state)
     steps = [chain_view(s) for s in state.steps]  # a tree step as its committed path (chain views)
+    rec = state.shown_step()
+    rec = chain_view(rec) if rec is not None else None
+    shown = shown_of(state)  # what the shown step's phase knows (None: committed, everything)
+    known = state.visible_steps()  # the run's readouts leave out a latest step not committed yet
+    stats = state.visible_stats()
     if run:
-        out["tokens"] = viz.tokens_html(state.prompt_text, steps, selected_step=_shown_index(state))
-        out["metrics"] = viz.metrics_html(state.stats(), state.comparable_baseline(), engine_ms=state.last_engine_ms)
+        out["tokens"] = viz.tokens_html(state.prompt_text, steps, selected_step=_shown_index(state), shown=shown)
+        out["metrics"] = viz.metrics_html(stats, state.comparable_baseline(), engine_ms=state.last_engine_ms,
+                                          steps=known)
     if baseline:
-        shown = bool(state.baseline_steps) or state.baseline_session is not None
+        visible = bool(state.baseline_steps) or state.baseline_session is not None
         b = state.baseline_stats()
         head = "Target-only baseline" + (f" · {b.new_tokens} tokens · {b.tokens_per_s:.1f} tok/s" if b else "")
         body = viz.tokens_html("", state.baseline_steps, empty_hint="Loading the target…")
-        out["baseline"] = gr.update(value=f'<div class="sv-subtitle">{head}</div>{body}', visible=shown)
-    rec = state.shown_step()
-    rec = chain_view(rec) if rec is not None else None
-    choices = viz.position_choices(rec)
-    pos = state.selected_pos if state.selected_pos is not None else viz.default_position(rec)
+        out["baseline"] = gr.update(value=f'<div class="sv-subtitle">{head}</div>{body}', visible=visible)
+    choices = viz.position_choices(rec, shown)
+    pos = state.selected_pos if state.selected_pos is not None else viz.default_position(rec, shown)
     pos = max(0, min(pos, len(choices) - 1)) if choices else 0
     if inspector:
         n = len(steps)
         out["step_slider"] = gr.update(maximum=max(2, n), value=(rec.index + 1) if rec else 1, interactive=n > 1)
         out["position"] = gr.update(choices=choices, value=choices[pos] if choices else None)
-        out["summary"] = viz.step_summary(rec)
-        out["table"] = viz.draft_table_html(rec, pos)
+        out["summary"] = viz.step_summary(rec, shown)
+        out["table"] = viz.draft_table_html(rec, pos, shown)
     if chart:
-        out["topk"] = plot(viz.topk_figure.spec(rec, pos))
+        out["topk"] = plot(viz.topk_figure.spec(rec, pos, shown))
     if plots:
-        out["acceptance"] = plot(viz.acceptance_by_position_figure.spec(state.stats()))
-        out["timeline"] = plot(viz.timeline_figure.spec(steps))
-        out["tokens_per_step"] = plot(viz.tokens_per_step_figure.spec(steps))
+        out["acceptance"] = plot(viz.acceptance_by_position_figure.spec(stats, run_counts(known)))
+        out["timeline"] = plot(viz.timeline_figure.spec(steps[:len(known)]))
+        out["tokens_per_step"] = plot(viz.tokens_per_step_figure.spec(steps[:len(known)]))
     if download:
         path = state.trace_path if steps else None
         out["download"] = gr.update(value=path, interactive=bool(path))

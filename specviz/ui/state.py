@@ -167,6 +167,7 @@ class PlaygroundState:
         self.selected_pos: int | None = None
         self.phase: tuple[str, int] | None = None  # the shown step's phase (None: committed)
         self.play_delay_s = 0.0  # Play's pause between steps (the speed control)
+        self.lesson_mode = False  # each new step opens in its draft phase; "phase ▶" at commit moves on
         self.message: tuple[str, str] = ("", "info")  # (text, kind)
         self.note = ""  # said once, before the next step's message (e.g. "settings changed")
         # the trace of the live run
@@ -210,6 +211,27 @@ class PlaygroundState:
             return self.steps[-1]
         return self.steps[i]
 
+    def hides_latest(self) -> bool:
+        """Whether the latest step is shown at a phase before its commit (its outcome not told yet)."""
+        return bool(self.steps) and self.phase is not None and self.phase[0] != "commit" \
+            and self.shown_step() is self.steps[-1] and self.steps[-1].k > 0
+
+    def visible_steps(self) -> list[StepRecord]:
+        """The steps whose outcome the page may tell: all but a latest step not committed yet."""
+        return self.steps[:-1] if self.hides_latest() else self.steps
+
+    def visible_stats(self) -> Stats | None:
+        """:meth:`stats` over :meth:`visible_steps` (the run's cards before the latest step's commit)."""
+        if not self.hides_latest():
+            return self.stats()
+        shown = self.steps[:-1]
+        if not shown or self.session is None:
+            return None
+        from ..core.engine import compute_stats
+
+        forwards = getattr(self.session, "target_forwards", len(self.steps))
+        return compute_stats(shown, getattr(self.session, "prefill_ms", 0.0), max(len(shown), forwards - 1))
+
     # -- the live run ----------------------------------------------------------------------
     def start(self, settings: Settings, decoder: SpeculativeDecoder) -> None:
         """A fresh live session (the old one, and its trace, are dropped)."""
@@ -244,8 +266,8 @@ class PlaygroundState:
         assert self.session is not None
         first = not self.session.steps and self.mode == "live"
         record = self.session.step()
-        if self.selected_step is None:
-            self.phase = None  # following the latest step: show it committed
+        if self.selected_step is None:  # following the latest step: committed, or its draft phase in a lesson
+            self.phase = ("draft", -1) if self.lesson_mode and record.k > 0 else None
         self.last_engine_ms = record.total_ms + (self.session.prefill_ms if first else 0.0)
         return record
 
@@ -284,9 +306,9 @@ class PlaygroundState:
         """Back to an empty live playground (models stay cached); a running Play stops."""
         self._close_trace()
         self._hold(None)
-        lock, epoch, directory, delay = self.lock, self.epoch + 1, self._dir, self.play_delay_s
+        lock, epoch, directory, delay, lesson = self.lock, self.epoch + 1, self._dir, self.play_delay_s, self.lesson_mode
         PlaygroundState.__init__(self)
-        self.lock, self.epoch, self._dir, self.play_delay_s = lock, epoch, directory, delay
+        self.lock, self.epoch, self._dir, self.play_delay_s, self.lesson_mode = lock, epoch, directory, delay, lesson
 
     def select(self, step: int | None, pos: int | None = None) -> None:
         """Select a step (None, or the latest one: follow the latest) and a position in it."""

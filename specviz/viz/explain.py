@@ -29,6 +29,7 @@ from typing import Mapping, Sequence
 
 from ..analysis.metrics import ideal_gains, limit_of
 from ..core.records import Stats, StepRecord
+from ..core.stepwords import StepCounts, run_counts
 
 __all__ = [
     "SpeedupStory", "explain_speedup", "explain_run", "run_costs", "drafted_fraction", "best_k_curve",
@@ -67,6 +68,14 @@ class SpeedupStory:
         )
 
 
+def _tokens(tau: float) -> str:
+    """tau tokens in words: "4.6 tokens", "1 token" (never "1.0 tokens")."""
+    s = f"{tau:.1f}"
+    if s.endswith(".0"):
+        s = s[:-2]
+    return f"{s} token" + ("" if s == "1" else "s")
+
+
 def _x(v: float) -> str:
     return f"{v:.2f}x"
 
@@ -81,7 +90,8 @@ def explain_speedup(*, a: float | None, k: int, tau: float, tokens: int, target_
                     c: float | None = None, v: float | None = None, speedup: float | None = None,
                     drafted_fraction: float = 1.0, drafted_per_step: float | None = None,
                     proposer: str = "draft model", prefill_forwards: int = 1,
-                    per_position: Sequence[float] = (), v_curve: Mapping[int, float] | None = None) -> SpeedupStory:
+                    per_position: Sequence[float] = (), v_curve: Mapping[int, float] | None = None,
+                    counts: StepCounts | None = None) -> SpeedupStory:
     """The story of one run's speedup, in plain words.
 
     a: acceptance rate (accepted / drafted; None when nothing was drafted); k: the draft length
@@ -108,7 +118,11 @@ def explain_speedup(*, a: float | None, k: int, tau: float, tokens: int, target_
         return SpeedupStory("nothing drafted", None, head, (), "Choose a proposer and k >= 1 to speculate.",
                             None, speedup, nums)
 
-    gained = (f"Drafts were accepted {a:.0%} of the time, so each target pass committed {tau:.1f} tokens instead "
+    accepted = f"Drafts were accepted {a:.0%} of the time"
+    if counts is not None and counts.tree and counts.depth:  # a tree: the path against the depth, as the chart
+        accepted = (f"The accepted path covered {counts.rate:.0%} of the trees' depth (over the {counts.nodes_drafted} "
+                    f"nodes drafted the rate is {counts.rate_over_nodes:.0%})")
+    gained = (f"{accepted}, so each target pass committed {_tokens(tau)} instead "
               f"of 1 ({target_forwards} target passes for {tokens} tokens, where target-only needs {plain}).")
     sentences = [gained]
     if drafted_fraction < 0.999:
@@ -116,7 +130,7 @@ def explain_speedup(*, a: float | None, k: int, tau: float, tokens: int, target_
             f"The {proposer} drafted on only {drafted_fraction:.0%} of the steps; the others found nothing to "
             "propose and were plain target steps that commit 1 token.")
     if c is None or v is None:
-        head = (f"{tau:.1f} tokens per target pass; the speedup needs a target-only run."
+        head = (f"{_tokens(tau)} per target pass; the speedup needs a target-only run."
                 if speedup is None else f"Measured {_x(speedup)}; the cost of a step is unknown without target-only timings.")
         sentences.append("Whether that is faster depends on what drafting and the wider verify pass cost in target "
                          "steps; run target-only on the same prompt and settings to measure them.")
@@ -133,7 +147,7 @@ def explain_speedup(*, a: float | None, k: int, tau: float, tokens: int, target_
     drafts = f"{k_eff:.1f} drafted tokens per step" if abs(k_eff - k) > 1e-9 else f"{k}"
     sentences.append(
         f"But {draft_cost} and the {k + 1}-token verify pass {v:.2f} steps, so a step costs "
-        f"{drafts} x {c:.2f} + {v:.2f} = {step_cost:.2f} target steps for {tau:.1f} tokens: "
+        f"{drafts} x {c:.2f} + {v:.2f} = {step_cost:.2f} target steps for {_tokens(tau)}: "
         f"{tau:.2f} / {step_cost:.2f} = {_x(predicted)} in the decode loop.")
 
     # which factor, made ideal, would gain the most: a = 1, c = 0, v = 1, every step drafting
@@ -148,7 +162,7 @@ def explain_speedup(*, a: float | None, k: int, tau: float, tokens: int, target_
         if predicted is not None and abs(measured - predicted) > 0.1 * predicted:
             sentences.append(
                 f"Measured {_x(measured)} against {_x(predicted)} from the decode loop: the measurement also counts "
-                "the prefill (the draft's too), the time between steps and timing noise.")
+                f"{_prefill_words(proposer)}, the time between steps and timing noise.")
     else:
         head = f"Expected about {_x(predicted)} (decode loop only); run target-only to measure it."
     if measured is not None and measured < SLOWER and predicted >= FASTER:
@@ -176,13 +190,26 @@ def _advice(limit: str, verdict: str, *, a: float, k: int, c: float, v: float, p
               f"(at v = 1 it would give {_x(gains['v'])}). A smaller k keeps the pass narrow; a GPU makes it nearly free."),
         "coverage": (f"The limit is coverage: {1 - f:.0%} of the steps drafted nothing. Text that repeats itself "
                      "(code, extraction, quoting the prompt) gives the n-gram lookup more to draft, or use a draft model."),
-        "overhead": (f"The limit is outside the decode loop, which alone runs at {_x(predicted or 0.0)}: the prefill "
-                     "(a draft model reads the prompt too) and the time between steps. A longer generation amortizes "
-                     "them."),
+        "overhead": (f"The limit is outside the decode loop, which alone runs at {_x(predicted or 0.0)}: "
+                     f"{_overhead_costs(proposer)}. A longer generation amortizes them."),
     }[limit]
     if verdict == "faster":
         return f"It pays. {what.replace('The limit is', 'What limits it most is', 1)}"
     return what
+
+
+def _overhead_costs(proposer: str) -> str:
+    """The costs outside the decode loop that ``proposer`` has (an n-gram has no model to prefill)."""
+    name = proposer.partition(":")[0].strip().lower()
+    if name in ("ngram", "n-gram", "prompt lookup", "lookup"):
+        return "the target's prefill and the time between steps (the n-gram lookup has no model to prefill)"
+    if name in ("early-exit", "early exit", "layerskip"):
+        return "the target's prefill and the time between steps (early exit drafts with the target's own layers)"
+    return "the prefill (a draft model reads the prompt too) and the time between steps"
+
+
+def _prefill_words(proposer: str) -> str:
+    return "the prefill (the draft's too)" if _overhead_costs(proposer).startswith("the prefill (a draft") else "the prefill"
 
 
 def best_k_curve(per_position: Sequence[float], c: float, v_curve: Mapping[int, float],
@@ -220,11 +247,19 @@ def v_curve_from_rows(rows: Sequence[Mapping]) -> dict[int, float]:
     return {k: statistics.median(vs) for k, vs in sorted(by_k.items())}
 
 
+def _budget_cut(s: StepRecord) -> bool:
+    """A last step that could not draft: one token was left before max new tokens (k was cut to 0)."""
+    return s.k == 0 and s.finished == "length"
+
+
 def drafted_fraction(steps: Sequence[StepRecord]) -> float:
-    """Steps that drafted at least one token / steps (1.0 for a draft model; less for an n-gram)."""
-    if not steps:
-        return 0.0
-    return sum(1 for s in steps if s.k > 0) / len(steps)
+    """Steps that drafted at least one token / steps that could draft (1.0 for a draft model; less
+    for an n-gram). A last step with one token left before max new tokens could not draft and is
+    not counted."""
+    could = [s for s in steps if not _budget_cut(s)]
+    if not could:
+        return 0.0 if not steps else 1.0
+    return sum(1 for s in could if s.k > 0) / len(could)
 
 
 def run_costs(stats: Stats, baseline: Stats | None) -> tuple[float | None, float | None]:
@@ -254,5 +289,5 @@ def explain_run(steps: Sequence[StepRecord], stats: Stats, baseline: Stats | Non
         tokens=stats.new_tokens, target_forwards=stats.target_forwards, c=c, v=v, speedup=speed,
         drafted_fraction=drafted_fraction(steps) if steps else 1.0,
         drafted_per_step=(stats.drafted / stats.steps) if stats.steps else None, proposer=proposer,
-        prefill_forwards=prefill, per_position=stats.per_position, v_curve=v_curve,
+        prefill_forwards=prefill, per_position=stats.per_position, v_curve=v_curve, counts=run_counts(steps),
     )

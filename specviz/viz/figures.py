@@ -20,7 +20,8 @@ import plotly.io as pio
 from plotly.io.json import to_json_plotly
 
 from ..core.records import Stats, StepRecord, TopToken
-from .numbers import fmt_pair, fmt_prob
+from ..core.stepwords import StepCounts
+from .numbers import Reveal, fmt_pair, fmt_prob
 from .theme import COLORS, FONT, KIND_LABELS
 from .tokens import is_greedy, token_label
 
@@ -113,19 +114,23 @@ def _xlabel(text: str) -> dict:
 
 
 @_with_spec
-def topk_figure(record: StepRecord | None, position: int | None = None) -> dict:
+def topk_figure(record: StepRecord | None, position: int | None = None, shown: Reveal | None = None) -> dict:
     """Grouped bars of the top-10 tokens of p (target) and q (draft) at one position of a step.
 
     At the rejected position it also shows the residual norm(max(0, p − q)) and marks the token
     sampled from it; at the bonus position (all drafts accepted) it shows p and the bonus token.
     Point-mass proposers (n-gram) have q = 1 on the drafted token. ``position`` is 0-based
     (0..k-1 the drafts, k the bonus position); None means where the step was decided.
+    ``shown`` (:func:`specviz.viz.numbers.reveal`): a phase before commit: q only until verify,
+    no verdict before its decide frame, no residual or sampled token before commit.
     """
     title = "Top-10 of p and q"
     if record is None:
         return empty_figure.spec(title, "Run a step to see its distributions")
     n, k = record.n_accepted, record.k
     pos = n if position is None else max(0, min(int(position), k if n == k else k - 1))
+    if shown is not None:
+        pos = max(0, min(pos if position is not None else shown.judged - 1, k - 1))
     greedy = is_greedy(record)
 
     p_top: Sequence[TopToken]
@@ -154,6 +159,19 @@ def topk_figure(record: StepRecord | None, position: int | None = None) -> dict:
         else:
             why = ""
         title = f"Step {record.index + 1} · position {pos + 1}{_BR}draft “{_axis_label(d.text)}” {verdict}{why}</span>"
+        if shown is not None:
+            residual, sampled = (), None  # the correction is drawn at commit
+            exact_p.pop(record.next_token_id, None)
+            if not shown.p:
+                p_top, exact_p = (), {}
+                title = (f"Step {record.index + 1} · position {pos + 1}{_BR}draft “{_axis_label(d.text)}”: "
+                         f"q = {fmt_prob(d.q)}; the target has not scored it yet</span>")
+            elif pos >= shown.judged:
+                exact_p[d.token_id] = d.p
+                title = (f"Step {record.index + 1} · position {pos + 1}{_BR}draft “{_axis_label(d.text)}”: "
+                         f"q = {fmt_prob(d.q)}, p = {fmt_prob(d.p)}; not judged yet</span>")
+            else:
+                exact_p[d.token_id] = d.p
     else:
         p_top = record.top_next
         sampled = (record.next_token_id, record.next_token_text)
@@ -189,7 +207,7 @@ def topk_figure(record: StepRecord | None, position: int | None = None) -> dict:
         return dict(type="bar", name=name, x=labels, y=ys, marker=dict(color=color), customdata=[fmt_prob(y) for y in ys],
                     hovertemplate=f"%{{x}}<br>{what} = %{{customdata}}<extra></extra>")
 
-    traces = [bars("p (target)", "p", p_map, COLORS["p"])]
+    traces = [bars("p (target)", "p", p_map, COLORS["p"])] if shown is None or shown.p else []
     if pos < k:
         traces.append(bars("q (draft)" if record.drafts[pos].top_q else "q (point mass)", "q", q_map, COLORS["q"]))
     if residual:
@@ -225,22 +243,31 @@ def topk_figure(record: StepRecord | None, position: int | None = None) -> dict:
 
 
 @_with_spec
-def acceptance_by_position_figure(stats: Stats | None) -> dict:
-    """Acceptance rate per draft position i (steps with draft i accepted / steps with >= i drafts)."""
-    title = "Acceptance rate by draft position"
+def acceptance_by_position_figure(stats: Stats | None, counts: StepCounts | None = None) -> dict:
+    """Acceptance rate per draft position i (steps with draft i accepted / steps with >= i drafts).
+    ``counts`` (:func:`specviz.core.stepwords.run_counts` of the run) words a token-tree run: its
+    positions are depths and the overall line is the accepted path over the depth."""
+    tree = counts is not None and counts.tree and counts.depth > 0
+    title = "Acceptance rate by tree depth" if tree else "Acceptance rate by draft position"
     if stats is None or not stats.per_position:
         return empty_figure.spec(title, "No drafts yet")
+    overall, name = stats.acceptance_rate, f"overall {stats.acceptance_rate:.0%}"
+    if tree:
+        overall = counts.rate
+        name = f"overall {overall:.0%} (path / depth)"
+        title += f"{_BR}accepted path / depth {overall:.0%}; over the {counts.nodes_drafted} nodes drafted: {counts.rate_over_nodes:.0%}</span>"
     xs = list(range(1, len(stats.per_position) + 1))
     traces = [
         dict(type="bar", x=xs, y=list(stats.per_position), marker=dict(color=COLORS["accepted"]), name="per position",
              text=[f"{v:.0%}" for v in stats.per_position], textposition="outside", cliponaxis=False,
              hovertemplate="position %{x}<br>accepted in %{y:.0%} of the steps that drafted it<extra></extra>"),
-        dict(type="scatter", x=[0.5, len(xs) + 0.5], y=[stats.acceptance_rate] * 2, mode="lines",
-             name=f"overall {stats.acceptance_rate:.0%}", line=dict(color=COLORS["muted"], dash="dash", width=1.5),
+        dict(type="scatter", x=[0.5, len(xs) + 0.5], y=[overall] * 2, mode="lines",
+             name=name, line=dict(color=COLORS["muted"], dash="dash", width=1.5),
              hoverinfo="skip"),
     ]
     return _spec(traces, title, yaxis=dict(range=[0, 1.15], tickformat=".0%"),
-                   xaxis=dict(title=_xlabel("draft position"), dtick=1, range=[0.4, len(xs) + 0.6]))
+                   xaxis=dict(title=_xlabel("depth" if tree else "draft position"), dtick=1, range=[0.4, len(xs) + 0.6]),
+                   margin=dict(t=80) if tree else None)
 
 
 @_with_spec

@@ -14,12 +14,13 @@ checked by hand; ``p = 4.08e-4, q = 1.00e-3, min(1, p/q) = 0.408`` can. So:
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from ..core.records import DraftDecision, StepRecord
 from .labels import token_label
 
 __all__ = [
-    "fmt_prob", "fmt_pair", "rule_of", "RULE_COLUMNS", "draft_columns", "ratio_of", "ratio_note", "decision_cell",
+    "Reveal", "reveal", "fmt_prob", "fmt_pair", "rule_of", "RULE_COLUMNS", "draft_columns", "ratio_of", "ratio_note", "decision_cell",
     "decision_line",
 ]
 
@@ -179,3 +180,32 @@ def decision_line(record: StepRecord, d: DraftDecision) -> str:
     su, sr = fmt_pair(d.u, d.ratio)
     sign = "≤" if d.accepted else ">"
     return f"u = {su} {sign} {sr}  →  {d.verdict}"
+
+
+# -- what is known at a phase of a step ----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Reveal:
+    """What a step's readouts may show at one phase (specviz.viz.phases): q always; p once the
+    target has verified (``p``); the verdicts of the first ``judged`` drafts; the correction or
+    bonus token and the step's outcome only at commit (``done``)."""
+
+    p: bool
+    judged: int
+    done: bool
+    phase: str = "commit"
+
+
+def reveal(record: StepRecord | None, phase: str | None = "commit", upto: int | None = None) -> Reveal | None:
+    """The :class:`Reveal` of ``record`` at ``phase`` (None or "commit": None, everything is shown);
+    ``upto``: in "decide", the last position judged so far (0-based)."""
+    if record is None or phase in (None, "commit") or record.k == 0:
+        return None
+    judged = sum(1 for d in record.drafts if d.verdict != "discarded")
+    if phase == "draft":
+        return Reveal(False, 0, False, phase)
+    if phase == "verify":
+        return Reveal(True, 0, False, phase)
+    shown = judged if upto is None else max(0, min(int(upto) + 1, judged))
+    return Reveal(True, shown, False, "decide")

@@ -18,13 +18,15 @@ import unicodedata
 from typing import Sequence
 
 from ..core.records import DraftDecision, Stats, StepRecord
+from ..core.stepwords import StepCounts, run_counts, step_counts
 from .labels import token_label
-from .numbers import decision_cell, decision_line, draft_columns, fmt_prob, ratio_note, rule_of
+from .numbers import Reveal, decision_cell, decision_line, draft_columns, fmt_prob, ratio_note, rule_of
 from .theme import COLORS, KIND_LABELS
 
 __all__ = [
     "DRAFT_COLUMNS", "draft_table_html", "draft_table_rows", "is_greedy", "legend_html", "metrics_html", "message_html",
     "position_choices", "default_position", "token_label", "tokens_html", "step_summary", "step_summary_text",
+    "phase_summary_text", "tree_rate_note",
 ]
 
 
@@ -127,7 +129,28 @@ def _span(kind: str, text: str, step: int, pos: int, tip: str) -> str:
     )
 
 
-def _step_html(record: StepRecord, selected: bool) -> str:
+def pending_tip(record: StepRecord, d: DraftDecision, shown: Reveal) -> str:
+    """A draft's tooltip before its verdict: q, and p once verified."""
+    return f"step {record.index + 1} · draft {d.position + 1} of {record.k}: q = {_fmt(d.q)}" + (
+        f", p = {_fmt(d.p)}" if shown.p else "")
+
+
+def _hidden_step_html(record: StepRecord, selected: bool, shown: Reveal) -> str:
+    """A step before its commit: the drafts judged so far and the pending ones (a tree: one
+    pending mark; its path is not known yet)."""
+    cls = "sv-step sel" if selected else "sv-step"
+    if record.tree:
+        tip = f"step {record.index + 1} · {len(record.tree)} tree nodes drafted; not judged yet"
+        return f'<span class="{cls}" data-step="{record.index}">{_span("pending", "⋯", record.index, 0, tip)}</span>'
+    greedy = is_greedy(record)
+    parts = [_span(d.verdict, d.text, record.index, d.position, _draft_tip(record, d, greedy)) if d.position < shown.judged
+             else _span("pending", d.text, record.index, d.position, pending_tip(record, d, shown)) for d in record.drafts]
+    return f'<span class="{cls}" data-step="{record.index}">{"".join(parts)}</span>'
+
+
+def _step_html(record: StepRecord, selected: bool, shown: Reveal | None = None) -> str:
+    if shown is not None:
+        return _hidden_step_html(record, selected, shown)
     greedy = is_greedy(record)
     n, c = record.n_accepted, record.n_committed
     parts: list[str] = []
@@ -152,18 +175,21 @@ def tokens_html(
     *,
     empty_hint: str = "Press <b>Step</b> to draft, verify and commit the first tokens, or <b>Play</b> to run to the end.",
     max_prompt_chars: int = 4000,
+    shown: Reveal | None = None,
 ) -> str:
     """The prompt (muted) and every committed token coloured by how it got there, with the
-    rejected drafts of each step struck through right after that step's accepted prefix."""
+    rejected drafts of each step struck through right after that step's accepted prefix.
+    ``shown``: the selected step (else the last) at a phase before its commit: only what is known."""
     prompt = prompt_text if len(prompt_text) <= max_prompt_chars else "…" + prompt_text[-max_prompt_chars:]
     prompt_html = html.escape(prompt).replace("\n", '<span class="ws">↵</span>\n')
     head = f'<div class="sv-prompt" title="the prompt">{prompt_html}</div>' if prompt_text else ""
     if not steps:
         body = f'<div class="sv-empty">{empty_hint}</div>'
     else:
-        body = "".join(_step_html(s, s.index == selected_step) for s in steps)
+        hidden = (steps[-1].index if selected_step is None else selected_step) if shown is not None else None
+        body = "".join(_step_html(s, s.index == selected_step, shown if s.index == hidden else None) for s in steps)
         last = steps[-1]
-        if last.finished:
+        if last.finished and hidden != last.index:
             why = "end of sequence" if last.finished == "eos" else "max new tokens reached"
             body += f'<span class="sv-end" title="the run finished: {why}">■ {why}</span>'
         body = f'<div class="sv-out">{body}</div>'
@@ -210,11 +236,14 @@ def _card(key: str, label: str, value: str, sub: str = "", cls: str = "") -> str
     )
 
 
-def metrics_html(stats: Stats | None, baseline_stats: Stats | None = None, *, engine_ms: float | None = None) -> str:
+def metrics_html(stats: Stats | None, baseline_stats: Stats | None = None, *, engine_ms: float | None = None,
+                 steps: Sequence[StepRecord] | None = None) -> str:
     """Metric cards: steps, drafted, accepted, acceptance rate, tau, tokens/s, target forward
     passes vs target-only, and the speedup against ``baseline_stats`` (pass a finished
-    target-only run on the same target, prompt and settings, else None)."""
+    target-only run on the same target, prompt and settings, else None). ``steps`` (the run's
+    records) let a token-tree run say what its rate divides by (:func:`run_counts`)."""
     s = stats
+    c = run_counts(steps) if steps else None
     if s is None:
         s = Stats(0, 0, 0, 0, 0.0, 0.0, (), 0.0, 0.0, 0, 0.0, 0.0, 0.0, 0.0)
     prefill_forwards = max(0, s.target_forwards - s.steps)
@@ -225,6 +254,15 @@ def metrics_html(stats: Stats | None, baseline_stats: Stats | None = None, *, en
         _card("drafted", "Drafted", f"{s.drafted}", "draft tokens proposed"),
         _card("accepted", "Accepted", f"{s.accepted}", "drafts kept"),
         _card("acceptance", "Acceptance rate", f"{s.acceptance_rate:.0%}" if s.drafted else "—", "accepted / drafted"),
+    ]
+    if c is not None and c.tree and c.depth:  # a tree: the path against the depth, as the per-position chart
+        cards[1:4] = [
+            _card("drafted", "Drafted", f"{c.nodes_drafted}", f"tree nodes proposed (depth {c.depth} in all)"),
+            _card("accepted", "Accepted", f"{c.path_accepted}", "accepted path tokens"),
+            _card("acceptance", "Acceptance rate", f"{c.rate:.0%}",
+                  f"accepted path / depth; over the {c.nodes_drafted} nodes: {c.rate_over_nodes:.0%}"),
+        ]
+    cards += [
         _card("tau", f"Mean accept. length {_TAU}", f"{s.mean_acceptance_length:.2f}" if s.steps else "—", "tokens per step"),
         _card("tps", "Tokens / s", f"{s.tokens_per_s:.1f}" if s.steps else "—", f"{s.new_tokens} tokens · engine time"),
         _card(
@@ -248,14 +286,24 @@ def metrics_html(stats: Stats | None, baseline_stats: Stats | None = None, *, en
 DRAFT_COLUMNS = ["#", "token", "q(x)", "p(x)", "min(1,p/q)", "u", "verdict"]
 
 
-def draft_table_rows(record: StepRecord | None) -> list[list[str]]:
+def _pending_row(d: DraftDecision, shown: Reveal) -> list[str]:
+    """A draft's row before its verdict: q, and p once verified."""
+    p = _fmt(d.p) if shown.p else ""
+    return [str(d.position + 1), token_label(d.text), _fmt(d.q), p, "", "", "… to verify" if not shown.p else "… to judge"]
+
+
+def draft_table_rows(record: StepRecord | None, shown: Reveal | None = None) -> list[list[str]]:
     """Rows for the draft table of one step: each draft x_i (token, q, p, min(1, p/q), u,
-    verdict), then the token sampled after them (correction, bonus or target-only)."""
+    verdict), then the token sampled after them (correction, bonus or target-only). ``shown``
+    (:func:`specviz.viz.numbers.reveal`): only what is known at a phase, no token after them."""
     if record is None:
         return []
     greedy = is_greedy(record)
     rows: list[list[str]] = []
     for d in record.drafts:
+        if shown is not None and d.position >= shown.judged:
+            rows.append(_pending_row(d, shown))
+            continue
         if d.verdict == "accepted":
             verdict = "✓ = argmax p" if greedy else "✓ accepted"
         elif d.verdict == "rejected":
@@ -267,6 +315,8 @@ def draft_table_rows(record: StepRecord | None) -> list[list[str]]:
         # typical: the threshold replaces min(1, p/q); greedy: "argmax p?" replaces u (viz.numbers)
         ratio = _fmt(d.threshold) if is_typical(record) else _fmt(_real_ratio(d))
         rows.append([str(d.position + 1), token_label(d.text), _fmt(d.q), _fmt(d.p), ratio, decision_cell(record, d), verdict])
+    if shown is not None:
+        return rows
     how = {
         "resampled": "↻ argmax p" if greedy or is_typical(record) else "↻ resampled",
         "bonus": "★ bonus",
@@ -278,16 +328,18 @@ def draft_table_rows(record: StepRecord | None) -> list[list[str]]:
     return rows
 
 
-def draft_table_html(record: StepRecord | None, selected_pos: int | None = None) -> str:
+def draft_table_html(record: StepRecord | None, selected_pos: int | None = None, shown: Reveal | None = None) -> str:
     """The draft table as HTML: one row per draft x_i and one for the token sampled after them,
-    each row coloured by its verdict and carrying ``data-pos`` (the chart position it selects)."""
+    each row coloured by its verdict and carrying ``data-pos`` (the chart position it selects).
+    ``shown``: only what is known at a phase (drafts not judged yet are ``pending``)."""
     if record is None:
         return '<div class="sv-table-empty sv-muted">The drafts of the selected step appear here.</div>'
-    rows = draft_table_rows(record)
-    kinds = [d.verdict for d in record.drafts] + [record.next_kind]
+    rows = draft_table_rows(record, shown)
+    kinds = [d.verdict if shown is None or d.position < shown.judged else "pending" for d in record.drafts]
+    kinds += [record.next_kind] if shown is None else []
     # the row of the sampled token charts the position it was sampled at: n (rejected) or k (bonus)
     positions = [d.position for d in record.drafts] + [record.n_accepted]
-    sel = default_position(record) if selected_pos is None else selected_pos
+    sel = default_position(record, shown) if selected_pos is None else selected_pos
     head = "".join(f'<th title="{html.escape(tip, quote=True)}">{html.escape(c)}</th>' for c, tip in draft_columns(record))
     body = []
     for i, (row, kind, pos) in enumerate(zip(rows, kinds, positions)):
@@ -304,41 +356,83 @@ def draft_table_html(record: StepRecord | None, selected_pos: int | None = None)
     )
 
 
-def position_choices(record: StepRecord | None) -> list[str]:
+def position_choices(record: StepRecord | None, shown: Reveal | None = None) -> list[str]:
     """Labels for the positions of a step that have distributions to chart: each draft, and the
-    bonus position when every draft was accepted (or the only position of a target-only step)."""
+    bonus position when every draft was accepted (or the only position of a target-only step).
+    ``shown``: the verdicts known at a phase only (no bonus position before commit)."""
     if record is None:
         return []
     marks = {"accepted": "✓", "rejected": "✗", "discarded": "–"}
-    out = [f"{d.position + 1}: {token_label(d.text)} {marks[d.verdict]}" for d in record.drafts]
+    out = [f"{d.position + 1}: {token_label(d.text)}"
+           + (f" {marks[d.verdict]}" if shown is None or d.position < shown.judged else "") for d in record.drafts]
+    if shown is not None:
+        return out
     if record.n_accepted == record.k:
         mark = "★ bonus" if record.k else "target"
         out.append(f"{record.k + 1}: {token_label(record.next_token_text)} {mark}")
     return out
 
 
-def default_position(record: StepRecord | None) -> int:
-    """Where the step was decided: the rejected draft, else the bonus position."""
-    return 0 if record is None else record.n_accepted
+def default_position(record: StepRecord | None, shown: Reveal | None = None) -> int:
+    """Where the step was decided: the rejected draft, else the bonus position (before commit:
+    the draft judged last, else the first)."""
+    if record is None:
+        return 0
+    if shown is not None:
+        return max(0, min(shown.judged - 1, record.k - 1))
+    return record.n_accepted
+
+
+def tree_rate_note(c: StepCounts) -> str:
+    """What a tree's acceptance divides by: "accepted path 4 of depth 4 (12 nodes drafted: the rate
+    over nodes is 33%)"; a chain: "4 of 5 drafts accepted"."""
+    if not c.tree:
+        return f"{c.path_accepted} of {c.nodes_drafted} drafts accepted"
+    rate = f"{c.rate_over_nodes:.0%}" if c.nodes_drafted else "—"
+    return (f"accepted path {c.path_accepted} of depth {c.depth} ({c.nodes_drafted} nodes drafted: "
+            f"the rate over nodes is {rate})")
 
 
 def step_summary_text(record: StepRecord) -> str:
-    """What a step did, in words: drafted, kept, rejected, and the token sampled after."""
-    n, k = record.n_accepted, record.k
+    """What a step did, in words (:func:`specviz.core.stepwords.step_counts`): drafted, kept,
+    rejected, and the token chosen after."""
+    c = step_counts(record)
     nxt = repr(token_label(record.next_token_text))
-    if k == 0:
+    if c.next_kind == "target":
         return f"nothing drafted, one target-only token {nxt}"
-    lossy = " (typical acceptance, LOSSY)" if is_typical(record) else ""
-    if n == k:
-        return f"all {k} drafts accepted + bonus token {nxt}{lossy}"
-    how = "taken as argmax p" if is_typical(record) else "resampled"
-    return f"{n} of {k} drafts accepted, draft {n + 1} rejected, correction {nxt} {how}{lossy}"
+    lossy = " (typical acceptance, LOSSY)" if c.rule == "typical" else ""
+    how = "taken as argmax p" if c.next_how == "argmax p" else c.next_how
+    if c.tree:
+        head = tree_rate_note(c)
+        if c.next_kind == "bonus":
+            return f"{head}, a leaf reached + bonus token {nxt}{lossy}"
+        return f"{head}, a node at depth {c.path_accepted + 1} rejected, correction {nxt} {how}{lossy}"
+    if c.next_kind == "bonus":
+        return f"all {c.nodes_drafted} drafts accepted + bonus token {nxt}{lossy}"
+    return f"{tree_rate_note(c)}, draft {c.path_accepted + 1} rejected, correction {nxt} {how}{lossy}"
 
 
-def step_summary(record: StepRecord | None) -> str:
-    """One line (HTML) about a step: what was drafted, kept and sampled, and its timings."""
+def phase_summary_text(record: StepRecord, shown: Reveal) -> str:
+    """What is known of a step before its commit (``shown``: :func:`specviz.viz.numbers.reveal`)."""
+    c = step_counts(record)
+    what = (f"{c.nodes_drafted} tree nodes drafted (depth {c.depth})" if c.tree
+            else f"{c.nodes_drafted} draft{'s' if c.nodes_drafted != 1 else ''}")
+    if not shown.p:
+        return f"{what}, each with its q; the target has not scored them yet (phase ▶: verify)"
+    if shown.judged == 0:
+        return f"{what}; one target pass gave p at every position; none judged yet (phase ▶: decide)"
+    return f"{what}; {shown.judged} judged so far, left to right (phase ▶: the next one, then commit)"
+
+
+def step_summary(record: StepRecord | None, shown: Reveal | None = None) -> str:
+    """One line (HTML) about a step: what was drafted, kept and sampled, and its timings
+    (``shown``: only what is known at a phase before commit)."""
     if record is None:
         return '<div class="sv-step-summary sv-muted">No step yet.</div>'
+    if shown is not None:
+        ms = f"draft {record.draft_ms:.0f} ms" + (f" · verify {record.verify_ms:.0f} ms" if shown.p else "")
+        return (f'<div class="sv-step-summary" data-phase="{shown.phase}"><b>Step {record.index + 1}</b>: '
+                f'{html.escape(phase_summary_text(record, shown))}. <span class="sv-muted">{ms}</span></div>')
     ms = f"draft {record.draft_ms:.0f} ms · verify {record.verify_ms:.0f} ms · other {record.other_ms:.0f} ms"
     mapping = ""
     source = record.info.get("source")  # NGramOrDraft: which proposer drafted this step

@@ -15,9 +15,11 @@ import html
 import plotly.graph_objects as go
 
 from ..core.records import StepRecord, TreeNode
+from ..core.stepwords import step_counts
 from .figures import _figure, empty_figure
+from .numbers import Reveal
 from .theme import COLORS
-from .tokens import token_label
+from .tokens import token_label, tree_rate_note
 
 __all__ = ["chain_view", "tree_figure", "tree_layout", "tree_mask", "tree_mask_figure"]
 
@@ -82,10 +84,41 @@ def _hover(nd: TreeNode, nodes: tuple[TreeNode, ...], greedy: bool) -> str:
     return "<br>".join(lines)
 
 
-def tree_figure(record: StepRecord, title: str | None = None) -> go.Figure:
-    """The step's tree: nodes by depth, accepted path highlighted, verdict colours, hover numbers."""
+def _pending_tree(record: StepRecord, shown: Reveal) -> go.Figure:
+    """The tree before its commit: every node drafted, none judged (q, and p once verified)."""
+    nodes, c = record.tree, step_counts(record)
+    pos = tree_layout(nodes)
+    xs: list[float | None] = []
+    ys: list[float | None] = []
+    for nd in nodes:
+        (x0, y0), (x1, y1) = pos[nd.parent], pos[nd.index]
+        xs += [x0, x1, None]
+        ys += [y0, y1, None]
+    hover = [f"<b>{html.escape(token_label(nd.text))}</b> (node {nd.index}, depth {nd.depth})<br>q = {_fmt(nd.q)}"
+             + (f"  p = {_fmt(nd.p)}" if shown.p else "") for nd in nodes]
+    traces = [dict(type="scatter", x=xs, y=ys, mode="lines", hoverinfo="skip", showlegend=False,
+                   line=dict(color=COLORS["grid"], width=1.5)),
+              dict(type="scatter", mode="markers+text", name="drafted", x=[pos[nd.index][0] for nd in nodes],
+                   y=[pos[nd.index][1] for nd in nodes], text=[html.escape(token_label(nd.text)) for nd in nodes],
+                   textposition="top center", marker=dict(color=COLORS["q"], size=14, line=dict(width=1, color="white")),
+                   hovertext=hover, hoverinfo="text"),
+              dict(type="scatter", mode="markers+text", name="root", x=[0.0], y=[pos[-1][1]], text=["root"],
+                   textposition="middle left", marker=dict(color=COLORS["target"], size=12, symbol="square"),
+                   hoverinfo="skip", showlegend=False)]
+    title = (f"Step {record.index + 1}: {c.nodes_drafted} tree nodes drafted (depth {c.depth}); "
+             + ("scored by one target pass, not judged yet" if shown.p else "not scored yet"))
+    return _figure(traces, title, height=max(260, 28 * (max(y for _, y in pos.values()) + 2)),
+                   xaxis=dict(title="depth", dtick=1, range=[-0.6, c.depth + 0.6]),
+                   yaxis=dict(visible=False, autorange="reversed"))
+
+
+def tree_figure(record: StepRecord, title: str | None = None, shown: Reveal | None = None) -> go.Figure:
+    """The step's tree: nodes by depth, accepted path highlighted, verdict colours, hover numbers
+    (``shown``: a phase before commit: the nodes only, no verdicts)."""
     nodes = record.tree
-    title = title or f"Step {record.index + 1}: {len(nodes)} nodes drafted, {len(record.accepted_path)} accepted"
+    if shown is not None and nodes:
+        return _pending_tree(record, shown)
+    title = title or f"Step {record.index + 1}: {tree_rate_note(step_counts(record))}"
     if not nodes:
         return empty_figure(title, "This step drafted no tree")
     greedy = all(nd.u is None for nd in nodes)
