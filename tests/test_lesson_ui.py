@@ -215,3 +215,16 @@ def test_lesson_mode_opens_each_step_in_its_draft_phase_and_phase_moves_on(tiny_
     lesson.on_lesson_mode(st, False)
     assert st.phase is None
     st.close()
+
+
+def test_after_the_run_finished_nothing_asks_to_run_more(tiny_env):
+    from specviz.ui import lesson
+    from specviz.ui import playground as pg
+    from specviz.ui.state import PlaygroundState
+
+    st = PlaygroundState()
+    list(pg.on_play(st, *_raw(tiny_env, max_new_tokens=8)))
+    assert st.done
+    out = lesson.on_nav(st, "next-rejection")
+    assert "run more" not in out["status"] and "finished" in out["status"]
+    st.close()

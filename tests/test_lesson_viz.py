@@ -756,3 +756,30 @@ def test_verify_then_decide_then_commit_reveal_in_order():
     _, c = _page_at(rec, "commit")
     assert "resampled" in c["table"] and "tok-resampled" in c["text"] and "residual" in c["chart"]
     assert viz.draft_table_html(rec) == c["table"]  # commit is the page as it always was
+
+
+# -- 10. sentences that were wrong ------------------------------------------------------------------
+
+
+def test_the_max_new_tokens_cut_is_not_a_step_that_found_nothing():
+    from dataclasses import replace
+
+    cut = replace(target_only_step(2, "a"), finished="length")  # one token was left: k was cut to 0
+    assert explain.drafted_fraction([rejected_step(0), bonus_step(1), cut]) == 1.0
+    assert explain.drafted_fraction([rejected_step(0), target_only_step(1, "b"), cut]) == 0.5  # a real miss counts
+
+
+def test_whole_token_counts_read_as_words():
+    s = explain.explain_speedup(a=0.1, k=2, tau=1.0, tokens=10, target_forwards=11)
+    assert "1 token instead of 1" in s.text and "1.0 tokens" not in s.text
+    assert "4.6 tokens" in explain.explain_speedup(a=0.96, k=4, tau=4.6, tokens=65, target_forwards=15).text
+
+
+def test_the_overhead_card_names_only_the_proposers_own_costs():
+    kw = dict(a=0.96, k=4, tau=4.6, tokens=65, target_forwards=15, c=0.5, v=1.7, speedup=0.92)
+    for name in ("ngram", "ngram-tree"):
+        o = explain.explain_speedup(**kw, proposer=name)
+        assert o.limit == "overhead" and "prefill" in o.advice and "draft model" not in o.text, name
+        assert "the draft's too" not in o.text
+    d = explain.explain_speedup(**kw, proposer="draft")
+    assert "a draft model reads the prompt too" in d.advice

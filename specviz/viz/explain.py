@@ -201,7 +201,7 @@ def _advice(limit: str, verdict: str, *, a: float, k: int, c: float, v: float, p
 def _overhead_costs(proposer: str) -> str:
     """The costs outside the decode loop that ``proposer`` has (an n-gram has no model to prefill)."""
     name = proposer.partition(":")[0].strip().lower()
-    if name in ("ngram", "n-gram", "prompt lookup", "lookup"):
+    if (name.startswith(("ngram", "n-gram")) and "draft" not in name) or name in ("prompt lookup", "lookup"):
         return "the target's prefill and the time between steps (the n-gram lookup has no model to prefill)"
     if name in ("early-exit", "early exit", "layerskip"):
         return "the target's prefill and the time between steps (early exit drafts with the target's own layers)"
