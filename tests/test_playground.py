@@ -205,3 +205,42 @@ def test_the_playground_runs_the_ngram_or_draft_proposer(models_dir, allow_local
     assert "ngram" in sources, sources  # the tiny prompt repeats itself
     assert any("drafted by" in vt.step_summary(s) for s in st.steps)
     st.close()
+
+
+CONTROLS = ["target", "proposer", "draft", "k", "temperature", "top_p", "top_k", "seed", "max_new_tokens", "prompt", "chat",
+            "schedule", "layers", "rule", "options"]  # parse_settings' order
+
+
+@pytest.mark.parametrize("run", [
+    dict(proposer="draft", k=3, temperature=0.7, top_p=0.9, top_k=5, seed=7, max_new_tokens=9, rule="typical (LOSSY)"),
+    dict(proposer="draft-tree", k=2, temperature=1.0, top_p=1.0, top_k=0, seed=3, max_new_tokens=8, options="nodes=5,width=2"),
+    dict(proposer="ngram", k=2, temperature=0.0, top_p=1.0, top_k=0, seed=1, max_new_tokens=8),
+], ids=["draft-typical", "draft-tree", "ngram"])
+def test_a_loaded_trace_restores_the_whole_run_and_leaves_nothing_behind(models_dir, allow_local, run):
+    from specviz.ui import lesson
+    from specviz.ui import playground as pg
+    from specviz.ui.state import PlaygroundState, parse_settings
+
+    want = {**dict(zip(CONTROLS, _raw(models_dir))), "prompt": TINY_PROMPT + " again", "rule": "exact", "options": "", **run}
+    live = PlaygroundState()
+    list(pg.on_play(live, *[want[n] for n in CONTROLS]))
+    assert live.session.done, live.message
+    settings = live.settings
+
+    st = PlaygroundState()  # another browser, its controls at other values
+    shown = dict(zip(CONTROLS, _raw(models_dir, k=5, temperature=0.2, seed=99, max_new_tokens=4)), rule="exact", options="")
+    list(pg.on_step(st, *[shown[n] for n in CONTROLS]))
+    pg.on_load_trace(st, live.trace_path)
+    updates = lesson.trace_controls(st)
+    for name, u in updates.items():
+        shown[name] = u["value"]
+    for name in ("proposer", "k", "temperature", "top_p", "top_k", "seed", "max_new_tokens", "prompt", "rule", "options"):
+        assert shown[name] == want[name], (name, shown[name], want[name])
+    if run["proposer"] != "ngram":
+        assert shown["draft"] == want["draft"]
+    assert parse_settings(*[shown[n] for n in CONTROLS]) == settings  # the controls say the trace's whole run
+    pg.on_reset(st)
+    list(pg.on_step(st, *[shown[n] for n in CONTROLS]))  # the next live run uses the controls shown
+    assert st.mode == "live" and st.settings == settings and len(st.steps) == 1 and st.phase is None
+    live.close()
+    st.close()

@@ -359,8 +359,50 @@ def tour_settings(key: str, d: Defaults, cuda: bool = False) -> dict[str, Any]:
     raise ValueError(f"unknown tour {key!r}; choose one of: {', '.join(t.key for t in TOURS)}")
 
 
+def trace_settings(header: dict[str, Any]) -> dict[str, Any]:
+    """The control values (names as in the playground's controls; the proposer a spec prefix) of
+    the run a trace header describes: target, proposer, draft, layers, options (a tree's shape),
+    k, schedule, rule, temperature, top-p, top-k, seed, max new tokens and prompt. Values the
+    header lacks are left out."""
+    out: dict[str, Any] = {}
+    if isinstance(header.get("target"), str) and header["target"]:
+        out["target"] = header["target"]
+    spec = header.get("proposer")
+    if isinstance(spec, str) and spec and spec != "target-only":
+        try:
+            prefix = prefix_of(spec)
+        except KeyError:
+            prefix = None
+        if prefix is not None:
+            arg = spec.partition(":")[2]
+            head, _, opts = arg.partition(",")
+            out["proposer"] = prefix
+            if prefix in USES_DRAFT_MODEL and head:
+                out["draft"] = head
+            elif prefix in TAKES_LAYERS and head.isdigit():
+                out["layers"] = int(head)
+            elif head and "=" in head:  # no model or N first: every part is an option
+                opts = arg
+            out["options"] = opts if prefix in TAKES_OPTIONS else ""
+    for name in ("k", "seed", "max_new_tokens"):
+        if isinstance(header.get(name), int) and not isinstance(header.get(name), bool):
+            out[name] = header[name]
+    if isinstance(header.get("schedule"), str):
+        out["schedule"] = header["schedule"].partition(":")[0]
+    if header.get("acceptance") in ("exact", "typical"):
+        out["rule"] = header["acceptance"]
+    sampling = header.get("sampling") or {}
+    if isinstance(sampling.get("temperature"), (int, float)):
+        out["temperature"] = float(sampling["temperature"])
+    out["top_p"] = float(sampling["top_p"]) if isinstance(sampling.get("top_p"), (int, float)) else 1.0
+    out["top_k"] = int(sampling["top_k"]) if isinstance(sampling.get("top_k"), int) else 0
+    if isinstance(header.get("prompt"), str) and header["prompt"]:
+        out["prompt"] = header["prompt"]
+    return out
+
+
 __all__: Sequence[str] = [
     "CROSS_PAIRS", "Defaults", "MENU", "TAKES_OPTIONS", "Tour", "TOURS", "options_hint", "tour_settings", "PAIRS", "TAKES_LAYERS", "USES_DRAFT_MODEL", "auto_draft", "bench_proposer_choices",
     "build_decoder", "build_proposers", "check_options", "default_draft", "draft_choices", "example_prompts", "is_target_only", "label_of", "menu_prefix",
-    "prefix_of", "proposer_hint", "spec_for", "target_choices",
+    "prefix_of", "proposer_hint", "spec_for", "target_choices", "trace_settings",
 ]

@@ -20,7 +20,7 @@ from . import playground as pg
 from .handlers import by_name
 from .lesson_view import SPEEDS, shown_of
 from .playground_view import render, status_only
-from .state import RULE_LABELS, PlaygroundState
+from .state import PROPOSERS, RULE_LABELS, SCHEDULES, PlaygroundState
 
 TOUR_MAX_STEPS = 200  # a tour that looks for a moment gives up after this many steps
 
@@ -220,16 +220,21 @@ def tour_run(key: str):
 
 
 def trace_controls(state: PlaygroundState) -> dict[str, Any]:
-    """After a trace loads: the temperature and acceptance-rule controls set to the trace's own, by name."""
+    """After a trace loads: every control set to the trace's own run (target, proposer, draft,
+    layers, options, k, schedule, rule, T, top-p, top-k, seed, max new tokens, prompt), by name,
+    so Reset and Step run what the controls show."""
     header = getattr(state.session, "header", None) if state.mode == "trace" else None
     if not isinstance(header, dict):
         return {}
-    t = (header.get("sampling") or {}).get("temperature")
-    out: dict[str, Any] = {"temperature": gr.update(value=float(t))} if isinstance(t, (int, float)) else {}
-    label = RULE_LABELS.get(header.get("acceptance") or "exact")
-    if label is not None:
-        out["rule"] = gr.update(value=label)
-    return out
+    values = runs.trace_settings(header)
+    if values.get("proposer") not in PROPOSERS:
+        for name in ("proposer", "draft", "layers", "options"):
+            values.pop(name, None)
+    if "rule" in values:
+        values["rule"] = RULE_LABELS.get(values["rule"], values["rule"])
+    if values.get("schedule") not in SCHEDULES:
+        values.pop("schedule", None)
+    return {name: gr.update(value=value) for name, value in values.items()}
 
 
 def wire(view, parts: dict[str, Any], engine: dict[str, Any]) -> None:

@@ -130,5 +130,5 @@ def build_playground(defaults: pg.Defaults | None = None) -> PlaygroundView:
     position.input(by_name(pg.on_position, named), [state, position], outs, **fast)
     table.pick(by_name(pg.on_table_pick, named), [state], outs, **fast)
     upload.upload(by_name(pg.on_load_trace, named), [state, upload], outs, **fast).then(
-        by_name(lesson.trace_controls, controls), [state], [temperature, rule], queue=False)
+        by_name(lesson.trace_controls, controls), [state], list(controls.values()), queue=False)
     return view

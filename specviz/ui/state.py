@@ -258,7 +258,7 @@ class PlaygroundState:
         self._hold(decoder)
         self.steps = session.steps  # the session appends to it
         self.prompt_text = settings.prompt
-        self.selected_step = self.selected_pos = None
+        self.selected_step = self.selected_pos = self.phase = None
         self.last_engine_ms = None
 
     def step(self) -> StepRecord:
@@ -284,7 +284,7 @@ class PlaygroundState:
         self.trace_path = path
         self.steps = replay.steps
         self.prompt_text = str(replay.header.get("prompt", "") or "")
-        self.selected_step = self.selected_pos = None
+        self.selected_step = self.selected_pos = self.phase = None
         self.last_engine_ms = None
 
     def rewind_trace(self) -> None:
