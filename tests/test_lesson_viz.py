@@ -783,3 +783,21 @@ def test_the_overhead_card_names_only_the_proposers_own_costs():
         assert "the draft's too" not in o.text
     d = explain.explain_speedup(**kw, proposer="draft")
     assert "a draft model reads the prompt too" in d.advice
+
+
+def test_a_tree_before_decide_shows_its_nodes_not_its_path():
+    from specviz.viz.numbers import reveal
+    from specviz.viz.tree import chain_view, tree_figure
+
+    rec = chain_view(tree_step(rejected=True))  # as the page renders it
+    for phase in ("draft", "verify"):
+        shown = reveal(rec, phase)
+        table = viz.draft_table_html(rec, None, shown)
+        ph = phases.step_phase_html(rec, phase)
+        assert table.count("<tr class=") == 12 and ph.count('class="sv-phase-cell') == 12  # every node, not the path
+        page = table + ph + viz.tokens_html("", [rec], shown=shown) + " ".join(viz.position_choices(rec, shown))
+        page += viz.figure_json(viz.topk_figure.spec(rec, None, shown)) + tree_figure(rec, shown=shown).to_json()
+        for word in ('data-kind="accepted"', 'data-kind="rejected"', "tok-accepted", "tok-rejected", "✓", "✗"):
+            assert word not in page, (phase, word)
+    d = phases.step_phase_html(rec, "decide", 0)
+    assert d.count('class="sv-phase-cell') == 1 and 'data-kind="accepted"' in d  # the walk so far, not the path ahead

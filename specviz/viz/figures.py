@@ -129,6 +129,9 @@ def topk_figure(record: StepRecord | None, position: int | None = None, shown: R
         return empty_figure.spec(title, "Run a step to see its distributions")
     n, k = record.n_accepted, record.k
     pos = n if position is None else max(0, min(int(position), k if n == k else k - 1))
+    if shown is not None and record.tree and shown.judged == 0:  # which node is on the path is not known yet
+        return empty_figure.spec(f"Step {record.index + 1}: {len(record.tree)} tree nodes",
+                                 "The decide phase walks the tree: its nodes' charts appear as they are judged")
     if shown is not None:
         pos = max(0, min(pos if position is not None else shown.judged - 1, k - 1))
     greedy = is_greedy(record)

@@ -116,7 +116,11 @@ def step_phase_html(record: StepRecord | None, phase: str = "commit", upto: int 
         shown = judged if phase == "commit" else 0
     rule = rule_of(record)
     cells = []
+    if record.tree and phase in ("draft", "verify"):  # a tree before decide: its nodes (the path is not known yet)
+        cells = [_node_cell(record, nd, phase) for nd in record.tree]
     for d in record.drafts:
+        if record.tree and phase != "commit" and d.position >= shown:
+            continue  # a tree's path nodes not judged yet would tell the path
         decided = d.position < shown
         kind = d.verdict if decided or (phase == "commit" and d.verdict == "discarded") else "pending"
         tip = _draft_tip(record, d, greedy) if phase in ("decide", "commit") else (
@@ -151,8 +155,24 @@ def step_phase_html(record: StepRecord | None, phase: str = "commit", upto: int 
     )
 
 
+def _node_cell(record: StepRecord, nd, phase: str) -> str:
+    """One node of a tree before decide: its token and depth, q, and p once verified."""
+    tip = f"node {nd.index + 1} of {len(record.tree)}, depth {nd.depth}: q = {fmt_prob(nd.q)}" + (
+        f", p = {fmt_prob(nd.p)}" if phase == "verify" else "")
+    lines = [f'<div class="sv-phase-num sv-phase-q">q {fmt_prob(nd.q)}</div>']
+    if phase == "verify":
+        lines.append(f'<div class="sv-phase-num sv-phase-p">p {fmt_prob(nd.p)}</div>')
+    return (f'<div class="sv-phase-cell" data-pos="{nd.index}" data-kind="pending" data-depth="{nd.depth}">'
+            f'{_span("pending", nd.text, record.index, nd.index, tip)}{"".join(lines)}</div>')
+
+
 def _caption(record: StepRecord, phase: str, shown: int, rule: str) -> str:
     k, n = record.k, record.n_accepted
+    if record.tree and phase in ("draft", "verify"):
+        nodes = len(record.tree)
+        if phase == "draft":
+            return f"The proposer drafted a tree of {nodes} nodes; q is how likely it found each one."
+        return f"One target forward over the context and all {nodes} nodes (a tree attention mask) gives p at each."
     if k == 0:
         return f"Nothing drafted: one target pass commits one token, {token_label(record.next_token_text)!r}."
     if phase == "draft":

@@ -300,9 +300,13 @@ def draft_table_rows(record: StepRecord | None, shown: Reveal | None = None) -> 
         return []
     greedy = is_greedy(record)
     rows: list[list[str]] = []
+    if shown is not None and record.tree and shown.judged == 0:  # a tree before decide: its nodes, not its path
+        return [[f"{nd.index + 1}", f"{token_label(nd.text)} (depth {nd.depth})", _fmt(nd.q),
+                 _fmt(nd.p) if shown.p else "", "", "", "… to verify" if not shown.p else "… to judge"] for nd in record.tree]
     for d in record.drafts:
         if shown is not None and d.position >= shown.judged:
-            rows.append(_pending_row(d, shown))
+            if not record.tree:  # a tree's pending path nodes would tell the path
+                rows.append(_pending_row(d, shown))
             continue
         if d.verdict == "accepted":
             verdict = "✓ = argmax p" if greedy else "✓ accepted"
@@ -339,6 +343,8 @@ def draft_table_html(record: StepRecord | None, selected_pos: int | None = None,
     kinds += [record.next_kind] if shown is None else []
     # the row of the sampled token charts the position it was sampled at: n (rejected) or k (bonus)
     positions = [d.position for d in record.drafts] + [record.n_accepted]
+    if shown is not None and record.tree and shown.judged == 0:
+        kinds, positions = ["pending"] * len(rows), [0] * len(rows)
     sel = default_position(record, shown) if selected_pos is None else selected_pos
     head = "".join(f'<th title="{html.escape(tip, quote=True)}">{html.escape(c)}</th>' for c, tip in draft_columns(record))
     body = []
@@ -363,8 +369,9 @@ def position_choices(record: StepRecord | None, shown: Reveal | None = None) -> 
     if record is None:
         return []
     marks = {"accepted": "✓", "rejected": "✗", "discarded": "–"}
+    drafts = [d for d in record.drafts if shown is None or not record.tree or d.position < shown.judged]
     out = [f"{d.position + 1}: {token_label(d.text)}"
-           + (f" {marks[d.verdict]}" if shown is None or d.position < shown.judged else "") for d in record.drafts]
+           + (f" {marks[d.verdict]}" if shown is None or d.position < shown.judged else "") for d in drafts]
     if shown is not None:
         return out
     if record.n_accepted == record.k:
