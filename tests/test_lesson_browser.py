@@ -165,3 +165,20 @@ def test_a_clamped_value_says_so(browser, app_url, elem, value, words):
     note = page.inner_text(f"#{elem} .sv-clamp-note")
     assert words in note and value in note
     page.context.close()
+
+
+@pytest.mark.browser
+def test_animate_this_step_walks_every_phase_with_no_click(browser, app_url):
+    page = _page(browser, app_url)
+    page.click("#sv-step-btn")
+    page.wait_for_function("document.querySelector('#sv-tokens .sv-tokens')?.dataset.steps === '1'")
+    page.evaluate("""() => { window.__phases = [];
+      window.__poll = setInterval(() => { const p = document.querySelector('#sv-phase .sv-phase')?.dataset.phase;
+        if (p && window.__phases[window.__phases.length - 1] !== p) window.__phases.push(p); }, 25); }""")
+    page.click("#sv-animate")
+    page.wait_for_function("(() => { const s = window.__phases, i = s.indexOf('draft');"
+                           " return i >= 0 && s.slice(i).join(' ').startsWith('draft verify decide') && s[s.length - 1] === 'commit'; })()")
+    seen = page.evaluate("window.__phases")
+    assert seen[seen.index("draft"):] == ["draft", "verify", "decide", "commit"], seen
+    assert "sv-msg-error" not in page.inner_html("#sv-status") and not page.js_errors
+    page.context.close()

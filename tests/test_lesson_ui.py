@@ -6,6 +6,8 @@ it was sampled, and bad values name their field.
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from tests.support import app_server
@@ -214,6 +216,10 @@ def test_lesson_mode_opens_each_step_in_its_draft_phase_and_phase_moves_on(tiny_
     assert len(st.steps) == 2 and st.phase == ("draft", -1) and st.shown_step().index == 1
     lesson.on_lesson_mode(st, False)
     assert st.phase is None
+    st.play_delay_s = 0.01  # "animate this step": every phase at the Play speed's pace, no click
+    seen = [re.search(r'data-phase="(\w+)"', f["phase"]).group(1) for f in lesson.on_animate(st)]
+    want = [p for p, _ in phase_frames(chain_view(st.shown_step()))]
+    assert seen == want and seen[0] == "draft" and seen[-1] == "commit"
     st.close()
 
 

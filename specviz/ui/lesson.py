@@ -13,7 +13,7 @@ import gradio as gr
 
 from ..app import runs
 from ..core.records import StepRecord
-from ..viz.phases import neighbour_step, next_frame, next_rejection, previous_frame, previous_rejection
+from ..viz.phases import neighbour_step, next_frame, next_rejection, phase_frames, previous_frame, previous_rejection
 from ..viz.tokens import phase_summary_text, step_summary_text
 from ..viz.tree import chain_view
 from . import playground as pg
@@ -139,6 +139,36 @@ def on_lesson_mode(state: PlaygroundState, on: Any) -> Frame:
         return render(state)
 
 
+ANIMATE_DEFAULT_S = 0.8  # "animate this step" at the Play speed "as fast as it runs": a pace one can follow
+
+
+def on_animate(state: PlaygroundState) -> Iterator[Frame]:
+    """The shown step's phases, one frame after another at the Play speed's pace, with no click
+    (draft, verify, each decide, commit); a Reset, a new run or Pause stops it."""
+    import time
+
+    state.stop.clear()
+    with state.lock:
+        rec = state.shown_step()
+        if rec is None:
+            state.message = ("Run a step first, then animate it.", "info")
+            yield status_only(state)
+            return
+        epoch, frames = state.epoch, phase_frames(chain_view(rec))
+        delay = state.play_delay_s or ANIMATE_DEFAULT_S
+    for i, frame in enumerate(frames):
+        with state.lock:
+            if state.epoch != epoch or state.stop.is_set() or state.shown_step() is not rec:
+                return
+            state.phase = frame
+            state.selected_pos = frame[1] if frame[0] == "decide" else None
+            state.message = phase_message(state)
+            out = render(state, plots=frame[0] == "commit")
+        yield out
+        if i + 1 < len(frames):
+            time.sleep(delay)
+
+
 def on_speed(state: PlaygroundState, label: str) -> None:
     state.play_delay_s = SPEEDS.get(label, 0.0)
 
@@ -249,6 +279,8 @@ def wire(view, parts: dict[str, Any], engine: dict[str, Any]) -> None:
         else:
             btn.click(by_name(lambda s, w=key: on_nav(s, w), named), [state], outs, **fast)
     parts["speed"].change(on_speed, [state, parts["speed"]], None, queue=False)
+    if parts.get("animate") is not None:
+        parts["animate"].click(by_name(on_animate, named), [state], outs, **fast)
     if parts.get("lesson_mode") is not None:
         parts["lesson_mode"].change(by_name(on_lesson_mode, named), [state, parts["lesson_mode"]], outs, **fast)
     controls = list(view.controls.values())

@@ -213,9 +213,13 @@ def build_nav() -> dict[str, gr.Button]:
     return buttons
 
 
-def build_lesson_mode() -> gr.Checkbox:
-    return gr.Checkbox(value=False, label="Lesson mode: each new step opens in its draft phase; phase ▶ at commit "
-                       "moves on to the next step", elem_id="sv-lesson-mode")
+def build_lesson_mode() -> tuple[gr.Checkbox, gr.Button]:
+    """The lesson mode switch and the "animate this step" button (at the Play speed's pace)."""
+    with gr.Row(elem_id="sv-lesson-row"):
+        box = gr.Checkbox(value=False, label="Lesson mode: each new step opens in its draft phase; phase ▶ at commit "
+                          "moves on to the next step", elem_id="sv-lesson-mode", scale=3)
+        animate = gr.Button("▶ animate this step", size="sm", min_width=140, scale=1, elem_id="sv-animate")
+    return box, animate
 
 
 def build_phase() -> gr.HTML:

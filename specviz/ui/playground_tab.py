@@ -88,7 +88,7 @@ def build_playground(defaults: pg.Defaults | None = None) -> PlaygroundView:
         with gr.Column(scale=5, min_width=300):
             step_slider = gr.Slider(1, 2, value=1, step=1, label="Step", interactive=False, elem_id="sv-step-slider")
             nav = lesson_view.build_nav()
-            lesson_mode = lesson_view.build_lesson_mode()
+            lesson_mode, animate = lesson_view.build_lesson_mode()
             phase = lesson_view.build_phase()
             position = gr.Radio([], label="Position in the step", type="index", elem_id="sv-position")
             summary = gr.HTML(viz.step_summary(None), elem_id="sv-summary")
@@ -118,7 +118,7 @@ def build_playground(defaults: pg.Defaults | None = None) -> PlaygroundView:
     inputs = [state, *controls.values()]
 
     proposer.change(pg.on_proposer_change, [target, proposer, draft], [draft, layers, options], queue=False)
-    lesson.wire(view, dict(nav=nav, speed=speed, tours=tours, lesson_mode=lesson_mode), engine)
+    lesson.wire(view, dict(nav=nav, speed=speed, tours=tours, lesson_mode=lesson_mode, animate=animate), engine)
     target.change(pg.on_target_change, [target, proposer, draft], [draft], queue=False)
     step_btn.click(by_name(pg.on_step, named), inputs, outs, trigger_mode="multiple", **engine)
     play_btn.click(by_name(pg.on_play, named), inputs, outs, **engine)
