@@ -672,6 +672,10 @@ def test_a_tree_step_is_told_once_the_same_everywhere():
     title = fig["layout"]["title"]["text"]
     assert "tree depth" in title and "100%" in title and "33%" in title and list(fig["data"][0]["y"]) == [1.0] * 4
     assert note in tree_figure(rec).layout.title.text
+    tl = viz.timeline_figure.spec([chain_view(rec)])  # the page plots chain views: the counts still come from the tree
+    assert tl["data"][-1]["name"] == "nodes drafted" and tl["data"][-1]["y"] == [12]
+    tps = viz.tokens_per_step_figure.spec([chain_view(rec)])
+    assert tps["data"][-1]["name"] == "depth + 1" and tps["data"][-1]["y"] == [5]
     r = tree_step(rejected=True)
     words = viz.step_summary_text(r)
     assert "accepted path 2 of depth 4 (12 nodes drafted: the rate over nodes is 17%)" in words

@@ -20,7 +20,7 @@ import plotly.io as pio
 from plotly.io.json import to_json_plotly
 
 from ..core.records import Stats, StepRecord, TopToken
-from ..core.stepwords import StepCounts
+from ..core.stepwords import StepCounts, step_counts
 from .numbers import Reveal, fmt_pair, fmt_prob
 from .theme import COLORS, FONT, KIND_LABELS
 from .tokens import is_greedy, token_label
@@ -280,18 +280,22 @@ def timeline_figure(steps: Sequence[StepRecord]) -> dict:
     if not steps:
         return empty_figure.spec(title)
     xs = [s.index + 1 for s in steps]
-    custom = [[s.k, s.n_accepted, s.n_committed] for s in steps]
-    hover = ("step %{x}<br>%{fullData.name}: %{y:.1f} ms<br>k = %{customdata[0]}, accepted %{customdata[1]}, "
+    counts = [step_counts(s) for s in steps]  # a tree drafts nodes: the vocabulary of core.stepwords
+    tree = any(c.tree for c in counts)
+    drafted = [c.nodes_drafted for c in counts]
+    custom = [[c.nodes_drafted, c.path_accepted, s.n_committed] for s, c in zip(steps, counts)]
+    what = "nodes drafted" if tree else "k"
+    hover = (f"step %{{x}}<br>%{{fullData.name}}: %{{y:.1f}} ms<br>{what} = %{{customdata[0]}}, accepted %{{customdata[1]}}, "
              "committed %{customdata[2]}<extra></extra>")
     traces = [
         dict(type="bar", x=xs, y=[round(getattr(s, key), 2) for s in steps], name=name, marker=dict(color=COLORS[key]),
              customdata=custom, hovertemplate=hover)
         for key, name in (("draft_ms", "draft"), ("verify_ms", "verify"), ("other_ms", "other"))
     ]
-    traces.append(dict(type="scatter", x=xs, y=[s.k for s in steps], name="k (drafted)", yaxis="y2", mode="lines+markers",
-                       line=dict(color=COLORS["muted"], width=1, shape="hv"), marker=dict(size=4),
-                       hovertemplate="step %{x}: k = %{y}<extra></extra>"))
-    kmax = max(max(s.k for s in steps), 1)
+    traces.append(dict(type="scatter", x=xs, y=drafted, name="nodes drafted" if tree else "k (drafted)", yaxis="y2",
+                       mode="lines+markers", line=dict(color=COLORS["muted"], width=1, shape="hv"), marker=dict(size=4),
+                       hovertemplate=f"step %{{x}}: {what} = %{{y}}<extra></extra>"))
+    kmax = max(max(drafted), 1)
     return _spec(
         traces, title, barmode="stack", bargap=0.15, margin=dict(r=32),
         xaxis=dict(title=_xlabel("step")),
@@ -315,10 +319,11 @@ def tokens_per_step_figure(steps: Sequence[StepRecord]) -> dict:
         if any(ys):
             traces.append(dict(type="bar", x=xs, y=ys, name=name, marker=dict(color=COLORS[kind]),
                                hovertemplate=f"step %{{x}}: + {KIND_LABELS[kind]}<extra></extra>"))
-    traces.append(dict(type="scatter", x=xs, y=[s.k + 1 for s in steps], name="k + 1",
+    depth = [step_counts(s).depth for s in steps]  # a tree commits at most its depth + 1
+    traces.append(dict(type="scatter", x=xs, y=[d + 1 for d in depth], name="depth + 1" if any(s.tree for s in steps) else "k + 1",
                        mode="markers", marker=dict(symbol="line-ew", size=9, line=dict(width=1.5, color=COLORS["muted"])),
                        hovertemplate="step %{x}: at most %{y}<extra></extra>"))
     tau = sum(s.n_committed for s in steps) / len(steps)
-    kmax = max(s.k for s in steps)
+    kmax = max(depth)
     return _spec(traces, f"{title} · τ = {tau:.2f}", barmode="stack", bargap=0.15, xaxis=dict(title=_xlabel("step")),
                    yaxis=dict(dtick=1 if kmax <= 8 else 2, rangemode="tozero"))
