@@ -11,8 +11,9 @@ ways: the transformers forward and the static step that specviz runs) are timed 
 rotation, so each c is measured against the same machine state. Provisional on a busy machine.
 
 ``--runners eager,trace,compile,export`` also times, in the same rotation, the target's one-token
-step and verify pass and the int8 draft's one-token step (``--int8``, default TARGET@int8) through
-each runner of the static step (specviz.runtime.runners; each on its own decoder, built once, its
+step and verify pass and the int8 draft's one-token step (``--int8``, default TARGET@int8), whole
+(head included) and the body alone (one call of the runner, no head), through each runner of the
+static step (specviz.runtime.runners; each on its own decoder, built once, its
 build and first calls' seconds printed: compile and export pay theirs there, export once per model
 and torch version, then from its package on disk).
 
@@ -82,6 +83,20 @@ def step_fns(model, cache, ctx: torch.Tensor, k: int):
     return step, verify
 
 
+def body_fn(decoder: StaticDecoder, cache, ctx: torch.Tensor, width: int):
+    """One call of the decoder's kept runner on ``width`` tokens after the context (no head, no
+    bookkeeping: the runner's own cost; each call writes the same slots past the cache's length)."""
+    with torch.inference_mode():
+        cache.reserve(cache.length + width)
+        example = decoder._inputs(cache, ctx[-1:].repeat(width), cache.length)
+
+    def call():
+        with torch.inference_mode():
+            decoder._call(example)
+
+    return call
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--target", default="gemma-3-270m")
@@ -127,7 +142,8 @@ def main() -> None:
             for runner in runners:
                 with static_mode(runner):
                     decoder = StaticDecoder(model)
-                step, verify = step_fns(model, decoder.new_cache(), ctx, args.k)
+                cache = decoder.new_cache()
+                step, verify = step_fns(model, cache, ctx, args.k)
                 t = time.perf_counter()
                 step()  # builds on the first call
                 if label == "target":
@@ -135,6 +151,10 @@ def main() -> None:
                 first = time.perf_counter() - t
                 built[label, runner] = (sum(decoder._runner.build_s.values()), first, decoder.runner)
                 fns[f"{label} step [{runner}]"] = step
+                for width in (1, args.k + 1) if label == "target" else (1,):
+                    name = f"{label} body alone, {width} token(s) [{runner}] (per call)"
+                    fns[name] = body_fn(decoder, cache, ctx, width)
+                    per_pass.add(name)
                 if label == "target":
                     fns[f"target verify of {args.k + 1} [{runner}] (whole pass)"] = verify
                     per_pass.add(f"target verify of {args.k + 1} [{runner}] (whole pass)")

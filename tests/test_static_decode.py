@@ -290,8 +290,15 @@ def test_every_runner_gives_the_transformers_logits(runner, tiny_target, tokeniz
         assert cache.decoder.runner == runner
     static = int8_matches(gemma)
     assert static.decoder.runner in (runner, "eager")
-    if runner == "export":  # one package per body, its weights left out
+    if runner == "export":  # one package per body shape, its weights left out: built once, then loaded
+        from specviz.runtime import runners
+
         assert len(list((tmp_path / "static_decode").glob("*.pt2"))) == 2
+        twin = perturbed(tiny_target.model, 0.1, seed=4)  # other weights, the same shapes
+        chains_match(twin, widths=(1, 5))
+        assert runners._built[-1].note.startswith("loaded")
+        monkeypatch.delenv("SPECVIZ_STATIC_DECODE")  # and the default measures it against the others
+        assert [r.name for r in static_decode.candidates(static_decode.StaticDecoder(twin).body)] == ["trace", "export", "eager"]
 
 
 @pytest.fixture

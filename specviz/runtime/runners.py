@@ -26,11 +26,13 @@ A bottom-layer module: it imports nothing from specviz.
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import inspect
 import logging
 import os
 import sys
+import textwrap
 import threading
 import time
 from dataclasses import dataclass
@@ -184,13 +186,24 @@ def cache_root() -> Path:
     return (Path(env).expanduser() if env else Path.home() / ".cache" / "specviz") / "static_decode"
 
 
+def _code(cls: type) -> str:
+    """``cls``'s code as a syntax tree, without comments and docstrings (editing those keeps a package)."""
+    tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
+                and isinstance(body[0].value.value, str):
+            node.body = body[1:] or [ast.Pass()]
+    return ast.dump(tree)
+
+
 def fingerprint(body: torch.nn.Module) -> str:
     """A key for everything an exported graph bakes in: the torch version, the body's code, its
     scalar settings, and every module type and tensor name, shape and dtype (not the weights' values,
     which are lent to the package at load)."""
     h = hashlib.sha256()
     h.update(f"{torch.__version__}|{sys.version_info[:2]}|".encode())
-    h.update(inspect.getsource(type(body)).encode())
+    h.update(_code(type(body)).encode())
     for name, module in body.named_modules():
         scalars = {k: v for k, v in vars(module).items() if not k.startswith("_") and isinstance(v, (bool, int, float, str, list, tuple))}
         h.update(f"{name}:{type(module).__qualname__}:{module.extra_repr()}:{sorted(scalars.items())!r}|".encode())
