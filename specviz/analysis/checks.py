@@ -15,7 +15,7 @@ from __future__ import annotations
 import copy
 import math
 from contextlib import contextmanager
-from typing import Iterator, Sequence
+from typing import Iterable, Iterator, Sequence
 
 import torch
 
@@ -191,14 +191,54 @@ def tv_noise(p: torch.Tensor, n: int) -> float:
     return 0.5 * float(torch.sqrt(2 * p * (1 - p) / (math.pi * n)).sum())
 
 
+def _carries_state(proposer) -> bool:
+    """A chain draft model's state (its KV cache and the ids it holds) may pass from one run on the
+    same prompt to the next: its next proposal rolls the cache back to the prefix it shares with
+    the new context (a cross-tokenizer draft's too, in its own ids)."""
+    from ..proposers.cross_tokenizer import CrossTokenizerDraft
+    from ..proposers.draft_model import DraftModel
+    from ..proposers.hybrid import NGramOrDraft
+
+    return isinstance(proposer, (DraftModel, NGramOrDraft, CrossTokenizerDraft))
+
+
+def first_two_tokens(decoder, prompt: str | Sequence[int], seeds: Iterable[int],
+                     max_new_tokens: int = 3) -> Iterator[tuple[int, int]]:
+    """(t1, t2) of ``decoder.generate(prompt, max_new_tokens, seed=s)`` for each seed (t2 = -1 when
+    t1 ended the run): the same steps, stopped once two tokens are committed. The target's prompt
+    cache is filled once and rolled back to the prompt after each run, and a chain draft model's
+    state is carried over (its context rows, vocab=N, start afresh), so a run costs its steps only."""
+    from ..proposers.vocab import context_rows_for
+
+    carry = _carries_state(decoder.proposer)
+    ids = encode_prompt(decoder.target.tokenizer, prompt)  # tokenized once
+    cache = state = None
+    for seed in seeds:
+        session = decoder.start(ids, max_new_tokens=max_new_tokens, seed=seed, records="lean")
+        if cache is not None:  # the prompt (all but its last token) is already in this cache
+            session.cache, session._prefilled = cache, True
+        if state is not None:
+            if hasattr(state, "context_rows"):  # a fresh session's: the prompt's tokens (the last comes with the proposal)
+                state.context_rows = rows = context_rows_for(decoder.proposer.model.model)
+                if rows is not None:
+                    rows.add(ids[:-1])
+            session.proposer_state = state
+        while not session.done and session.n_new < 2:
+            session.step()
+        t = session.new_token_ids
+        yield t[0], (t[1] if len(t) > 1 else -1)
+        rollback(session.cache, len(session.prompt_ids) - 1)
+        cache = session.cache
+        state = session.proposer_state if carry else None
+
+
 def first_two_counts(decoder, prompt: str | Sequence[int], n: int, size: int):
     """Counts of the first and second generated token over seeds 0..n-1 (-> two [size] tensors;
     slot -1 counts runs that ended after one token)."""
     c1, c2 = torch.zeros(size, dtype=torch.float64), torch.zeros(size, dtype=torch.float64)
-    for seed in range(n):
-        t = decoder.generate(prompt, max_new_tokens=3, seed=seed).token_ids
-        c1[t[0]] += 1
-        c2[t[1] if len(t) > 1 else -1] += 1
+    for t1, t2 in first_two_tokens(decoder, prompt, range(n)):
+        c1[t1] += 1
+        c2[t2] += 1
     return c1, c2
 
 
