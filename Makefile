@@ -33,7 +33,7 @@ demo: setup
 # The tests run on every core (pytest-xdist, one test file per worker: module fixtures stay
 # shared); the browser tests, which time what a person sees, run after them one at a time.
 JOBS     ?= $(shell nproc 2>/dev/null || echo 2)
-PYTEST   := GRADIO_ANALYTICS_ENABLED=False HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -ra
+PYTEST   := GRADIO_ANALYTICS_ENABLED=False HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -ra --durations=25
 
 test: setup chromium llama-server-build
 	$(PYTEST) -n $(JOBS) --dist loadfile -m "not browser"
