@@ -123,3 +123,17 @@ def test_every_option_has_an_example_the_registry_accepts():
             assert key in OPTION_EXAMPLES, f"add an example value for option {key!r} to specviz.app.runs.OPTION_EXAMPLES"
         if kind.options:
             check_spec(spec_for(kind.label, "m", 4, options_example(kind.label)))
+
+
+def test_options_without_the_optional_argument():
+    """`ngram-tree[:N][,nodes=M]`, as the help writes it: options may follow the bare prefix."""
+    from specviz.proposers.registry import tree_nodes
+
+    for spec in ("ngram-tree,nodes=8", "ngram-tree:,nodes=8"):
+        assert check_spec(spec) == ("ngram-tree", ",nodes=8") and tree_nodes(spec) == 8
+        assert from_spec(spec, None).max_nodes == 8
+    assert check_spec("ngram-tree:3,nodes=8") == ("ngram-tree", "3,nodes=8")
+    with pytest.raises(ValueError, match="whole number"):
+        check_spec("ngram-tree:")  # an empty argument with no options is still refused
+    with pytest.raises(ValueError, match="needs a model name"):
+        check_spec("draft-tree,nodes=4")  # a required argument stays required

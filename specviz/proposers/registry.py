@@ -359,6 +359,9 @@ def check_spec(spec: str) -> tuple[str, str | None]:
     if not isinstance(spec, str) or not spec.strip():
         raise ValueError(f"empty proposer spec; {help_text()}")
     head, sep, arg = spec.strip().partition(":")
+    if not sep and "," in head:  # "ngram-tree,nodes=8": options without the optional argument
+        head, _, rest = head.partition(",")
+        sep, arg = ":", "," + rest
     head, arg = head.strip().lower(), arg.strip()
     try:
         kind = get_kind(head)
@@ -375,7 +378,7 @@ def check_spec(spec: str) -> tuple[str, str | None]:
             raise ValueError(f"bad proposer {spec!r}: '{kind.prefix}:NAME' needs a model name, e.g. {kind.example}")
         return kind.prefix, None
     main, opts = split_options(arg, kind.options, spec)
-    if kind.check_arg is not None:
+    if kind.check_arg is not None and (main or kind.arg_required or not opts):
         main = kind.check_arg(spec, main)
     elif not main and kind.needs_model:
         raise ValueError(f"bad proposer {spec!r}: '{kind.prefix}:NAME' needs a model name, e.g. {kind.example}")
