@@ -45,8 +45,8 @@ test-fast: setup
 bench: setup
 	$(BIN)/specviz bench --target gemma-3-270m --proposer ngram --proposer draft:gemma-3-270m@int8 \
 	  --proposer draft:gemma-3-270m@int8,vocab=16384 --proposer ngram+draft:gemma-3-270m@int8,vocab=16384 \
-	  --k 1,2,4,8 --prompts benchmarks/prompts/heldout.jsonl --limit 6 --max-new-tokens 64 --threads 2 \
-	  --compare-hf --repeats 2 --json bench.json
+	  --k 2,4,8 --prompts benchmarks/prompts/unseen.jsonl --max-new-tokens 64 --threads 2 \
+	  --compare-hf --json bench.json --csv bench.csv
 
 # The GPU check needs only torch + transformers and this source tree, so it runs with whatever
 # python has them: the .venv when there is one, else the machine's own python3 (a bare GPU box).
