@@ -29,6 +29,7 @@ from ..core.records import Sampling
 from ..viz import bench as V
 from ..viz.bench import progress_html
 from . import zerogpu
+from .advisor_tab import build_advisor_panel
 from .bench_remote import build_remote_source, wire_remote
 from .bench_view import (
     BUNDLED,
@@ -306,6 +307,8 @@ def build_bench_tab(defaults: BenchDefaults | None = None) -> BenchView:
     with gr.Accordion("What the predictions assume", open=False, elem_id="sv-bench-assumptions"):
         gr.Markdown(ASSUMPTIONS + " Trees: positions are depths, k' counts the nodes verified per step; the dashed "
                     "chain theory on the node plots is E(a, n) / (n c + v(n + 1)) at the chains' pooled a.")
+    with gr.Accordion("Advisor: will it pay here?", open=False, elem_id="sv-bench-advisor"):
+        build_advisor_panel(d.target, d.proposers, targets, _proposer_choices(d, targets), cats)
     empty = V.build_figures(None)
     plots: dict[str, gr.Plot] = {}
     names = PLOT_ORDER

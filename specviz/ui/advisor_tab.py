@@ -1,0 +1,245 @@
+"""The Benchmark tab's Advisor panel: "will it pay here?" before a long sweep.
+
+Layout and wiring only; the calibration, cost model and ranking are :mod:`specviz.bench.advise`
+(what ``specviz advise`` runs), the tables :mod:`specviz.viz.advisor`. ``build_advisor_panel()``
+creates the components inside the current Blocks context (the Benchmark tab opens an Accordion
+for it). Calibrate and predict runs in a thread and streams its progress; Run the top N runs the
+best predicted configurations for real and shows predicted against measured. Every error is one
+line in the page.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Sequence
+
+import gradio as gr
+
+from ..app import runs
+from ..app.limits import Limits
+from ..bench.advise import CALIBRATION_K, Advice, advise, run_top
+from ..bench.config import BenchConfig
+from ..core.records import Sampling
+from ..viz import advisor as VA
+from ..viz.bench import progress_html
+from . import zerogpu
+from .bench_view import BUNDLED, CUSTOM, MAX_PROMPTS, prompt_rows
+from .handlers import by_name, friendly_error
+from .threads import loading
+
+log = logging.getLogger("specviz.ui.advisor")
+
+__all__ = ["AdvisorRequest", "AdvisorState", "AdvisorView", "build_advisor_panel", "on_calibrate", "on_run_top",
+           "parse_request", "OUTPUTS"]
+
+OUTPUTS = ("advisor_msg", "advisor_ranking", "advisor_verdicts", "advisor_costs", "advisor_runs", "advisor_run_btn")
+
+
+@dataclass(frozen=True)
+class AdvisorRequest:
+    target: str
+    proposers: tuple[str, ...]
+    prompts: tuple[Any, ...]  # PromptRows
+    source: str
+    max_new_tokens: int
+    calibrate_tokens: int
+    sampling: Sampling
+
+
+class AdvisorState:
+    """One browser session's last advice, and what it was calibrated with (run-top reuses them);
+    a plain class, not a dataclass (gr.State would serialize a dataclass as its value)."""
+
+    def __init__(self) -> None:
+        self.advice: Advice | None = None
+        self.request: AdvisorRequest | None = None
+        self.target: Any = None  # the loaded target (LoadedModel)
+        self.models: dict[str, Any] = {}  # name and options -> LoadedModel loaded for it
+
+
+def parse_request(target, proposers, source, categories, custom, n_prompts, max_new_tokens,
+                  calibrate_tokens=300, temperature=0.0) -> AdvisorRequest:
+    """The panel's raw control values -> an AdvisorRequest; ValueError with a message for the user."""
+    target = (target or "").strip()
+    if not target:
+        raise ValueError("choose a target model")
+    specs = [s.strip() for s in (proposers or []) if s and s.strip()]
+    specs = [s for s in dict.fromkeys(specs) if not runs.is_target_only(s)]
+    if not specs:
+        raise ValueError("choose at least one proposer to advise on (e.g. ngram or draft:MODEL)")
+    try:
+        n, max_new, calib, temp = int(n_prompts), int(max_new_tokens), int(calibrate_tokens), float(temperature)
+    except (TypeError, ValueError):
+        raise ValueError("prompts, max new tokens, calibration tokens and temperature must be numbers") from None
+    if not 1 <= n <= MAX_PROMPTS:
+        raise ValueError(f"number of prompts must be between 1 and {MAX_PROMPTS}")
+    if calib < 1:
+        raise ValueError("calibration tokens must be at least 1")
+    rows, src = prompt_rows(source, categories, custom, n)
+    from ..app.limits import check_bench_request  # hosting limits (SPECVIZ_MAX_*, SPECVIZ_ALLOW_LOCAL_PATHS)
+
+    check_bench_request(target, specs, tuple(range(1, CALIBRATION_K + 1)), max_new, [r.prompt for r in rows])
+    return AdvisorRequest(target, tuple(specs), tuple(rows), src, max_new, calib, Sampling(temperature=temp))
+
+
+def _friendly(e: BaseException) -> str:
+    return friendly_error(e, "the advisor panel", expected=(ValueError, OSError), first_line=True)
+
+
+def _msg(text: str, kind: str = "info") -> dict[str, Any]:
+    return {"advisor_msg": progress_html(0, 0, text, kind)}
+
+
+def _loader(state: AdvisorState, report: Callable[[str], None]):
+    from ..app.limits import load_checked
+
+    def load(name, **kw):
+        key = f"{name}|{sorted(kw.items())}"
+        if key not in state.models:
+            state.models[key] = load_checked(name, progress=report, **kw)
+        return state.models[key]
+
+    return load
+
+
+def _calibrate(state: AdvisorState, req: AdvisorRequest, report: Callable[[str], None]) -> Advice:
+    from ..app.limits import check_prompts_fit
+    from ..models import cache_dir
+
+    load = _loader(state, report)
+    target = load(req.target)
+    check_prompts_fit(target.tokenizer, [r.prompt for r in req.prompts], chat=True)
+    report(f"Calibrating {', '.join(req.proposers)} on {len(req.prompts)} prompts (about {req.calibrate_tokens} "
+           f"drafted tokens per proposer, k = {CALIBRATION_K})…")
+    advice = advise(target, list(req.proposers), list(req.prompts), cache_dir=cache_dir(), load=load,
+                    min_drafted=req.calibrate_tokens, max_new_tokens=req.max_new_tokens, sampling=req.sampling,
+                    chat=True, say=report)
+    state.target = target
+    return advice
+
+
+def advice_outputs(advice: Advice, top: int = 20) -> dict[str, Any]:
+    """The ranking, verdicts and cost table of ``advice``, by name."""
+    return {"advisor_ranking": VA.ranking_html(advice.forecasts, advice.cost.base_step_s, top),
+            "advisor_verdicts": VA.notes_html(advice.notes, advice.verdicts),
+            "advisor_costs": VA.costs_html(advice.cost.curves(), advice.cost.machine)}
+
+
+def on_calibrate(state: AdvisorState, *raw) -> Iterator[dict[str, Any]]:
+    """Calibrate every proposer, measure (or read) the cost model, rank every configuration:
+    streams "Calibrating ..." messages, then the ranking, verdicts and t(n), by name."""
+    try:
+        try:
+            req = parse_request(*raw)
+        except ValueError as e:
+            yield _msg(str(e), "error")
+            return
+        if zerogpu.active():  # the GPU is lent per call in a forked worker: no machine whose costs stay put
+            yield _msg("the advisor is not available on ZeroGPU: it times this machine, and the GPU here is lent per "
+                       "call; run `specviz advise` where the model will run", "error")
+            return
+        state.advice, state.request = None, None
+        yield {**_msg(f"Loading {req.target}…"), "advisor_run_btn": gr.update(interactive=False), "advisor_runs": ""}
+        advice = yield from loading(lambda report: _calibrate(state, req, report), lambda m: _msg(m),
+                                    name="specviz-advisor")
+        state.advice, state.request = advice, req
+        pays = [f for f in advice.forecasts if f.pays]
+        summary = (f"Best: {advice.forecasts[0].label} at {advice.forecasts[0].speedup:.2f}x predicted."
+                   if pays else "Nothing is predicted to pay on this machine: see the verdicts below.")
+        runnable = any(f.tau > 1.0 for f in advice.forecasts)
+        yield {**_msg(f"Calibrated on {advice.prompts} prompts; cost model "
+                      f"{'read from the cache' if advice.cost_cached else 'measured'}. {summary}", "ok"),
+               **advice_outputs(advice), "advisor_run_btn": gr.update(interactive=runnable)}
+    except Exception as e:  # noqa: BLE001 - shown as a message, never a traceback
+        yield _msg(_friendly(e), "error")
+
+
+def on_run_top(state: AdvisorState, n: Any, repeats: Any = 1) -> Iterator[dict[str, Any]]:
+    """Run the ``n`` best predicted configurations for real beside target-only on the calibration
+    prompts; -> predicted vs measured with the error, by name."""
+    try:
+        if state.advice is None or state.request is None:
+            yield _msg("press Calibrate and predict first", "error")
+            return
+        try:
+            n, repeats = int(n), int(repeats)
+        except (TypeError, ValueError):
+            yield _msg("the number of configurations to run must be a number", "error")
+            return
+        if n < 1:
+            yield _msg("run at least one configuration", "error")
+            return
+        req, advice = state.request, state.advice
+        config = BenchConfig(max_new_tokens=req.max_new_tokens, sampling=req.sampling, chat=True, repeats=max(1, repeats))
+        yield {**_msg(f"Running the top {n} for real on {len(req.prompts)} prompts…"), "advisor_runs": ""}
+        result = yield from loading(
+            lambda report: run_top(state.target, advice, n, list(req.prompts), config, load=_loader(state, report),
+                                   say=report), lambda m: _msg(m), name="specviz-advisor-run")
+        out, _report = result
+        errors = [abs(r["error"]) for r in out if r.get("error") is not None]
+        mean = f" Mean absolute error {100 * sum(errors) / len(errors):.0f}%." if errors else ""
+        yield {**_msg(f"Ran {len(out)} configurations beside target-only.{mean}", "ok"), "advisor_runs": VA.runs_html(out)}
+    except Exception as e:  # noqa: BLE001 - shown as a message, never a traceback
+        yield _msg(_friendly(e), "error")
+
+
+# -- layout -------------------------------------------------------------------------------------
+
+
+@dataclass
+class AdvisorView:
+    state: Any
+    controls: list[Any]
+    components: dict[str, Any]  # output name -> component
+    calibrate_btn: Any
+    top_n: Any
+
+
+def build_advisor_panel(target: str, proposers: Sequence[str], target_choices: Sequence[str],
+                        proposer_choices: Sequence[str], categories: Sequence[str]) -> AdvisorView:
+    """The Advisor panel's components and wiring, inside the current Blocks context."""
+    state = gr.State(AdvisorState)
+    gr.Markdown("Predict, before a long sweep, every proposer × k × tree shape's speedup **on this machine**: a short "
+                "calibration measures each proposer's acceptance, the cost model times the target's t(n), and the "
+                "ranking carries a 95% interval (docs/advisor.md).")
+    with gr.Row():
+        tgt = gr.Dropdown(list(target_choices), value=target, label="Target model", allow_custom_value=True, scale=2,
+                          elem_id="sv-advisor-target")
+        props = gr.Dropdown(list(proposer_choices), value=list(proposers), multiselect=True, allow_custom_value=True,
+                            label="Proposers", scale=3, elem_id="sv-advisor-proposers", info=runs.proposer_hint())
+    with gr.Row():
+        source = gr.Radio([BUNDLED, CUSTOM], value=BUNDLED, label="Prompts", scale=2, elem_id="sv-advisor-source")
+        cats = gr.CheckboxGroup(list(categories), value=list(categories), label="Categories", scale=4,
+                                elem_id="sv-advisor-categories")
+        custom = gr.Textbox("", lines=3, label="Your prompts, one per line", scale=4, visible=False,
+                            elem_id="sv-advisor-custom")
+    with gr.Row():
+        n_prompts = gr.Slider(1, MAX_PROMPTS, value=4, step=1, label="Prompts to calibrate on", elem_id="sv-advisor-n")
+        most_new = Limits.from_env().max_new_tokens
+        max_new = gr.Slider(1, most_new, value=min(64, most_new), step=1, label="Max new tokens",
+                            elem_id="sv-advisor-max-new")
+        calib = gr.Slider(20, 1000, value=300, step=10, label="Drafted tokens to calibrate on",
+                          elem_id="sv-advisor-calibrate-tokens")
+        temperature = gr.Slider(0, 2, value=0.0, step=0.05, label="Temperature (0 = greedy)",
+                                elem_id="sv-advisor-temperature")
+    with gr.Row():
+        calibrate_btn = gr.Button("Calibrate and predict", variant="primary", elem_id="sv-advisor-calibrate", scale=2)
+        top_n = gr.Number(3, precision=0, minimum=1, maximum=10, label="N", elem_id="sv-advisor-top-n", scale=1)
+        run_btn = gr.Button("Run the top N for real", interactive=False, elem_id="sv-advisor-run", scale=2)
+    msg = gr.HTML(progress_html(0, 0, "Choose the proposers and press Calibrate and predict."), elem_id="sv-advisor-msg")
+    verdicts = gr.HTML("", elem_id="sv-advisor-verdicts")
+    ranking = gr.HTML("", elem_id="sv-advisor-ranking")
+    runs_out = gr.HTML("", elem_id="sv-advisor-runs")
+    with gr.Accordion("The cost model: t(n) on this machine", open=False, elem_id="sv-advisor-costs-box"):
+        costs = gr.HTML("", elem_id="sv-advisor-costs")
+    components = dict(zip(OUTPUTS, (msg, ranking, verdicts, costs, runs_out, run_btn)))
+    controls = [tgt, props, source, cats, custom, n_prompts, max_new, calib, temperature]
+    source.change(lambda s: (gr.update(visible=s == BUNDLED), gr.update(visible=s == CUSTOM)), [source], [cats, custom],
+                  queue=False)
+    outputs = list(components.values())
+    calibrate_btn.click(by_name(on_calibrate, components), [state, *controls], outputs, concurrency_id="specviz-bench",
+                        concurrency_limit=1, show_progress="hidden")
+    run_btn.click(by_name(on_run_top, components), [state, top_n], outputs, concurrency_id="specviz-bench",
+                  concurrency_limit=1, show_progress="hidden")
+    return AdvisorView(state, controls, components, calibrate_btn, top_n)
