@@ -24,7 +24,7 @@ from ..core.records import Sampling
 from ..viz import advisor as VA
 from ..viz.bench import progress_html
 from . import zerogpu
-from .bench_view import BUNDLED, CUSTOM, MAX_PROMPTS, prompt_rows
+from .bench_view import BUNDLED, CUSTOM, MAX_PROMPTS, prompt_rows, target_and_specs
 from .handlers import by_name, friendly_error
 from .threads import loading
 
@@ -61,13 +61,8 @@ class AdvisorState:
 def parse_request(target, proposers, source, categories, custom, n_prompts, max_new_tokens,
                   calibrate_tokens=300, temperature=0.0) -> AdvisorRequest:
     """The panel's raw control values -> an AdvisorRequest; ValueError with a message for the user."""
-    target = (target or "").strip()
-    if not target:
-        raise ValueError("choose a target model")
-    specs = [s.strip() for s in (proposers or []) if s and s.strip()]
-    specs = [s for s in dict.fromkeys(specs) if not runs.is_target_only(s)]
-    if not specs:
-        raise ValueError("choose at least one proposer to advise on (e.g. ngram or draft:MODEL)")
+    target, specs = target_and_specs(target, proposers,
+                                     "choose at least one proposer to advise on (e.g. ngram or draft:MODEL)")
     try:
         n, max_new, calib, temp = int(n_prompts), int(max_new_tokens), int(calibrate_tokens), float(temperature)
     except (TypeError, ValueError):

@@ -43,6 +43,7 @@ from .bench_view import (
     render,
     sweep_frames,
     table_value,
+    target_and_specs,
     with_verify_cost,
 )
 from .handlers import by_name, friendly_error
@@ -93,13 +94,8 @@ def parse_request(target, proposers, ks, source, categories, custom, n_prompts, 
                   tree_nodes: str = "") -> Request:
     """The tab's raw control values -> a Request; ValueError with a message for the user.
     ``tree_nodes`` ("4,8,16"): every tree proposer is swept at each node budget (depth = k)."""
-    target = (target or "").strip()
-    if not target:
-        raise ValueError("choose a target model")
-    specs = [s.strip() for s in (proposers or []) if s and s.strip()]
-    specs = [s for s in dict.fromkeys(specs) if not runs.is_target_only(s)]
-    if not specs:
-        raise ValueError("choose at least one proposer (e.g. ngram or draft:MODEL); target-only is always measured")
+    target, specs = target_and_specs(
+        target, proposers, "choose at least one proposer (e.g. ngram or draft:MODEL); target-only is always measured")
     nodes = parse_tree_nodes(tree_nodes or "")
     specs = expand_tree_shapes(specs, nodes)
     if not ks:

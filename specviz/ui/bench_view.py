@@ -21,6 +21,7 @@ import gradio as gr
 
 from .. import bench as B
 from .. import prompts as P
+from ..app import runs
 from ..viz import bench as V
 from ..viz.bench import progress_html
 from .threads import Every
@@ -105,6 +106,19 @@ def plot_name(figure: str) -> str:
 
 
 # -- prompts and rendering -------------------------------------------------------------------
+
+
+def target_and_specs(target: Any, proposers: Any, missing: str) -> tuple[str, list[str]]:
+    """A form's target and proposer specs, stripped and deduplicated, target-only left out (it is
+    always measured); ValueError with a message for the user (``missing``: no proposer chosen)."""
+    target = (target or "").strip()
+    if not target:
+        raise ValueError("choose a target model")
+    specs = [s.strip() for s in (proposers or []) if s and s.strip()]
+    specs = [s for s in dict.fromkeys(specs) if not runs.is_target_only(s)]
+    if not specs:
+        raise ValueError(missing)
+    return target, specs
 
 
 def prompt_rows(source: str, categories: Any, custom: str | None, n: int) -> tuple[list, str]:
