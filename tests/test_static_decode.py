@@ -229,6 +229,18 @@ def test_the_step_is_built_once_per_model_and_freed_with_it(tokenizer):
     assert gone() is None
 
 
+def test_warm_builds_the_step_before_a_session_and_changes_nothing(tokenizer):
+    """warm() chooses the runner up front (the app calls it while loading), once; a session after
+    it gives the transformers forward's greedy tokens as before."""
+    model = tiny_gemma(len(tokenizer), seed=6)
+    assert static_cache(model).decoder.runner is None
+    assert static_decode.warm(model) > 0 and static_cache(model).decoder.runner is not None
+    assert static_decode.warm(model) == 0.0  # built already
+    lm = loaded(model, tokenizer, "tiny-gemma-warm")
+    for prompt in PROMPTS[:2]:
+        assert list(SpeculativeDecoder(lm, None).generate(prompt, max_new_tokens=12).token_ids) == hf_greedy(lm, prompt, 12)
+
+
 # -- the runners (specviz.runtime.runners) --------------------------------------------------------
 
 RUNNERS = ["eager", "trace", pytest.param("compile", marks=pytest.mark.slow), pytest.param("export", marks=pytest.mark.slow)]

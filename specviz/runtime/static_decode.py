@@ -42,6 +42,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 import warnings
 import weakref
 from pathlib import Path
@@ -413,6 +414,21 @@ class StaticDecoder:
         return out.logits[0, -keep:].float()
 
 
+def warm(model: torch.nn.Module) -> float:
+    """Build ``model``'s static step and choose its runner now, with one untimed one-token call on
+    a scratch cache, so that a session's first timed step does not pay that one-off cost. ->
+    seconds spent (0.0 when the step was built already or the model is not served)."""
+    cache = static_cache(model)
+    if cache is None or cache.decoder.runner is not None:
+        return 0.0
+    t = time.perf_counter()
+    with torch.inference_mode():
+        cache.reserve(1)
+        decoder = cache.decoder
+        decoder._call(decoder._inputs(cache, torch.zeros(1, dtype=torch.long), 0))  # token 0 at slot 0, the body only
+    return time.perf_counter() - t
+
+
 def trace_seconds() -> float:
     """Seconds this process has spent building static decode steps, any runner (once per model;
     the name is from when tracing was the only way)."""
@@ -445,4 +461,4 @@ def static_cache(model: torch.nn.Module) -> StaticKV | None:
 
 
 __all__ = ["AUTO", "RUNNERS", "StaticDecoder", "StaticKV", "candidates", "mode", "runners_kept", "static_cache", "supports",
-           "trace_seconds"]
+           "trace_seconds", "warm"]
