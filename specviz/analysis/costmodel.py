@@ -24,7 +24,7 @@ import statistics
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import torch
 
@@ -232,6 +232,24 @@ def _median(xs: Sequence[float]) -> float:
     return statistics.median(xs) if xs else 0.0
 
 
+def _interleaved(passes: Sequence[tuple[Callable[[int], None], Iterable[int]]], repeats: int, clock: Callable[[], float],
+                 stop: Callable[[], bool] = lambda: False) -> list[dict[int, list[float]]]:
+    """Time every pass at every size, all of them once per round, for ``repeats`` rounds (a round
+    after the first only while ``stop()`` is false), so drift hits every size alike. -> per pass,
+    {size: [seconds per round]}."""
+    passes = [(run, list(sizes)) for run, sizes in passes]
+    times: list[dict[int, list[float]]] = [{n: [] for n in sizes} for _, sizes in passes]
+    for rep in range(max(1, repeats)):
+        if rep and stop():
+            break
+        for (run, sizes), out in zip(passes, times):
+            for n in sizes:
+                t0 = clock()
+                run(n)
+                out[n].append(clock() - t0)
+    return times
+
+
 def _quiet(xs: Sequence[float]) -> float:
     """The fastest of the repeats: the quiet cost on a machine other work shares (the noise only
     ever adds time), as ``hardware.verify_costs(stat="min")``."""
@@ -304,19 +322,8 @@ def measure(target, *, context: int = 256, max_n: int = MAX_N, repeats: int = 5,
         chain_pass(n)
     for n in tree_ns:
         tree_pass(n)
-    chain: dict[int, list[float]] = {n: [] for n in range(1, max_n + 1)}
-    tree: dict[int, list[float]] = {n: [] for n in tree_ns}
-    for rep in range(max(1, repeats)):
-        if rep and clock() - start > budget_s * 0.6:
-            break
-        for n in range(1, max_n + 1):
-            t0 = clock()
-            chain_pass(n)
-            chain[n].append(clock() - t0)
-        for n in tree_ns:
-            t0 = clock()
-            tree_pass(n)
-            tree[n].append(clock() - t0)
+    chain, tree = _interleaved([(chain_pass, range(1, max_n + 1)), (tree_pass, tree_ns)], repeats, clock,
+                               stop=lambda: clock() - start > budget_s * 0.6)
     raw = {n: _quiet(v) for n, v in chain.items()}
     target_s = monotone(raw)
     overhead = _step_overhead(target, context)
@@ -398,17 +405,7 @@ def measure_draft(draft, *, context: int = 256, repeats: int = 5, clock: Callabl
         feed(n)
     for m in LEVEL_MS:
         level(m)
-    feeds: dict[int, list[float]] = {n: [] for n in (1, 2, 3)}
-    levels: dict[int, list[float]] = {m: [] for m in LEVEL_MS}
-    for _ in range(max(1, repeats)):
-        for n in feeds:
-            t0 = clock()
-            feed(n)
-            feeds[n].append(clock() - t0)
-        for m in LEVEL_MS:
-            t0 = clock()
-            level(m)
-            levels[m].append(clock() - t0)
+    feeds, levels = _interleaved([(feed, (1, 2, 3)), (level, LEVEL_MS)], repeats, clock)
     feed_s = {n: _quiet(v) for n, v in feeds.items()}
     return DraftCost(str(draft.name), feed_s[1], feed_s, {m: _quiet(v) for m, v in levels.items()}, prefill)
 
