@@ -182,3 +182,25 @@ def test_animate_this_step_walks_every_phase_with_no_click(browser, app_url):
     assert seen[seen.index("draft"):] == ["draft", "verify", "decide", "commit"], seen
     assert "sv-msg-error" not in page.inner_html("#sv-status") and not page.js_errors
     page.context.close()
+
+
+@pytest.mark.browser
+def test_guess_first_then_the_draw_and_the_score(browser, app_url):
+    page = _page(browser, app_url)
+    page.click("#sv-lesson-mode input")
+    page.click("#sv-step-btn")
+    page.wait_for_function("document.querySelector('#sv-phase .sv-phase')?.dataset.phase === 'draft'")
+    assert page.is_disabled("#sv-guess-accept")  # no p yet: nothing to bet on
+    page.click("#sv-next-phase")  # verify: p is known, u is not
+    page.wait_for_selector("#sv-guess .sv-guess[data-open='1']")
+    assert "p/q" in page.inner_text("#sv-guess") and "u =" not in page.inner_text("#sv-guess")
+    page.click("#sv-guess-accept")
+    page.wait_for_selector("#sv-guess .sv-guess[data-total='1']")
+    assert page.evaluate("document.querySelector('#sv-phase .sv-phase').dataset.phase") == "decide"
+    text = page.inner_text("#sv-guess")
+    assert "You said accept" in text and "u =" in text and "of 1 right" in text
+    assert "Score" in page.inner_text("#sv-status")
+    page.click("#sv-reset-btn")
+    page.wait_for_selector("#sv-guess .sv-guess[data-total='0']")
+    assert "sv-msg-error" not in page.inner_html("#sv-status") and not page.js_errors
+    page.context.close()

@@ -234,3 +234,97 @@ def test_after_the_run_finished_nothing_asks_to_run_more(tiny_env):
     out = lesson.on_nav(st, "next-rejection")
     assert "run more" not in out["status"] and "finished" in out["status"]
     st.close()
+
+
+def _guess_all(st, lesson, said_of):
+    """Guess every draft of the shown step in lesson mode (phase ▶ to verify first): the guesses made."""
+    from specviz.viz.tree import chain_view
+
+    made = []
+    lesson.on_phase(st, 1)  # draft -> verify: p is known, u is not
+    rec = chain_view(st.shown_step())
+    while True:
+        out = lesson.on_guess(st, said_of(rec, len(made)))
+        if "Nothing to guess" in out["status"]:
+            break
+        made.append(out)
+    return rec, made
+
+
+def test_guess_first_bets_before_the_draw_reveals_it_and_keeps_score(tiny_env):
+    from specviz.ui import lesson
+    from specviz.ui import playground as pg
+    from specviz.ui.lesson_view import guess_outputs
+    from specviz.ui.state import PlaygroundState
+    from specviz.viz.numbers import fmt_prob
+
+    st = PlaygroundState()
+    lesson.on_lesson_mode(st, True)
+    list(pg.on_step(st, *_raw(tiny_env)))
+    assert st.phase == ("draft", -1)
+    assert guess_outputs(st)["guess_accept"]["interactive"] is False  # no p yet: nothing to bet on
+    assert "Nothing to guess" in lesson.on_guess(st, "accept")["status"] and st.guesses.total == 0
+    lesson.on_phase(st, 1)  # verify
+    out = guess_outputs(st)
+    rec = st.shown_step()
+    d0 = rec.drafts[0]
+    assert out["guess_accept"]["interactive"] is True and 'data-open="1"' in out["guess"]
+    assert "p/q" in out["guess"] and fmt_prob(d0.p) in out["guess"]
+    assert fmt_prob(d0.u) not in out["guess"]  # the draw is not told before the bet
+    frame = lesson.on_guess(st, "accept")
+    assert st.phase == ("decide", 0) and st.guesses.total == 1
+    right = d0.verdict == "accepted"
+    assert st.guesses.right == int(right)
+    assert ("right" if right else "wrong") in frame["status"] and "Score" in frame["status"]
+    assert fmt_prob(d0.u) in frame["guess"] and 'data-total="1"' in frame["guess"]
+    assert 'data-phase="decide"' in frame["phase"]
+    again = lesson.on_guess(st, "reject")  # the next draft (if any was judged after it)
+    judged = [d for d in rec.drafts if d.verdict != "discarded"]
+    assert st.guesses.total == min(2, len(judged)), again["status"]
+    # a whole run of guesses: the score counts the verdicts guessed right
+    for _ in range(3):
+        lesson.on_phase(st, 1)
+        while st.phase and st.phase[0] != "commit":
+            lesson.on_phase(st, 1)
+        lesson.on_phase(st, 1)  # on to the next step, in its draft phase
+        _rec, made = _guess_all(st, lesson, lambda r, i: "reject")
+    book = st.guesses
+    assert book.right == sum(g.right for g in book.guesses.values()) and book.total >= 4
+    assert all(g.right == (g.verdict == "rejected") for (s, _), g in book.guesses.items() if s > 0)
+    list(pg.on_step(st, *_raw(tiny_env, seed=1)))  # a new run: a new score
+    assert st.guesses.total == 0
+    _guess_all(st, lesson, lambda r, i: "accept")
+    assert st.guesses.total >= 1
+    pg.on_reset(st)
+    assert st.guesses.total == 0 and 'data-total="0"' in guess_outputs(st)["guess"]
+    st.close()
+
+
+def test_guess_first_at_greedy_asks_for_the_argmax_and_in_a_tree_walks_the_path(tiny_env):
+    from specviz.ui import lesson
+    from specviz.ui import playground as pg
+    from specviz.ui.state import PlaygroundState
+
+    st = PlaygroundState()
+    lesson.on_lesson_mode(st, True)
+    list(pg.on_step(st, *_raw(tiny_env, temperature=0.0)))
+    lesson.on_phase(st, 1)
+    from specviz.ui.lesson_view import guess_outputs
+
+    assert "argmax of p" in guess_outputs(st)["guess"]
+    rec, made = _guess_all(st, lesson, lambda r, i: "accept" if r.drafts[i].top_p[0][0] == r.drafts[i].token_id else "reject")
+    assert made and st.guesses.right == st.guesses.total == len(made)  # the argmax is known: every guess right
+    st.close()
+
+    st = PlaygroundState()
+    lesson.on_lesson_mode(st, True)
+    for _ in range(6):  # a tree step: guessed along its walked path (the accepted nodes, then the rejected child)
+        list(pg.on_step(st, *_raw(tiny_env, proposer="draft-tree", options="nodes=5,width=2")))
+        if st.shown_step().tree:
+            break
+    assert st.shown_step().tree
+    rec, made = _guess_all(st, lesson, lambda r, i: "accept")
+    path = [d for d in rec.drafts if d.verdict != "discarded"]
+    assert len(made) == len(path) and st.guesses.right == sum(d.verdict == "accepted" for d in path)
+    assert "Path node" in made[0]["guess"] or len(made) == 1
+    st.close()

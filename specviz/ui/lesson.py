@@ -13,6 +13,7 @@ import gradio as gr
 
 from ..app import runs
 from ..core.records import StepRecord
+from ..viz.guess import judge_guess, next_to_guess, verdict_words
 from ..viz.phases import neighbour_step, next_frame, next_rejection, phase_frames, previous_frame, previous_rejection
 from ..viz.tokens import phase_summary_text, step_summary_text
 from ..viz.tree import chain_view
@@ -137,6 +138,25 @@ def on_lesson_mode(state: PlaygroundState, on: Any) -> Frame:
         if rec is not None:
             state.message = phase_message(state)
         return render(state)
+
+
+def on_guess(state: PlaygroundState, said: str) -> Frame:
+    """Guess first: bet ``said`` ("accept" | "reject") on the next draft to be judged in the shown
+    phase, then reveal it (that draft's decide frame: u and the verdict) and score the bet."""
+    with state.lock:
+        rec = state.shown_step()
+        view = chain_view(rec) if rec is not None else None
+        d = next_to_guess(view, shown_of(state))
+        if d is None:
+            state.message = ("Nothing to guess here: guess in the verify or decide phase, before a draft's verdict "
+                             "is shown.", "info")
+            return render(state, run=False, chart=False, plots=False)
+        guess = state.guesses.add(judge_guess(view, d, said))
+        state.phase, state.selected_pos = ("decide", d.position), d.position
+        book = state.guesses
+        state.message = (f"Step {view.index + 1}: {verdict_words(guess)} Score {book.right} of {book.total}.",
+                         "ok" if guess.right else "info")
+        return render(state, plots=False)
 
 
 ANIMATE_DEFAULT_S = 0.8  # "animate this step" at the Play speed "as fast as it runs": a pace one can follow
@@ -281,6 +301,9 @@ def wire(view, parts: dict[str, Any], engine: dict[str, Any]) -> None:
     parts["speed"].change(on_speed, [state, parts["speed"]], None, queue=False)
     if parts.get("animate") is not None:
         parts["animate"].click(by_name(on_animate, named), [state], outs, **fast)
+    for said in ("accept", "reject"):
+        if parts.get(f"guess_{said}") is not None:
+            parts[f"guess_{said}"].click(by_name(lambda s, g=said: on_guess(s, g), named), [state], outs, **fast)
     if parts.get("lesson_mode") is not None:
         parts["lesson_mode"].change(by_name(on_lesson_mode, named), [state, parts["lesson_mode"]], outs, **fast)
     controls = list(view.controls.values())

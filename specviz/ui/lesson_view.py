@@ -17,6 +17,7 @@ import gradio as gr
 
 from ..app import runs
 from ..viz.explain import explain_run
+from ..viz.guess import guess_html, next_to_guess
 from ..viz.numbers import Reveal, reveal
 from ..viz.phases import step_phase_html
 from ..viz.race import race_figure, race_html
@@ -46,6 +47,9 @@ class LessonView:
     tree_row: gr.Row
     tree: gr.Plot
     mask: gr.Plot
+    guess: gr.HTML  # "guess first": the question, the latest verdict, the score
+    guess_accept: gr.Button
+    guess_reject: gr.Button
 
     def named(self) -> dict[str, Any]:
         """{output name: component}."""
@@ -171,6 +175,15 @@ def phase_html(state: PlaygroundState) -> str:
     return step_phase_html(chain_view(rec) if rec is not None else None, phase, upto if phase == "decide" else None)
 
 
+def guess_outputs(state: PlaygroundState) -> dict[str, Any]:
+    """The guess panel and its two buttons (pressable only while the shown phase has a draft to guess)."""
+    rec = state.shown_step()
+    view, shown = (chain_view(rec) if rec is not None else None), shown_of(state)
+    can = next_to_guess(view, shown) is not None
+    return {"guess": guess_html(view, shown, state.guesses), "guess_accept": gr.update(interactive=can),
+            "guess_reject": gr.update(interactive=can)}
+
+
 def render_lesson(state: PlaygroundState, *, run: bool, inspector: bool, chart: bool, baseline: bool) -> dict[str, Any]:
     """The lesson's outputs by name (LESSON_OUTPUTS); parts not asked for are left out (unchanged)."""
     out: dict[str, Any] = {}
@@ -179,6 +192,7 @@ def render_lesson(state: PlaygroundState, *, run: bool, inspector: bool, chart: 
         out.update(_race(state))
     if inspector:
         out["phase"] = phase_html(state)
+        out.update(guess_outputs(state))
     if chart:
         rec = state.shown_step()
         tree = bool(rec is not None and rec.tree)
@@ -224,6 +238,16 @@ def build_lesson_mode() -> tuple[gr.Checkbox, gr.Button]:
 
 def build_phase() -> gr.HTML:
     return gr.HTML(phase_html(PlaygroundState()), elem_id="sv-phase")
+
+
+def build_guess() -> tuple[gr.HTML, gr.Button, gr.Button]:
+    """Guess first: the panel and the accept / reject buttons (under the step in phases)."""
+    with gr.Row(elem_id="sv-guess-row", equal_height=False):
+        panel = gr.HTML(guess_html(None, None, PlaygroundState().guesses), elem_id="sv-guess")
+        with gr.Column(scale=0, min_width=150):
+            accept = gr.Button("I guess: accept ✓", size="sm", interactive=False, elem_id="sv-guess-accept")
+            reject = gr.Button("I guess: reject ✗", size="sm", interactive=False, elem_id="sv-guess-reject")
+    return panel, accept, reject
 
 
 def build_tree() -> tuple[gr.Row, gr.Plot, gr.Plot]:

@@ -90,6 +90,7 @@ def build_playground(defaults: pg.Defaults | None = None) -> PlaygroundView:
             nav = lesson_view.build_nav()
             lesson_mode, animate = lesson_view.build_lesson_mode()
             phase = lesson_view.build_phase()
+            guess, guess_accept, guess_reject = lesson_view.build_guess()
             position = gr.Radio([], label="Position in the step", type="index", elem_id="sv-position")
             summary = gr.HTML(viz.step_summary(None), elem_id="sv-summary")
             table = gr.HTML(viz.draft_table_html(None), elem_id="sv-draft-table", js_on_load=TABLE_JS)
@@ -111,14 +112,16 @@ def build_playground(defaults: pg.Defaults | None = None) -> PlaygroundView:
                     options=options)  # parse_settings' order
     view = PlaygroundView(state, controls, status, tokens, metrics, baseline, step_slider, position, summary, table,
                           topk, acceptance, timeline, tps, download,
-                          lesson_view.LessonView(why, race_box, race_plot, race, phase, tree_row, tree, mask))
+                          lesson_view.LessonView(why, race_box, race_plot, race, phase, tree_row, tree, mask,
+                                                 guess, guess_accept, guess_reject))
     outs, named = view.outputs, view.named()
     engine = dict(concurrency_id="specviz-engine", concurrency_limit=engine_concurrency(), show_progress="hidden")
     fast = dict(concurrency_limit=None, show_progress="hidden")
     inputs = [state, *controls.values()]
 
     proposer.change(pg.on_proposer_change, [target, proposer, draft], [draft, layers, options], queue=False)
-    lesson.wire(view, dict(nav=nav, speed=speed, tours=tours, lesson_mode=lesson_mode, animate=animate), engine)
+    lesson.wire(view, dict(nav=nav, speed=speed, tours=tours, lesson_mode=lesson_mode, animate=animate,
+                           guess_accept=guess_accept, guess_reject=guess_reject), engine)
     target.change(pg.on_target_change, [target, proposer, draft], [draft], queue=False)
     step_btn.click(by_name(pg.on_step, named), inputs, outs, trigger_mode="multiple", **engine)
     play_btn.click(by_name(pg.on_play, named), inputs, outs, **engine)

@@ -23,6 +23,7 @@ from ..core.engine import Session, SpeculativeDecoder
 from ..core.hooks import TraceRecorder
 from ..core.records import Sampling, Stats, StepRecord
 from ..models import pin, unpin
+from ..viz.guess import GuessBook
 
 MAX_TEMPERATURE = 5.0
 
@@ -168,6 +169,7 @@ class PlaygroundState:
         self.phase: tuple[str, int] | None = None  # the shown step's phase (None: committed)
         self.play_delay_s = 0.0  # Play's pause between steps (the speed control)
         self.lesson_mode = False  # each new step opens in its draft phase; "phase ▶" at commit moves on
+        self.guesses = GuessBook()  # "guess first": the student's bets and score, cleared with the run
         self.message: tuple[str, str] = ("", "info")  # (text, kind)
         self.note = ""  # said once, before the next step's message (e.g. "settings changed")
         # the trace of the live run
@@ -260,6 +262,7 @@ class PlaygroundState:
         self.prompt_text = settings.prompt
         self.selected_step = self.selected_pos = self.phase = None
         self.last_engine_ms = None
+        self.guesses = GuessBook()
 
     def step(self) -> StepRecord:
         """One step of the live run, or the next record of a loaded trace."""
@@ -286,6 +289,7 @@ class PlaygroundState:
         self.prompt_text = str(replay.header.get("prompt", "") or "")
         self.selected_step = self.selected_pos = self.phase = None
         self.last_engine_ms = None
+        self.guesses = GuessBook()
 
     def rewind_trace(self) -> None:
         assert isinstance(self.session, Replay)
