@@ -16,6 +16,7 @@ import argparse
 import json
 import os
 import sys
+from dataclasses import asdict
 from typing import Sequence, TextIO
 
 from .core.records import Sampling, StepRecord
@@ -30,6 +31,9 @@ STYLES = {
     "rejected": "\x1b[9m\x1b[31m",  # struck through, red
     "discarded": "\x1b[9m\x1b[2;31m",  # struck through, dim red (after the first rejection)
 }
+
+
+DEFAULT_K = 4  # generate's k without --k (auto: the advisor's)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -162,6 +166,7 @@ def cmd_generate(args) -> int:
     from .core.hooks import TraceRecorder
     from .core.schedules import make_schedule
     from .proposers import check_spec, from_spec
+    from .proposers.registry import auto_pick
 
     make_schedule(args.schedule)  # a bad schedule fails before any model loads
 
@@ -169,16 +174,20 @@ def cmd_generate(args) -> int:
 
     sampling = _sampling(args)
     kind, _ = check_spec(args.proposer)
-    if kind != "none" and args.k > MAX_K:
+    if kind != "none" and (args.k or 0) > MAX_K:
         raise CLIError(f"k (tokens drafted per step) must be a whole number from 1 to {MAX_K}, got {args.k}")
     prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
     if not prompt or not prompt.strip():
         raise CLIError("the prompt is empty: pass --prompt TEXT (or --prompt - to read standard input)")
     target = _load_target(args)
-    proposer = from_spec(args.proposer, target, load=_loader(args))
+    pick = auto_pick(args.proposer, target)  # auto: the advisor's pick saved for this target (a ValueError when none)
+    proposer = from_spec(pick.spec if pick else args.proposer, target, load=_loader(args))
+    k = args.k or (pick.k if pick else DEFAULT_K)  # auto: the advisor's k unless --k was given
     decoder = SpeculativeDecoder(
-        target, proposer, k=args.k, sampling=sampling, schedule=args.schedule, acceptance=Acceptance(args.acceptance)
+        target, proposer, k=k, sampling=sampling, schedule=args.schedule, acceptance=Acceptance(args.acceptance)
     )
+    if pick:
+        _say(args, pick.describe())
     hooks = [TraceRecorder(args.trace)] if args.trace else []
     result = decoder.generate(prompt, max_new_tokens=args.max_new_tokens, seed=args.seed, hooks=hooks, chat=args.chat)
     if args.trace:
@@ -188,6 +197,7 @@ def cmd_generate(args) -> int:
             "target": target.name,
             "proposer": decoder.name,
             "k": decoder.k,
+            "auto": asdict(pick) if pick else None,
             "sampling": {"temperature": sampling.temperature, "top_k": sampling.top_k, "top_p": sampling.top_p},
             "seed": args.seed,
             "prompt": prompt,
@@ -205,6 +215,8 @@ def cmd_generate(args) -> int:
     sys.stdout.write(text + ("\n" if not text.endswith("\n") else ""))
     header = f"--- {target.name} + {decoder.label}" + (
         f", temperature {sampling.temperature:g}" if sampling.temperature else ", greedy") + f", finished: {result.finished}"
+    if pick:
+        header += f"\n--- {pick.describe()}"
     print(format_stats(result.stats, header))
     if color:
         print(legend(True))
@@ -307,10 +319,9 @@ def cmd_bench(args) -> int:
 
 def cmd_advise(args) -> int:
     from .bench import BenchConfig
-    from .bench.advise import advise, format_advice, format_runs, run_top, save_shapes
+    from .bench.advise import advise, format_advice, format_runs, run_top, save_advice
     from .models import cache_dir
     from .proposers import check_spec
-    from .proposers.ngram_tree import advised_shapes_path
 
     for spec in args.proposer or ["ngram"]:
         check_spec(spec)
@@ -327,9 +338,8 @@ def cmd_advise(args) -> int:
                     sampling=sampling, chat=args.chat, seed=args.seed, refresh=args.refresh_costs, say=lambda m: _say(args, m))
     print(advice.cost.table() + "\n")
     print(format_advice(advice, top=args.show))
-    if advice.shapes:
-        save_shapes(advised_shapes_path(), advice)
-        _say(args, "tree shapes saved for shape=auto: " + ", ".join(f"{b} -> {s}" for b, s in advice.shapes.items()))
+    for line in save_advice(advice):
+        _say(args, f"saved {line}")
     payload = advice.to_dict()
     if args.run_top:
         config = BenchConfig(max_new_tokens=args.max_new_tokens, sampling=sampling, seed=args.seed, chat=args.chat,
@@ -427,7 +437,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_model_args(g)
     g.add_argument("--proposer", default="ngram",
                    help=f"{syntax_list()} (default: ngram)")
-    g.add_argument("--k", type=_positive_int, default=4, help="tokens drafted per step (default 4)")
+    g.add_argument("--k", type=_positive_int, default=None,
+                   help=f"tokens drafted per step (default {DEFAULT_K}; with --proposer auto, the advisor's k)")
     g.add_argument("--schedule", default="constant",
                    help="k schedule: constant (default), heuristic (k+2 after a full accept, k-1 otherwise), "
                         "confidence:T (stop drafting below draft probability T)")

@@ -21,7 +21,7 @@ from ..core.engine import SpeculativeDecoder
 from ..core.proposer import Proposer
 from ..core.records import Sampling
 from ..prompts import PromptRow, bundled_path, read_jsonl
-from ..proposers.registry import REGISTRY, from_spec, get_kind, syntax_list
+from ..proposers.registry import REGISTRY, auto_pick, from_spec, get_kind, syntax_list
 from ..runtime import static_decode
 from .limits import check_proposer, check_tree_nodes, max_tree_nodes
 
@@ -225,6 +225,9 @@ def build_decoder(settings: RunSettings, progress: Progress, *, target_only: boo
     if target_only:
         warm_static_steps(target, None)
         return SpeculativeDecoder(target, None, sampling=settings.sampling)
+    pick = auto_pick(settings.proposer, target)  # "auto": the advisor's saved pick (a ValueError when none)
+    if pick:
+        progress(f"{pick.describe()}; k is the k you chose ({settings.k})")
     proposer = from_spec(settings.proposer, target, load=lambda name, **kw: load(name, progress=progress, **kw))
     warm_static_steps(target, proposer)
     return hosted_decoder(target, proposer, k=settings.k, sampling=settings.sampling, schedule=settings.schedule,

@@ -26,12 +26,13 @@ from ..analysis.costmodel import CostModel, load_or_measure
 from ..core.engine import SpeculativeDecoder, encode_prompt
 from ..core.records import Sampling
 from ..prompts import PromptRow
+from ..proposers.advised import AdvisedPick, save_pick
 from ..proposers.registry import check_spec, from_spec, shape_base
 from .config import TARGET_ONLY, BenchConfig
 from .sweep import Sweep
 
 __all__ = ["Candidate", "Advice", "plan", "calibrate", "advise", "run_top", "format_advice", "format_runs",
-           "save_shapes", "CALIBRATION_K", "CALIBRATION_TREE_NODES"]
+           "save_shapes", "save_advice", "pick_of", "CALIBRATION_K", "CALIBRATION_TREE_NODES"]
 
 CALIBRATION_K = 8  # drafts per step while calibrating (predictions cover k = 1..this)
 CALIBRATION_TREE_NODES = 64  # an n-gram trie's budget while calibrating (its ranks, not its size, are measured)
@@ -84,6 +85,8 @@ def plan(specs: Sequence[str], target, load=None) -> list[Candidate]:
         prefix, arg = check_spec(spec)
         if prefix == "none":
             continue
+        if prefix == "auto":
+            raise ValueError("auto is the advisor's own pick: name the proposers to advise on (e.g. ngram, draft:NAME)")
         if prefix == "ngram-tree":
             base = shape_base(spec)
             cand = Candidate(spec, "ngram-tree", f"{base},nodes={CALIBRATION_TREE_NODES}", base=base)
@@ -219,6 +222,29 @@ def save_shapes(path, advice: Advice) -> None:
                                           "saved": time.strftime("%Y-%m-%dT%H:%M:%S")}
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=1), encoding="utf-8")
+
+
+def pick_of(advice: Advice) -> AdvisedPick:
+    """The first of the ranking as the pick ``auto`` runs ("none" when nothing is predicted to pay)."""
+    top = next((f for f in advice.forecasts if f.tau > 1.0 and f.pays), None)
+    if top is None:
+        return AdvisedPick(advice.target, "none", 1, 1.0, 1.0, advice.cost.machine)
+    return AdvisedPick(advice.target, top.spec, top.k, top.speedup, top.tau, advice.cost.machine)
+
+
+def save_advice(advice: Advice) -> list[str]:
+    """Save what ``auto`` and ``shape=auto`` read back (the pick, the tree shapes) in this machine's
+    cache directory; -> what was saved, in words."""
+    from ..proposers.ngram_tree import advised_shapes_path
+
+    said = []
+    if advice.shapes:
+        save_shapes(advised_shapes_path(), advice)
+        said.append("tree shapes for shape=auto: " + ", ".join(f"{b} -> {s}" for b, s in advice.shapes.items()))
+    pick = pick_of(advice)
+    save_pick(pick)
+    said.append(f"the pick for the proposer auto: {pick.spec}" + (f" k={pick.k}" if pick.pays else " (target-only)"))
+    return said
 
 
 # -- output ---------------------------------------------------------------------------------------

@@ -249,6 +249,28 @@ def _build_xdraft(arg, target, load):
     return CrossTokenizerDraft(draft, name=f"xdraft:{draft.name}")
 
 
+def _no_argument(spec: str, arg: str) -> str:
+    raise ValueError(f"bad proposer {spec!r}: auto takes no argument; it runs the pick `specviz advise` saved for the target")
+
+
+def _build_auto(arg, target, load):
+    pick = auto_pick("auto", target)
+    if check_spec(pick.spec)[0] in ("none", "auto"):  # the advisor found that nothing pays: target-only
+        return None
+    return from_spec(pick.spec, target, load)
+
+
+def auto_pick(spec: str, target):
+    """The advisor's saved pick (``proposers.advised.AdvisedPick``: spec, k, predicted speedup)
+    when ``spec`` is ``auto``, else None; ValueError in one sentence when no pick is saved for
+    ``target`` (a LoadedModel or its name)."""
+    if check_spec(spec)[0] != "auto":
+        return None
+    from .advised import advised_pick
+
+    return advised_pick(str(getattr(target, "name", target)))
+
+
 NONE = ProposerKind(
     "none", "target only", "none", "target-only decoding (no proposer)", needs_model=False, hf_counterpart=True,
     build=None, aliases=("target-only",),
@@ -301,6 +323,12 @@ REGISTRY: tuple[ProposerKind, ...] = (
         "point masses; vocab=V as for draft", needs_model=True,
         hf_counterpart=False, build=_build_draft_tree, arg_required=True, options=("nodes", "width", "vocab", "shape"),
         example="draft-tree:gemma-3-270m@int8,nodes=12,width=2", validate=_draft_tree_nodes, tree_nodes=_draft_tree_nodes,
+    ),
+    ProposerKind(
+        "auto", "auto (the advisor's pick)", "auto", "the configuration `specviz advise` (or the Advisor panel) ranked "
+        "first for this target on this machine (generate also takes its k unless --k is given); until one is saved, "
+        "an error saying to run the advisor",
+        needs_model=False, hf_counterpart=False, build=_build_auto, check_arg=_no_argument, example="auto",
     ),
 )
 
@@ -411,6 +439,6 @@ def from_spec(spec: str, target, load: Loader | None = None) -> Proposer | None:
 
 
 __all__ = [
-    "NONE", "REGISTRY", "ProposerKind", "check_spec", "from_spec", "get_kind", "help_text", "int_option", "kinds",
+    "NONE", "REGISTRY", "ProposerKind", "auto_pick", "check_spec", "from_spec", "get_kind", "help_text", "int_option", "kinds",
     "markdown_table", "shape_base", "split_options", "syntax_list", "tree_nodes",
 ]

@@ -18,7 +18,7 @@ import gradio as gr
 
 from ..app import runs
 from ..app.limits import Limits
-from ..bench.advise import CALIBRATION_K, Advice, advise, run_top
+from ..bench.advise import CALIBRATION_K, Advice, advise, run_top, save_advice
 from ..bench.config import BenchConfig
 from ..core.records import Sampling
 from ..viz import advisor as VA
@@ -114,6 +114,14 @@ def _calibrate(state: AdvisorState, req: AdvisorRequest, report: Callable[[str],
     return advice
 
 
+def _saved(advice: Advice) -> str:
+    """Save the pick (the proposer menu's auto) and the tree shapes (shape=auto); -> a sentence saying so."""
+    try:
+        return "Saved " + "; ".join(save_advice(advice)) + "."
+    except OSError as e:  # a read-only cache directory: the advice still shows
+        return f"Could not save the pick for auto ({e.strerror or e})."
+
+
 def advice_outputs(advice: Advice, top: int = 20) -> dict[str, Any]:
     """The ranking, verdicts and cost table of ``advice``, by name."""
     return {"advisor_ranking": VA.ranking_html(advice.forecasts, advice.cost.base_step_s, top),
@@ -142,6 +150,7 @@ def on_calibrate(state: AdvisorState, *raw) -> Iterator[dict[str, Any]]:
         pays = [f for f in advice.forecasts if f.pays]
         summary = (f"Best: {advice.forecasts[0].label} at {advice.forecasts[0].speedup:.2f}x predicted."
                    if pays else "Nothing is predicted to pay on this machine: see the verdicts below.")
+        summary += " " + _saved(advice)
         runnable = any(f.tau > 1.0 for f in advice.forecasts)
         yield {**_msg(f"Calibrated on {advice.prompts} prompts; cost model "
                       f"{'read from the cache' if advice.cost_cached else 'measured'}. {summary}", "ok"),
