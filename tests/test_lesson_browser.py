@@ -10,6 +10,7 @@ import pytest
 from tests.support import app_server
 
 TIMEOUT_MS = 120_000
+SHOTS = __import__("os").environ.get("SPECVIZ_TEST_SHOTS", "")  # a folder: the what-if test saves its panel there
 
 # The moment each tour must reach: a JS condition on the page.
 MOMENTS = {
@@ -202,5 +203,23 @@ def test_guess_first_then_the_draw_and_the_score(browser, app_url):
     assert "Score" in page.inner_text("#sv-status")
     page.click("#sv-reset-btn")
     page.wait_for_selector("#sv-guess .sv-guess[data-total='0']")
+    assert "sv-msg-error" not in page.inner_html("#sv-status") and not page.js_errors
+    page.context.close()
+
+
+@pytest.mark.browser
+def test_what_if_starts_from_the_run_and_moves_with_a_slider(browser, app_url):
+    page = _page(browser, app_url)
+    page.click("#sv-play-btn")
+    page.wait_for_function("document.querySelector('#sv-status').innerText.includes('Finished')")
+    page.click("#sv-baseline-btn")
+    page.wait_for_function("document.querySelector('#sv-whatif-note').innerText.includes('measured')")
+    box = page.locator("#sv-whatif-a input[type=number]")
+    box.fill("0.95")
+    box.press("Enter")
+    page.wait_for_function("document.querySelector('#sv-whatif-note').innerText.includes('At a = 0.95')")
+    assert page.locator("#sv-whatif-plot .js-plotly-plot").count() == 1
+    if SHOTS:
+        page.locator("#sv-whatif-box").screenshot(path=SHOTS + "/whatif.png")
     assert "sv-msg-error" not in page.inner_html("#sv-status") and not page.js_errors
     page.context.close()

@@ -24,6 +24,7 @@ from ..viz.race import race_figure, race_html
 from ..viz.styles import keys_help_html
 from ..viz.tree import chain_view, tree_figure, tree_mask_figure
 from .state import PlaygroundState
+from .whatif_view import whatif_outputs
 
 # Play speed: the menu's label -> the pause between steps in seconds
 SPEEDS = {"as fast as it runs": 0.0, "2 steps/s": 0.5, "1 step/s": 1.0, "1 step / 3 s": 3.0}
@@ -50,6 +51,11 @@ class LessonView:
     guess: gr.HTML  # "guess first": the question, the latest verdict, the score
     guess_accept: gr.Button
     guess_reject: gr.Button
+    whatif_a: gr.Slider  # the what-if panel (specviz.ui.whatif_view)
+    whatif_k: gr.Slider
+    whatif_c: gr.Slider
+    whatif_plot: gr.Plot
+    whatif_note: gr.HTML
 
     def named(self) -> dict[str, Any]:
         """{output name: component}."""
@@ -184,9 +190,13 @@ def guess_outputs(state: PlaygroundState) -> dict[str, Any]:
             "guess_reject": gr.update(interactive=can)}
 
 
-def render_lesson(state: PlaygroundState, *, run: bool, inspector: bool, chart: bool, baseline: bool) -> dict[str, Any]:
-    """The lesson's outputs by name (LESSON_OUTPUTS); parts not asked for are left out (unchanged)."""
+def render_lesson(state: PlaygroundState, *, run: bool, inspector: bool, chart: bool, baseline: bool,
+                  plots: bool = False) -> dict[str, Any]:
+    """The lesson's outputs by name (LESSON_OUTPUTS); parts not asked for are left out (unchanged).
+    The what-if panel is redrawn with the run plots (``plots``) and after a target-only run."""
     out: dict[str, Any] = {}
+    if plots or baseline:
+        out.update(whatif_outputs(state))
     if run or baseline:
         out["why"] = why_html(state)
         out.update(_race(state))

@@ -12,7 +12,7 @@ from .. import viz
 from ..app import runs
 from ..app.limits import Limits
 from ..viz.scripts import TABLE_JS, TOKENS_JS
-from . import lesson, lesson_view
+from . import lesson, lesson_view, whatif_view
 from . import playground as pg
 from .handlers import by_name, engine_concurrency
 from .playground_view import PlaygroundView
@@ -102,6 +102,7 @@ def build_playground(defaults: pg.Defaults | None = None) -> PlaygroundView:
                              elem_id="sv-plot-acceptance")
         timeline = gr.Plot(viz.timeline_figure([]), show_label=False, min_width=300, elem_id="sv-plot-timeline")
         tps = gr.Plot(viz.tokens_per_step_figure([]), show_label=False, min_width=300, elem_id="sv-plot-tokens")
+    whatif, whatif_again = whatif_view.build_whatif()
     with gr.Row():
         download = gr.DownloadButton("⤓ Download trace (JSONL)", value=None, interactive=False, elem_id="sv-download", size="md")
         upload = gr.UploadButton("⤒ Load a trace to replay", file_types=[".jsonl", ".json", ".txt"], type="filepath",
@@ -113,7 +114,7 @@ def build_playground(defaults: pg.Defaults | None = None) -> PlaygroundView:
     view = PlaygroundView(state, controls, status, tokens, metrics, baseline, step_slider, position, summary, table,
                           topk, acceptance, timeline, tps, download,
                           lesson_view.LessonView(why, race_box, race_plot, race, phase, tree_row, tree, mask,
-                                                 guess, guess_accept, guess_reject))
+                                                 guess, guess_accept, guess_reject, **whatif))
     outs, named = view.outputs, view.named()
     engine = dict(concurrency_id="specviz-engine", concurrency_limit=engine_concurrency(), show_progress="hidden")
     fast = dict(concurrency_limit=None, show_progress="hidden")
@@ -122,6 +123,7 @@ def build_playground(defaults: pg.Defaults | None = None) -> PlaygroundView:
     proposer.change(pg.on_proposer_change, [target, proposer, draft], [draft, layers, options], queue=False)
     lesson.wire(view, dict(nav=nav, speed=speed, tours=tours, lesson_mode=lesson_mode, animate=animate,
                            guess_accept=guess_accept, guess_reject=guess_reject), engine)
+    whatif_view.wire(view, whatif_again)
     target.change(pg.on_target_change, [target, proposer, draft], [draft], queue=False)
     step_btn.click(by_name(pg.on_step, named), inputs, outs, trigger_mode="multiple", **engine)
     play_btn.click(by_name(pg.on_play, named), inputs, outs, **engine)

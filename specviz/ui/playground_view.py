@@ -101,7 +101,7 @@ def render(
     if download:
         path = state.trace_path if steps else None
         out["download"] = gr.update(value=path, interactive=bool(path))
-    return {**out, **render_lesson(state, run=run, inspector=inspector, chart=chart, baseline=baseline)}
+    return {**out, **render_lesson(state, run=run, inspector=inspector, chart=chart, baseline=baseline, plots=plots)}
 
 
 def _shown_index(state: PlaygroundState) -> int | None:

@@ -170,6 +170,7 @@ class PlaygroundState:
         self.play_delay_s = 0.0  # Play's pause between steps (the speed control)
         self.lesson_mode = False  # each new step opens in its draft phase; "phase ▶" at commit moves on
         self.guesses = GuessBook()  # "guess first": the student's bets and score, cleared with the run
+        self.whatif: tuple[float, int, float] | None = None  # the what-if panel's a, k, c once the user set them
         self.message: tuple[str, str] = ("", "info")  # (text, kind)
         self.note = ""  # said once, before the next step's message (e.g. "settings changed")
         # the trace of the live run
@@ -263,6 +264,7 @@ class PlaygroundState:
         self.selected_step = self.selected_pos = self.phase = None
         self.last_engine_ms = None
         self.guesses = GuessBook()
+        self.whatif = None
 
     def step(self) -> StepRecord:
         """One step of the live run, or the next record of a loaded trace."""

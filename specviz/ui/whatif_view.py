@@ -1,0 +1,87 @@
+"""The playground's what-if panel: the run you just watched on the theory's speedup curve over k,
+with sliders for a, k and c (its pictures and words: :mod:`specviz.viz.whatif`).
+
+The sliders follow the run (each redraw of the run plots seeds them from its own a, k, c) until the
+user moves one; then they stay where the user put them (``PlaygroundState.whatif``) until
+"this run's values", a Reset or a new run.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import gradio as gr
+
+from ..viz.whatif import WHATIF_MAX_K, RunPoint, run_point, whatif_figure, whatif_html
+from .handlers import by_name, plot
+from .state import PlaygroundState
+
+WHATIF_OUTPUTS = ("whatif_a", "whatif_k", "whatif_c", "whatif_plot", "whatif_note")
+C_MAX = 2.0  # the c slider's range: a draft token costing up to two target steps (more when the run's c is)
+
+
+def _run(state: PlaygroundState) -> RunPoint | None:
+    k = state.settings.k if state.settings is not None else int(getattr(state.session, "header", {}).get("k", 0) or 0)
+    try:
+        return run_point(state.visible_steps(), state.visible_stats(), state.comparable_baseline(), k)
+    except (TypeError, ValueError, ZeroDivisionError):
+        return None
+
+
+def whatif_outputs(state: PlaygroundState) -> dict[str, Any]:
+    """The panel's values by name: the sliders seeded from the run unless the user set them."""
+    run = _run(state)
+    if state.whatif is not None and run is not None:
+        a, k, c = state.whatif
+        sliders = {}
+    else:
+        a, k, c = (run.a, run.k, run.c) if run is not None else (0.5, 4, 0.1)
+        sliders = {"whatif_a": gr.update(value=round(a, 3)), "whatif_k": gr.update(value=int(k)),
+                   "whatif_c": gr.update(value=round(c, 3), maximum=max(C_MAX, math.ceil(c * 10) / 10))}
+    return {**sliders, "whatif_plot": plot(whatif_figure.spec(run, a, k, c)), "whatif_note": whatif_html(run, a, k, c)}
+
+
+def on_whatif(state: PlaygroundState, a: Any, k: Any, c: Any) -> dict[str, Any]:
+    """A slider moved: the curve at the chosen a, k, c (kept until "this run's values" or a new run)."""
+    try:
+        values = (min(1.0, max(0.0, float(a))), max(1, min(WHATIF_MAX_K, int(k))), max(0.0, float(c)))
+    except (TypeError, ValueError):
+        return {}
+    with state.lock:
+        state.whatif = values
+        out = whatif_outputs(state)
+    return {name: out[name] for name in ("whatif_plot", "whatif_note")}
+
+
+def on_whatif_reset(state: PlaygroundState) -> dict[str, Any]:
+    """Back to the run's own a, k, c (and follow the run again)."""
+    with state.lock:
+        state.whatif = None
+        return whatif_outputs(state)
+
+
+def build_whatif() -> tuple[dict[str, Any], gr.Button]:
+    """The panel (an accordion): {output name: component} and its "this run's values" button."""
+    with gr.Accordion("What if? This run on the theory's speedup curve", open=True, elem_id="sv-whatif-box"):
+        note = gr.HTML(whatif_html(None, 0.5, 4, 0.1), elem_id="sv-whatif-note")
+        with gr.Row(equal_height=False):
+            with gr.Column(scale=1, min_width=240):
+                a = gr.Slider(0, 1, value=0.5, step=0.01, label="a (acceptance rate)", elem_id="sv-whatif-a")
+                k = gr.Slider(1, WHATIF_MAX_K, value=4, step=1, label="k (tokens drafted per step)", elem_id="sv-whatif-k")
+                c = gr.Slider(0, C_MAX, value=0.1, step=0.01, label="c (a draft token's cost, in target steps)",
+                              elem_id="sv-whatif-c")
+                again = gr.Button("↺ this run's values", size="sm", elem_id="sv-whatif-reset")
+            with gr.Column(scale=2, min_width=300):
+                fig = gr.Plot(show_label=False, elem_id="sv-whatif-plot")
+    return dict(whatif_a=a, whatif_k=k, whatif_c=c, whatif_plot=fig, whatif_note=note), again
+
+
+def wire(view, again: gr.Button) -> None:
+    """The sliders' and the button's events (view: the PlaygroundView)."""
+    named = view.named()
+    sliders = [named["whatif_a"], named["whatif_k"], named["whatif_c"]]
+    fast = dict(concurrency_limit=None, show_progress="hidden")
+    for s in sliders:
+        s.input(by_name(on_whatif, named), [view.state, *sliders], view.outputs, trigger_mode="always_last", **fast)
+    again.click(by_name(on_whatif_reset, named), [view.state], view.outputs, **fast)

@@ -1,0 +1,75 @@
+"""The playground's what-if panel: the theory's curve over k from a run's own a, k, c (specviz.viz.whatif),
+and its handlers (specviz.ui.whatif_view) on tiny local models."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.test_lesson_ui import _raw
+
+
+def test_the_curve_is_the_theorys_own():
+    from specviz.analysis.theory import expected_speedup, expected_speedup_drafting, expected_tokens_per_step
+    from specviz.viz.whatif import whatif_curve
+
+    curve = whatif_curve(0.7, 0.1, 1.2, 1.0, 8)
+    assert [k for k, _ in curve] == list(range(1, 9))
+    for k, s in curve:
+        assert s == pytest.approx(expected_speedup(0.7, k, 0.1, 1.2))
+    part = whatif_curve(0.7, 0.1, 1.2, 0.6, 4)
+    assert part[-1][1] == pytest.approx(expected_speedup_drafting(expected_tokens_per_step(0.7, 4), 0.6, 4, 0.1, 1.2))
+    assert part[-1][1] < curve[3][1]  # steps that find nothing to draft pay less
+
+
+def test_the_figure_moves_with_the_sliders_and_keeps_the_run():
+    from specviz.viz.whatif import RunPoint, whatif_figure, whatif_html
+
+    run = RunPoint(a=0.6, k=4, c=0.2, v=1.3, f=1.0, measured=1.1, timed=True)
+    fig = whatif_figure.spec(run, 0.9, 6, 0.05)
+    names = [t["name"] for t in fig["data"]]
+    assert names[0].startswith("this run (a = 0.60, c = 0.20)") and names[1].startswith("what if (a = 0.90, c = 0.05)")
+    assert any(n.startswith("measured 1.10×") for n in names)
+    own, mine = fig["data"][0]["y"], fig["data"][1]["y"]
+    assert all(m > o for m, o in zip(mine, own))  # better a and cheaper drafts: higher everywhere
+    measured = next(t for t in fig["data"] if t["name"].startswith("measured"))
+    assert measured["x"] == [4] and measured["y"] == [1.1]
+    note = whatif_html(run, 0.9, 6, 0.05)
+    assert "At a = 0.90, k = 6, c = 0.05" in note and "1.10× measured" in note and f"{run.predicted:.2f}×" in note
+    json.dumps(fig)  # plain data
+    assert whatif_figure.spec(None, 0.5, 4, 0.1)["data"] == [] and 'data-ready="0"' in whatif_html(None, 0.5, 4, 0.1)
+    untimed = RunPoint(a=0.6, k=4, c=0.2, v=1.0, f=0.8, measured=None, timed=False)
+    assert "estimated" in whatif_html(untimed, 0.6, 4, 0.2) and "80% of steps" in whatif_figure.spec(untimed, 0.6, 4, 0.2)["layout"]["title"]["text"]
+
+
+def test_the_panel_starts_from_the_run_and_keeps_what_the_user_set(tiny_env):
+    from specviz.ui import playground as pg
+    from specviz.ui import whatif_view as wv
+    from specviz.ui.playground_view import OUTPUTS, render
+    from specviz.ui.state import PlaygroundState
+
+    st = PlaygroundState()
+    assert wv.whatif_outputs(st)["whatif_note"].count('data-ready="0"') == 1
+    raw = _raw(tiny_env, max_new_tokens=16)
+    list(pg.on_step(st, *raw))
+    out = render(st)
+    assert set(wv.WHATIF_OUTPUTS) <= set(out) <= set(OUTPUTS)
+    stats = st.stats()
+    assert out["whatif_a"]["value"] == pytest.approx(stats.acceptance_rate, abs=1e-3) and out["whatif_k"]["value"] == 4
+    assert "estimated" in out["whatif_note"]  # no target-only run yet
+    list(pg.on_play(st, *raw))
+    frames = list(pg.on_baseline(st, *raw))
+    last = frames[-1]
+    assert "measured" in last["whatif_note"] and "from the target-only run" in last["whatif_note"]
+    assert "measured" in last["whatif_plot"].plot
+    moved = wv.on_whatif(st, 0.95, 7, 0.01)
+    assert set(moved) == {"whatif_plot", "whatif_note"} and "At a = 0.95, k = 7, c = 0.01" in moved["whatif_note"]
+    again = render(st)  # the run redraws: the user's values stay, the sliders are not reset
+    assert "whatif_a" not in again and "At a = 0.95" in again["whatif_note"]
+    back = wv.on_whatif_reset(st)
+    assert back["whatif_k"]["value"] == 4 and st.whatif is None
+    wv.on_whatif(st, 0.5, 2, 0.3)
+    list(pg.on_step(st, *_raw(tiny_env, seed=3)))  # a new run follows its own numbers again
+    assert st.whatif is None
+    st.close()
