@@ -341,12 +341,19 @@ def cmd_advise(args) -> int:
     for line in save_advice(advice):
         _say(args, f"saved {line}")
     payload = advice.to_dict()
+    runs = []
     if args.run_top:
         config = BenchConfig(max_new_tokens=args.max_new_tokens, sampling=sampling, seed=args.seed, chat=args.chat,
                              repeats=args.repeats)
         runs, report = run_top(target, advice, args.run_top, held, config, load=_loader(args), say=lambda m: _say(args, m))
         print("\n" + format_runs(runs) + f"\n(run on {'held-out' if args.heldout else 'the calibration'} prompts: {len(held)})")
         payload.update(runs=runs, report=report)
+    if args.html:
+        from .viz.advisor import advice_page_html
+
+        with open(args.html, "w", encoding="utf-8") as fh:
+            fh.write(advice_page_html(advice, runs))
+        _say(args, f"wrote {args.html}")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:
             json.dump(payload, fh, indent=1, default=str)
@@ -500,6 +507,8 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--refresh-costs", action="store_true", help="measure the costs again instead of reading the cache")
     _add_sampling_args(a)
     a.add_argument("--json", metavar="OUT.json", help="write costs, calibration, forecasts (and runs)")
+    a.add_argument("--html", metavar="REPORT.html", help="write a standalone page: verdicts, ranking, the tree-budget "
+                   "plot, predicted vs measured, costs")
     a.add_argument("--quiet", action="store_true", help="no progress messages on stderr")
     a.set_defaults(func=cmd_advise)
 

@@ -58,6 +58,8 @@ def test_calibrate_then_run_the_top_one(browser, server):
     page.click("#sv-advisor-calibrate")
     assert _wait_kind(page) == "ok", page.inner_text("#sv-advisor-msg")
     assert "target-only" in page.inner_text("#sv-advisor-ranking")
+    page.wait_for_selector("#sv-advisor-budget .js-plotly-plot", timeout=30_000)  # the tree-budget plot (no tree here)
+    assert "No tree proposer" in page.inner_text("#sv-advisor-budget")
     page.locator("#sv-advisor-top-n input").fill("1")
     page.wait_for_function("() => !document.querySelector('#sv-advisor-run').disabled", timeout=30_000)
     page.click("#sv-advisor-run")

@@ -32,12 +32,12 @@ from typing import Any, Sequence
 
 from . import theory
 from .costmodel import CostModel
-from .treeshape import TreeShape, best_shape, encode, expected_tokens
+from .treeshape import TreeShape, best_per_budget, best_shape, encode, expected_tokens
 
 __all__ = [
     "Rate", "wilson", "ChainCalibration", "RankCalibration", "chain_calibration", "rank_calibration_from_tree",
     "rank_calibration_from_chain", "Forecast", "predict_chain", "predict_tree", "tree_step_seconds", "forecast_trees",
-    "rank", "verdicts", "run_speedup",
+    "rank", "verdicts", "run_speedup", "BudgetPoint", "TreeBudget", "tree_budget",
 ]
 
 Z = 1.96  # 95% Wilson intervals
@@ -325,6 +325,53 @@ def forecast_trees(cal: RankCalibration, cost: CostModel, kind: str, spec_for, k
         if choice.shape.nodes and choice.text not in out:
             out[choice.text] = predict_tree(cal, cost, choice.shape, kind, spec_for(choice.text), draft, lookup_s)
     return list(out.values()), (overall.shape if overall is not None else TreeShape())
+
+
+@dataclass(frozen=True)
+class BudgetPoint:
+    """The best static tree with a budget of ``nodes`` nodes (its shape may use fewer)."""
+
+    nodes: int  # the budget
+    shape: str  # BFS child counts ("0": no speculation)
+    tau: float
+    tau_lo: float
+    tau_hi: float
+    step_s: float
+    speedup: float  # predicted, the decode loop (as the ranking)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"nodes": self.nodes, "shape": self.shape, "tau": self.tau, "tau_lo": self.tau_lo, "tau_hi": self.tau_hi,
+                "step_ms": 1e3 * self.step_s, "speedup": self.speedup}
+
+
+@dataclass(frozen=True)
+class TreeBudget:
+    """A tree proposer's tree-budget curve: per node budget, the predicted tokens per step (rising)
+    and speedup (peaking); ``best`` is the budget the advisor's shape has."""
+
+    proposer: str
+    points: tuple[BudgetPoint, ...]  # budgets 0..max_nodes
+
+    @property
+    def best(self) -> BudgetPoint:
+        return max(self.points, key=lambda p: (p.speedup, -p.nodes))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"proposer": self.proposer, "best_nodes": self.best.nodes, "points": [p.to_dict() for p in self.points]}
+
+
+def tree_budget(cal: RankCalibration, cost: CostModel, kind: str, proposer: str, max_nodes: int = 16, max_depth: int = 8,
+                draft: str | None = None, lookup_s: float | None = None) -> TreeBudget:
+    """The tree-budget curve of a tree proposer (``treeshape.best_per_budget`` with this machine's
+    step times): budget n -> the fastest DP tree of at most n nodes, its tau with the interval and
+    its predicted speedup."""
+    seconds = tree_step_seconds(cost, kind, draft, lookup_s)
+    accept, lo, hi = cal.matrix("p"), cal.matrix("lo"), cal.matrix("hi")
+    base = cost.base_step_s
+    points = tuple(BudgetPoint(n, c.text, c.tau, expected_tokens(c.shape, lo), expected_tokens(c.shape, hi), c.step_s,
+                               c.tau * base / c.step_s)
+                   for n, c in enumerate(best_per_budget(accept, seconds, max_nodes, max_depth)))
+    return TreeBudget(proposer, points)
 
 
 def rank(forecasts: Sequence[Forecast]) -> list[Forecast]:

@@ -29,7 +29,7 @@ from typing import Callable, Sequence
 
 from ..proposers.ngram_tree import decode_shape, encode_shape
 
-__all__ = ["TreeShape", "best_trees", "best_shape", "expected_tokens", "encode", "decode", "chain", "EMPTY"]
+__all__ = ["TreeShape", "best_trees", "best_shape", "best_per_budget", "expected_tokens", "encode", "decode", "chain", "EMPTY"]
 
 
 @dataclass(frozen=True)
@@ -235,3 +235,26 @@ def best_shape(accept: Sequence[Sequence[float]], step_seconds: Callable[[TreeSh
             seen[key] = ShapeChoice(shape, tau, s, tau / s)
     cands = sorted(seen.values(), key=lambda c: (-c.tokens_per_s, c.shape.nodes))
     return cands[0], cands
+
+
+def best_per_budget(accept: Sequence[Sequence[float]], step_seconds: Callable[[TreeShape], float], max_nodes: int = 16,
+                    max_depth: int = 8) -> list[ShapeChoice]:
+    """[n]: the tree a budget of n nodes buys, n = 0..max_nodes (the tree-budget curve): of the
+    DP's best trees of at most n nodes, one per depth bound 1..max_depth, those that place the
+    most nodes (n, unless more nodes would add nothing), and of these the fastest. So tau rises
+    with n and the speed peaks; the fastest of the list is :func:`best_shape`'s choice."""
+    timed: dict[str, ShapeChoice] = {}
+    out: list[ShapeChoice | None] = [None] * (max_nodes + 1)
+    for d in range(1, max(1, max_depth) + 1):
+        for n, shape in best_trees(accept, max_nodes, d).items():
+            key = encode(shape)
+            if key not in timed:
+                s = step_seconds(shape)
+                if s <= 0:
+                    raise ValueError(f"a step must take a positive time, got {s!r} s for shape {key}")
+                tau = expected_tokens(shape, accept)
+                timed[key] = ShapeChoice(shape, tau, s, tau / s)
+            c, cur = timed[key], out[n]
+            if cur is None or (c.shape.nodes, c.tokens_per_s) > (cur.shape.nodes, cur.tokens_per_s + 1e-12):
+                out[n] = c
+    return [c for c in out if c is not None]

@@ -64,6 +64,7 @@ class Advice:
     verdicts: list[str]
     notes: list[str] = field(default_factory=list)
     shapes: dict[str, str] = field(default_factory=dict)  # tree base spec -> the best shape ("0": none pays)
+    budgets: dict[str, A.TreeBudget] = field(default_factory=dict)  # tree spec -> its tree-budget curve
     prompts: int = 0
     prompt_tokens: float = 0.0  # mean prompt length of the calibration prompts
     max_new_tokens: int = 64
@@ -74,6 +75,7 @@ class Advice:
             "cost_cached": self.cost_cached, "calibration": {s: c.to_dict() for s, c in self.calibrations.items()},
             "forecasts": [f.to_dict() for f in self.forecasts], "verdicts": self.verdicts, "notes": self.notes,
             "shapes": self.shapes, "prompts": self.prompts, "max_new_tokens": self.max_new_tokens,
+            "tree_budgets": {s: b.to_dict() for s, b in self.budgets.items()},
         }
 
 
@@ -155,7 +157,8 @@ def _shape_spec(cand: Candidate, shape: str) -> str:
     return f"{cand.base},shape={shape}"
 
 
-def _forecast(cand: Candidate, cal, cost: CostModel, ks: Sequence[int], notes: list[str], shapes: dict[str, str]) -> list[A.Forecast]:
+def _forecast(cand: Candidate, cal, cost: CostModel, ks: Sequence[int], notes: list[str], shapes: dict[str, str],
+              budgets: dict[str, A.TreeBudget]) -> list[A.Forecast]:
     draft = str(cand.draft.name) if cand.draft is not None else None
     if cand.kind in ("ngram-tree", "draft-tree"):
         if not any(any(row) for row in cal.kept):
@@ -164,6 +167,7 @@ def _forecast(cand: Candidate, cal, cost: CostModel, ks: Sequence[int], notes: l
         lookup = (cal.draft_ms / 1e3 / cal.steps) if cand.kind == "ngram-tree" and cal.steps else None
         fs, best = A.forecast_trees(cal, cost, cand.kind, lambda s: _shape_spec(cand, s), ks, MAX_TREE_NODES, draft, lookup)
         shapes[cand.base] = best.text if best.nodes else "0"
+        budgets[cand.spec] = A.tree_budget(cal, cost, cand.kind, cand.spec, MAX_TREE_NODES, max(ks), draft, lookup)
         if not best.nodes:
             notes.append(f"{cand.spec}: no tree shape beats target-only decoding here (the dynamic program's best is "
                          "the empty tree).")
@@ -200,11 +204,12 @@ def advise(target, specs: Sequence[str], prompts: Sequence[PromptRow], *, cache_
                      sampling=sampling, chat=chat, seed=seed, say=say)
     notes: list[str] = [n for n in (cost.static_decode, cost.busy) if n]
     shapes: dict[str, str] = {}
+    budgets: dict[str, A.TreeBudget] = {}
     forecasts: list[A.Forecast] = []
     for cand in candidates:
-        forecasts += _forecast(cand, cals[cand.spec], cost, ks, notes, shapes)
+        forecasts += _forecast(cand, cals[cand.spec], cost, ks, notes, shapes, budgets)
     ranked = A.rank(forecasts)
-    return Advice(str(target.name), cost, cached, candidates, cals, ranked, A.verdicts(ranked), notes, shapes,
+    return Advice(str(target.name), cost, cached, candidates, cals, ranked, A.verdicts(ranked), notes, shapes, budgets,
                   len(prompts), statistics.mean(lengths), max_new_tokens)
 
 
@@ -299,7 +304,8 @@ def run_top(target, advice: Advice, n: int, prompts: Sequence[PromptRow], config
         predicted = A.run_speedup(f, advice.cost, mean_prompt, mean_new, drafts)
         measured = row.get("speedup")
         out.append({
-            "spec": f.spec, "k": k, "name": name, "predicted_speedup_loop": f.speedup, "predicted_speedup": predicted,
+            "spec": f.spec, "k": k, "name": name, "proposer": f.proposer, "nodes": int(f.drafted_per_step) if f.shape else None,
+            "predicted_speedup_loop": f.speedup, "predicted_speedup": predicted,
             "interval": [f.speedup_lo, f.speedup_hi], "measured_speedup": measured,
             "error": (measured - predicted) / predicted if measured is not None and predicted else None,
             "predicted_tau": f.tau, "measured_tau": row.get("mean_acceptance_length"),

@@ -33,7 +33,8 @@ log = logging.getLogger("specviz.ui.advisor")
 __all__ = ["AdvisorRequest", "AdvisorState", "AdvisorView", "build_advisor_panel", "on_calibrate", "on_run_top",
            "parse_request", "OUTPUTS"]
 
-OUTPUTS = ("advisor_msg", "advisor_ranking", "advisor_verdicts", "advisor_costs", "advisor_runs", "advisor_run_btn")
+OUTPUTS = ("advisor_msg", "advisor_ranking", "advisor_verdicts", "advisor_costs", "advisor_runs", "advisor_run_btn",
+           "advisor_budget")
 
 
 @dataclass(frozen=True)
@@ -126,7 +127,8 @@ def advice_outputs(advice: Advice, top: int = 20) -> dict[str, Any]:
     """The ranking, verdicts and cost table of ``advice``, by name."""
     return {"advisor_ranking": VA.ranking_html(advice.forecasts, advice.cost.base_step_s, top),
             "advisor_verdicts": VA.notes_html(advice.notes, advice.verdicts),
-            "advisor_costs": VA.costs_html(advice.cost.curves(), advice.cost.machine)}
+            "advisor_costs": VA.costs_html(advice.cost.curves(), advice.cost.machine),
+            "advisor_budget": VA.tree_budget_figure(list(advice.budgets.values()))}
 
 
 def on_calibrate(state: AdvisorState, *raw) -> Iterator[dict[str, Any]]:
@@ -183,7 +185,8 @@ def on_run_top(state: AdvisorState, n: Any, repeats: Any = 1) -> Iterator[dict[s
         out, _report = result
         errors = [abs(r["error"]) for r in out if r.get("error") is not None]
         mean = f" Mean absolute error {100 * sum(errors) / len(errors):.0f}%." if errors else ""
-        yield {**_msg(f"Ran {len(out)} configurations beside target-only.{mean}", "ok"), "advisor_runs": VA.runs_html(out)}
+        yield {**_msg(f"Ran {len(out)} configurations beside target-only.{mean}", "ok"), "advisor_runs": VA.runs_html(out),
+               "advisor_budget": VA.tree_budget_figure(list(advice.budgets.values()), out)}
     except Exception as e:  # noqa: BLE001 - shown as a message, never a traceback
         yield _msg(_friendly(e), "error")
 
@@ -235,9 +238,12 @@ def build_advisor_panel(target: str, proposers: Sequence[str], target_choices: S
     verdicts = gr.HTML("", elem_id="sv-advisor-verdicts")
     ranking = gr.HTML("", elem_id="sv-advisor-ranking")
     runs_out = gr.HTML("", elem_id="sv-advisor-runs")
+    with gr.Accordion("Tree budget: tokens per step and speedup against the node budget", open=True,
+                      elem_id="sv-advisor-budget-box"):
+        budget = gr.Plot(VA.tree_budget_figure([]), show_label=False, elem_id="sv-advisor-budget")
     with gr.Accordion("The cost model: t(n) on this machine", open=False, elem_id="sv-advisor-costs-box"):
         costs = gr.HTML("", elem_id="sv-advisor-costs")
-    components = dict(zip(OUTPUTS, (msg, ranking, verdicts, costs, runs_out, run_btn)))
+    components = dict(zip(OUTPUTS, (msg, ranking, verdicts, costs, runs_out, run_btn, budget)))
     controls = [tgt, props, source, cats, custom, n_prompts, max_new, calib, temperature]
     source.change(lambda s: (gr.update(visible=s == BUNDLED), gr.update(visible=s == CUSTOM)), [source], [cats, custom],
                   queue=False)
