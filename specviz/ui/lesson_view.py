@@ -149,7 +149,9 @@ def why_html(state: PlaygroundState) -> str:
         return ('<div class="sv-why sv-why-unknown" data-verdict="none"><div class="sv-why-head">Why this speedup?'
                 '</div><p class="sv-muted">Run some steps, then “Run target-only”: this card explains the speedup '
                 f'from the run\'s own numbers.</p><p class="sv-muted">{WHEN_IT_PAYS}</p>{note}</div>')
-    story = explain_run(state.visible_steps(), stats, state.comparable_baseline(), k=_k(state), proposer=_proposer_name(state))
+    base = state.comparable_baseline()
+    story = explain_run(state.visible_steps(), stats, base, k=_k(state), proposer=_proposer_name(state),
+                        baseline_steps=state.baseline_steps if base is not None else ())
     return story.html() + note
 
 

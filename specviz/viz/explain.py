@@ -28,12 +28,13 @@ from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
 from ..analysis.metrics import ideal_gains, limit_of
+from ..analysis.noise import SpeedupInterval, speedup_interval
 from ..core.records import Stats, StepRecord
 from ..core.stepwords import StepCounts, run_counts
 
 __all__ = [
     "SpeedupStory", "explain_speedup", "explain_run", "run_costs", "drafted_fraction", "best_k_curve",
-    "best_k_from_positions", "v_curve_from_rows", "FASTER", "SLOWER",
+    "best_k_from_positions", "v_curve_from_rows", "run_interval", "FASTER", "SLOWER",
 ]
 
 FASTER = 1.05  # a speedup above this is "faster"
@@ -52,6 +53,7 @@ class SpeedupStory:
     predicted: float | None  # tau / (k' c + v): the decode loop's speedup from a, c, v
     measured: float | None  # tokens/s over the target-only run's tokens/s
     numbers: dict = field(default_factory=dict)  # a, k, c, v, tau, tokens, forwards, f, k_eff
+    band: SpeedupInterval | None = None  # the measured speedup's bootstrap interval over the steps' timings
 
     @property
     def text(self) -> str:
@@ -62,6 +64,10 @@ class SpeedupStory:
         body = "".join(f"<li>{html.escape(s)}</li>" for s in self.sentences)
         advice = f'<p class="sv-why-advice">{html.escape(self.advice)}</p>' if self.advice else ""
         limit = f' data-limit="{self.limit}"' if self.limit else ""
+        if self.band is not None:
+            b = self.band
+            limit += (f' data-noise="{"within" if b.within_noise else "clear"}" data-low="{b.low:.4f}"'
+                      f' data-high="{b.high:.4f}"')
         return (
             f'<div class="sv-why sv-why-{self.verdict.replace(" ", "-")}" data-verdict="{self.verdict}"{limit}>'
             f'<div class="sv-why-head">{html.escape(self.headline)}</div><ul class="sv-why-list">{body}</ul>{advice}</div>'
@@ -91,7 +97,7 @@ def explain_speedup(*, a: float | None, k: int, tau: float, tokens: int, target_
                     drafted_fraction: float = 1.0, drafted_per_step: float | None = None,
                     proposer: str = "draft model", prefill_forwards: int = 1,
                     per_position: Sequence[float] = (), v_curve: Mapping[int, float] | None = None,
-                    counts: StepCounts | None = None) -> SpeedupStory:
+                    counts: StepCounts | None = None, band: SpeedupInterval | None = None) -> SpeedupStory:
     """The story of one run's speedup, in plain words.
 
     a: acceptance rate (accepted / drafted; None when nothing was drafted); k: the draft length
@@ -102,7 +108,9 @@ def explain_speedup(*, a: float | None, k: int, tau: float, tokens: int, target_
     drafted tokens / steps (default k x drafted_fraction); proposer: a short name ("int8 draft",
     "ngram") used in the advice; per_position (``Stats.per_position``) and v_curve (k -> the
     machine's verify cost for a (k+1)-token pass, in target steps) let the card name a better k
-    from the run's own acceptance (see :func:`best_k_from_positions`).
+    from the run's own acceptance (see :func:`best_k_from_positions`); band: the measured speedup's
+    interval (:func:`specviz.analysis.noise.speedup_interval`): when it contains 1.0x the card says
+    "within noise" and calls the run even.
     """
     if k < 0 or tau < 0 or tokens < 0 or target_forwards < 0:
         raise ValueError("k, tau, tokens and target_forwards must be >= 0; pass the run's own Stats values")
@@ -156,9 +164,15 @@ def explain_speedup(*, a: float | None, k: int, tau: float, tokens: int, target_
     measured = speedup
     shown = measured if measured is not None else predicted
     verdict = _verdict(shown)
-    if measured is not None:
-        head = f"Speedup {_x(measured)}: " + {"faster": "speculation pays here.", "even": "about even with target-only.",
-                                              "slower": "slower than target-only."}[verdict]
+    noisy = measured is not None and band is not None and band.within_noise
+    if noisy:
+        verdict = "even"
+        head = (f"Speedup {_x(measured)}, within noise ({band.words()} over the steps' own timings): not told apart "
+                "from target-only on this run.")
+    elif measured is not None:
+        spread = f" ({band.words()})" if band is not None else ""
+        head = f"Speedup {_x(measured)}{spread}: " + {"faster": "speculation pays here.", "even": "about even with target-only.",
+                                                      "slower": "slower than target-only."}[verdict]
         if predicted is not None and abs(measured - predicted) > 0.1 * predicted:
             sentences.append(
                 f"Measured {_x(measured)} against {_x(predicted)} from the decode loop: the measurement also counts "
@@ -176,7 +190,7 @@ def explain_speedup(*, a: float | None, k: int, tau: float, tokens: int, target_
             advice += (f" From this run's own per-position acceptance and this machine's verify costs, k = {kb} "
                        f"would give about {_x(sb)} (k = {k}: {_x(now)}).")
             nums["best_k"] = kb
-    return SpeedupStory(verdict, limit, head, tuple(sentences), advice, predicted, measured, nums)
+    return SpeedupStory(verdict, limit, head, tuple(sentences), advice, predicted, measured, nums, band)
 
 
 def _advice(limit: str, verdict: str, *, a: float, k: int, c: float, v: float, proposer: str, gains: dict,
@@ -275,10 +289,26 @@ def run_costs(stats: Stats, baseline: Stats | None) -> tuple[float | None, float
     return c, v
 
 
+def run_interval(steps: Sequence[StepRecord], stats: Stats, baseline_steps: Sequence[StepRecord],
+                 baseline: Stats | None) -> SpeedupInterval | None:
+    """The run's speedup over its target-only run with a bootstrap interval over both runs' steps
+    (:func:`specviz.analysis.noise.speedup_interval`, prefill held fixed); None without both."""
+    if baseline is None or not steps or not baseline_steps:
+        return None
+    try:
+        return speedup_interval([s.n_committed for s in steps], [s.total_ms for s in steps],
+                                [s.n_committed for s in baseline_steps], [s.total_ms for s in baseline_steps],
+                                spec_fixed_ms=stats.prefill_ms, base_fixed_ms=baseline.prefill_ms)
+    except ValueError:
+        return None
+
+
 def explain_run(steps: Sequence[StepRecord], stats: Stats, baseline: Stats | None = None, *, k: int,
-                proposer: str = "draft model", v_curve: Mapping[int, float] | None = None) -> SpeedupStory:
+                proposer: str = "draft model", v_curve: Mapping[int, float] | None = None,
+                baseline_steps: Sequence[StepRecord] = ()) -> SpeedupStory:
     """The card for a playground run: its steps and Stats, and a finished target-only run's Stats
-    (same target, prompt and settings) if there is one."""
+    (same target, prompt and settings) if there is one; with its steps (``baseline_steps``) the
+    speedup gets its noise band (:func:`run_interval`)."""
     c, v = run_costs(stats, baseline)
     speed = None
     if baseline is not None and baseline.tokens_per_s > 0 and stats.tokens_per_s > 0:
@@ -290,4 +320,5 @@ def explain_run(steps: Sequence[StepRecord], stats: Stats, baseline: Stats | Non
         drafted_fraction=drafted_fraction(steps) if steps else 1.0,
         drafted_per_step=(stats.drafted / stats.steps) if stats.steps else None, proposer=proposer,
         prefill_forwards=prefill, per_position=stats.per_position, v_curve=v_curve, counts=run_counts(steps),
+        band=run_interval(steps, stats, baseline_steps, baseline) if speed is not None else None,
     )
