@@ -117,6 +117,18 @@ def test_calculator_slider_updates_the_output(page):
     assert not page.js_errors
 
 
+def test_best_k_here_and_on_a_gpu_follows_the_sliders(page):
+    page.locator("#sv-learn-hardware").get_by_text("Why the best k on this CPU").first.click()
+    page.wait_for_selector("#sv-learn-hw-plot .legendtext >> text=a GPU (illustration)")
+    assert "a = 0.70" in page.inner_text("#sv-learn-hw-words")
+    box = page.locator("#sv-learn-hw-a input[type=number]")
+    box.fill("0.6")
+    box.press("Enter")
+    page.wait_for_function("() => document.querySelector('#sv-learn-hw-words')?.innerText.includes('a = 0.60')")
+    assert "Leviathan" in page.inner_text("#sv-learn-hw-words")
+    assert not page.js_errors
+
+
 def test_narrow_screen_has_no_sideways_scroll(browser, app_url):
     pg = _open_learn(browser, app_url, 390, 844)
     pg.click("#sv-learn-sample")

@@ -28,7 +28,8 @@ from typing import Any, Callable, Iterable, Sequence
 
 import torch
 
-__all__ = ["CostModel", "DraftCost", "machine", "cost_key", "measure", "measure_draft", "load_or_measure", "interpolate", "monotone"]
+__all__ = ["CostModel", "DraftCost", "machine", "cost_key", "measure", "measure_draft", "load_or_measure", "interpolate", "monotone",
+           "latest_on_this_machine"]
 
 MAX_N = 17  # t(n) for n = 1..17: k + 1 positions for k = 0..16, trees of up to 16 nodes
 TREE_NS = (2, 3, 5, 9, 13, 17)  # tree passes measured (interpolated between)
@@ -448,3 +449,20 @@ def load_or_measure(target, cache_dir: str | Path | None, *, context: int = 256,
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(cost.to_dict(), indent=1), encoding="utf-8")
     return cost, False
+
+
+def latest_on_this_machine(cache_dir: str | Path | None) -> CostModel | None:
+    """The most recently written cost model under ``cache_dir`` measured on this machine (any
+    target), or None: what the Learn tab shows as "this machine's" verify curve."""
+    if cache_dir is None:
+        return None
+    here = machine()
+    files = sorted(Path(cache_dir, "advisor").glob("costs-*.json"), key=lambda f: f.stat().st_mtime, reverse=True)
+    for path in files:
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            if data.get("schema") == SCHEMA and data.get("machine") == here:
+                return CostModel.from_dict(data)
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # a damaged or foreign file: the next one
+    return None

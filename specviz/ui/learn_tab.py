@@ -3,6 +3,8 @@
 1. The rule on a toy vocabulary the user edits (p and q over 5 to 8 tokens), sampled N times.
 2. The same at a real model's next-token position, with and without speculation.
 3. An expected-speedup calculator, with the user's measured runs as points.
+4. Several candidates per position (a token tree's siblings): :mod:`specviz.ui.learn_tree_tab`.
+5. Why the best k on this CPU is not the best k on a GPU: :mod:`specviz.ui.learn_hardware_tab`.
 
 Layout and event wiring only: the experiments live in :mod:`specviz.learn.chain`, the figures in
 :mod:`specviz.viz.learn`. Every handler turns errors into a message in the page. The caller opens
@@ -444,6 +446,11 @@ def build_learn_tab(defaults: LearnDefaults | None = None, playground_state: gr.
     from .learn_tree_tab import build_tree_section
 
     build_tree_section()
+
+    # 5 -- the best k on this CPU and on a GPU
+    from .learn_hardware_tab import build_hardware_section
+
+    build_hardware_section()
 
     # -- wiring
     fast = dict(concurrency_limit=None, show_progress="hidden")

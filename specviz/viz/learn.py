@@ -18,12 +18,13 @@ from ..analysis.theory import speedup_curve
 from ..core.algorithm import acceptance_ratio, residual_distribution, typical_threshold
 from ..core.bounds import LEARN_CURVE_MAX_K
 from ..learn.chain import RULES, MeasuredRun, RuleExperiment
+from ..learn.hardware import HardwareLesson
 from .figures import _figure as house_figure
 from .numbers import fmt_prob
 from .theme import COLORS
 from .tokens import message_html, token_label
 
-__all__ = ["comparison_figure", "histogram_figure", "rule_figure", "speedup_figure", "unique_labels"]
+__all__ = ["comparison_figure", "hardware_figure", "histogram_figure", "rule_figure", "speedup_figure", "unique_labels"]
 
 HEIGHT = 320
 
@@ -223,6 +224,45 @@ def speedup_figure(a: float, c: float, v: float, k: int, runs: Sequence[Measured
                    yaxis2=dict(range=[0, max(es) * 1.15], overlaying="y", side="right", showgrid=False, zeroline=False,
                                title=dict(text="E[tokens/step]", font=dict(size=10, color=COLORS["muted"])),
                                tickfont=dict(color=COLORS["muted"])))
+
+
+# -- part 5: the best k here and on a GPU -------------------------------------------------------
+
+
+def hardware_figure(lesson: HardwareLesson) -> go.Figure:
+    """Left: the two verify-cost curves v(n) against n = k + 1 (this CPU measured or documented,
+    the GPU-like one dashed and labelled an illustration). Right: the expected speedup against k
+    on each, for the same a and c, each optimum starred; break-even at 1x."""
+    traces: list[dict] = []
+    top = 1.0
+    for kc, color, dash in ((lesson.cpu, COLORS["resampled"], "solid"), (lesson.gpu, COLORS["p"], "dash")):
+        name = html.escape(kc.curve.name)
+        ns = [k + 1 for k in (0, *kc.ks)]
+        traces.append(dict(type="scatter", mode="lines+markers", name=f"v(n): {name}", x=ns, y=[kc.curve.v(n) for n in ns],
+                           line=dict(color=color, dash=dash, width=2), marker=dict(size=4, color=color), legendgroup=name,
+                           hovertemplate="n = %{x} positions<br>v(n) = %{y:.2f} target steps<extra></extra>"))
+        traces.append(dict(type="scatter", mode="lines+markers", name=f"speedup: {name}", x=list(kc.ks), y=list(kc.speedup),
+                           xaxis="x2", yaxis="y2", line=dict(color=color, dash=dash, width=2.5), legendgroup=name,
+                           marker=dict(size=5, color=color), customdata=list(kc.tokens),
+                           hovertemplate="k = %{x}<br>speedup %{y:.2f}×<br>E[tokens/step] %{customdata:.2f}<extra></extra>"))
+        traces.append(dict(type="scatter", mode="markers", name=f"best k = {kc.best_k} ({kc.best_speedup:.2f}×): {name}",
+                           x=[kc.best_k], y=[kc.best_speedup], xaxis="x2", yaxis="y2", legendgroup=name,
+                           marker=dict(symbol="star", size=16, color=color, line=dict(width=1, color="white")),
+                           hovertemplate="best k = %{x}<br>%{y:.2f}×<extra></extra>"))
+        top = max(top, *kc.speedup)
+    vmax = max(max(kc.curve.v(k + 1) for k in (0, *kc.ks)) for kc in (lesson.cpu, lesson.gpu))
+    k_max = max(lesson.cpu.ks)
+    shapes = [dict(type="line", xref="x2 domain", x0=0, x1=1, yref="y2", y0=1, y1=1,
+                   line=dict(color=COLORS["rejected"], dash="dash", width=1))]
+    axis_title = lambda text: dict(text=text, font=dict(size=10))  # noqa: E731
+    title = f"Same drafts (a = {lesson.a:.2f}, c = {lesson.c:.2f}), two verify costs: best k here and on a GPU"
+    return _figure(traces, title, height=380, shapes=shapes,
+                   xaxis=dict(domain=[0, 0.4], title=axis_title("n: positions in the verify pass (k + 1)"), dtick=4),
+                   yaxis=dict(range=[0, vmax * 1.15], title=axis_title("v(n): pass cost in target steps")),
+                   xaxis2=dict(domain=[0.52, 1], anchor="y2", title=axis_title("k (tokens drafted per step)"),
+                               range=[0.5, k_max + 0.5], dtick=2, showgrid=False, zeroline=False),
+                   yaxis2=dict(anchor="x2", range=[0, top * 1.15], title=axis_title("expected speedup ×"),
+                               showgrid=True, gridcolor=COLORS["grid"], zeroline=False))
 
 
 # -- the Learn tab's HTML ----------------------------------------------------------------------

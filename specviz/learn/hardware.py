@@ -1,0 +1,124 @@
+"""The Learn tab's part 5: why the best k on this CPU is not the best k on a GPU.
+
+The same drafts (acceptance ``a``, draft cost ``c`` target steps per token) on two verify-cost
+curves ``v(n)``, the cost of one target pass over n = k + 1 positions in target steps:
+
+- **this CPU**: the cost model ``specviz advise`` measured on this machine when one is cached
+  (``analysis.costmodel.latest_on_this_machine``; v(n) = (t(n) + o) / (t(1) + o) with o the engine's
+  bookkeeping, the advisor's own speedup formula in theory's terms), else :data:`DOCUMENTED_CPU`,
+  the curve docs/advisor.md records for gemma-3-270m on an AMD EPYC (Zen 5);
+- **a GPU** (:data:`GPU_LIKE`): an illustration, not a measurement: v(n) = 1 for every n up to 17,
+  the idealisation of Leviathan et al. (2023), where a decode step is bound by reading the weights
+  and a few more positions ride along for free.
+
+Speedup against k on each is ``theory.expected_speedup(a, k, c, v(k + 1))``: the calculator's
+formula (i.i.d. acceptance), with v taken from the curve at k + 1 instead of one number. The
+best k is where the next draft's expected gain, a^(k+1), stops paying for the extra c and the
+extra v; a rising v(n) stops it early.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from ..analysis import theory
+from ..analysis.costmodel import CostModel, interpolate, latest_on_this_machine
+from ..core.bounds import LEARN_CURVE_MAX_K
+
+__all__ = ["VerifyCurve", "KCurve", "HardwareLesson", "DOCUMENTED_CPU", "GPU_LIKE", "machine_curve", "cpu_curve",
+           "speedup_vs_k", "hardware_lesson", "K_MAX"]
+
+K_MAX = LEARN_CURVE_MAX_K  # k = 1..16: passes of up to 17 positions, the cost model's range
+
+
+@dataclass(frozen=True)
+class VerifyCurve:
+    """v(n): one target pass over n new positions, in target steps (v(1) = 1)."""
+
+    name: str  # the legend's words
+    points: Mapping[int, float]  # n -> v(n); linear between, and beyond the last two
+    source: str  # where the numbers come from, one sentence
+    measured: bool  # measured on this machine (else documented or illustrative)
+
+    def v(self, n: int) -> float:
+        return interpolate(dict(self.points), n)
+
+
+DOCUMENTED_CPU = VerifyCurve(
+    "a CPU (documented)", {1: 1.0, 5: 316 / 202, 17: 354 / 202},
+    "a CPU, as recorded in docs/advisor.md: specviz advise's t(n) for gemma-3-270m (fp32, 1 thread) on an AMD EPYC "
+    "(Zen 5), t(1) = 202 ms, t(5) = 316 ms, t(17) = 354 ms, linear between (run specviz advise to see this "
+    "machine's own curve here)", False)
+
+GPU_LIKE = VerifyCurve(
+    "a GPU (illustration)", {1: 1.0, 17: 1.0},
+    "an illustration, not a measurement: v(n) = 1 up to 17 positions, the idealisation of Leviathan et al. (2023) "
+    "for an accelerator with compute to spare, where a decode step is bound by reading the weights once", False)
+
+
+def machine_curve(cost: CostModel) -> VerifyCurve:
+    """This machine's v(n) from a measured cost model: (t(n) + o) / (t(1) + o), n = 1..17."""
+    base = cost.base_step_s
+    points = {n: (cost.t(n) + cost.step_overhead_s) / base for n in range(1, K_MAX + 2)}
+    return VerifyCurve(
+        "this machine (measured)", points,
+        f"this machine, measured by specviz advise: {cost.machine}, {cost.target} ({cost.dtype}, {cost.threads} "
+        f"threads, a {cost.context}-token context), t(1) = {1e3 * cost.t(1):.0f} ms", True)
+
+
+def cpu_curve(cache_dir: Any = None) -> VerifyCurve:
+    """This machine's measured curve when a cost model is cached under ``cache_dir``, else the documented CPU's."""
+    cost = latest_on_this_machine(cache_dir)
+    return machine_curve(cost) if cost is not None else DOCUMENTED_CPU
+
+
+@dataclass(frozen=True)
+class KCurve:
+    """Speedup against k on one verify curve."""
+
+    curve: VerifyCurve
+    ks: tuple[int, ...]
+    tokens: tuple[float, ...]  # E[tokens per step] (the same on every curve)
+    speedup: tuple[float, ...]
+    best_k: int
+    best_speedup: float
+
+
+def speedup_vs_k(a: float, c: float, curve: VerifyCurve, k_max: int = K_MAX) -> KCurve:
+    """theory.expected_speedup(a, k, c, v(k + 1)) for k = 1..k_max; the best k (the smallest on ties)."""
+    theory.check_calculator_inputs(a, c, 1.0)
+    ks = tuple(range(1, int(k_max) + 1))
+    tokens = tuple(theory.expected_tokens_per_step(a, k) for k in ks)
+    speedup = tuple(theory.expected_speedup(a, k, c, curve.v(k + 1)) for k in ks)
+    best = max(ks, key=lambda k: (speedup[k - 1], -k))
+    return KCurve(curve, ks, tokens, speedup, best, speedup[best - 1])
+
+
+@dataclass(frozen=True)
+class HardwareLesson:
+    a: float
+    c: float
+    cpu: KCurve
+    gpu: KCurve
+
+    @property
+    def sentence(self) -> str:
+        """What the two curves say, in words."""
+        cpu, gpu = self.cpu, self.gpu
+        n = cpu.best_k + 2
+        why = (f"one more draft would need a pass over {n} positions, which costs v({n}) = {cpu.curve.v(n):.2f} "
+               f"target steps on {cpu.curve.name.split(' (')[0]}, against {gpu.curve.v(n):.2f} on {gpu.curve.name.split(' (')[0]}")
+        if cpu.best_k == gpu.best_k:
+            return (f"With a = {self.a:.2f} and c = {self.c:.2f} both curves peak at k = {cpu.best_k} "
+                    f"({cpu.best_speedup:.2f}x against {gpu.best_speedup:.2f}x): at that k the next draft's own cost c, "
+                    "not the verify pass's growth, stops k on both, though the verify pass still lowers every speedup "
+                    "here. Try a lower a or a higher c, where the first few positions' cost decides.")
+        return (f"With a = {self.a:.2f} and c = {self.c:.2f} the best k on {cpu.curve.name.split(' (')[0]} is "
+                f"{cpu.best_k} ({cpu.best_speedup:.2f}x), on {gpu.curve.name.split(' (')[0]} {gpu.best_k} "
+                f"({gpu.best_speedup:.2f}x): the same drafts, a different verify cost; {why}.")
+
+
+def hardware_lesson(a: float, c: float, cache_dir: Any = None, k_max: int = K_MAX) -> HardwareLesson:
+    """The lesson's numbers: speedup against k for the same a and c on this CPU's curve and on the GPU-like one."""
+    return HardwareLesson(a, c, speedup_vs_k(a, c, cpu_curve(cache_dir), k_max), speedup_vs_k(a, c, GPU_LIKE, k_max))
