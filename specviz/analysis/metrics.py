@@ -189,7 +189,10 @@ def _fmt(x: float) -> str:
 def explain_row(row: Mapping[str, Any]) -> dict[str, Any]:
     """One sentence each on a, c and v for a benchmark summary row, and which one limits it.
 
-    ``row`` needs ``proposer``, ``k``, ``acceptance_rate``, ``c``, ``v`` and ``speedup``.
+    ``row`` needs ``proposer``, ``k``, ``acceptance_rate``, ``c``, ``v`` and ``speedup``. The one
+    prediction the summary gives is the row's own per-position one (``predicted_speedup_positional``,
+    :func:`specviz.analysis.prediction.augment_rows`) where it has it, else the i.i.d. formula at
+    the row's own a, k, c, v.
     Returns ``{"label", "a", "c", "v", "speedup", "predicted", "limit", "sentences": {a, c, v},
     "summary"}``; sentences are empty when a value could not be measured.
     """
@@ -229,7 +232,11 @@ def explain_row(row: Mapping[str, Any]) -> dict[str, Any]:
     }[limit]
     speed = row.get("speedup")
     speed_txt = f"measured {_fmt(speed)}x" if isinstance(speed, (int, float)) else "not measured"
-    out["summary"] = f"{label} ({speed_txt}, predicted {_fmt(gains['now'])}x): {why}."
+    positional = row.get("predicted_speedup_positional")
+    predicted = positional if isinstance(positional, (int, float)) else gains["now"]
+    how = "from its per-position acceptance" if isinstance(positional, (int, float)) else "i.i.d."
+    out["predicted"] = predicted
+    out["summary"] = f"{label} ({speed_txt}, predicted {_fmt(predicted)}x {how}): {why}."
     return out
 
 

@@ -33,7 +33,7 @@ from . import theory
 __all__ = [
     "ASSUMPTIONS", "Prediction", "Agreement", "TOLERANCE", "expected_tokens_per_step_positional",
     "predict_from_positions", "drafted_fraction_of_row", "predict_row", "compare", "speedup_gap_reasons",
-    "row_agreement", "augment_rows",
+    "row_agreement", "augment_rows", "tau_words",
 ]
 
 TOLERANCE = 0.10  # measured and predicted "agree" within 10%
@@ -221,11 +221,21 @@ def row_agreement(row: Mapping[str, Any], prompt_rows: Sequence[Mapping[str, Any
     tau = compare("tau", row.get("mean_acceptance_length"), pred.tau, tau_reasons)
     speed = compare("speedup", row.get("speedup"), pred.speedup, speedup_gap_reasons(row, base))
     label = f"{row.get('proposer')} k={row.get('k')}"
-    iid = ""
-    if pred.tau_iid is not None and abs(pred.tau_iid - pred.tau) > 0.05 * pred.tau:
-        iid = f" (The i.i.d. formula with one pooled a would say tau {pred.tau_iid:.2f}.)"
     return {"prediction": pred, "tau": tau, "speedup": speed, "assumptions": ASSUMPTIONS,
-            "text": f"{label}: {tau.text} {speed.text}{iid}"}
+            "text": f"{label}: {tau_words(row.get('mean_acceptance_length'), pred)} {speed.text}"}
+
+
+def tau_words(measured: float | None, pred: Prediction) -> str:
+    """tau as the page says it: the per-position rebuild comes from the same counts as the measured
+    tau, so it checks the bookkeeping and is not called a prediction; the i.i.d. formula from the
+    pooled a (a model: one rate, every position alike) is the one tau prediction, with its gap."""
+    if measured is None:
+        return "tau: not measured."
+    same = f"tau: measured {measured:.2f} (rebuilt from its own per-position counts: {pred.tau:.2f}, a check, not a prediction)"
+    if pred.tau_iid is None or pred.tau_iid <= 0:
+        return same + "."
+    gap = (measured - pred.tau_iid) / pred.tau_iid
+    return f"{same}; the i.i.d. formula from its pooled a predicts {pred.tau_iid:.2f} ({gap:+.0%})."
 
 
 def augment_rows(rows: Sequence[Mapping[str, Any]], prompt_rows: Sequence[Mapping[str, Any]] = ()) -> list[dict[str, Any]]:

@@ -1,0 +1,70 @@
+"""The Benchmark readout speaks of real configurations: one prediction per configuration (its own
+per-position rates, c and v), tau's rebuild from its own counts not called a prediction, and the
+best k per proposer from its own a and c (never pooled across proposers)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _chain(proposer, k, a, c, speedup, v=1.2):
+    return {"proposer": proposer, "k": k, "impl": "specviz", "acceptance_rate": a, "c": c, "v": v, "speedup": speedup,
+            "accepted": int(a * 100), "drafted": 100}
+
+
+def test_best_k_comes_from_each_proposers_own_a_and_c():
+    from specviz.analysis.theory import best_k
+    from specviz.bench.verify_cost import best_k_with_curve, verify_curve
+    from specviz.viz.bench_readout import best_k_markdown
+
+    curve = [(n, 10.0 + 0.5 * n) for n in range(1, 18)]
+    rows = [_chain("ngram", 4, 0.6, 0.01, 1.5), _chain("ngram", 2, 0.65, 0.01, 1.3),
+            _chain("draft:x@int8", 4, 0.9, 0.4, 1.1), {"proposer": "target-only", "k": 0, "impl": "specviz"}]
+    md = best_k_markdown(rows, curve)
+    assert "The verify curve decides" in md
+    lines = [ln for ln in md.splitlines() if ln.startswith("- ")]
+    assert len(lines) == 2  # one per proposer, from its fastest configuration
+    vc = verify_curve(curve)
+    for name, a, c, k in (("ngram", 0.6, 0.01, 4), ("draft:x@int8", 0.9, 0.4, 4)):
+        line = next(ln for ln in lines if ln.startswith(f"- {name} "))
+        kb, sb = best_k_with_curve(a, c, vc)
+        ki, si = best_k(a, c, 1.0, vc[-1][0] - 1)
+        assert f"a = {a:.2f}, c = {c:.3f}, measured at k = {k}" in line
+        assert f"best k {kb} ({sb:.2f}x)" in line and f"k {ki} ({si:.2f}x)" in line
+    pooled = (60 + 65 + 90) / 300
+    assert f"a = {pooled:.2f}" not in md  # nothing pooled across proposers
+    assert best_k_markdown([], curve) == "" and best_k_markdown(rows, [(2, 1.0)]) == ""  # no t(1): no curve
+
+
+def test_the_summary_gives_the_rows_own_per_position_prediction():
+    from specviz.analysis import metrics
+
+    row = {**_chain("ngram", 4, 0.6, 0.01, 1.3), "predicted_speedup_positional": 1.1}
+    e = metrics.explain_row(row)
+    assert e["predicted"] == 1.1 and "predicted 1.10x from its per-position acceptance" in e["summary"]
+    iid = metrics.explain_row(_chain("ngram", 4, 0.6, 0.01, 1.3))
+    assert "i.i.d." in iid["summary"] and iid["predicted"] == pytest.approx(metrics.predicted_speedup(0.6, 4, 0.01, 1.2))
+
+
+def test_a_real_report_gives_each_configuration_one_prediction_and_no_tau_prediction_from_its_own_counts():
+    from specviz.viz import bench as V
+
+    path = ROOT / "assets" / "bench-gemma-cpu.json"
+    if not path.exists():
+        pytest.skip("no bench report in assets/")
+    rep = json.loads(path.read_text())
+    md = V.why_markdown(rep)
+    heads = re.findall(r"\*\*(?:Best|Worst|Only): (\S+ k=\d+) \(measured ([\d.]+)x, predicted ([\d.]+)x", md)
+    assert heads
+    rows = {f"{r['proposer']} k={r['k']}": r for r in V.report_rows(rep) if r.get("impl") == "specviz"}
+    for label, _measured, predicted in heads:
+        note = rows[label]["prediction_note"]
+        assert f"predicted {float(predicted):.2f}" in note  # the headline and its note give the same prediction
+        assert "a check, not a prediction" in note and "predicts" in note  # tau's rebuild is not a prediction
+        assert "tau: measured" in note
