@@ -171,7 +171,8 @@ def tree_budget_figure(budgets: Sequence[Any], runs: Sequence[Mapping[str, Any]]
                    xaxis=dict(title=dict(text="node budget (nodes per step)", font=dict(size=10)), dtick=2),
                    yaxis=dict(title=dict(text="tokens per step (tau)", font=dict(size=10)), range=[0, tau_top * 1.1]),
                    yaxis2=dict(title=dict(text="predicted speedup x (1x dashed)", font=dict(size=10)), overlaying="y",
-                               side="right", showgrid=False, zeroline=False, range=[0, top * 1.15]))
+                               side="right", showgrid=False, zeroline=False, range=[0, top * 1.15],
+                               dtick=0.25 if top < 2.5 else 0.5, tickformat=".2f"))
 
 
 # -- the standalone page --------------------------------------------------------------------------

@@ -256,7 +256,9 @@ def hardware_figure(lesson: HardwareLesson) -> go.Figure:
                    line=dict(color=COLORS["rejected"], dash="dash", width=1))]
     axis_title = lambda text: dict(text=text, font=dict(size=10))  # noqa: E731
     title = f"Same drafts (a = {lesson.a:.2f}, c = {lesson.c:.2f}), two verify costs: best k here and on a GPU"
-    return _figure(traces, title, height=380, shapes=shapes,
+    return _figure(traces, title, height=440, shapes=shapes,
+                   legend=dict(orientation="h", x=0, xanchor="left", y=-0.22, yanchor="top", font=dict(size=10),
+                               bgcolor="rgba(0,0,0,0)"),
                    xaxis=dict(domain=[0, 0.4], title=axis_title("n: positions in the verify pass (k + 1)"), dtick=4),
                    yaxis=dict(range=[0, vmax * 1.15], title=axis_title("v(n): pass cost in target steps")),
                    xaxis2=dict(domain=[0.52, 1], anchor="y2", title=axis_title("k (tokens drafted per step)"),
