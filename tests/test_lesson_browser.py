@@ -10,7 +10,7 @@ import pytest
 from tests.support import app_server
 
 TIMEOUT_MS = 120_000
-SHOTS = __import__("os").environ.get("SPECVIZ_TEST_SHOTS", "")  # a folder: the what-if test saves its panel there
+SHOTS = __import__("os").environ.get("SPECVIZ_TEST_SHOTS", "")  # a folder: the guess and what-if tests save their panels there
 
 # The moment each tour must reach: a JS condition on the page.
 MOMENTS = {
@@ -201,6 +201,8 @@ def test_guess_first_then_the_draw_and_the_score(browser, app_url):
     text = page.inner_text("#sv-guess")
     assert "You said accept" in text and "u =" in text and "of 1 right" in text
     assert "Score" in page.inner_text("#sv-status")
+    if SHOTS:
+        page.locator("#sv-guess-row").screenshot(path=SHOTS + "/guess.png")
     page.click("#sv-reset-btn")
     page.wait_for_selector("#sv-guess .sv-guess[data-total='0']")
     assert "sv-msg-error" not in page.inner_html("#sv-status") and not page.js_errors
