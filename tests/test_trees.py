@@ -565,6 +565,28 @@ def test_tree_figures_show_verdicts_path_and_mask(tiny_target, near_draft):
     assert len(tree_figure(chain).data) == 0  # a chain step: an empty figure with a note
 
 
+def test_tree_picture_ends_at_the_next_token_and_keys_its_mask(tiny_target, near_draft):
+    """The axis ends at the deepest node or the bonus/correction (not one depth past), labels are
+    not clipped at the top, and the mask has a context column and a colour key."""
+    from specviz.viz.tree import LABEL_ROOM, tree_figure, tree_layout, tree_mask_figure
+
+    res = SpeculativeDecoder(tiny_target, DraftTree(near_draft), k=4, sampling=Sampling(2.0)).generate(
+        BRANCHY, max_new_tokens=40, seed=3)
+    for step in res.steps[:4]:
+        fig = tree_figure(step)
+        last = step.accepted_path[-1] if step.accepted_path else -1
+        next_depth = int(tree_layout(step.tree)[last][0]) + 1
+        deepest = max(next_depth, max(n.depth for n in step.tree))
+        assert fig.layout.xaxis.range[1] < deepest + 1
+        assert deepest in [x for t in fig.data for x in (t.x or ()) if x is not None]
+        assert fig.layout.yaxis.range[1] == -LABEL_ROOM  # room above the top row for its labels
+        assert all(t.cliponaxis is False for t in fig.data if t.mode and "text" in t.mode)
+        heat, *key = tree_mask_figure(step).data
+        assert heat.x[0] == "context" and len(heat.x) == len(step.tree) + 2
+        assert all(row[0] > 0 for row in heat.z)  # every query sees the whole context
+        assert [k.name for k in key] == ["masked", "sees it", "sees it, on the accepted path"]
+
+
 def test_chain_views_read_tree_steps_through_chain_view(tiny_target, near_draft):
     from specviz.viz import position_choices, step_summary_text, topk_figure
     from specviz.viz.tree import chain_view

@@ -62,6 +62,24 @@ def tree_layout(nodes: tuple[TreeNode, ...]) -> dict[int, tuple[float, float]]:
     return pos
 
 
+ROW_PX = 40  # vertical room per leaf row: a label above each node clears the node one row up
+LABEL_ROOM = 0.75  # rows of room above the top row, so its labels are not clipped
+
+
+def _tree_frame(pos: dict[int, tuple[float, float]], last_depth: int) -> dict:
+    """Height and axes of a tree figure: depth from 0 to ``last_depth`` (the deepest node, or the
+    bonus / correction hanging off the path), leaf rows top to bottom with room for the labels."""
+    rows = max(y for _, y in pos.values())
+    return dict(height=max(260, int(ROW_PX * (rows + 1 + LABEL_ROOM)) + 112),
+                xaxis=dict(title="depth", dtick=1, range=[-0.6, last_depth + 0.5]),
+                yaxis=dict(visible=False, range=[rows + 0.5, -LABEL_ROOM]))
+
+
+def _short(label: str, width: int = 10) -> str:
+    """A token's label on the picture, cut to ``width`` characters (the hover has it whole)."""
+    return label if len(label) <= width else label[: width - 1] + "…"
+
+
 def _fmt(v: float | None, digits: int = 3) -> str:
     return "–" if v is None else f"{v:.{digits}g}"
 
@@ -99,17 +117,15 @@ def _pending_tree(record: StepRecord, shown: Reveal) -> go.Figure:
     traces = [dict(type="scatter", x=xs, y=ys, mode="lines", hoverinfo="skip", showlegend=False,
                    line=dict(color=COLORS["grid"], width=1.5)),
               dict(type="scatter", mode="markers+text", name="drafted", x=[pos[nd.index][0] for nd in nodes],
-                   y=[pos[nd.index][1] for nd in nodes], text=[html.escape(token_label(nd.text)) for nd in nodes],
-                   textposition="top center", marker=dict(color=COLORS["q"], size=14, line=dict(width=1, color="white")),
+                   y=[pos[nd.index][1] for nd in nodes], text=[html.escape(_short(token_label(nd.text))) for nd in nodes],
+                   textposition="top center", cliponaxis=False, marker=dict(color=COLORS["q"], size=14, line=dict(width=1, color="white")),
                    hovertext=hover, hoverinfo="text"),
               dict(type="scatter", mode="markers+text", name="root", x=[0.0], y=[pos[-1][1]], text=["root"],
-                   textposition="middle left", marker=dict(color=COLORS["target"], size=12, symbol="square"),
+                   textposition="middle left", cliponaxis=False, marker=dict(color=COLORS["target"], size=12, symbol="square"),
                    hoverinfo="skip", showlegend=False)]
     title = (f"Step {record.index + 1}: {c.nodes_drafted} tree nodes drafted (depth {c.depth}); "
              + ("scored by one target pass, not judged yet" if shown.p else "not scored yet"))
-    return _figure(traces, title, height=max(260, 28 * (max(y for _, y in pos.values()) + 2)),
-                   xaxis=dict(title="depth", dtick=1, range=[-0.6, c.depth + 0.6]),
-                   yaxis=dict(visible=False, autorange="reversed"))
+    return _figure(traces, title, **_tree_frame(pos, c.depth))
 
 
 def tree_figure(record: StepRecord, title: str | None = None, shown: Reveal | None = None) -> go.Figure:
@@ -148,12 +164,12 @@ def tree_figure(record: StepRecord, title: str | None = None, shown: Reveal | No
         traces.append(dict(
             type="scatter", mode="markers+text", name=verdict,
             x=[pos[nd.index][0] for nd in group], y=[pos[nd.index][1] for nd in group],
-            text=[html.escape(token_label(nd.text)) for nd in group], textposition="top center",
+            text=[html.escape(_short(token_label(nd.text))) for nd in group], textposition="top center", cliponaxis=False,
             marker=dict(color=color, size=14, line=dict(width=1, color="white")),
             hovertext=[_hover(nd, nodes, greedy) for nd in group], hoverinfo="text",
         ))
     traces.append(dict(type="scatter", mode="markers+text", name="root", x=[0.0], y=[pos[-1][1]], text=["root"],
-                       textposition="middle left", marker=dict(color=COLORS["target"], size=12, symbol="square"),
+                       textposition="middle left", cliponaxis=False, marker=dict(color=COLORS["target"], size=12, symbol="square"),
                        hovertext=["the last committed token: every node sees the context and its ancestors"],
                        hoverinfo="text", showlegend=False))
     residual = ""
@@ -162,15 +178,12 @@ def tree_figure(record: StepRecord, title: str | None = None, shown: Reveal | No
             f"{html.escape(token_label(t))} {v:.2f}" for _, t, v in record.top_residual[:5])
     traces.append(dict(
         type="scatter", mode="markers+text", name="resampled" if kind == "resampled" else kind,
-        x=[lx + 1], y=[ly], text=[html.escape(token_label(record.next_token_text))], textposition="top center",
+        x=[lx + 1], y=[ly], text=[html.escape(_short(token_label(record.next_token_text)))], textposition="top center", cliponaxis=False,
         marker=dict(color=COLORS[kind], size=14, symbol="diamond"),
         hovertext=[f"<b>{html.escape(token_label(record.next_token_text))}</b>: {kind} token, p = {record.next_p:.3g}{residual}"],
         hoverinfo="text",
     ))
-    depth = max(nd.depth for nd in nodes) + 1
-    return _figure(traces, title, height=max(260, 28 * (max(y for _, y in pos.values()) + 2)),
-                   xaxis=dict(title="depth", dtick=1, range=[-0.6, depth + 0.6]),
-                   yaxis=dict(visible=False, autorange="reversed"))
+    return _figure(traces, title, **_tree_frame(pos, max(max(nd.depth for nd in nodes), int(lx) + 1)))
 
 
 def tree_mask(record: StepRecord) -> list[list[bool]]:
@@ -187,22 +200,34 @@ def tree_mask(record: StepRecord) -> list[list[bool]]:
     return sees
 
 
+MASK_KEY = (("masked", "rgba(148,163,184,0.12)"), ("sees it", COLORS["p"]), ("sees it, on the accepted path", COLORS["accepted"]))
+
+
 def tree_mask_figure(record: StepRecord, title: str | None = None) -> go.Figure:
-    """The attention mask of the step's verify pass as a heatmap (rows: queries, columns: keys)."""
+    """The attention mask of the step's verify pass as a heatmap (rows: queries, columns: keys):
+    a first column for the committed context (every query sees all of it), then the root and the
+    nodes; a colour key in the legend."""
     title = title or "Tree attention mask (each node sees the context, the root and its ancestors)"
     if not record.tree:
         return empty_figure(title, "This step drafted no tree")
-    labels = ["root"] + [f"{nd.index}:{token_label(nd.text)}" for nd in record.tree]
+    labels = ["root"] + [f"{nd.index}:{_short(token_label(nd.text))}" for nd in record.tree]
+    columns = ["context"] + labels
     on_path = {0} | {i + 1 for i in record.accepted_path}
     mask = tree_mask(record)
-    z = [[(2 if (i in on_path and v) else 1) if v else 0 for v in row] for i, row in enumerate(mask)]
+    z = [[2 if i in on_path else 1] + [(2 if (i in on_path and v) else 1) if v else 0 for v in row]
+         for i, row in enumerate(mask)]  # [n + 1 queries, 1 + n + 1 keys]
+    words = {0: "masked", 1: "sees it", 2: "sees it (accepted path)"}
     trace = dict(
-        type="heatmap", z=z, x=labels, y=labels, zmin=0, zmax=2, showscale=False, xgap=1, ygap=1,
-        colorscale=[[0, "rgba(148,163,184,0.12)"], [0.5, COLORS["p"]], [1, COLORS["accepted"]]],
-        hovertemplate="query %{y}<br>key %{x}<br>%{z}<extra></extra>",
-        text=[["accepted path" if v == 2 else ("visible" if v else "masked") for v in row] for row in z],
+        type="heatmap", z=z, x=columns, y=labels, zmin=0, zmax=2, showscale=False, xgap=1, ygap=1,
+        colorscale=[[0, MASK_KEY[0][1]], [0.5, MASK_KEY[1][1]], [1, MASK_KEY[2][1]]],
+        text=[[("the committed context: " if j == 0 else "") + words[v] for j, v in enumerate(row)] for row in z],
+        hovertemplate="query %{y}<br>key %{x}: %{text}<extra></extra>",
     )
-    trace["hovertemplate"] = "query %{y}<br>key %{x}: %{text}<extra></extra>"
-    size = max(260, 22 * len(labels) + 120)
-    return _figure([trace], title, height=size, xaxis=dict(side="top", tickangle=-60),
-                   yaxis=dict(autorange="reversed"))
+    key = [dict(type="scatter", x=[None], y=[None], mode="markers", name=name, hoverinfo="skip",
+                marker=dict(symbol="square", size=11, color=color, line=dict(width=1, color=COLORS["muted"])))
+           for name, color in MASK_KEY]
+    size = max(280, 22 * len(labels) + 150)
+    return _figure([trace, *key], title, height=size, margin=dict(t=112),
+                   xaxis=dict(side="top", tickangle=-60), yaxis=dict(autorange="reversed"),
+                   legend=dict(orientation="h", x=0, xanchor="left", y=-0.02, yanchor="top", font=dict(size=10),
+                               bgcolor="rgba(0,0,0,0)"))
