@@ -41,9 +41,18 @@ def test_the_best_k_here_is_smaller_than_on_a_gpu():
     # by hand: the CPU's v(3) = 1.28, v(4) = 1.42 against 1 on the GPU-like curve
     assert (lesson.cpu.best_k, lesson.gpu.best_k) == (2, 4)
     assert lesson.cpu.best_speedup == max(lesson.cpu.speedup) and lesson.cpu.best_speedup < lesson.gpu.best_speedup
-    assert "best k on a CPU is 2" in lesson.sentence and "on a GPU 4" in lesson.sentence and "v(4) = 1.42" in lesson.sentence
+    assert "best k on a CPU is 2" in lesson.sentence and "on a GPU the best k is 4" in lesson.sentence and "v(4) = 1.42" in lesson.sentence
     same = hw.hardware_lesson(0.8, 0.05)
     assert same.cpu.best_k == same.gpu.best_k and "both curves peak" in same.sentence
+
+
+def test_a_curve_where_nothing_pays_and_one_that_flattens_are_said():
+    steep = hw.VerifyCurve("a busy CPU (test)", {1: 1.0, 2: 2.5, 17: 3.0}, "made up", False)
+    lesson = hw.HardwareLesson(0.7, 0.1, hw.speedup_vs_k(0.7, 0.1, steep), hw.speedup_vs_k(0.7, 0.1, hw.GPU_LIKE))
+    assert lesson.cpu.best_speedup < 1 and "no k pays on a busy CPU" in lesson.sentence and "v(2) = 2.50" in lesson.sentence
+    early = hw.VerifyCurve("an odd CPU (test)", {1: 1.0, 2: 1.3, 17: 1.35}, "made up", False)
+    lesson = hw.HardwareLesson(0.8, 0.02, hw.speedup_vs_k(0.8, 0.02, early), hw.speedup_vs_k(0.8, 0.02, hw.GPU_LIKE, 6))
+    assert lesson.cpu.best_k > lesson.gpu.best_k and "then flattens" in lesson.sentence
 
 
 def _write_cost(cache, machine: str, t1=0.1, slope=0.02) -> None:

@@ -106,17 +106,28 @@ class HardwareLesson:
     def sentence(self) -> str:
         """What the two curves say, in words."""
         cpu, gpu = self.cpu, self.gpu
-        n = cpu.best_k + 2
-        why = (f"one more draft would need a pass over {n} positions, which costs v({n}) = {cpu.curve.v(n):.2f} "
-               f"target steps on {cpu.curve.name.split(' (')[0]}, against {gpu.curve.v(n):.2f} on {gpu.curve.name.split(' (')[0]}")
+        here, there = cpu.curve.name.split(" (")[0], gpu.curve.name.split(" (")[0]
+        start = f"With a = {self.a:.2f} and c = {self.c:.2f}"
+        gpu_part = f"on {there} the best k is {gpu.best_k} ({gpu.best_speedup:.2f}x)"
+        if cpu.best_speedup <= 1.0:
+            return (f"{start} no k pays on {here}: its best, k = {cpu.best_k}, predicts {cpu.best_speedup:.2f}x, "
+                    f"slower than the target alone, since a pass over only 2 positions already costs "
+                    f"v(2) = {cpu.curve.v(2):.2f} target steps; {gpu_part}.")
         if cpu.best_k == gpu.best_k:
-            return (f"With a = {self.a:.2f} and c = {self.c:.2f} both curves peak at k = {cpu.best_k} "
-                    f"({cpu.best_speedup:.2f}x against {gpu.best_speedup:.2f}x): at that k the next draft's own cost c, "
-                    "not the verify pass's growth, stops k on both, though the verify pass still lowers every speedup "
-                    "here. Try a lower a or a higher c, where the first few positions' cost decides.")
-        return (f"With a = {self.a:.2f} and c = {self.c:.2f} the best k on {cpu.curve.name.split(' (')[0]} is "
-                f"{cpu.best_k} ({cpu.best_speedup:.2f}x), on {gpu.curve.name.split(' (')[0]} {gpu.best_k} "
-                f"({gpu.best_speedup:.2f}x): the same drafts, a different verify cost; {why}.")
+            return (f"{start} both curves peak at k = {cpu.best_k} ({cpu.best_speedup:.2f}x against "
+                    f"{gpu.best_speedup:.2f}x): at that k the next draft's own cost c, not the verify pass's growth, "
+                    "stops k on both, though the verify pass still lowers every speedup here. Try a lower a or a "
+                    "higher c, where the first few positions' cost decides.")
+        if cpu.best_k < gpu.best_k:
+            n = cpu.best_k + 2
+            return (f"{start} the best k on {here} is {cpu.best_k} ({cpu.best_speedup:.2f}x), {gpu_part}: the same "
+                    f"drafts, a different verify cost; one more draft would need a pass over {n} positions, which "
+                    f"costs v({n}) = {cpu.curve.v(n):.2f} target steps on {here}, against {gpu.curve.v(n):.2f} on "
+                    f"{there}.")
+        return (f"{start} the best k on {here} is {cpu.best_k} ({cpu.best_speedup:.2f}x), {gpu_part}: {here}'s "
+                f"verify cost rises early (v(2) = {cpu.curve.v(2):.2f}) and then flattens "
+                f"(v({cpu.best_k + 1}) = {cpu.curve.v(cpu.best_k + 1):.2f}), so once the pass is paid for, more drafts "
+                "ride along almost free.")
 
 
 def hardware_lesson(a: float, c: float, cache_dir: Any = None, k_max: int = K_MAX) -> HardwareLesson:
