@@ -1,4 +1,4 @@
-"""The Learn tab: why speculative sampling is exact, shown three ways.
+"""The Learn tab: why speculative sampling is exact, and what it gains where, in five parts.
 
 1. The rule on a toy vocabulary the user edits (p and q over 5 to 8 tokens), sampled N times.
 2. The same at a real model's next-token position, with and without speculation.
