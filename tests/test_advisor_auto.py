@@ -145,3 +145,16 @@ def test_the_advisor_panel_saves_the_pick(models_dir, allow_local, fast_costs):
     last = [o["advisor_msg"] for o in outs if "advisor_msg" in o][-1]
     assert "Saved the pick for the proposer auto" in last, last
     assert advised_picks_path().is_file()
+
+
+def test_the_advisor_panel_does_not_offer_auto_and_refuses_it(models_dir, allow_local, fast_costs):
+    gr = pytest.importorskip("gradio")
+    at = pytest.importorskip("specviz.ui.advisor_tab")
+    with gr.Blocks():
+        view = at.build_advisor_panel("t", ["ngram"], ["t"], ["ngram", "auto", "ngram-tree"], ["coding"])
+    choices = [c[1] if isinstance(c, (tuple, list)) else c for c in view.controls[1].choices]
+    assert "auto" not in choices and "ngram-tree" in choices
+    outs = list(at.on_calibrate(at.AdvisorState(), models_dir["target"], ["auto"], at.CUSTOM, [], "abc abc abc", 1, 8,
+                                20, 0.0))
+    last = [o["advisor_msg"] for o in outs if "advisor_msg" in o][-1]
+    assert "name the proposers to advise on" in last and "Traceback" not in last

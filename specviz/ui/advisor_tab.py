@@ -213,7 +213,7 @@ def build_advisor_panel(target: str, proposers: Sequence[str], target_choices: S
     with gr.Row():
         tgt = gr.Dropdown(list(target_choices), value=target, label="Target model", allow_custom_value=True, scale=2,
                           elem_id="sv-advisor-target")
-        props = gr.Dropdown(list(proposer_choices), value=list(proposers), multiselect=True, allow_custom_value=True,
+        props = gr.Dropdown([c for c in proposer_choices if c != "auto"], value=list(proposers), multiselect=True, allow_custom_value=True,
                             label="Proposers", scale=3, elem_id="sv-advisor-proposers", info=runs.proposer_hint())
     with gr.Row():
         source = gr.Radio([BUNDLED, CUSTOM], value=BUNDLED, label="Prompts", scale=2, elem_id="sv-advisor-source")
