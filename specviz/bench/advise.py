@@ -32,7 +32,7 @@ from .config import TARGET_ONLY, BenchConfig
 from .sweep import Sweep
 
 __all__ = ["Candidate", "Advice", "plan", "calibrate", "advise", "run_top", "format_advice", "format_runs",
-           "save_shapes", "save_advice", "pick_of", "CALIBRATION_K", "CALIBRATION_TREE_NODES"]
+           "save_shapes", "save_advice", "pick_of", "compare_run", "CALIBRATION_K", "CALIBRATION_TREE_NODES"]
 
 CALIBRATION_K = 8  # drafts per step while calibrating (predictions cover k = 1..this)
 CALIBRATION_TREE_NODES = 64  # an n-gram trie's budget while calibrating (its ranks, not its size, are measured)
@@ -293,25 +293,32 @@ def run_top(target, advice: Advice, n: int, prompts: Sequence[PromptRow], config
     report = sweep.report()
     out = []
     rows = {(r["proposer"], r["k"]): r for r in report["rows"] if r.get("impl") == "specviz"}
+    mean_prompt = statistics.mean(r.prompt_tokens for r in sweep.prompt_rows) if sweep.prompt_rows else 0
     for (name, k), f in wanted.items():
-        row = rows.get((name, k)) or {}
-        drafts = f.extra.get("draft_prefill_s", 0.0)
-        mean_prompt = statistics.mean(r.prompt_tokens for r in sweep.prompt_rows) if sweep.prompt_rows else 0
-        mean_new = (row.get("new_tokens") or 0) / max(1, row.get("prompts") or 1)
-        draft_model = next((c.draft for c in advice.candidates if c.spec == f.proposer), None)
-        if draft_model is not None and str(draft_model.name) in advice.cost.drafts:
-            drafts = advice.cost.drafts[str(draft_model.name)].prefill_s * mean_prompt / max(1, advice.cost.context)
-        predicted = A.run_speedup(f, advice.cost, mean_prompt, mean_new, drafts)
-        measured = row.get("speedup")
-        out.append({
-            "spec": f.spec, "k": k, "name": name, "proposer": f.proposer, "nodes": int(f.drafted_per_step) if f.shape else None,
-            "predicted_speedup_loop": f.speedup, "predicted_speedup": predicted,
-            "interval": [f.speedup_lo, f.speedup_hi], "measured_speedup": measured,
-            "error": (measured - predicted) / predicted if measured is not None and predicted else None,
-            "predicted_tau": f.tau, "measured_tau": row.get("mean_acceptance_length"),
-            "measured_step_ms": row.get("step_ms"), "predicted_step_ms": 1e3 * f.step_s,
-        })
+        out.append(compare_run(advice, f, rows.get((name, k)) or {}, mean_prompt, name))
     return out, report
+
+
+def compare_run(advice: Advice, f: A.Forecast, row: dict[str, Any], mean_prompt: float, name: str = "") -> dict[str, Any]:
+    """A forecast against a sweep's summary row of the same configuration (``row``: {} if it did
+    not run): the whole-run prediction (both prefills, for the row's mean new tokens and the
+    sweep's mean prompt length), the measured speedup and the error (measured - predicted) / predicted."""
+    drafts = f.extra.get("draft_prefill_s", 0.0)
+    mean_new = (row.get("new_tokens") or 0) / max(1, row.get("prompts") or 1)
+    draft_model = next((c.draft for c in advice.candidates if c.spec == f.proposer), None)
+    if draft_model is not None and str(draft_model.name) in advice.cost.drafts:
+        drafts = advice.cost.drafts[str(draft_model.name)].prefill_s * mean_prompt / max(1, advice.cost.context)
+    predicted = A.run_speedup(f, advice.cost, mean_prompt, mean_new, drafts)
+    measured = row.get("speedup")
+    return {
+        "spec": f.spec, "k": f.k, "name": name or f.spec, "proposer": f.proposer,
+        "nodes": int(f.drafted_per_step) if f.shape else None,
+        "predicted_speedup_loop": f.speedup, "predicted_speedup": predicted,
+        "interval": [f.speedup_lo, f.speedup_hi], "measured_speedup": measured,
+        "error": (measured - predicted) / predicted if measured is not None and predicted else None,
+        "predicted_tau": f.tau, "measured_tau": row.get("mean_acceptance_length"),
+        "measured_step_ms": row.get("step_ms"), "predicted_step_ms": 1e3 * f.step_s,
+    }
 
 
 def format_runs(runs: Sequence[dict[str, Any]]) -> str:
