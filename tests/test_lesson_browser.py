@@ -40,15 +40,44 @@ def _page(browser, url, width=1280, height=800):
     return page
 
 
+# Where each element lies against the viewport: {id: [top, bottom, innerHeight]} (null when hidden).
+_BOXES = """(ids) => Object.fromEntries(ids.map((id) => { const el = document.getElementById(id);
+  if (!el || el.offsetParent === null) return [id, null];
+  const r = el.getBoundingClientRect(); return [id, [Math.round(r.top), Math.round(r.bottom), window.innerHeight]]; }))"""
+
+
+def _in_view(box) -> bool:
+    return box is not None and box[0] >= -1 and box[1] <= box[2] + 1
+
+
 @pytest.mark.browser
+@pytest.mark.parametrize("size", [(1280, 800), (390, 844)], ids=["desktop", "phone"])
 @pytest.mark.parametrize("tour", list(MOMENTS))
-def test_each_tour_reaches_its_moment(browser, app_url, tour):
-    page = _page(browser, app_url)
+def test_each_tour_arrives_at_its_moment_in_view(browser, app_url, tour, size):
+    """When the status says the tour has arrived, its moment lies inside the viewport and has the
+    focus, and the controls its text names (the rejection's ◀ phase / phase ▶) are in view with it;
+    it stays there once the charts have been drawn."""
+    from specviz.ui.lesson import ARRIVALS
+
+    page = _page(browser, app_url, *size)
     page.click(f"#sv-tour-{tour}")
     page.wait_for_function(MOMENTS[tour])
     assert "sv-msg-error" not in page.inner_html("#sv-status")
+    moment, *extras = ARRIVALS[tour]
+    # the page's script scrolls as the message appears (it looks every 100 ms)
+    page.wait_for_function("(m) => document.body.dataset.svArrived === m", arg=moment, timeout=3000)
+    for when in ("on arrival", "after the charts"):
+        boxes = page.evaluate(_BOXES, [moment, *extras])
+        assert _in_view(boxes[moment]), (when, boxes)
+        assert page.evaluate("document.activeElement?.id") == moment, when
+        if tour == "rejection":  # the text names ◀ phase / phase ▶ and rejection ▶: they are in view
+            assert _in_view(boxes["sv-nav"]), (when, boxes)
+            assert "just above" in page.inner_text("#sv-status")
+        page.wait_for_timeout(1600)
     if tour == "rejection":  # the inspector shows the rejected draft
         assert "rejected" in page.inner_text("#sv-draft-table")
+    if SHOTS:
+        page.screenshot(path=f"{SHOTS}/tour-{tour}-{size[0]}.png")
     assert not page.js_errors
     page.context.close()
 

@@ -43,6 +43,13 @@ def _tour(env, key):
     return st, frames[-1], raw
 
 
+def _arrives(frame, key):
+    """The tour's last frame says where it arrived: its status carries the moment and what it names."""
+    from specviz.ui.lesson import ARRIVALS
+
+    assert f'data-arrive="{" ".join(ARRIVALS[key])}"' in frame["status"], frame["status"]
+
+
 def _lesson(frame):
     from specviz.ui.lesson_view import LESSON_OUTPUTS
 
@@ -57,6 +64,7 @@ def test_tour_speedup_ends_on_the_card_and_the_race(tiny_env):
     assert "Speedup" in parts["why"] and "target step" in parts["why"]
     assert parts["race_box"]["visible"] is True and "sv-race-spec" in parts["race"]
     assert "Tour done" in st.message[0]
+    _arrives(frame, "speedup")
     st.close()
 
 
@@ -69,6 +77,8 @@ def test_tour_rejection_stops_on_a_rejection_in_its_decide_phase(tiny_env):
     phase = _lesson(frame)["phase"]
     assert 'data-phase="decide"' in phase and 'data-kind="rejected"' in phase
     assert st.selected_pos == next(d.position for d in rec.drafts if d.verdict == "rejected")
+    _arrives(frame, "rejection")
+    assert "◀ phase / phase ▶" in st.message[0]  # the nav row it names arrives in view with the phase
     st.close()
 
 
@@ -77,6 +87,7 @@ def test_tour_no_pay_card_names_what_limits_it(tiny_env):
     assert raw["layers"] == 1 and raw["proposer"] == "early-exit"
     why = _lesson(frame)["why"]
     assert "data-limit=" in why and "was not trained" in why
+    _arrives(frame, "no-pay")
     st.close()
 
 
@@ -89,6 +100,8 @@ def test_tour_tree_stops_on_a_branching_tree_step(tiny_env):
     parts = _lesson(frame)
     assert parts["tree_row"]["visible"] is True and parts["tree"] is not None
     assert 'data-steps="' in frame["tokens"]  # the text view renders the tree step's committed path
+    _arrives(frame, "tree")
+    assert "◀ phase" not in st.message[0]  # the nav row is not in view with the tree: not named
     st.close()
 
 
@@ -182,6 +195,9 @@ def test_defaults_tell_the_true_story_and_avoid_int8_beside_a_gpu(monkeypatch):
     assert "@int8" not in d.draft
     for tour in runs.TOURS:
         assert "@int8" not in str(runs.tour_settings(tour.key, d, cuda=True).get("draft"))
+    # the no-pay tour runs a short early-exit run and its target-only run (a wait toward 15 s on 2 cores)
+    no_pay = runs.tour_settings("no-pay", d)
+    assert no_pay["max_new_tokens"] == min(d.max_new_tokens, runs.NO_PAY_TOKENS) and no_pay["k"] == 2
 
 
 def _text(frame):

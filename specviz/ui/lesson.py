@@ -15,7 +15,7 @@ from ..app import runs
 from ..core.records import StepRecord
 from ..viz.guess import judge_guess, next_to_guess, verdict_words
 from ..viz.phases import neighbour_step, next_frame, next_rejection, phase_frames, previous_frame, previous_rejection
-from ..viz.tokens import phase_summary_text, step_summary_text
+from ..viz.tokens import message_html, phase_summary_text, step_summary_text
 from ..viz.tree import chain_view
 from . import playground as pg
 from .handlers import by_name
@@ -24,6 +24,20 @@ from .playground_view import render, status_only
 from .state import PROPOSERS, RULE_LABELS, SCHEDULES, PlaygroundState
 
 TOUR_MAX_STEPS = 200  # a tour that looks for a moment gives up after this many steps
+
+# Where each tour arrives: the moment's element id first, then what its message names, in the order
+# they should stay in view with it (the page scrolls to them and focuses the moment; viz.scripts.ARRIVE_JS).
+ARRIVALS: dict[str, tuple[str, ...]] = {
+    "speedup": ("sv-race-box", "sv-why"),
+    "rejection": ("sv-phase", "sv-nav", "sv-draft-table"),
+    "no-pay": ("sv-why",),
+    "tree": ("sv-tree-row",),
+}
+# What a tour says when it has arrived, after "Tour: step N shows <moment>." (the controls it names
+# are in ARRIVALS: the rejection tour's nav row sits right above its decide phase; the tree sits
+# under the step inspector, so its text names none).
+ARRIVED_HINTS = {"rejection": "Use ◀ phase / phase ▶ just above to replay it, rejection ▶ for the next one.",
+                 "tree": "The step inspector above replays it phase by phase."}
 
 Frame = dict[str, Any]  # {output name: value} (specviz.ui.playground_view.OUTPUTS)
 
@@ -234,7 +248,7 @@ def tour_run(key: str):
                 return
             with state.lock:
                 state.message = (f"Tour done: {tour.moment}. {state.message[0]}", "ok")
-                yield render(state, baseline=True)
+                yield arrived(render(state, baseline=True), state, key)
             return
         want = _rejected_pos if key == "rejection" else (lambda r: 0 if _branches(r) else None)
         try:
@@ -258,15 +272,20 @@ def tour_run(key: str):
                     state.select(found.index, pos)
                     if key == "rejection":
                         state.phase = ("decide", pos)
-                    state.message = (f"Tour: step {found.index + 1} shows {tour.moment}. Use ◀ phase / phase ▶ to "
-                                     "replay it, rejection ▶ for the next one.", "ok")
-                    frame = render(state)
+                    state.message = (f"Tour: step {found.index + 1} shows {tour.moment}. {ARRIVED_HINTS[key]}", "ok")
+                    frame = arrived(render(state), state, key)
             yield frame
         except Exception as e:  # noqa: BLE001 - shown in the page
             state.message = (pg.friendly(e), "error")
             yield status_only(state)
 
     return run
+
+
+def arrived(frame: Frame, state: PlaygroundState, key: str) -> Frame:
+    """A tour's last frame: its status message carries the moment to scroll to and focus (ARRIVALS)."""
+    text, kind = state.message
+    return {**frame, "status": message_html(text, kind, arrive=ARRIVALS[key])}
 
 
 def trace_controls(state: PlaygroundState) -> dict[str, Any]:

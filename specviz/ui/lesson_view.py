@@ -111,13 +111,15 @@ CLAMPED = {"sv-k": "k (tokens drafted per step)", "sv-temperature": "Temperature
 
 
 def page_js() -> str:
-    """The page's script for launch(js=...): the keyboard shortcuts and the model boxes' Enter."""
+    """The page's script for launch(js=...): the keyboard shortcuts, the model boxes' Enter, the
+    clamp notes and the tours' arrival (scroll to the moment and focus it)."""
     import json
 
+    from ..viz.scripts import ARRIVE_JS
     from ..viz.styles import lesson_js
 
     clamp = CLAMP_JS % json.dumps(CLAMPED)
-    return f"() => {{ ({lesson_js()})(); ({MODEL_BOX_JS})(); ({clamp})(); }}"
+    return f"() => {{ ({lesson_js()})(); ({MODEL_BOX_JS})(); ({clamp})(); ({ARRIVE_JS})(); }}"
 
 
 # -- rendering ---------------------------------------------------------------------------------

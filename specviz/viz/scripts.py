@@ -1,7 +1,10 @@
-"""Browser-side scripts for the token and draft-table HTML (``gr.HTML(js_on_load=...)``).
+"""Browser-side scripts for the token and draft-table HTML (``gr.HTML(js_on_load=...)``), and
+the page's arrival script.
 
 They go with the markup :mod:`specviz.viz.tokens` writes (its classes and ``data-*`` attributes):
-tooltips on tokens, and clicks that pick a token or a draft-table row.
+tooltips on tokens, clicks that pick a token or a draft-table row, and a status message that
+carries ``data-arrive`` (:func:`specviz.viz.tokens.message_html`): a guided tour's moment, scrolled
+into view and focused when the message appears.
 """
 
 TOKENS_JS = r"""
@@ -37,3 +40,54 @@ element.addEventListener('click', (e) => {
   trigger('pick', {pos: Number(row.dataset.pos)});
 });
 """
+
+
+# A page script (launch(js=...)): when a status message with data-arrive="moment extra ..." appears
+# (a tour that says it has arrived), scroll so that the moment and as many of the extras (the
+# controls the tour's text names) as fit with it lie inside the viewport, centred, then focus the
+# moment (tabindex -1: a focus ring shows where to look, the keys keep working). It looks for such
+# a message every 100 ms; charts drawn after the message can shift the page, so it checks again
+# for 1.5 s. body[data-sv-arrived] names the moment once it is in view (for tests).
+ARRIVE_JS = r"""() => {
+  if (window.__svArrive) return;
+  window.__svArrive = true;
+  const PAD = 8;
+  const shown = (id) => { const el = document.getElementById(id); return el && el.offsetParent !== null ? el : null; };
+  const inView = (el) => { const r = el.getBoundingClientRect(); return r.top >= -1 && r.bottom <= window.innerHeight + 1; };
+  const place = (ids) => {
+    const els = ids.map(shown).filter(Boolean);
+    if (!els.length) return null;
+    const room = window.innerHeight - 2 * PAD;
+    let top = Infinity, bottom = -Infinity;
+    const kept = els.filter((el, i) => {
+      const r = el.getBoundingClientRect(), t = Math.min(top, r.top), b = Math.max(bottom, r.bottom);
+      if (i > 0 && b - t > room) return false;  // an extra that does not fit with the moment stays out
+      top = t; bottom = b; return true;
+    });
+    const slack = Math.max(0, room - (bottom - top));
+    window.scrollTo({top: window.scrollY + top - PAD - slack / 2, behavior: "instant"});
+    return kept;
+  };
+  const arrive = (ids) => {
+    const kept = place(ids);
+    if (!kept) return;
+    const moment = kept[0];
+    moment.setAttribute("tabindex", "-1");
+    moment.classList.add("sv-arrived");
+    moment.focus({preventScroll: true});
+    document.body.dataset.svArrived = ids[0];
+    for (const ms of [250, 750, 1500]) setTimeout(() => { if (!kept.every(inView)) place(ids); }, ms);
+  };
+  const seen = new WeakSet();
+  const check = (msg, tries) => {  // the moment may be shown a tick after the message: try again for 2 s
+    const ids = msg.dataset.arrive.split(" ").filter(Boolean);
+    if (shown(ids[0])) arrive(ids);
+    else if (tries > 0 && document.body.contains(msg)) setTimeout(() => check(msg, tries - 1), 100);
+  };
+  setInterval(() => {  // a poll: a MutationObserver on the page missed Gradio's later updates
+    const msg = document.querySelector("#sv-status .sv-msg[data-arrive]");
+    if (!msg || seen.has(msg)) return;
+    seen.add(msg);
+    check(msg, 20);
+  }, 100);
+}"""

@@ -213,12 +213,16 @@ def legend_html() -> str:
     return f'<div class="sv-legend">{chips}<span class="sv-legend-hint">hover a token for p, q, u · click it to inspect its step</span></div>'
 
 
-def message_html(text: str, kind: str = "error") -> str:
-    """A status box: kind is "error", "info" or "ok". The text is escaped."""
+def message_html(text: str, kind: str = "error", arrive: tuple[str, ...] = ()) -> str:
+    """A status box: kind is "error", "info" or "ok". The text is escaped. ``arrive``: element
+    ids, the moment first, that the page scrolls into view and focuses when this message appears
+    (a guided tour that has arrived; :data:`specviz.viz.scripts.ARRIVE_JS`)."""
     if not text:
         return ""
     icon = {"error": "⚠", "info": "ℹ", "ok": "✓"}.get(kind, "ℹ")
-    return f'<div class="sv-msg sv-msg-{kind}" role="{"alert" if kind == "error" else "status"}"><span class="sv-msg-icon">{icon}</span><span class="sv-msg-text">{html.escape(text)}</span></div>'
+    where = f' data-arrive="{html.escape(" ".join(arrive))}"' if arrive else ""
+    return (f'<div class="sv-msg sv-msg-{kind}" role="{"alert" if kind == "error" else "status"}"{where}>'
+            f'<span class="sv-msg-icon">{icon}</span><span class="sv-msg-text">{html.escape(text)}</span></div>')
 
 
 # -- metrics ---------------------------------------------------------------------------------

@@ -4,6 +4,7 @@
     python -m tests.support.app_server --builtin  # the built-in models (gemma-3-270m + its int8 copy)
     python -m tests.support.app_server --builtin --measure 12 --screenshot assets/screenshot.png
     python -m tests.support.app_server --builtin --lesson-shots assets  # a rejection, the race, a tree, a phone
+    python -m tests.support.app_server --builtin --tour-waits speedup,rejection,no-pay,tree  # each tour's wait
 
 (from the repository root). The browser side (Chromium, Step timing, screenshots) is in
 tests/support/browser.py.
@@ -97,6 +98,7 @@ def _main() -> None:
     ap.add_argument("--measure", type=int, default=0, metavar="N", help="time N Step clicks, then exit")
     ap.add_argument("--screenshot", metavar="PNG", help="save a finished run's page, then exit")
     ap.add_argument("--lesson-shots", metavar="DIR", help="save the lesson pictures (each tour's moment), then exit")
+    ap.add_argument("--tour-waits", metavar="KEYS", help="time each tour (comma-separated keys, in order), then exit")
     args = ap.parse_args()
 
     if args.builtin:
@@ -133,7 +135,12 @@ def _main() -> None:
 
         for path in lesson_screenshots(url, args.lesson_shots):
             print("saved", path, flush=True)
-    if args.measure or args.screenshot or args.lesson_shots:
+    if args.tour_waits:
+        from .browser import tour_waits
+
+        for r in tour_waits(url, args.tour_waits.split(",")):
+            print(f"tour {r['tour']}: {r['s']:.1f} s  ({r['status']!r})", flush=True)
+    if args.measure or args.screenshot or args.lesson_shots or args.tour_waits:
         demo.close()
         return
     try:

@@ -116,6 +116,35 @@ def screenshot(url: str, path: str, narrow_path: str | None = None) -> None:
         browser.close()
 
 
+ARRIVED = ("Tour done", "Tour: step", "finished without")  # the status words of a tour that has arrived
+
+
+def tour_waits(url: str, keys: list[str], width: int = 1280, height: int = 800) -> list[dict]:
+    """Click each guided tour in turn (a fresh page each, one server, in this order) and time the
+    click -> the status saying it has arrived; per tour: its key, seconds, and whether its moment
+    was inside the viewport then (``data-arrived`` on the status message, see specviz.viz.scripts)."""
+    import time
+
+    from playwright.sync_api import sync_playwright
+
+    rows = []
+    with sync_playwright() as p:
+        browser = launch_chromium(p)
+        for key in keys:
+            page = browser.new_page(viewport={"width": width, "height": height})
+            page.set_default_timeout(900_000)
+            page.goto(url)
+            page.wait_for_selector("#sv-step-btn")
+            t0 = time.perf_counter()
+            page.click(f"#sv-tour-{key}")
+            page.wait_for_function("(words) => words.some(w => document.querySelector('#sv-status').innerText.includes(w))",
+                                   arg=list(ARRIVED), polling=100)
+            rows.append({"tour": key, "s": time.perf_counter() - t0, "status": page.inner_text("#sv-status")[:120]})
+            page.close()
+        browser.close()
+    return rows
+
+
 def _union(page, selectors: list[str]) -> dict:
     """The page-coordinate box around the elements (for a full-page clip)."""
     sy = page.evaluate("window.scrollY")
