@@ -118,6 +118,10 @@ def test_main_on_tiny_models(check, models, fast_costs, tmp_path, capsys):
     p = res["pick"]
     top = max(measured.items(), key=lambda kv: kv[1] if kv[1] is not None else -1)
     assert (p["sweep_best"]["spec"], p["sweep_best"]["k"]) == top[0] and p["sweep_best"]["measured_speedup"] == top[1]
+    forecast = {(f["spec"], f["k"]) for f in res["advisor"]["ranking"]} | {("target-only", 0)}
+    best_in = max((kv for kv in measured.items() if kv[0] in forecast), key=lambda kv: kv[1])
+    assert (p["sweep_best_predicted"]["spec"], p["sweep_best_predicted"]["k"]) == best_in[0]
+    assert "ngram-tree:3 k=1" in p["unpredicted"]  # the tree as given (its own mode): swept, not predicted
     pick_key = (p["pick"]["spec"], p["pick"]["k"]) if p["pick"]["spec"] != "none" else ("target-only", 0)
     assert p["pick"]["measured_speedup"] == measured[pick_key]
     gap = (top[1] - p["pick"]["measured_speedup"]) / top[1]
