@@ -254,3 +254,68 @@ def test_what_if_starts_from_the_run_and_moves_with_a_slider(browser, app_url):
         page.locator("#sv-whatif-box").screenshot(path=SHOTS + "/whatif.png")
     assert "sv-msg-error" not in page.inner_html("#sv-status") and not page.js_errors
     page.context.close()
+
+
+# The draft table: per row, the verdict cell's box against the table's box, and whether the box scrolls sideways.
+_VERDICTS = """() => { const wrap = document.querySelector('#sv-draft-table .sv-table-wrap'); if (!wrap) return null;
+  const w = wrap.getBoundingClientRect();
+  const cells = [...wrap.querySelectorAll('tbody tr')].map((tr) => { const r = tr.lastElementChild.getBoundingClientRect();
+    const td = tr.lastElementChild;  // its text overflowing the cell counts as out of its box
+    return [Math.round(r.left), Math.round(r.right + Math.max(0, td.scrollWidth - td.clientWidth)), td.innerText]; });
+  return {left: Math.round(w.left), right: Math.round(w.right), hidden: wrap.scrollWidth - wrap.clientWidth, cells}; }"""
+
+# Every drawn chart: does a title line overlap its legend? [[chart id, overlaps], ...]
+_TITLE_OVER_LEGEND = """() => [...document.querySelectorAll('.js-plotly-plot')].filter((p) => p.offsetParent !== null)
+  .map((plot) => { const legend = plot.querySelector('g.legend'); if (!legend) return [plot.closest('[id]')?.id, false];
+    const l = legend.getBoundingClientRect();
+    const over = [...plot.querySelectorAll('.gtitle')].some((t) => { const r = t.getBoundingClientRect();
+      return r.width > 0 && !(r.right <= l.left || l.right <= r.left || r.bottom <= l.top || l.bottom <= r.top); });
+    return [plot.closest('[id]')?.id, over]; })"""
+
+
+def _verdicts_fit(page) -> None:
+    table = page.evaluate(_VERDICTS)
+    assert table and table["cells"], table
+    assert table["hidden"] <= 1, table  # no hidden sideways scroll
+    for left, right, text in table["cells"]:
+        assert left >= table["left"] - 1 and right <= table["right"] + 1 and text.strip(), table
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("size", [(1280, 800), (390, 844)], ids=["desktop", "phone"])
+def test_verdicts_and_legends_fit_and_a_tap_shows_a_tokens_numbers(browser, app_url, size):
+    """Greedy (the widest table: "no: argmax is '…'") and sampled steps: every verdict cell lies
+    inside the table's box with nothing scrolled out of sight; no chart's title overlaps its legend;
+    a tap on a token (a touch screen) shows its numbers."""
+    page = browser.new_context(viewport={"width": size[0], "height": size[1]}, has_touch=True).new_page()
+    page.set_default_timeout(TIMEOUT_MS)
+    page.goto(app_url)
+    page.wait_for_selector("#sv-step-btn")
+    box = page.locator("#sv-temperature input[type=number]")
+    box.fill("0")
+    box.press("Enter")
+    page.click("#sv-play-btn")
+    page.wait_for_function("document.querySelector('#sv-status').innerText.includes('Finished')")
+    page.click("#sv-baseline-btn")
+    page.wait_for_function("document.querySelector('#sv-whatif-note').innerText.includes('measured')")
+    page.wait_for_timeout(1500)  # the charts' second frame
+    if SHOTS:
+        page.locator("#sv-draft-table").screenshot(path=f"{SHOTS}/table-greedy-{size[0]}.png")
+        page.locator("#sv-plot-timeline").screenshot(path=f"{SHOTS}/timeline-{size[0]}.png")
+    assert "argmax" in page.inner_text("#sv-draft-table")  # greedy
+    _verdicts_fit(page)
+    assert [c for c in page.evaluate(_TITLE_OVER_LEGEND) if c[1]] == []
+    tok = page.locator("#sv-tokens .tok[data-step='1']").first
+    tok.scroll_into_view_if_needed()
+    tok.tap()
+    page.wait_for_timeout(1200)  # the pick redraws the text: the numbers stay
+    tip = page.locator("#sv-tip")
+    assert tip.is_visible() and "p" in tip.inner_text() and "q" in tip.inner_text()
+    page.click("#sv-tour-rejection")  # sampled: u against min(1, p/q)
+    page.wait_for_function(MOMENTS["rejection"])
+    page.wait_for_timeout(1500)
+    _verdicts_fit(page)
+    assert [c for c in page.evaluate(_TITLE_OVER_LEGEND) if c[1]] == []
+    if SHOTS:
+        page.locator("#sv-draft-table").screenshot(path=f"{SHOTS}/table-sampled-{size[0]}.png")
+    page.context.close()

@@ -143,7 +143,7 @@ def test_empty_view_and_legend():
     legend = viz.legend_html()
     for kind in ("accepted", "resampled", "bonus", "target", "rejected", "discarded"):
         assert f"tok-{kind}" in legend
-    assert "hover a token" in legend
+    assert "hover or tap a token" in legend
 
 
 def test_message_html_escapes():

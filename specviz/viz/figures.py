@@ -35,6 +35,13 @@ _NO_TEMPLATE = pio.templates["none"].to_plotly_json()  # what template="none" be
 _BR = '<br><span style="font-size:11.5px">'  # the chart title's second, smaller line
 
 
+# A legend at the foot of the figure (under the x axis), for the narrow charts whose legend wraps
+# onto two rows: one placed above the plot grows upward into the title on a phone.
+LEGEND_BELOW = dict(orientation="h", x=0, xanchor="left", yref="container", y=0.0, yanchor="bottom", font=dict(size=10),
+                    bgcolor="rgba(0,0,0,0)")
+MARGIN_BELOW = 96  # the bottom margin that leaves room for the tick labels, the axis title and two legend rows
+
+
 def _axis(**kw) -> dict:
     base = dict(showgrid=False, zeroline=False, linecolor=COLORS["grid"], ticks="", automargin=True)
     base.update(kw)
@@ -297,8 +304,8 @@ def timeline_figure(steps: Sequence[StepRecord]) -> dict:
                        hovertemplate=f"step %{{x}}: {what} = %{{y}}<extra></extra>"))
     kmax = max(max(drafted), 1)
     return _spec(
-        traces, title, barmode="stack", bargap=0.15, margin=dict(r=32),
-        xaxis=dict(title=_xlabel("step")),
+        traces, title, height=HEIGHT + 40, barmode="stack", bargap=0.15, margin=dict(r=32, t=40, b=MARGIN_BELOW),
+        legend=LEGEND_BELOW, xaxis=dict(title=_xlabel("step")),
         yaxis2=dict(overlaying="y", side="right", range=[0, kmax * 1.6], showgrid=False, zeroline=False,
                     tickfont=dict(size=9, color=COLORS["muted"]), dtick=max(1, kmax // 4)),
     )
@@ -325,5 +332,6 @@ def tokens_per_step_figure(steps: Sequence[StepRecord]) -> dict:
                        hovertemplate="step %{x}: at most %{y}<extra></extra>"))
     tau = sum(s.n_committed for s in steps) / len(steps)
     kmax = max(depth)
-    return _spec(traces, f"{title} · τ = {tau:.2f}", barmode="stack", bargap=0.15, xaxis=dict(title=_xlabel("step")),
-                   yaxis=dict(dtick=1 if kmax <= 8 else 2, rangemode="tozero"))
+    return _spec(traces, f"{title} · τ = {tau:.2f}", height=HEIGHT + 40, barmode="stack", bargap=0.15,
+                 margin=dict(t=40, b=MARGIN_BELOW), legend=LEGEND_BELOW, xaxis=dict(title=_xlabel("step")),
+                 yaxis=dict(dtick=1 if kmax <= 8 else 2, rangemode="tozero"))

@@ -2,7 +2,7 @@
 the page's arrival script.
 
 They go with the markup :mod:`specviz.viz.tokens` writes (its classes and ``data-*`` attributes):
-tooltips on tokens, clicks that pick a token or a draft-table row, and a status message that
+tooltips on tokens (on hover, or on a tap on a phone), clicks that pick a token or a draft-table row, and a status message that
 carries ``data-arrive`` (:func:`specviz.viz.tokens.message_html`): a guided tour's moment, scrolled
 into view and focused when the message appears.
 """
@@ -11,9 +11,14 @@ TOKENS_JS = r"""
 const pickable = element.classList.contains('sv-pickable');
 let tip = document.getElementById('sv-tip');
 if (!tip) { tip = document.createElement('div'); tip.id = 'sv-tip'; tip.className = 'sv-tip'; document.body.appendChild(tip); }
-let current = null;
-const hide = () => { tip.style.display = 'none'; current = null; };
+let current = null, tapped = null;  // tapped: {step, nth} of the token a tap showed
+const hide = () => { tip.style.display = 'none'; current = null; tapped = null; };
+const keyOf = (t) => ({step: t.dataset.step, nth: [...element.querySelectorAll(`.tok[data-step="${t.dataset.step}"]`)].indexOf(t)});
+const find = (k) => k && element.querySelectorAll(`.tok[data-step="${k.step}"]`)[k.nth] || null;
 const place = () => {
+  if (current && !document.body.contains(current) && find(tapped)) {  // the pick redrew the text: the same token
+    current = find(tapped); tip.textContent = current.dataset.tip;
+  }
   if (!current || !document.body.contains(current)) { hide(); return; }
   const r = current.getBoundingClientRect(), w = tip.offsetWidth, h = tip.offsetHeight;
   if (r.bottom < 0 || r.top > window.innerHeight) { hide(); return; }
@@ -22,13 +27,21 @@ const place = () => {
   tip.style.left = x + 'px'; tip.style.top = y + 'px';
 };
 const show = (t) => { current = t; tip.textContent = t.dataset.tip; tip.style.display = 'block'; place(); };
-element.addEventListener('mouseover', (e) => { const t = e.target.closest('.tok[data-tip]'); if (t) show(t); });
-element.addEventListener('mouseout', (e) => { const t = e.target.closest('.tok[data-tip]'); if (t && !t.contains(e.relatedTarget)) hide(); });
-element.addEventListener('mouseleave', hide);
+element.addEventListener('mouseover', (e) => { const t = e.target.closest('.tok[data-tip]'); if (t && !tapped) show(t); });
+element.addEventListener('mouseout', (e) => { const t = e.target.closest('.tok[data-tip]'); if (t && !tapped && !t.contains(e.relatedTarget)) hide(); });
+element.addEventListener('mouseleave', () => { if (!tapped) hide(); });
+// a touch has no hover: a tapped token's numbers stay until the next tap elsewhere (the page moving
+// under the finger as the pick redraws it must not hide them)
+let touch = false;
+element.addEventListener('pointerdown', (e) => { touch = e.pointerType !== 'mouse'; }, true);
+document.addEventListener('click', (e) => { if (tapped && !element.contains(e.target)) hide(); }, true);
 window.addEventListener('scroll', place, true);  // follow the token (or hide when it scrolls away)
+// a tap (a phone has no hover) shows the numbers too, and they stay while the pick redraws the text
+const follow = (n) => { if (tapped && n > 0) { place(); setTimeout(() => follow(n - 1), 150); } };
 element.addEventListener('click', (e) => {
   const t = e.target.closest('.tok[data-step]'); if (!t) return;
   show(t);
+  if (touch) { tapped = keyOf(t); follow(20); }
   if (pickable) trigger('pick', {step: Number(t.dataset.step), pos: Number(t.dataset.pos)});
 });
 """

@@ -210,7 +210,7 @@ def legend_html() -> str:
         f'<span class="sv-legend-item"><span class="tok tok-{kind}">{sample}</span>{html.escape(label)}</span>'
         for kind, sample, label in items
     )
-    return f'<div class="sv-legend">{chips}<span class="sv-legend-hint">hover a token for p, q, u · click it to inspect its step</span></div>'
+    return f'<div class="sv-legend">{chips}<span class="sv-legend-hint">hover or tap a token for p, q, u · click it to inspect its step</span></div>'
 
 
 def message_html(text: str, kind: str = "error", arrive: tuple[str, ...] = ()) -> str:
@@ -338,8 +338,9 @@ def draft_table_rows(record: StepRecord | None, shown: Reveal | None = None) -> 
 
 def draft_table_html(record: StepRecord | None, selected_pos: int | None = None, shown: Reveal | None = None) -> str:
     """The draft table as HTML: one row per draft x_i and one for the token sampled after them,
-    each row coloured by its verdict and carrying ``data-pos`` (the chart position it selects).
-    ``shown``: only what is known at a phase (drafts not judged yet are ``pending``)."""
+    each row coloured by its verdict and carrying ``data-pos`` (the chart position it selects),
+    each cell its column's name (``data-label``: a phone shows the rows stacked, the verdict on a line
+    of its own). ``shown``: only what is known at a phase (drafts not judged yet are ``pending``)."""
     if record is None:
         return '<div class="sv-table-empty sv-muted">The drafts of the selected step appear here.</div>'
     rows = draft_table_rows(record, shown)
@@ -350,7 +351,9 @@ def draft_table_html(record: StepRecord | None, selected_pos: int | None = None,
     if shown is not None and record.tree and shown.judged == 0:
         kinds, positions = ["pending"] * len(rows), [0] * len(rows)
     sel = default_position(record, shown) if selected_pos is None else selected_pos
-    head = "".join(f'<th title="{html.escape(tip, quote=True)}">{html.escape(c)}</th>' for c, tip in draft_columns(record))
+    columns = draft_columns(record)
+    head = "".join(f'<th title="{html.escape(tip, quote=True)}">{html.escape(c)}</th>' for c, tip in columns)
+    labels = [f' data-label="{html.escape(c, quote=True)}"' for c, _tip in columns]  # a phone stacks each row under these
     body = []
     for i, (row, kind, pos) in enumerate(zip(rows, kinds, positions)):
         last = i == len(rows) - 1
@@ -358,10 +361,10 @@ def draft_table_html(record: StepRecord | None, selected_pos: int | None = None,
         cells[1] = f'<code class="tok tok-{kind}">{cells[1]}</code>'
         cells[6] = f'<span class="sv-v sv-v-{kind}">{cells[6]}</span>'
         cls = f"sv-row sv-row-{kind}" + (" sv-next" if last else "") + (" sel" if pos == sel else "")
-        tds = "".join(f"<td>{c}</td>" for c in cells)
+        tds = "".join(f"<td{label}>{c}</td>" for c, label in zip(cells, labels))
         body.append(f'<tr class="{cls}" data-pos="{pos}">{tds}</tr>')
     return (
-        f'<div class="sv-table-wrap"><table class="sv-table" data-step="{record.index}"><thead><tr>{head}</tr></thead>'
+        f'<div class="sv-table-wrap"><table class="sv-table sv-drafts" data-step="{record.index}"><thead><tr>{head}</tr></thead>'
         f'<tbody>{"".join(body)}</tbody></table></div>'
     )
 

@@ -24,7 +24,7 @@ from ..core.bounds import LEARN_CURVE_MAX_K
 from ..core.records import Stats, StepRecord
 from ..core.stepwords import run_counts
 from .explain import drafted_fraction, run_costs
-from .figures import _spec, _with_spec, empty_figure
+from .figures import LEGEND_BELOW, MARGIN_BELOW, _spec, _with_spec, empty_figure
 from .theme import COLORS
 
 __all__ = ["RunPoint", "run_point", "whatif_curve", "whatif_figure", "whatif_html", "WHATIF_MAX_K"]
@@ -119,8 +119,8 @@ def whatif_figure(run: RunPoint | None, a: float, k: int, c: float, k_max: int =
     shapes = [dict(type="line", xref="paper", x0=0, x1=1, yref="y", y0=1, y1=1,
                    line=dict(color=COLORS["rejected"], dash="dash", width=1))]
     sub = f"v = {run.v:.2f}" + (f", drafting on {run.f:.0%} of steps" if run.f < 0.999 else "")
-    return _spec(traces, f'{title}<br><span style="font-size:11.5px">{html.escape(sub)}</span>', height=320,
-                 shapes=shapes, margin=dict(t=84),
+    return _spec(traces, f'{title}<br><span style="font-size:11.5px">{html.escape(sub)}</span>', height=360,
+                 shapes=shapes, margin=dict(t=56, b=MARGIN_BELOW), legend=LEGEND_BELOW,
                  xaxis=dict(title=dict(text="k (tokens drafted per step)", font=dict(size=10)), dtick=1 if k_max <= 16 else 2,
                             range=[0.5, k_max + 0.5]),
                  yaxis=dict(range=[0, max(ys) * 1.15], title=dict(text="speedup ×", font=dict(size=10))))
