@@ -28,7 +28,9 @@ the argument is not a model name), e.g.::
 
 The playground's menu, the Benchmark tab's menu, the CLI help, the limits and the README table
 (regenerate it: a test compares) then offer the new kind: ``needs_model`` kinds use the draft
-box, other kinds with ``arg_required`` the layers box, the rest the bare prefix.
+box, other kinds with ``arg_required`` the layers box, the rest the bare prefix. ``hint`` is that
+box's hint in the app, ``tokenizer`` ("same" or "any") which drafts its menu offers, and ``note``
+a sentence the speedup card adds for the kind.
 """
 
 from __future__ import annotations
@@ -60,6 +62,9 @@ class ProposerKind:
     example: str = ""  # a spec to show in messages and help; defaults to syntax
     validate: Callable[[str], Any] | None = None  # checks the whole argument (options' values too), loading nothing
     tree_nodes: Callable[[str], int] | None = None  # a token tree's nodes per step, read from the argument
+    hint: str = ""  # the app's hint under the box that takes the argument (the draft model or the layers)
+    tokenizer: str = ""  # a draft model's tokenizer: "same" (must share the target's) or "any" (re-tokenized)
+    note: str = ""  # what the app's speedup card adds about this kind
 
     def spec(self, arg: str | None = None) -> str:
         """The spec of this kind with ``arg`` (None: the bare prefix)."""
@@ -288,23 +293,29 @@ REGISTRY: tuple[ProposerKind, ...] = (
         "drafts sampled from q (policy=sampled, the default) or argmax q (policy=argmax, point masses as in vLLM); "
         "vocab=N scores only the N tokens the target uses most (FR-Spec), a smaller head", needs_model=True,
         hf_counterpart=True, build=_build_draft, arg_required=True, options=DRAFT_OPTIONS, example="draft:smollm2-135m",
+        hint="must share the target's tokenizer", tokenizer="same",
         validate=_check_draft_options("draft"),
     ),
     ProposerKind(
         "ngram+draft", "n-gram, else draft model", "ngram+draft:NAME[@int8][,policy=argmax][,vocab=N]", "prompt lookup "
         "when it matches, the draft model (with the draft's options) otherwise", needs_model=True, hf_counterpart=False,
         build=_build_hybrid, arg_required=True, options=DRAFT_OPTIONS, example="ngram+draft:smollm2-135m",
+        hint="drafts only when the n-gram finds no match; must share the target's tokenizer", tokenizer="same",
         validate=_check_draft_options("ngram+draft"),
     ),
     ProposerKind(
         "xdraft", "draft model, other tokenizer", "xdraft:NAME", "a draft with a different tokenizer, its text "
         "re-tokenized for the target (q = 1)", needs_model=True, hf_counterpart=False, build=_build_xdraft,
-        arg_required=True, example="xdraft:smollm2-135m",
+        arg_required=True, example="xdraft:smollm2-135m", hint="any tokenizer: its text is re-tokenized (q = 1)",
+        tokenizer="any",
     ),
     ProposerKind(
         "early-exit", "early exit (first layers)", "early-exit:L", "the target's own first L layers and its head draft",
         needs_model=False, hf_counterpart=True, build=_build_early_exit, arg_required=True,
         check_arg=_whole("'early-exit:L' needs a whole number of layers L >= 1"), example="early-exit:4",
+        hint="the target's first L layers draft",
+        note="Early exit drafts with the target's own first layers and its output head; this model was not trained "
+             "for that (LayerSkip-style models are), so its drafts are mostly junk: the struck-through text shows it.",
     ),
     ProposerKind(
         "ngram-tree", "n-gram token tree", "ngram-tree[:N][,nodes=M][,shape=S]", "every distinct prompt-lookup continuation "
@@ -323,6 +334,7 @@ REGISTRY: tuple[ProposerKind, ...] = (
         "point masses; vocab=V as for draft", needs_model=True,
         hf_counterpart=False, build=_build_draft_tree, arg_required=True, options=("nodes", "width", "vocab", "shape"),
         example="draft-tree:gemma-3-270m@int8,nodes=12,width=2", validate=_draft_tree_nodes, tree_nodes=_draft_tree_nodes,
+        hint="must share the target's tokenizer; the tree's size goes in Proposer options", tokenizer="same",
     ),
     ProposerKind(
         "auto", "auto (the advisor's pick)", "auto", "the configuration `specviz advise` (or the Advisor panel) ranked "
