@@ -170,6 +170,83 @@ def draft_choices(default: str) -> list[str]:
     return list(dict.fromkeys([default, *(PAIRS.get(n, f"{n}@int8") for n in names), *names, *_hub_pairs().values()]))
 
 
+def box_hint(prefix: str) -> str:
+    """The hint under the box that takes a kind's argument (the registry's ``hint``; "" for none), so
+    that switching proposers always replaces the last kind's hint."""
+    try:
+        return get_kind(prefix).hint
+    except KeyError:
+        return ""
+
+
+def card_note(prefix: str) -> str:
+    """What the speedup card adds about a kind (the registry's ``note``; "" for none)."""
+    try:
+        return get_kind(prefix).note
+    except KeyError:
+        return ""
+
+
+def tokenizer_family(name: str, known: tuple[set[str], dict[str, str]] | None = None) -> str | None:
+    """Which tokenizer a model name has, where that is known without loading it: a built-in and its
+    @int8 copy share their base name's; a hub pair's target and draft share the draft's. None: unknown
+    (a typed hub id or a local directory). ``known``: :func:`_known_families`, when asking often."""
+    builtins, pairs = known or _known_families()
+    base = (name or "").strip()
+    base = base[: -len("@int8")] if base.endswith("@int8") else base
+    if base in builtins:
+        return base
+    if base in pairs:
+        return pairs[base]
+    return base if base in pairs.values() else None
+
+
+def _known_families() -> tuple[set[str], dict[str, str]]:
+    from ..models import HUB_PAIRS, list_models
+
+    return {m["name"] for m in list_models()}, {**HUB_PAIRS, **_hub_pairs()}
+
+
+def draft_menu(target: str, prefix: str, default: str) -> list[str]:
+    """The draft menu for a target and proposer kind: a kind whose draft must share the target's
+    tokenizer (the registry's ``tokenizer="same"``) is offered only drafts known to share it (the
+    ones whose tokenizer is unknown stay); a re-tokenizing kind ("any") is offered every draft,
+    the other tokenizers first. An unknown target keeps the whole menu."""
+    choices = draft_choices(default)
+    try:
+        need = get_kind(prefix).tokenizer
+    except KeyError:
+        need = ""
+    known = _known_families()
+    fam = tokenizer_family(target, known)
+    if fam is None or not need:
+        return choices
+    other = [c for c in choices if tokenizer_family(c, known) not in (None, fam)]
+    if need == "any":
+        return list(dict.fromkeys([*other, *choices]))
+    return [c for c in choices if c not in other]
+
+
+def specs_for_target(target: str, specs: Sequence[str]) -> list[str]:
+    """The specs whose draft can serve ``target`` (for a menu): a spec whose kind needs the target's
+    tokenizer (``tokenizer="same"``) and names a draft known to have another one is left out; specs
+    without a draft model, re-tokenizing ones and unknown tokenizers stay."""
+    known = _known_families()
+    fam = tokenizer_family(target, known)
+    out = []
+    for spec in specs:
+        prefix, _, arg = spec.partition(":")
+        try:
+            kind = get_kind(prefix)
+        except KeyError:
+            out.append(spec)
+            continue
+        other = tokenizer_family(arg.partition(",")[0], known) if kind.tokenizer == "same" and arg else None
+        if fam is None or other is None or other == fam:
+            out.append(spec)
+    return out
+
+
 def bench_proposer_choices(defaults: Sequence[str], targets: Sequence[str]) -> list[str]:
     """The Benchmark tab's proposer menu: the defaults, then every kind for the listed targets."""
     from ..models import HUB_PAIRS
@@ -428,6 +505,7 @@ def trace_settings(header: dict[str, Any]) -> dict[str, Any]:
 
 __all__: Sequence[str] = [
     "CROSS_PAIRS", "Defaults", "MENU", "TAKES_OPTIONS", "Tour", "TOURS", "options_hint", "tour_settings", "PAIRS", "TAKES_LAYERS", "USES_DRAFT_MODEL", "auto_draft", "bench_proposer_choices",
-    "build_decoder", "build_proposers", "check_options", "default_draft", "draft_choices", "example_prompts", "is_target_only", "label_of", "menu_prefix",
+    "box_hint", "card_note", "build_decoder", "build_proposers", "check_options", "default_draft", "draft_choices", "draft_menu",
+    "specs_for_target", "tokenizer_family", "example_prompts", "is_target_only", "label_of", "menu_prefix",
     "prefix_of", "proposer_hint", "spec_for", "target_choices", "trace_settings",
 ]

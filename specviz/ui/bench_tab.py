@@ -273,7 +273,9 @@ def build_bench_tab(defaults: BenchDefaults | None = None) -> BenchView:
     with gr.Row():
         target = gr.Dropdown(targets, value=d.target, label="Target model", allow_custom_value=True, scale=2,
                              elem_id="sv-bench-target", info="a built-in, a local directory or a hub id")
-        proposers = gr.Dropdown(_proposer_choices(d, targets), value=d.proposers, multiselect=True, allow_custom_value=True,
+        menu = _proposer_choices(d, targets)  # every target's; the target's own tokenizer rule filters it
+        proposers = gr.Dropdown(runs.specs_for_target(d.target, menu), value=d.proposers, multiselect=True,
+                                allow_custom_value=True,
                                 label="Proposers", scale=3, elem_id="sv-bench-proposers",
                                 info=runs.proposer_hint())
         ks = gr.CheckboxGroup(K_CHOICES, value=d.ks, label="k (tokens drafted per step)", scale=3, elem_id="sv-bench-ks")
@@ -323,6 +325,9 @@ def build_bench_tab(defaults: BenchDefaults | None = None) -> BenchView:
     view = BenchView(state, controls, run_btn, stop_btn, progress, why, plots, table, csv_btn, json_btn, html_btn,
                      verify_btn, verify_msg)
     source.change(on_source, [source], [categories, custom], queue=False)
+    # the menu offers the drafts that can serve the chosen target (what is already chosen stays)
+    target.change(lambda t, chosen: gr.update(choices=list(dict.fromkeys([*runs.specs_for_target(t, menu), *(chosen or [])]))),
+                  [target, proposers], [proposers], queue=False)
     named = view.named()
     run_btn.click(by_name(on_run, named), [state, *controls], view.outputs, concurrency_id="specviz-bench",
                   concurrency_limit=1, show_progress="hidden")

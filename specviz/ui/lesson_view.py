@@ -10,6 +10,7 @@ are :mod:`specviz.ui.lesson`'s. :func:`render_lesson` gives their values by name
 
 from __future__ import annotations
 
+import html
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -28,8 +29,6 @@ from .whatif_view import whatif_outputs
 
 # Play speed: the menu's label -> the pause between steps in seconds
 SPEEDS = {"as fast as it runs": 0.0, "2 steps/s": 0.5, "1 step/s": 1.0, "1 step / 3 s": 3.0}
-EARLY_NOTE = ("Early exit drafts with the target's own first layers and its output head; this model was not trained "
-              "for that (LayerSkip-style models are), so its drafts are mostly junk: the struck-through text shows it.")
 WHEN_IT_PAYS = ("What pays where: speculation trades extra work per target pass for fewer passes. On a CPU a draft "
                 "model's token costs a good part of a target step, so prompt lookup (free drafts) pays most on text "
                 "that repeats the prompt (code, extraction, quoting); a draft model pays more on a GPU, where the wider "
@@ -144,9 +143,8 @@ def _k(state: PlaygroundState) -> int:
 def why_html(state: PlaygroundState) -> str:
     """The "why this speedup?" card of the run (and its target-only run, once there is one)."""
     stats = state.visible_stats()  # a latest step not committed yet is not told
-    note = ""
-    if state.settings is not None and runs.prefix_of(state.settings.proposer) == "early-exit":
-        note = f'<p class="sv-why-note sv-muted">{EARLY_NOTE}</p>'
+    said = runs.card_note(runs.prefix_of(state.settings.proposer)) if state.settings is not None else ""
+    note = f'<p class="sv-why-note sv-muted">{html.escape(said)}</p>' if said else ""
     if stats is None or not state.visible_steps():
         return ('<div class="sv-why sv-why-unknown" data-verdict="none"><div class="sv-why-head">Why this speedup?'
                 '</div><p class="sv-muted">Run some steps, then “Run target-only”: this card explains the speedup '

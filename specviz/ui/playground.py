@@ -334,27 +334,31 @@ def on_load_trace(state: PlaygroundState, path: Any) -> Frame:
 # -- the settings' controls ----------------------------------------------------------------------
 
 
-DRAFT_INFO = {"draft": "must share the target's tokenizer",  # the draft box's hint, by spec prefix
-              "ngram+draft": "drafts only when the n-gram finds no match; must share the target's tokenizer",
-              "xdraft": "any tokenizer: its text is re-tokenized (q = 1)"}
-
-
 def on_target_change(target: str, proposer: str, draft: str) -> Any:
     """Pair a built-in target with a sensible draft (its own int8 copy; the other family's
-    model for the re-tokenizing proposer), unless the user typed a draft."""
+    model for the re-tokenizing proposer), unless the user typed a draft; the menu offers only
+    the drafts whose tokenizer can serve this target (runs.draft_menu)."""
     new = auto_draft(target, proposer, draft)
-    return gr.update(value=new) if new and new != draft else gr.skip()
+    choices = runs.draft_menu(target, proposer, new or draft)
+    return gr.update(choices=choices, **({"value": new} if new and new != draft else {}))
 
 
 def on_proposer_change(target: str, proposer: str, draft: str) -> tuple[Any, Any, Any]:
-    """The draft, layers and options boxes for a proposer (a spec prefix): shown where it takes them."""
-    new = auto_draft(target, proposer, draft) if proposer in USES_DRAFT_MODEL else None
-    draft_update = gr.update(visible=proposer in USES_DRAFT_MODEL, info=DRAFT_INFO.get(proposer),
+    """The draft, layers and options boxes for a proposer (a spec prefix): shown where it takes them,
+    each hint from the proposer's registry entry (replacing the last proposer's, "" where it has
+    none), the draft menu the drafts its tokenizer rule allows."""
+    uses = proposer in USES_DRAFT_MODEL
+    new = auto_draft(target, proposer, draft) if uses else None
+    hint = runs.box_hint(proposer)
+    draft_update = gr.update(visible=uses, info=hint if uses else "",
+                             choices=runs.draft_menu(target, proposer, new or draft),
                              **({"value": new} if new and new != draft else {}))
     known = proposer in PROPOSERS
-    opts = gr.update(visible=proposer in TAKES_OPTIONS, info=runs.options_hint(proposer) if known else None,
-                     placeholder=runs.options_example(proposer) if known else None)
-    return draft_update, gr.update(visible=proposer in TAKES_LAYERS), opts
+    takes = proposer in TAKES_OPTIONS and known
+    opts = gr.update(visible=proposer in TAKES_OPTIONS, info=runs.options_hint(proposer) if takes else "",
+                     placeholder=runs.options_example(proposer) if takes else "")
+    layers = proposer in TAKES_LAYERS
+    return draft_update, gr.update(visible=layers, **({"info": hint} if layers else {})), opts
 
 
 __all__ = [

@@ -33,10 +33,11 @@ def build_playground(defaults: pg.Defaults | None = None) -> PlaygroundView:
             target = gr.Dropdown(pg.target_choices(d), value=d.target, label="Target model", allow_custom_value=True,
                                  info="built-in, Hugging Face id or local directory", elem_id="sv-target")
             proposer = gr.Radio(list(MENU), value=d.proposer, label="Proposer", elem_id="sv-proposer")  # (label, prefix)
-            draft = gr.Dropdown(pg.draft_choices(d), value=d.draft, label="Draft model", allow_custom_value=True,
-                                info=pg.DRAFT_INFO.get(d.proposer), visible=d.proposer in USES_DRAFT_MODEL,
+            draft = gr.Dropdown(runs.draft_menu(d.target, d.proposer, d.draft), value=d.draft, label="Draft model",
+                                allow_custom_value=True, info=runs.box_hint(d.proposer) if d.proposer in USES_DRAFT_MODEL else "",
+                                visible=d.proposer in USES_DRAFT_MODEL,
                                 elem_id="sv-draft")
-            layers = gr.Number(value=4, label="Early-exit layers", info="the target's first L layers draft",
+            layers = gr.Number(value=4, label="Early-exit layers", info=runs.box_hint(TAKES_LAYERS[0]) if TAKES_LAYERS else "",
                                precision=0, visible=d.proposer in TAKES_LAYERS, elem_id="sv-layers")
             options = gr.Textbox("", label="Proposer options", info=runs.options_hint(d.proposer), max_lines=1,
                                  placeholder=runs.options_example(d.proposer), visible=d.proposer in TAKES_OPTIONS,
