@@ -805,3 +805,28 @@ def test_a_tree_before_decide_shows_its_nodes_not_its_path():
             assert word not in page, (phase, word)
     d = phases.step_phase_html(rec, "decide", 0)
     assert d.count('class="sv-phase-cell') == 1 and 'data-kind="accepted"' in d  # the walk so far, not the path ahead
+
+
+def test_a_tree_steps_text_shows_its_rejected_siblings():
+    """The text view of a tree step strikes through every rejected sibling where it was tried: before
+    the path's node at its depth, and (beside the chain's rejected draft) where the walk stopped."""
+    import re
+    from dataclasses import replace
+
+    from specviz.viz.tokens import rejected_siblings
+    from specviz.viz.tree import chain_view
+
+    rec = tree_step(rejected=True)  # path 0-1, node 5 rejected at depth 3 (the chain's rejected draft)
+    tree = list(rec.tree)
+    for i in (7, 6, 2):  # 7: a root child rejected before 0; 6: a child of 0 rejected before 1; 2: beside 5
+        tree[i] = replace(tree[i], verdict="rejected", u=0.9)
+    rec = chain_view(replace(rec, tree=tuple(tree)))
+    sib = rejected_siblings(rec)
+    assert {j: [nd.index for nd in nds] for j, nds in sib.items()} == {0: [7], 1: [6], 2: [2]}
+    html_ = viz.tokens_html("", [rec], selected_step=rec.index)
+    struck = re.findall(r'class="tok tok-rejected"[^>]*>([^<]*)<', html_)
+    assert sorted(struck) == ["n2", "n5", "n6", "n7"]  # the chain's rejected draft and the three siblings, once each
+    order = re.findall(r'class="tok tok-(\w+)"[^>]*>([^<]*)<', html_)
+    assert [t for _k, t in order] == ["n7", "n0", "n6", "n1", "n5", "n2", "Z"]  # each where it was tried
+    assert html_.count('class="sv-sibling"') == 3 and "a sibling" in html_
+    assert rejected_siblings(tree_step()) == {} and rejected_siblings(_step(0, [], 0)) == {}  # none / a chain

@@ -17,7 +17,7 @@ import html
 import unicodedata
 from typing import Sequence
 
-from ..core.records import DraftDecision, Stats, StepRecord
+from ..core.records import DraftDecision, Stats, StepRecord, TreeNode
 from ..core.stepwords import StepCounts, run_counts, step_counts
 from .labels import token_label
 from .numbers import Reveal, decision_cell, decision_line, draft_columns, fmt_prob, ratio_note, rule_of
@@ -148,19 +148,57 @@ def _hidden_step_html(record: StepRecord, selected: bool, shown: Reveal) -> str:
     return f'<span class="{cls}" data-step="{record.index}">{"".join(parts)}</span>'
 
 
+def rejected_siblings(record: StepRecord) -> dict[int, list[TreeNode]]:
+    """A tree step's rejected nodes that its chain view leaves out, by the path position they were
+    tried at (0-based): at each depth the siblings tried and rejected before the path's node was
+    accepted, and where the walk stopped every rejected child but the one the chain view shows as
+    its rejected draft. A chain step: {}."""
+    if not record.tree:
+        return {}
+    path = list(record.accepted_path)
+    parent_at = [-1] + path  # the node whose children were tried at position j
+    stop = record.drafts[len(path)] if len(record.drafts) > len(path) else None  # the chain view's rejected draft
+    out: dict[int, list[TreeNode]] = {}
+    for j, parent in enumerate(parent_at):
+        tried = [nd for nd in record.tree if nd.parent == parent and nd.verdict == "rejected"]
+        if j == len(path) and stop is not None:
+            same = next((nd for nd in tried if nd.token_id == stop.token_id), None)
+            tried = [nd for nd in tried if nd is not same]
+        out[j] = tried
+    return {j: nds for j, nds in out.items() if nds}
+
+
+def _sibling_tip(record: StepRecord, nd: TreeNode) -> str:
+    return "\n".join([
+        f"step {record.index + 1} · tree node {nd.index + 1}, depth {nd.depth} · ✗ rejected (a sibling, tried before the "
+        "token after it)",
+        f"token {token_label(nd.text)!r}  (id {nd.token_id})",
+        f"p = {_fmt(nd.p)}   q = {_fmt(nd.q)}   min(1, r/q) = {_fmt(nd.ratio)}   u = {_fmt(nd.u)}",
+    ])
+
+
+def _siblings_html(record: StepRecord, nodes: Sequence[TreeNode], pos: int) -> list[str]:
+    return [f'<span class="sv-sibling">{_span("rejected", nd.text, record.index, pos, _sibling_tip(record, nd))}</span>'
+            for nd in nodes]
+
+
 def _step_html(record: StepRecord, selected: bool, shown: Reveal | None = None) -> str:
     if shown is not None:
         return _hidden_step_html(record, selected, shown)
     greedy = is_greedy(record)
     n, c = record.n_accepted, record.n_committed
+    siblings = rejected_siblings(record)  # a tree: the rejected siblings, struck through where they were tried
     parts: list[str] = []
     # 1. the accepted prefix (only what was committed: EOS / max tokens may cut it)
     for d in record.drafts[: min(n, c)]:
+        parts += _siblings_html(record, siblings.get(d.position, ()), d.position)
         parts.append(_span("accepted", d.text, record.index, d.position, _draft_tip(record, d, greedy)))
     # 2. the rejected draft and the discarded ones after it, struck through in place
     if n < record.k and c > n:
         for d in record.drafts[n:]:
             parts.append(_span(d.verdict, d.text, record.index, d.position, _draft_tip(record, d, greedy)))
+    if c > n:
+        parts += _siblings_html(record, siblings.get(n, ()), n)
     # 3. the correction / bonus / target token, if it was committed
     if c > n:
         parts.append(_span(record.next_kind, record.next_token_text, record.index, n, _next_tip(record, greedy)))
@@ -178,7 +216,8 @@ def tokens_html(
     shown: Reveal | None = None,
 ) -> str:
     """The prompt (muted) and every committed token coloured by how it got there, with the
-    rejected drafts of each step struck through right after that step's accepted prefix.
+    rejected drafts of each step struck through right after that step's accepted prefix (a tree
+    step: every rejected sibling too, struck through before the token accepted in its place).
     ``shown``: the selected step (else the last) at a phase before its commit: only what is known."""
     prompt = prompt_text if len(prompt_text) <= max_prompt_chars else "…" + prompt_text[-max_prompt_chars:]
     prompt_html = html.escape(prompt).replace("\n", '<span class="ws">↵</span>\n')
