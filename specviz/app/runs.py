@@ -247,6 +247,35 @@ def specs_for_target(target: str, specs: Sequence[str]) -> list[str]:
     return out
 
 
+@dataclass(frozen=True)
+class SavedAdvice:
+    """The advisor's saved pick for a target on this machine, and whether a chosen configuration is it."""
+
+    target: str
+    spec: str  # the pick's proposer spec ("none": nothing pays here)
+    k: int
+    speedup: float  # predicted (the decode loop: prefill left out)
+    tau: float
+    machine: str
+    saved: str
+    matches: bool  # the chosen proposer spec and k are the pick (or the proposer is auto)
+
+
+def saved_advice(target: str, spec: str, k: int) -> SavedAdvice | None:
+    """The advisor's saved pick for ``target`` (specviz advise, the Advisor panel) beside the chosen
+    spec and k; None when no pick is saved for it. Reads one small file, loads nothing."""
+    from ..proposers.advised import advised_pick
+
+    try:
+        pick = advised_pick(target)
+    except ValueError:
+        return None
+    chosen = (spec or "").strip()
+    matches = chosen.partition(":")[0] == "auto" or (chosen == pick.spec and int(k) == pick.k)
+    return SavedAdvice(target=pick.target, spec=pick.spec, k=pick.k, speedup=pick.speedup, tau=pick.tau,
+                       machine=pick.machine, saved=pick.saved, matches=matches)
+
+
 def bench_proposer_choices(defaults: Sequence[str], targets: Sequence[str]) -> list[str]:
     """The Benchmark tab's proposer menu: the defaults, then every kind for the listed targets."""
     from ..models import HUB_PAIRS
@@ -506,6 +535,6 @@ def trace_settings(header: dict[str, Any]) -> dict[str, Any]:
 __all__: Sequence[str] = [
     "CROSS_PAIRS", "Defaults", "MENU", "TAKES_OPTIONS", "Tour", "TOURS", "options_hint", "tour_settings", "PAIRS", "TAKES_LAYERS", "USES_DRAFT_MODEL", "auto_draft", "bench_proposer_choices",
     "box_hint", "card_note", "build_decoder", "build_proposers", "check_options", "default_draft", "draft_choices", "draft_menu",
-    "specs_for_target", "tokenizer_family", "example_prompts", "is_target_only", "label_of", "menu_prefix",
+    "SavedAdvice", "saved_advice", "specs_for_target", "tokenizer_family", "example_prompts", "is_target_only", "label_of", "menu_prefix",
     "prefix_of", "proposer_hint", "spec_for", "target_choices", "trace_settings",
 ]

@@ -25,7 +25,7 @@ from ..viz.race import race_figure, race_html
 from ..viz.styles import keys_help_html
 from ..viz.tree import chain_view, tree_figure, tree_mask_figure
 from .state import PlaygroundState
-from .whatif_view import whatif_outputs
+from .whatif_view import advice_outputs, whatif_outputs
 
 # Play speed: the menu's label -> the pause between steps in seconds
 SPEEDS = {"as fast as it runs": 0.0, "2 steps/s": 0.5, "1 step/s": 1.0, "1 step / 3 s": 3.0}
@@ -55,6 +55,7 @@ class LessonView:
     whatif_c: gr.Slider
     whatif_plot: gr.Plot
     whatif_note: gr.HTML
+    advice: gr.HTML  # the advisor's saved prediction for the chosen configuration (specviz.ui.whatif_view)
 
     def named(self) -> dict[str, Any]:
         """{output name: component}."""
@@ -201,6 +202,7 @@ def render_lesson(state: PlaygroundState, *, run: bool, inspector: bool, chart: 
         out.update(whatif_outputs(state))
     if run or baseline:
         out["why"] = why_html(state)
+        out.update(advice_outputs(state))
         out.update(_race(state))
     if inspector:
         out["phase"] = phase_html(state)

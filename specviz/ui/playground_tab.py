@@ -79,6 +79,7 @@ def build_playground(defaults: pg.Defaults | None = None) -> PlaygroundView:
                              elem_id="sv-status")
             metrics = gr.HTML(viz.metrics_html(None), elem_id="sv-metrics")
             why, race_box, race_plot, race = lesson_view.build_why()
+            advice = whatif_view.build_advice(d.target, d.proposer, d.draft, d.k)
             gr.HTML(viz.legend_html(), elem_id="sv-legend")
             tokens = gr.HTML(viz.tokens_html(d.prompt, []), elem_id="sv-tokens", elem_classes=["sv-pickable"],
                              js_on_load=TOKENS_JS)
@@ -115,7 +116,7 @@ def build_playground(defaults: pg.Defaults | None = None) -> PlaygroundView:
     view = PlaygroundView(state, controls, status, tokens, metrics, baseline, step_slider, position, summary, table,
                           topk, acceptance, timeline, tps, download,
                           lesson_view.LessonView(why, race_box, race_plot, race, phase, tree_row, tree, mask,
-                                                 guess, guess_accept, guess_reject, **whatif))
+                                                 guess, guess_accept, guess_reject, **whatif, advice=advice))
     outs, named = view.outputs, view.named()
     engine = dict(concurrency_id="specviz-engine", concurrency_limit=engine_concurrency(), show_progress="hidden")
     fast = dict(concurrency_limit=None, show_progress="hidden")

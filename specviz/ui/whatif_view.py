@@ -1,5 +1,7 @@
 """The playground's what-if panel: the run you just watched on the theory's speedup curve over k,
-with sliders for a, k and c (its pictures and words: :mod:`specviz.viz.whatif`).
+with sliders for a, k and c (its pictures and words: :mod:`specviz.viz.whatif`); and the advisor's
+saved prediction for the chosen configuration, shown as the controls change (before Play) and
+beside the measured speedup once a target-only run has finished.
 
 The sliders follow the run (each redraw of the run plots seeds them from its own a, k, c) until the
 user moves one; then they stay where the user put them (``PlaygroundState.whatif``) until
@@ -13,7 +15,8 @@ from typing import Any
 
 import gradio as gr
 
-from ..viz.whatif import WHATIF_MAX_K, RunPoint, run_point, whatif_figure, whatif_html
+from ..app import runs
+from ..viz.whatif import WHATIF_MAX_K, RunPoint, advice_html, run_point, whatif_figure, whatif_html
 from .handlers import by_name, plot
 from .state import PlaygroundState
 
@@ -61,6 +64,40 @@ def on_whatif_reset(state: PlaygroundState) -> dict[str, Any]:
         return whatif_outputs(state)
 
 
+def measured_speedup(state: PlaygroundState) -> float | None:
+    """This run's speedup over its finished target-only run (tokens/s over tokens/s), else None."""
+    stats, base = state.visible_stats(), state.comparable_baseline()
+    if stats is None or base is None or not base.tokens_per_s:
+        return None
+    return stats.tokens_per_s / base.tokens_per_s
+
+
+def advice_outputs(state: PlaygroundState) -> dict[str, Any]:
+    """The advisor's note for the run's own configuration (nothing before a run: the controls set it)."""
+    s = state.settings
+    if s is None:
+        return {}
+    return {"advice": advice_html(runs.saved_advice(s.target, s.proposer, s.k), measured_speedup(state))}
+
+
+def on_advice(target: Any, proposer: Any, draft: Any, k: Any, layers: Any, options: Any) -> str:
+    """The controls changed (before Play): the advisor's saved prediction for what they show."""
+    try:
+        spec = runs.spec_for(str(proposer), draft or None, int(layers) if layers not in (None, "") else None, options or "")
+    except (KeyError, TypeError, ValueError):
+        spec = str(proposer or "")
+    try:
+        kk = int(k)
+    except (TypeError, ValueError):
+        kk = 0
+    return advice_html(runs.saved_advice(str(target or "").strip(), spec, kk))
+
+
+def build_advice(target: str, proposer: str, draft: str, k: int) -> gr.HTML:
+    """The advisor's note (under the speedup card), filled for the starting controls."""
+    return gr.HTML(on_advice(target, proposer, draft, k, 4, ""), elem_id="sv-advice")
+
+
 def build_whatif() -> tuple[dict[str, Any], gr.Button]:
     """The panel (an accordion): {output name: component} and its "this run's values" button."""
     with gr.Accordion("What if? This run on the theory's speedup curve", open=True, elem_id="sv-whatif-box"):
@@ -85,3 +122,7 @@ def wire(view, again: gr.Button) -> None:
     for s in sliders:
         s.input(by_name(on_whatif, named), [view.state, *sliders], view.outputs, trigger_mode="always_last", **fast)
     again.click(by_name(on_whatif_reset, named), [view.state], view.outputs, **fast)
+    c = view.controls
+    inputs = [c["target"], c["proposer"], c["draft"], c["k"], c["layers"], c["options"]]
+    for control in inputs:
+        control.change(on_advice, inputs, [named["advice"]], queue=False, show_progress="hidden")

@@ -27,7 +27,7 @@ from .explain import drafted_fraction, run_costs
 from .figures import LEGEND_BELOW, MARGIN_BELOW, _spec, _with_spec, empty_figure
 from .theme import COLORS
 
-__all__ = ["RunPoint", "run_point", "whatif_curve", "whatif_figure", "whatif_html", "WHATIF_MAX_K"]
+__all__ = ["RunPoint", "advice_html", "run_point", "whatif_curve", "whatif_figure", "whatif_html", "WHATIF_MAX_K"]
 
 WHATIF_MAX_K = LEARN_CURVE_MAX_K  # the curve's (and the k slider's) range: k = 1..this
 
@@ -143,3 +143,28 @@ def whatif_html(run: RunPoint | None, a: float, k: int, c: float) -> str:
     return (f'<div class="sv-whatif" data-ready="1" data-predicted="{now:.4f}"><b>At a = {a:.2f}, k = {int(k)}, '
             f"c = {c:.2f}: {now:.2f}×</b> predicted ({html.escape(own)}). <span class=\"sv-muted\">i.i.d. acceptance; "
             f"{html.escape(how)}.{tree}</span></div>")
+
+
+def advice_html(advice, measured: float | None = None) -> str:
+    """The advisor's saved prediction for the chosen configuration, before a run, and beside the
+    measured speedup after (``advice``: a :class:`specviz.app.runs.SavedAdvice` or None; ``measured``:
+    this run's speedup over its target-only run). No saved advice: one line saying how to get one."""
+    if advice is None:
+        return ('<div class="sv-advice sv-muted" data-advice="none">No advisor prediction is saved for this target on '
+                'this machine: the Benchmark tab\'s Advisor (or <code>specviz advise</code>) predicts every '
+                'configuration\'s speedup before it runs.</div>')
+    when = f", saved {html.escape(advice.saved)}" if advice.saved else ""
+    where = f" on {html.escape(advice.machine)}" if advice.machine else " on this machine"
+    pick = f"{html.escape(advice.spec)} k = {advice.k}"
+    if not advice.matches:
+        return (f'<div class="sv-advice sv-muted" data-advice="other">The advisor\'s pick for this target{where} is {pick} '
+                f'(predicted {advice.speedup:.2f}×{when}); it saved no prediction for the configuration chosen here.</div>')
+    head = (f"The advisor predicted <b>{advice.speedup:.2f}×</b> (τ {advice.tau:.2f}) for {pick}{where}{when}, "
+            "the decode loop without the prefill.")
+    if measured is None:
+        return (f'<div class="sv-advice" data-advice="predicted" data-predicted="{advice.speedup:.3f}">{head} '
+                "Play, then Run target-only, to measure it.</div>")
+    gap = measured / advice.speedup - 1 if advice.speedup > 0 else 0.0
+    return (f'<div class="sv-advice" data-advice="compared" data-predicted="{advice.speedup:.3f}" '
+            f'data-measured="{measured:.3f}">{head} Measured here: <b>{measured:.2f}×</b> ({gap:+.0%} against the '
+            "prediction; this run's speedup includes its prefill).</div>")
