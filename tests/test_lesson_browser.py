@@ -157,10 +157,14 @@ def test_phone_width_nothing_wider_than_the_screen(browser, app_url):
     page.wait_for_function(MOMENTS["speedup"])
     assert page.evaluate("document.documentElement.scrollWidth") <= 390
     assert page.evaluate(_TOO_WIDE, 390) == []
+    page.wait_for_timeout(1500)  # the charts' second frame
+    assert [c for c in page.evaluate(_TITLE_OVER_LEGEND) if c[1]] == []  # the race, what-if, run plots
     page.click("#sv-tour-tree")
     page.wait_for_function(MOMENTS["tree"])
     assert page.evaluate("document.documentElement.scrollWidth") <= 390
     assert page.evaluate(_TOO_WIDE, 390) == []
+    page.wait_for_timeout(1500)
+    assert [c for c in page.evaluate(_TITLE_OVER_LEGEND) if c[1]] == []  # the tree and its mask too
     # the check can fail: a 600 px element in the status line is reported
     page.evaluate("document.querySelector('#sv-status').insertAdjacentHTML('beforeend', "
                   "'<div id=\"sv-probe\" style=\"width:600px;height:4px\"></div>')")

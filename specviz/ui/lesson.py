@@ -31,7 +31,7 @@ ARRIVALS: dict[str, tuple[str, ...]] = {
     "speedup": ("sv-race-box", "sv-why"),
     "rejection": ("sv-phase", "sv-nav", "sv-draft-table"),
     "no-pay": ("sv-why",),
-    "tree": ("sv-tree-row",),
+    "tree": ("sv-tree", "sv-tree-mask"),  # the tree; its mask beside it (under it on a phone) where it fits
 }
 # What a tour says when it has arrived, after "Tour: step N shows <moment>." (the controls it names
 # are in ARRIVALS: the rejection tour's nav row sits right above its decide phase; the tree sits

@@ -16,7 +16,7 @@ import plotly.graph_objects as go
 
 from ..core.records import StepRecord, TreeNode
 from ..core.stepwords import step_counts
-from .figures import _figure, empty_figure
+from .figures import LEGEND_BELOW, MARGIN_BELOW, _figure, empty_figure
 from .numbers import Reveal
 from .theme import COLORS
 from .tokens import token_label, tree_rate_note
@@ -71,7 +71,7 @@ def _tree_frame(pos: dict[int, tuple[float, float]], last_depth: int) -> dict:
     bonus / correction hanging off the path), leaf rows top to bottom with room for the labels."""
     rows = max(y for _, y in pos.values())
     return dict(height=max(260, int(ROW_PX * (rows + 1 + LABEL_ROOM)) + 112),
-                xaxis=dict(title="depth", dtick=1, range=[-0.6, last_depth + 0.5]),
+                xaxis=dict(title=dict(text="depth"), dtick=1, range=[-0.6, last_depth + 0.5]),
                 yaxis=dict(visible=False, range=[rows + 0.5, -LABEL_ROOM]))
 
 
@@ -183,7 +183,9 @@ def tree_figure(record: StepRecord, title: str | None = None, shown: Reveal | No
         hovertext=[f"<b>{html.escape(token_label(record.next_token_text))}</b>: {kind} token, p = {record.next_p:.3g}{residual}"],
         hoverinfo="text",
     ))
-    return _figure(traces, title, **_tree_frame(pos, max(max(nd.depth for nd in nodes), int(lx) + 1)))
+    frame = _tree_frame(pos, max(max(nd.depth for nd in nodes), int(lx) + 1))
+    frame["height"] += MARGIN_BELOW - 48  # the legend under the depth axis (a phone wraps it onto two rows)
+    return _figure(traces, title, legend=LEGEND_BELOW, margin=dict(b=MARGIN_BELOW), **frame)
 
 
 def tree_mask(record: StepRecord) -> list[list[bool]]:
