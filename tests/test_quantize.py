@@ -133,3 +133,71 @@ def test_gemma_int8_overlaps_its_float_model():
             rows += [forward_logits(q8, torch.tensor([t]), cache, 1)[0] for t in cont]
             values.append(_overlap(torch.stack(rows), p))
     assert sum(values) / len(values) >= 0.8, values
+
+
+def test_no_deprecated_kernels_and_no_warnings(outlier_model, tokenizer):
+    """kernel="int_mm": quantizing and running raise no warning at all (no quantized tensors, no
+    packed params)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        q8 = quantize_int8(copy.deepcopy(outlier_model), tokenizer, Int8Options(kernel="int_mm"))
+        with torch.inference_mode():
+            q8(input_ids=torch.tensor([[1, 5, 9, 12]]))
+    assert not any(t.is_quantized for t in q8.buffers()) and not any(hasattr(m, "_packed_params") for m in q8.modules())
+
+
+def test_one_traced_graph_serves_every_width():
+    """Per-token scales for all rows at once: a graph traced at one width gives every other width
+    exactly what the layer gives (the static decode step traces its body once for all widths)."""
+    lin = _linear()
+    layer = Int8Linear(lin, torch.rand(64) + 0.5, Int8Options()).eval()
+    assert layer.any_width
+    with torch.inference_mode(), warnings.catch_warnings():
+        warnings.filterwarnings("ignore", r"`torch\.jit\.trace(_method)?` is deprecated", DeprecationWarning)
+        traced = torch.jit.trace(layer, (torch.randn(3, 64),), check_trace=False)
+        for rows in range(1, 10):
+            x = _outlier_input(rows, seed=rows)
+            assert torch.equal(traced(x), layer(x))
+
+
+class _HeadOnly(torch.nn.Module):
+    """A model that is just an int8 output head of ``vocab`` x 64 (for speed_up_int8_head)."""
+
+    def __init__(self, vocab: int):
+        super().__init__()
+        torch.manual_seed(2)
+        self.head = Int8Linear(torch.nn.Linear(64, vocab, bias=False), None, Int8Options(smooth_alpha=None))
+
+    def get_output_embeddings(self):
+        return self.head
+
+
+def test_int8_head_takes_onednn_where_it_measures_faster_and_caches_the_choice(tmp_path):
+    from specviz.runtime import cpu
+    from specviz.runtime.quantize import int8_head_report, onednn_exact, speed_up_int8_head
+
+    if not torch.backends.mkldnn.is_available() or not onednn_exact():
+        pytest.skip("no exact oneDNN int8 linear on this CPU")
+    calls = []
+
+    def timer(weight, rows):  # (_int_mm s, oneDNN s): oneDNN faster at 1-3 rows only
+        calls.append(rows)
+        return (1.0, 0.5) if rows <= 3 else (1.0, 1.2)
+
+    model = _HeadOnly(cpu.MIN_HEAD_ELEMENTS // 64 + 1)
+    assert speed_up_int8_head(model, tmp_path, time_width=timer) and calls == list(range(1, cpu.MEASURED_ROWS + 1))
+    head = model.head
+    assert [head.kernel(r) for r in (1, 3, 4, 9, 40)] == ["oneDNN", "oneDNN", "_int_mm", "_int_mm", "_int_mm"]
+    x = _outlier_input(3, seed=3)
+    with torch.inference_mode():
+        fast = head(x)  # oneDNN at 3 rows
+        head.onednn_at = (False,)
+        plain = head(x)  # _int_mm
+    torch.testing.assert_close(fast, plain, rtol=1e-5, atol=1e-5)  # the same integers, float rounding only
+    report = int8_head_report(model)
+    assert report["kernels"] == ["_int_mm", "oneDNN"] and report["by_rows"][0]["kernel"] == "oneDNN"
+    again = _HeadOnly(cpu.MIN_HEAD_ELEMENTS // 64 + 1)
+    assert speed_up_int8_head(again, tmp_path, time_width=lambda w, r: pytest.fail("measured twice"))
+    assert int8_head_report(again)["cached"] and copy.deepcopy(again).head._packed is None
+    small = _HeadOnly(1000)  # nothing to gain: not measured
+    assert not speed_up_int8_head(small, tmp_path, time_width=timer) and int8_head_report(small) is None

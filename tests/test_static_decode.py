@@ -163,27 +163,38 @@ def test_target_steps_run_on_it_and_stay_exact(tiny_target, gemma, monkeypatch):
 
 
 @torch.no_grad()
-def test_an_int8_body_traces_too(gemma, monkeypatch):
-    """A dynamic-int8 copy (per-token activation scales: a Python loop over rows, which a trace
-    unrolls) is fed one token at a time through its one-token graph, and scores a tree through a
-    graph of the tree's width: the same distributions as its transformers forward at every width."""
+def test_an_int8_body_traces_once_for_every_width(gemma, monkeypatch):
+    """An int_mm int8 copy (per-token activation scales computed for all rows at once, q/k/v and
+    gate/up fused, torch._int_mm) is traced once: that one graph feeds a chain's tokens several at
+    a time and scores a tree, with the same distributions as its transformers forward."""
     monkeypatch.setenv("SPECVIZ_STATIC_DECODE", "trace")
-    static = int8_matches(gemma.model)
+    static = int8_matches(gemma.model, "int_mm")
+    assert static.decoder.runner == "trace" and set(static.decoder._steps) == {None}  # one graph, every width
+    assert len(static.decoder.body.fused) == 2 * len(gemma.model.model.layers)
+
+
+@torch.no_grad()
+def test_a_packed_int8_body_traces_per_width(gemma, monkeypatch):
+    """The packed kernel's per-token scales loop over rows in Python, which a trace unrolls: its
+    chain feeds go a token at a time through the one-token graph, a tree through a graph of its
+    width, with the same distributions as its transformers forward."""
+    monkeypatch.setenv("SPECVIZ_STATIC_DECODE", "trace")
+    static = int8_matches(gemma.model, "packed")
     assert set(static.decoder._steps) == {1, 5}  # the one-token graph and the 5-wide tree's
 
 
 @torch.no_grad()
-def int8_matches(model) -> StaticKV:
+def int8_matches(model, kernel: str = "int_mm") -> StaticKV:
     """An int8 copy of ``model`` on its static step (the runner SPECVIZ_STATIC_DECODE names): the
     prompt, one token, three at once, a 5-wide tree, its path kept and two tokens more give the
     distributions of its transformers forward. -> the static cache."""
     from specviz.runtime.kv import keep_path, score_tree
     from specviz.runtime.quantize import Int8Options, quantize_int8
 
-    q8 = quantize_int8(copy.deepcopy(model), options=Int8Options(smooth_alpha=None))
+    q8 = quantize_int8(copy.deepcopy(model), options=Int8Options(smooth_alpha=None, kernel=kernel))
     ids = [1, 5, 9, 12, 7, 5, 9, 30, 4, 8, 6, 3, 10]
     dynamic, static = new_cache(q8), static_cache(q8)
-    assert not static.decoder.body.any_width
+    assert static.decoder.body.any_width == (kernel == "int_mm")  # int_mm: no loop over rows, one build for every width
 
     def close(a, b):  # int8 rounding may differ, the distribution does not
         for x, y in zip(torch.softmax(a, -1), torch.softmax(b, -1)):
@@ -288,9 +299,9 @@ def tree_matches(model) -> None:
 def test_every_runner_gives_the_transformers_logits(runner, tiny_target, tokenizer, monkeypatch, tmp_path):
     """Each runner, asked for by name, on a tiny Llama and a Gemma 3 with an 8-token sliding window:
     chains of several widths with rollbacks between them and a token tree with its path kept, as
-    the transformers forward, the runner serving every call; and an int8 copy (its chain fed a
-    token at a time, its tree at the tree's width) keeps its distributions, whether the runner serves
-    it or gives way to eager. compile and export build for minutes on two cores: slow."""
+    the transformers forward, the runner serving every call; and an int8 copy (its chain fed
+    several tokens at a time, its tree, one build for every width) keeps its distributions, the
+    runner serving it too. compile and export build for minutes on two cores: slow."""
     monkeypatch.setenv("SPECVIZ_STATIC_DECODE", runner)
     monkeypatch.setenv("SPECVIZ_CACHE_DIR", str(tmp_path))  # export's packages
     monkeypatch.setattr(static_decode, "MIN_CAPACITY", 16)  # the buffers grow on the way
@@ -300,12 +311,12 @@ def test_every_runner_gives_the_transformers_logits(runner, tiny_target, tokeniz
         cache = chains_match(model)
         tree_matches(model)
         assert cache.decoder.runner == runner
-    static = int8_matches(gemma)
+    static = int8_matches(gemma)  # the int_mm kernel
     assert static.decoder.runner in (runner, "eager")
     if runner == "export":  # one package per body shape, its weights left out: built once, then loaded
         from specviz.runtime import runners
 
-        assert len(list((tmp_path / "static_decode").glob("*.pt2"))) == 2
+        assert len(list((tmp_path / "static_decode").glob("*.pt2"))) == 3  # Llama, Gemma, Gemma's int8 copy
         twin = perturbed(tiny_target.model, 0.1, seed=4)  # other weights, the same shapes
         chains_match(twin, widths=(1, 5))
         assert runners._built[-1].note.startswith("loaded")

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from ..runtime.quantize import Int8Linear
 from .device import _text_config
 
 if TYPE_CHECKING:
@@ -42,13 +43,17 @@ class LoadedModel:
         head = self.model.get_output_embeddings()
         tied = bool(getattr(_text_config(self.model.config), "tie_word_embeddings", False))
         for module in self.model.modules():
-            # A dynamic-quantized Linear keeps its weight packed, out of parameters().
+            # An int8 Linear keeps its weight out of parameters(): packed (PackedInt8Linear, torch's
+            # dynamic-quantized Linear) or as buffers (Int8Linear).
             if hasattr(module, "_packed_params") and callable(getattr(module, "weight", None)):
-                if tied and module is head:  # int8 copy of the tied embeddings: count them once
-                    continue
-                total += module.weight().numel()
-                bias = module.bias()
-                total += bias.numel() if bias is not None else 0
+                weight, bias = module.weight(), module.bias()
+            elif isinstance(module, Int8Linear):
+                weight, bias = module.qweight, module.bias
+            else:
+                continue
+            if tied and module is head:  # int8 copy of the tied embeddings: count them once
+                continue
+            total += weight.numel() + (bias.numel() if bias is not None else 0)
         return int(total)
 
     def __repr__(self) -> str:

@@ -209,7 +209,7 @@ def _float_rows(model: torch.nn.Module, head: torch.nn.Module) -> Callable[[torc
 
     def int8_rows(ids: torch.Tensor) -> torch.Tensor:  # an untied Int8Linear head: dequantize on first use
         if "w" not in cache:
-            cache["w"] = head.weight().dequantize() * (head.inv_smooth[None, :] if head.inv_smooth is not None else 1.0)
+            cache["w"] = head.dequantized()  # [V, d]
         return cache["w"][ids]
 
     return int8_rows

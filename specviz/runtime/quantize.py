@@ -1,39 +1,65 @@
-"""A faithful int8 copy of a float32 model for CPU self-drafting.
+"""A faithful int8 copy of a float32 model for CPU self-drafting, on maintained int8 kernels.
 
 ``torch.ao.quantization.quantize_dynamic`` alone (per-tensor int8 weights, one activation scale
 for the whole input batch) puts gemma-3-270m's next-token distribution far from its float
 original: Gemma's hidden states carry a few channels hundreds of times larger than the rest, and
 a batched prefill shares one scale with the huge first-token (attention-sink) rows. This module
-keeps the same fast int8 GEMM kernels (``torch.ops.quantized.linear_dynamic``) and fixes the
-inputs they see (``python benchmarks/int8_quality.py`` measures every option):
+fixes the inputs the int8 products see (``python benchmarks/int8_quality.py`` measures every
+option):
 
-- per-output-channel weight scales (``per_channel``);
-- one activation scale per token (``per_token``): a multi-row input is quantized row by row;
+- per-output-channel symmetric weight scales (``per_channel``);
+- one symmetric activation scale per token (``per_token``), computed for every row at once (a
+  few tensor ops, no loop over rows, so a traced or exported graph serves every width);
 - SmoothQuant (Xiao et al., 2023) outlier migration (``smooth_alpha``): per input channel j,
   s_j = max|X_j|^alpha / max|W_:,j|^(1 - alpha) measured on calibration text; the layer computes
   (x / s) @ (W * s)^T, the same product with the activation outliers moved into the weights;
-- full 8-bit activations where the CPU's kernel does not saturate (VNNI; :func:`kernel_saturates`
-  measures it), instead of the 7 bits ``quantize_dynamic`` uses everywhere;
+- full 8-bit activations (the int32 accumulation is exact), or 7 bits (``reduce_range``);
 - optionally some layers left in float (``keep_float``: name suffixes, e.g. ``"down_proj"``).
+
+Two kernels (``Int8Options.kernel``):
+
+- ``"packed"`` (the default, :class:`PackedInt8Linear`): ``torch.ops.quantized.linear_dynamic`` on
+  packed quantized weights, asymmetric 8-bit activations per token, a Python loop over rows (so
+  the static decode step traces a graph per width). PyTorch deprecates quantized tensors; this
+  stays the default only while it measures faster (docs/benchmarks.md: on an AMD EPYC Zen 4 the
+  ``int_mm`` body took 1.5x its time at one token, 1.07x at nine).
+- ``"int_mm"`` (:class:`Int8Linear`): ``torch._int_mm`` (int8 x int8 -> int32; oneDNN's VNNI
+  kernel where the CPU has it, an exact integer GEMM elsewhere) on plain int8 tensors with the
+  scales applied after it, as torchao's CPU int8 path does: no quantized tensors, no warnings,
+  symmetric activations, every row at once, so one graph serves every width; the projections
+  that read one input (q/k/v, gate/up) share one smoothing and are stored as one fused layer
+  whose rows they view, so the static step quantizes that input once and multiplies once. A large
+  output head (gemma's 262,144 rows) can also run on oneDNN's int8 linear with its weight
+  prepacked once (``torch.ops.onednn.qlinear_pointwise``, the kernel PyTorch's x86 Inductor
+  quantization lowers to): ``_int_mm`` reorders the whole weight on every call, about 1.6x at one
+  row. :func:`speed_up_int8_head` times both on the model's own head at rows 1 to
+  ``cpu.MEASURED_ROWS`` and keeps the faster per width (cached per machine like the float head's
+  choice, :mod:`specviz.runtime.cpu`); both give the same integers (float rounding ~1e-6).
 
 Calibration text is the bundled Spec-Bench dev prompts (offline, deterministic).
 
 Measured on gemma-3-270m (12 held-out prompts x 5 positions after a batched prefill / 4 prompts
-fed token by token; mean next-token overlap with float32): quantize_dynamic as before 0.77 / 0.81;
-per-channel 0.80 / 0.84; + per-token 0.88 / 0.84; + 8-bit 0.93 / 0.92; + smoothing (alpha 0.5),
-the default here, 0.95 / 0.94. Leaving ``down_proj`` in float reaches 0.97 / 0.97 for ~70 MB
-more weights read per token; leaving the LM head in float gains only 0.005.
+fed token by token; mean next-token overlap with float32), on the earlier asymmetric-activation
+kernel: quantize_dynamic as before 0.77 / 0.81; per-channel 0.80 / 0.84; + per-token 0.88 / 0.84;
++ 8-bit 0.93 / 0.92; + smoothing (alpha 0.5), the default here, 0.95 / 0.94. Leaving
+``down_proj`` in float reaches 0.97 / 0.97 for ~70 MB more weights read per token; leaving the LM
+head in float gains only 0.005. The int_mm kernel's symmetric activations: docs/benchmarks.md.
 """
 
 from __future__ import annotations
 
 import warnings
+import weakref
 from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import torch
 
-QUANTIZED_KERNEL = "torch.ops.quantized.linear_dynamic"
-# torch's UserWarning (recent releases) on creating a quantized tensor; the kernels stay supported
+KERNELS = ("packed", "int_mm")  # Int8Options.kernel: PackedInt8Linear, Int8Linear
+HEAD_KERNELS = ("_int_mm", "oneDNN")  # the int_mm head's two kernels (speed_up_int8_head)
+# torch's UserWarning (recent releases) on creating a quantized tensor (the packed kernel)
 _QUANTIZED_DEPRECATED = r"torch\.quantize_per_tensor, torch\.quantize_per_channel and other quantized tensor creation"
 
 
@@ -45,21 +71,164 @@ class Int8Options:
     per_token: bool = True  # one activation scale per input row (else one per call)
     smooth_alpha: float | None = 0.5  # SmoothQuant migration strength; None: no smoothing
     keep_float: tuple[str, ...] = ()  # Linear layers whose qualified name ends with one of these stay float
-    reduce_range: bool | None = None  # 7-bit activations; None: 8 bits unless this CPU's kernel saturates
+    reduce_range: bool | None = None  # 7-bit activations; None: 8 bits unless the packed kernel saturates here
     calibration_prompts: int = 8  # bundled prompts run through the float model for smoothing
+    kernel: str = "packed"  # "packed" (torch.ops.quantized, deprecated upstream) or "int_mm" (maintained)
 
     def __post_init__(self):
+        if self.kernel not in KERNELS:
+            raise ValueError(f"kernel must be one of {', '.join(KERNELS)}, not {self.kernel!r}")
         if self.smooth_alpha is not None and not 0.0 <= self.smooth_alpha <= 1.0:
             raise ValueError(f"smooth_alpha must lie in [0, 1] or be None, not {self.smooth_alpha}")
         if self.calibration_prompts < 1:
             raise ValueError(f"calibration_prompts must be at least 1, not {self.calibration_prompts}")
 
 
+def quantize_weight(weight: torch.Tensor, per_channel: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """Symmetric int8 ``weight`` [out, in] -> (int8 [out, in], float32 scale [out]: one per row,
+    or the matrix's one scale repeated)."""
+    w = weight.detach().float()
+    amax = w.abs().amax(dim=1) if per_channel else w.abs().amax().expand(w.shape[0])  # [out]
+    scale = (amax / 127.0).clamp_min(1e-12)  # [out]
+    ints = torch.round(w / scale[:, None]).clamp_(-127, 127).to(torch.int8)  # [out, in]
+    return ints.contiguous(), scale.contiguous()
+
+
+def quantize_rows(x: torch.Tensor, per_token: bool, qmax: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Symmetric dynamic quantization of ``x`` [rows, in] -> (int8 [rows, in], float32 step
+    [rows, 1], or [1, 1] with one scale for the call). Every row at once: no loop, any width."""
+    amax = x.abs().amax(dim=1, keepdim=True) if per_token else x.abs().amax().reshape(1, 1)  # [rows | 1, 1]
+    step = amax.clamp_min(1e-12) / qmax
+    return torch.round(x / step).to(torch.int8), step  # |x / step| <= qmax: no clamp needed
+
+
 class Int8Linear(torch.nn.Module):
-    """y = dynamic_int8(x / s) @ int8(W * s)^T (+ bias): a drop-in for a float ``nn.Linear``."""
+    """y = q(x / s) @ q(W * s)^T (+ bias): a drop-in for a float ``nn.Linear``; q: symmetric int8
+    (per output row for W, per token for x), the product ``torch._int_mm``. Its int8 weight, scales
+    and smoothing are buffers (``qweight`` [out, in], ``scale`` [out], ``inv_smooth`` [in])."""
 
     def __init__(self, linear: torch.nn.Linear, smooth: torch.Tensor | None, options: Int8Options):
         super().__init__()
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        weight = linear.weight.detach().float()  # [out, in]
+        if smooth is not None:
+            weight = weight * smooth[None, :]  # [out, in]
+            self.register_buffer("inv_smooth", (1.0 / smooth).float().contiguous())  # [in]
+        else:
+            self.inv_smooth = None
+        ints, scale = quantize_weight(weight, options.per_channel)
+        self.register_buffer("qweight", ints)  # [out, in] int8
+        self.register_buffer("scale", scale)  # [out] float32
+        if linear.bias is not None:
+            self.register_buffer("bias", linear.bias.detach().float().contiguous())  # [out]
+        else:
+            self.bias = None
+        self.per_token = options.per_token
+        self.qmax = 63.0 if options.reduce_range else 127.0
+        self.onednn_at: tuple[bool, ...] = (False,)  # by rows (the last entry for wider): oneDNN's prepacked kernel
+        self._packed: tuple[torch.Tensor, torch.Tensor] | None = None  # for oneDNN, built on first use
+        self.group: tuple[Int8Linear, ...] = ()  # (the fused layer,) when this one is rows of it (rows())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # [..., in] -> [..., out]
+        lead = x.shape[:-1]
+        x2 = x.reshape(-1, self.in_features).float()  # [rows, in]
+        if self.inv_smooth is not None:
+            x2 = x2 * self.inv_smooth  # [rows, in]
+        xq, step = quantize_rows(x2, self.per_token, self.qmax)  # [rows, in] int8, [rows | 1, 1]
+        if self.onednn_for(x2.shape[0]):  # a Python branch, False for every layer but a measured head
+            y = self._onednn(xq) * step  # [rows, out]
+        else:
+            y = torch._int_mm(xq, self.qweight.t()).float() * step * self.scale  # [rows, out]
+        if self.bias is not None:
+            y = y + self.bias
+        return y.reshape(*lead, self.out_features)
+
+    def _onednn(self, xq: torch.Tensor) -> torch.Tensor:
+        """oneDNN's int8 linear on the prepacked weight: uint8 activations (xq + 128, zero point 128),
+        float32 out with the weight scales applied -> [rows, out] (the row steps still to apply)."""
+        if self._packed is None:
+            self._packed = (prepack(self.qweight), torch.zeros(self.out_features, dtype=torch.long))
+        packed, zeros = self._packed  # the weight in oneDNN's layout, its zero points [out]
+        xu = (xq.to(torch.int16) + 128).to(torch.uint8)  # [rows, in]
+        return torch.ops.onednn.qlinear_pointwise(xu, 1.0, 128, packed, self.scale, zeros, None, 1.0, 0,
+                                                  torch.float32, "none", [], "")
+
+    def onednn_for(self, rows: int) -> bool:
+        """Whether ``rows`` rows run on oneDNN's prepacked kernel (only where a head was measured)."""
+        table = self.onednn_at
+        return any(table) and table[min(rows, len(table) - 1)]
+
+    @property
+    def any_width(self) -> bool:
+        """One graph of this layer serves every width: no kernel switch by rows (every layer but a
+        measured head; the static decode step keeps the head out of its graph anyway)."""
+        return not any(self.onednn_at)
+
+    def kernel(self, rows: int) -> str:
+        """The kernel ``rows`` rows run on."""
+        return HEAD_KERNELS[1] if self.onednn_for(rows) else HEAD_KERNELS[0]
+
+    def __getstate__(self) -> dict:  # copies and pickles leave the prepacked weight out (rebuilt on use)
+        state = super().__getstate__() if hasattr(super(), "__getstate__") else self.__dict__
+        return {**state, "_packed": None}
+
+    def _like(self, qweight: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None) -> "Int8Linear":
+        """A layer with these int8 rows [N, in], scales [N] and bias [N] and this one's smoothing
+        and activation settings (every width on ``_int_mm``)."""
+        new = Int8Linear.__new__(Int8Linear)
+        torch.nn.Module.__init__(new)
+        new.in_features, new.out_features = self.in_features, int(qweight.shape[0])
+        if self.inv_smooth is not None:
+            new.register_buffer("inv_smooth", self.inv_smooth)
+        else:
+            new.inv_smooth = None
+        new.register_buffer("qweight", qweight)  # [N, in]
+        new.register_buffer("scale", scale)  # [N]
+        if bias is not None:
+            new.register_buffer("bias", bias)
+        else:
+            new.bias = None
+        new.per_token, new.qmax = self.per_token, self.qmax
+        new.onednn_at, new._packed, new.group = (False,), None, ()
+        return new.eval()
+
+    def select_rows(self, ids: torch.Tensor) -> "Int8Linear":
+        """A copy keeping output rows ``ids`` [N] only, with exactly the same int8 values and
+        per-row scales (a per-tensor weight keeps its one scale); every width on ``_int_mm``."""
+        return self._like(self.qweight[ids].contiguous(), self.scale[ids].contiguous(),
+                          None if self.bias is None else self.bias[ids].contiguous())
+
+    def rows(self, start: int, stop: int) -> "Int8Linear":
+        """Output rows start..stop-1 as a layer of their own that shares this one's storage (views:
+        no copy), remembering this one as its ``group``."""
+        part = self._like(self.qweight[start:stop], self.scale[start:stop],
+                          None if self.bias is None else self.bias[start:stop])
+        part.group = (self,)  # a tuple: not registered as a submodule (the model counts each weight once)
+        return part
+
+    def dequantized(self) -> torch.Tensor:
+        """The float weight this layer stands for, [out, in]: its int8 values times their scales,
+        the smoothing undone."""
+        w = self.qweight.float() * self.scale[:, None]  # [out, in]
+        return w * self.inv_smooth[None, :] if self.inv_smooth is not None else w
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, smoothed={self.inv_smooth is not None}"
+
+
+class PackedInt8Linear(Int8Linear):
+    """``Int8Options(kernel="packed")``: y = dynamic_int8(x / s) @ int8(W * s)^T (+ bias) on
+    ``torch.ops.quantized.linear_dynamic`` with packed quantized weights (deprecated upstream, and
+    its per-token scales loop over rows in Python, so a graph of it serves one width), asymmetric
+    8-bit activations per token. Kept while it measures faster than :class:`Int8Linear` on the
+    body's small products (docs/benchmarks.md)."""
+
+    group: tuple = ()
+    onednn_at: tuple[bool, ...] = (False,)
+    any_width = False  # a graph unrolls the row loop
+
+    def __init__(self, linear: torch.nn.Linear, smooth: torch.Tensor | None, options: Int8Options):
+        torch.nn.Module.__init__(self)
         self.in_features, self.out_features = linear.in_features, linear.out_features
         weight = linear.weight.detach().float()  # [out, in]
         if smooth is not None:
@@ -85,7 +254,7 @@ class Int8Linear(torch.nn.Module):
             y = op(x2, self._packed_params, self.reduce_range)  # [rows, out]
         return y.reshape(*lead, self.out_features)
 
-    def select_rows(self, ids: torch.Tensor) -> "Int8Linear":
+    def select_rows(self, ids: torch.Tensor) -> "PackedInt8Linear":
         """A copy keeping output rows ``ids`` [N] only, with exactly the same int8 values and
         per-row scales (a per-tensor weight keeps its one scale)."""
         wq, bias = torch.ops.quantized.linear_unpack(self._packed_params)
@@ -95,7 +264,7 @@ class Int8Linear(torch.nn.Module):
             rows = torch._make_per_channel_quantized_tensor(ints, scales, zeros, 0)
         else:
             rows = torch._make_per_tensor_quantized_tensor(ints, wq.q_scale(), wq.q_zero_point())
-        new = Int8Linear.__new__(Int8Linear)
+        new = PackedInt8Linear.__new__(PackedInt8Linear)
         torch.nn.Module.__init__(new)
         new.in_features, new.out_features = self.in_features, int(ids.numel())
         if self.inv_smooth is not None:
@@ -105,6 +274,11 @@ class Int8Linear(torch.nn.Module):
         new._packed_params = torch.ops.quantized.linear_prepack(rows, None if bias is None else bias[ids])
         new.per_token, new.reduce_range = self.per_token, self.reduce_range
         return new.eval()
+
+    def dequantized(self) -> torch.Tensor:
+        """The float weight this layer stands for, [out, in] (the smoothing undone)."""
+        w = self.weight().dequantize()
+        return w * self.inv_smooth[None, :] if self.inv_smooth is not None else w
 
     def weight(self) -> torch.Tensor:
         """The int8 weight (quantized tensor [out, in]; smoothing folded in)."""
@@ -145,6 +319,105 @@ def kernel_saturates() -> bool:
         y = torch.ops.quantized.linear_dynamic(torch.ones(1, 64), packed, False)  # [1, 8]
         _saturates[engine] = not torch.allclose(y, torch.full_like(y, 64.0), rtol=1e-3)
     return _saturates[engine]
+
+
+def prepack(ints: torch.Tensor) -> torch.Tensor:
+    """int8 weight [out, in] in oneDNN's blocked layout (an opaque tensor; built once per head)."""
+    return torch.ops.onednn.qlinear_prepack(ints, None)
+
+
+# -- the head's kernel per width -----------------------------------------------------------------
+
+
+def onednn_exact() -> bool:
+    """Whether oneDNN's int8 linear gives exact integer products here: without VNNI, x86 int8
+    kernels add pairs of uint8 x int8 products in int16, and 2 x 255 x 127 overflows it. Probed
+    once (the largest products, against ``_int_mm``); False where the op is missing."""
+    if "exact" not in _onednn_probe:
+        try:
+            w = torch.full((16, 64), 127, dtype=torch.int8)  # [out, in]
+            x = torch.full((2, 64), 127, dtype=torch.int8)  # -> uint8 255
+            layer = Int8Linear.__new__(Int8Linear)
+            torch.nn.Module.__init__(layer)
+            layer.out_features, layer._packed = 16, None
+            layer.register_buffer("qweight", w)
+            layer.register_buffer("scale", torch.ones(16))
+            got = layer._onednn(x)  # [2, 16]
+            _onednn_probe["exact"] = bool(torch.equal(got, torch._int_mm(x, w.t()).float()))
+        except (RuntimeError, AttributeError):
+            _onednn_probe["exact"] = False
+    return _onednn_probe["exact"]
+
+
+_onednn_probe: dict[str, bool] = {}
+
+
+def time_int8_head(layer: Int8Linear, repeats: int = 3):
+    """(weight, rows) -> median seconds of (``_int_mm``, oneDNN) on ``rows`` random rows through
+    ``layer``'s weight, interleaved as :func:`specviz.runtime.cpu.time_head` does (the weight
+    argument is the layer's own int8 weight, passed for the cache's key)."""
+    import statistics
+    import time
+
+    def time_width(_weight: torch.Tensor, rows: int) -> tuple[float, float]:
+        x = torch.randn(rows, layer.in_features)  # [rows, in]
+        xq, _ = quantize_rows(x, True, 127.0)
+        kernels = (lambda: torch._int_mm(xq, layer.qweight.t()), lambda: layer._onednn(xq))
+        times: tuple[list[float], list[float]] = ([], [])
+        with torch.inference_mode():
+            if rows == 1:
+                kernels[0](), kernels[1]()  # warm both once (and prepack)
+            for r in range(repeats):
+                for i in ((0, 1) if r % 2 == 0 else (1, 0)):
+                    t = time.perf_counter()
+                    kernels[i]()
+                    times[i].append(time.perf_counter() - t)
+        return statistics.median(times[0]), statistics.median(times[1])
+
+    return time_width
+
+
+_HEAD_PLANS: "weakref.WeakKeyDictionary[Int8Linear, tuple[Any, bool]]" = weakref.WeakKeyDictionary()
+
+
+def speed_up_int8_head(model: torch.nn.Module, cache_dir: str | Path | None = None, *, time_width=None) -> bool:
+    """Give the model's int8 output head oneDNN's prepacked kernel at the widths where it measures
+    faster than ``_int_mm`` (under ``cpu.FASTER`` of its time), as :func:`specviz.runtime.cpu.speed_up_lm_head`
+    does for a float head: timed at rows 1..``cpu.MEASURED_ROWS`` or read from ``cache_dir``'s cache
+    (per machine, torch, threads, shape and dtype int8). Only heads of at least ``cpu.MIN_HEAD_ELEMENTS``
+    weights, where oneDNN's products are exact (:func:`onednn_exact`); ``SPECVIZ_CPU_HEAD=0`` turns
+    it off. -> whether any width runs on oneDNN."""
+    from . import cpu
+
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    if cpu.disabled() or type(head) is not Int8Linear or head.qweight.numel() < cpu.MIN_HEAD_ELEMENTS:
+        return False
+    if not torch.backends.mkldnn.is_available() or not onednn_exact():
+        return False
+    plan = cpu.plan_head(head.qweight, cache_dir, time_width=time_width or time_int8_head(head))
+    head.onednn_at = plan.onednn_at
+    if not any(plan.onednn_at):
+        head._packed = None  # not used: free it
+    _HEAD_PLANS[head] = (plan, any(plan.onednn_at))
+    return any(plan.onednn_at)
+
+
+def int8_head_report(model: torch.nn.Module) -> dict[str, Any] | None:
+    """The int8 head's kernel per width and both timings (ms), as ``cpu.head_kernel_report`` gives
+    a float head's (its ``f_linear_ms`` column is ``_int_mm`` here: ``kernels`` names them); None
+    when the head was not measured."""
+    from . import cpu
+
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    found = _HEAD_PLANS.get(head) if isinstance(head, Int8Linear) else None
+    if found is None:
+        return None
+    report = cpu.plan_report(*found)
+    report["kernels"] = list(HEAD_KERNELS)
+    for w in report["by_rows"]:
+        w["kernel"] = HEAD_KERNELS[0] if w["kernel"] == cpu.KERNELS[0] else HEAD_KERNELS[1]
+    report["wider"] = HEAD_KERNELS[0] if report["wider"] == cpu.KERNELS[0] else HEAD_KERNELS[1]
+    return report
 
 
 def calibration_token_ids(tokenizer, n_prompts: int = 8, max_tokens: int = 256) -> list[list[int]]:
@@ -190,6 +463,47 @@ def smoothing_scales(act_absmax: torch.Tensor, weight: torch.Tensor, alpha: floa
     return torch.where(dead, torch.ones_like(s), s).clamp(1e-4, 1e4)
 
 
+SHARED_INPUTS = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))  # sibling projections of one input
+
+
+def shared_input_groups(linears: dict[str, torch.nn.Linear]) -> list[tuple[str, ...]]:
+    """Qualified names of the sibling projections that read one input (:data:`SHARED_INPUTS`,
+    all present with the same input width and all with a bias or none), e.g.
+    ("model.layers.0.self_attn.q_proj", "...k_proj", "...v_proj")."""
+    groups = []
+    for name in linears:
+        parent, _, child = name.rpartition(".")
+        for members in SHARED_INPUTS:
+            if child != members[0]:
+                continue
+            names = tuple(f"{parent}.{m}" if parent else m for m in members)
+            lins = [linears.get(n) for n in names]
+            if all(lin is not None for lin in lins) and len({lin.in_features for lin in lins}) == 1 \
+                    and len({lin.bias is None for lin in lins}) == 1:
+                groups.append(names)
+    return groups
+
+
+def _fused(names: tuple[str, ...], lins: list[torch.nn.Linear], stats: dict[str, torch.Tensor],
+           options: Int8Options) -> dict[str, Int8Linear]:
+    """One :class:`Int8Linear` over the stacked weights of projections that read one input (one
+    smoothing, measured on that input against all their weights; one activation quantization
+    and one int8 product for all of them in the static step) -> {name: a view of its rows}."""
+    weight = torch.cat([lin.weight.detach().float() for lin in lins])  # [sum out, in]
+    bias = None if lins[0].bias is None else torch.cat([lin.bias.detach().float() for lin in lins])
+    stacked = SimpleNamespace(in_features=weight.shape[1], out_features=weight.shape[0], weight=weight, bias=bias)
+    seen = [stats[n] for n in names if n in stats]
+    smooth = None
+    if options.smooth_alpha is not None and seen:
+        smooth = smoothing_scales(torch.stack(seen).amax(dim=0), weight, options.smooth_alpha)
+    fused = Int8Linear(stacked, smooth, options)
+    out, start = {}, 0
+    for name, lin in zip(names, lins):
+        out[name] = fused.rows(start, start + lin.out_features)
+        start += lin.out_features
+    return out
+
+
 def _float_linear(module: torch.nn.Module) -> torch.nn.Linear | None:
     if type(module) is torch.nn.Linear:
         return module
@@ -218,16 +532,21 @@ def quantize_int8(model: torch.nn.Module, tokenizer=None, options: Int8Options |
     stats = {}
     if options.smooth_alpha is not None:
         stats = activation_absmax(model, calibration_token_ids(tokenizer, options.calibration_prompts))
-    replacements = {}
     for name, lin in targets:
         if lin.weight.dtype != torch.float32 or lin.weight.device.type != "cpu":
             raise ValueError(f"int8 quantization needs float32 weights on the CPU; {name} is {lin.weight.dtype} on {lin.weight.device}")
-        if any(name.endswith(suffix) for suffix in options.keep_float):
+    chosen = {name: lin for name, lin in targets if not any(name.endswith(suffix) for suffix in options.keep_float)}
+    replacements = {}
+    layer = Int8Linear if options.kernel == "int_mm" else PackedInt8Linear
+    for names in shared_input_groups(chosen) if layer is Int8Linear else ():  # q/k/v, gate/up: one fused layer, each a view of its rows
+        replacements.update(_fused(names, [chosen[n] for n in names], stats, options))
+    for name, lin in chosen.items():
+        if name in replacements:
             continue
         smooth = None
         if options.smooth_alpha is not None and name in stats:
             smooth = smoothing_scales(stats[name], lin.weight, options.smooth_alpha)
-        replacements[name] = Int8Linear(lin, smooth, options)
+        replacements[name] = layer(lin, smooth, options)
     for name, new in replacements.items():
         parent_name, _, child = name.rpartition(".")
         parent = model.get_submodule(parent_name) if parent_name else model

@@ -51,9 +51,9 @@ BUDGET_S = 120.0  # a build still running after this long is not waited for when
 class Runner:
     """One way to run the body: its name, why it cannot run here (None: it can), and its build
     (body, example inputs, package directory) -> the step. ``any_width``: one build serves every
-    width of a body whose shapes are all written for any n (plain ``nn.Linear`` projections); a
-    body with dynamic-int8 projections, whose per-row Python loop a graph unrolls, gets a build
-    per width (eager serves every width of every body)."""
+    width of a body whose shapes are all written for any n (plain ``nn.Linear`` or specviz's int8
+    projections); a body with projections that loop over their rows in Python, which a graph
+    unrolls, gets a build per width (eager serves every width of every body)."""
 
     name: str
     build_step: Callable[[torch.nn.Module, tuple, Path | None], Step]
@@ -152,7 +152,7 @@ def mark(t: torch.Tensor, dim: int) -> None:
 
 
 def _compile(body: torch.nn.Module, example: tuple, directory: Path | None) -> Step:
-    fullgraph = bool(getattr(body, "any_width", False))  # an int8 row loop breaks the graph
+    fullgraph = bool(getattr(body, "any_width", False))  # a projection's row loop breaks the graph
     config = torch._dynamo.config  # every body's layer is one code object, each body up to four graphs of it
     config.recompile_limit = max(config.recompile_limit, 64)  # (width 1 or more, span below or at capacity)
     if hasattr(body, "run_layers"):  # one decoder layer compiled, its graph shared by every layer

@@ -19,9 +19,11 @@ target-only decoding; n = k + 1: the target's verify pass):
   of :data:`AUTO` measured on its first call, or the one ``SPECVIZ_STATIC_DECODE`` names
   (:func:`mode`); any runner that fails gives way to eager, said once in the log. Building is
   logged and counted (:func:`trace_seconds`). Every shape in the body is written with -1 for n,
-  so with plain ``nn.Linear`` projections one build serves every width (tested). A dynamic-int8
-  copy's projections loop over their rows in Python, which a graph unrolls: its chain feeds go
-  one token at a time through a one-token graph, and a tree gets a graph per width.
+  so with plain ``nn.Linear`` projections, or an int8 copy's on the ``int_mm`` kernel
+  (:mod:`specviz.runtime.quantize`: per-token scales for all rows at once, ``torch._int_mm``, q/k/v
+  and gate/up fused), one build serves every width (tested). The default packed int8 kernel's
+  projections loop over their rows in Python, which a graph unrolls: its chain feeds go one token
+  at a time through a one-token graph, and a tree gets a graph per width.
 
 The output head stays outside the body (a vocab=N draft's head reads its session's context
 rows; a large target head keeps its measured kernel switch, :mod:`specviz.runtime.cpu`), so the logits are
@@ -63,8 +65,8 @@ _TRACE_DEPRECATED = r"`torch\.jit\.trace(_method)?` is deprecated"  # torch's De
 def _jit_trace(body: torch.nn.Module, example: tuple) -> torch.jit.ScriptModule:
     """TorchScript's trace of the body (the ``trace`` runner, :mod:`specviz.runtime.runners`)."""
     with warnings.catch_warnings():
-        # The trace's notes on Python values it keeps as constants (an int8 body's row
-        # loop, traced per width) and torch's deprecation of jit.trace itself.
+        # The trace's notes on Python values it keeps as constants (a body of projections that
+        # loop over rows, traced per width) and torch's deprecation of jit.trace itself.
         warnings.filterwarnings("ignore", category=torch.jit.TracerWarning)
         warnings.filterwarnings("ignore", _TRACE_DEPRECATED, DeprecationWarning)
         return torch.jit.trace(body, example, check_trace=False)
@@ -125,6 +127,16 @@ def supports(model: torch.nn.Module) -> str | None:
     return None
 
 
+def fused_of(*members: torch.nn.Module) -> torch.nn.Module | None:
+    """The one layer whose rows ``members`` are, in order (an int8 copy's q/k/v or gate/up,
+    :func:`specviz.runtime.quantize.shared_input_groups`), or None."""
+    group = getattr(members[0], "group", ())
+    if not group or any(getattr(m, "group", ()) != group for m in members):
+        return None
+    fused = group[0]
+    return fused if sum(m.out_features for m in members) == fused.out_features else None
+
+
 class _Body(torch.nn.Module):
     """The decoder body for n new tokens: (tokens [n], positions [n], rotary rows, masks, K/V
     buffers) -> the final-norm hidden states [n, d]; writes the tokens' keys and values into the
@@ -163,7 +175,11 @@ class _Body(torch.nn.Module):
         projections = [m for layer in self.layers for m in (
             layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj, layer.self_attn.o_proj,
             layer.mlp.gate_proj, layer.mlp.up_proj, layer.mlp.down_proj)]
-        self.any_width = all(type(m) is torch.nn.Linear for m in projections)  # one build serves every n
+        # one build serves every n: plain Linears, or int8 ones (specviz.runtime.quantize: no row loop)
+        self.any_width = all(type(m) is torch.nn.Linear or getattr(m, "any_width", False) is True for m in projections)
+        fused = [fused_of(a.q_proj, a.k_proj, a.v_proj) for a in (layer.self_attn for layer in self.layers)]
+        fused += [fused_of(m.gate_proj, m.up_proj) for m in (layer.mlp for layer in self.layers)]
+        self.fused = torch.nn.ModuleList([f for f in fused if f is not None])  # registered: an export names their weights
 
     def _rope(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:  # [n, h, hd]
         half = self.head_dim // 2
@@ -192,13 +208,18 @@ class _Body(torch.nn.Module):
         span = mask.shape[1]  # S: attention reads the buffers' first S slots (the buffers hold C >= S)
         attn, mlp = layer.self_attn, layer.mlp
         x = F.rms_norm(h, (d,), w[0], eps)
-        q = attn.q_proj(x).view(-1, self.heads, hd)  # [n, h, hd]
-        k = attn.k_proj(x).view(-1, kv, hd)  # [n, kv, hd]
+        qkv = fused_of(attn.q_proj, attn.k_proj, attn.v_proj)
+        if qkv is not None:  # an int8 copy's q, k and v: one quantization of x, one product
+            q, k, v = qkv(x).split((self.heads * hd, kv * hd, kv * hd), dim=-1)  # [n, h*hd], [n, kv*hd] x 2
+        else:
+            q, k, v = attn.q_proj(x), attn.k_proj(x), attn.v_proj(x)
+        q = q.view(-1, self.heads, hd)  # [n, h, hd]
+        k = k.view(-1, kv, hd)  # [n, kv, hd]
         if self.gemma:
             q, k = F.rms_norm(q, (hd,), w[4], eps), F.rms_norm(k, (hd,), w[5], eps)
         q, k = self._rope(q, cos, sin), self._rope(k, cos, sin)
         keys.index_copy_(1, pos, k.transpose(0, 1))  # [kv, n, hd] at the tokens' positions
-        values.index_copy_(1, pos, attn.v_proj(x).view(-1, kv, hd).transpose(0, 1))
+        values.index_copy_(1, pos, v.view(-1, kv, hd).transpose(0, 1))
         q = q.view(-1, kv, group, hd).permute(1, 2, 0, 3)  # [kv, g, n, hd]: query head j reads kv head j // g
         seen_k, seen_v = keys.narrow(1, 0, span), values.narrow(1, 0, span)  # [kv, S, hd]: the slots attention reads
         scores = torch.matmul(q, seen_k.unsqueeze(1).transpose(2, 3)) * self.scaling  # [kv, g, n, S]
@@ -207,10 +228,19 @@ class _Body(torch.nn.Module):
         if self.gemma:
             h = h + F.rms_norm(o, (d,), w[1], eps)
             x = F.rms_norm(h, (d,), w[2], eps)
-            return h + F.rms_norm(mlp.down_proj(F.gelu(mlp.gate_proj(x), approximate="tanh") * mlp.up_proj(x)), (d,), w[3], eps)
+            gate, up = self._gate_up(mlp, x)
+            return h + F.rms_norm(mlp.down_proj(F.gelu(gate, approximate="tanh") * up), (d,), w[3], eps)
         h = h + o
         x = F.rms_norm(h, (d,), w[1], eps)
-        return h + mlp.down_proj(F.silu(mlp.gate_proj(x)) * mlp.up_proj(x))
+        gate, up = self._gate_up(mlp, x)
+        return h + mlp.down_proj(F.silu(gate) * up)
+
+    @staticmethod
+    def _gate_up(mlp, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:  # [n, d] -> 2 x [n, inter]
+        both = fused_of(mlp.gate_proj, mlp.up_proj)
+        if both is None:
+            return mlp.gate_proj(x), mlp.up_proj(x)
+        return both(x).split((mlp.gate_proj.out_features, mlp.up_proj.out_features), dim=-1)
 
 
 class StaticKV:
