@@ -15,16 +15,20 @@ step and verify pass and the int8 draft's one-token step (``--int8``, default TA
 (head included) and the body alone (one call of the runner, no head), through each runner of the
 static step (specviz.runtime.runners; each on its own decoder, built once, its
 build and first calls' seconds printed: compile and export pay theirs there, export once per model
-and torch version, then from its package on disk).
+and torch version, then from its package on disk). ``--widths 1-9`` times the int8 draft's body
+at each of those widths (per call; divide by the width for per token), and ``--int8-kernels
+packed,int_mm`` builds the int8 draft once per ``Int8Options.kernel`` and times each in the same
+rotation (the kernels side by side, one process, interleaved).
 
     PYTHONPATH=$PWD python benchmarks/draft_cost.py [--target gemma-3-270m]
         [--draft draft:gemma-3-270m@int8 --draft draft:gemma-3-270m@int8,vocab=16384 | --draft none]
-        [--runners eager,trace,compile,export] [--k 4] [--repeats 9]
+        [--runners eager,trace,compile,export] [--widths 1-9] [--int8-kernels packed,int_mm] [--k 4] [--repeats 9]
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import logging
 import os
 import statistics
@@ -89,6 +93,7 @@ def body_fn(decoder: StaticDecoder, cache, ctx: torch.Tensor, width: int):
     with torch.inference_mode():
         cache.reserve(cache.length + width)
         example = decoder._inputs(cache, ctx[-1:].repeat(width), cache.length)
+        decoder._call(example)  # a runner that builds per width builds here, untimed
 
     def call():
         with torch.inference_mode():
@@ -97,12 +102,35 @@ def body_fn(decoder: StaticDecoder, cache, ctx: torch.Tensor, width: int):
     return call
 
 
+def parse_widths(text: str) -> list[int]:
+    """"1-9" or "1,3,5" -> the widths."""
+    out: list[int] = []
+    for part in text.split(","):
+        lo, _, hi = part.partition("-")
+        out += list(range(int(lo), int(hi or lo) + 1))
+    return out
+
+
+def int8_copy(target, kernel: str) -> torch.nn.Module:
+    """The target's int8 copy with ``Int8Options(kernel=kernel)`` (its head's kernels measured, as
+    ``NAME@int8`` loads it)."""
+    from specviz.models.device import cache_dir
+    from specviz.runtime.quantize import Int8Options, quantize_int8, speed_up_int8_head
+
+    model = quantize_int8(copy.deepcopy(target.model), target.tokenizer, Int8Options(kernel=kernel))
+    speed_up_int8_head(model, cache_dir())
+    return model
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--target", default="gemma-3-270m")
     ap.add_argument("--draft", action="append", help="a draft spec (draft:NAME...); repeat for several; none: no proposers")
     ap.add_argument("--runners", default="", help="comma-separated static-step runners to time side by side")
     ap.add_argument("--int8", default=None, help="the int8 draft model the runners are timed on (default TARGET@int8)")
+    ap.add_argument("--widths", default="1", help="the int8 draft body's widths timed with --runners (e.g. 1-9)")
+    ap.add_argument("--int8-kernels", default="",
+                    help="comma-separated Int8Options kernels (packed, int_mm): one int8 draft each, timed side by side")
     ap.add_argument("--k", type=int, default=4)
     ap.add_argument("--repeats", type=int, default=9)
     ap.add_argument("--threads", type=int, default=2)
@@ -135,8 +163,12 @@ def main() -> None:
     runners = [r for r in args.runners.split(",") if r]
     built = {}  # (model, runner) -> (build s, first calls s, runner kept)
     if runners:
-        int8 = load_model(args.int8 or f"{args.target}@int8")
-        models = {"target": target.model, "int8 draft": int8.model}
+        models = {"target": target.model}
+        kernels = [k for k in args.int8_kernels.split(",") if k]
+        if kernels:
+            models.update({f"int8 draft [{k}]": int8_copy(target, k) for k in kernels})
+        else:
+            models["int8 draft"] = load_model(args.int8 or f"{args.target}@int8").model
         for label, model in models.items():
             fns[f"{label} step [transformers]"] = step_fns(model, new_cache(model), ctx, args.k)[0]
             for runner in runners:
@@ -151,7 +183,7 @@ def main() -> None:
                 first = time.perf_counter() - t
                 built[label, runner] = (sum(decoder._runner.build_s.values()), first, decoder.runner)
                 fns[f"{label} step [{runner}]"] = step
-                for width in (1, args.k + 1) if label == "target" else (1,):
+                for width in (1, args.k + 1) if label == "target" else parse_widths(args.widths):
                     name = f"{label} body alone, {width} token(s) [{runner}] (per call)"
                     fns[name] = body_fn(decoder, cache, ctx, width)
                     per_pass.add(name)

@@ -80,6 +80,7 @@ CANDIDATES = {
     "smooth0.5 8-bit + lm_head float": Int8Options(smooth_alpha=0.5, reduce_range=False, keep_float=("lm_head",)),
     "smooth0.5 8-bit + down_proj float": Int8Options(smooth_alpha=0.5, reduce_range=False, keep_float=("down_proj",)),
     "default Int8Options() (chosen)": Int8Options(),
+    "default, kernel int_mm": Int8Options(kernel="int_mm"),
 }
 
 
