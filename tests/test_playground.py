@@ -215,7 +215,10 @@ CONTROLS = ["target", "proposer", "draft", "k", "temperature", "top_p", "top_k",
     dict(proposer="draft", k=3, temperature=0.7, top_p=0.9, top_k=5, seed=7, max_new_tokens=9, rule="typical (LOSSY)"),
     dict(proposer="draft-tree", k=2, temperature=1.0, top_p=1.0, top_k=0, seed=3, max_new_tokens=8, options="nodes=5,width=2"),
     dict(proposer="ngram", k=2, temperature=0.0, top_p=1.0, top_k=0, seed=1, max_new_tokens=8),
-], ids=["draft-typical", "draft-tree", "ngram"])
+    dict(proposer="ngram+draft", k=3, temperature=0.9, top_p=0.95, top_k=0, seed=4, max_new_tokens=8),
+    dict(proposer="ngram-tree", k=3, temperature=0.0, top_p=1.0, top_k=0, seed=2, max_new_tokens=8, options="nodes=6"),
+    dict(proposer="early-exit", k=2, temperature=0.8, top_p=1.0, top_k=3, seed=5, max_new_tokens=8, layers=1),
+], ids=["draft-typical", "draft-tree", "ngram", "ngram+draft", "ngram-tree", "early-exit"])
 def test_a_loaded_trace_restores_the_whole_run_and_leaves_nothing_behind(models_dir, allow_local, run):
     from specviz.ui import lesson
     from specviz.ui import playground as pg
@@ -234,9 +237,10 @@ def test_a_loaded_trace_restores_the_whole_run_and_leaves_nothing_behind(models_
     updates = lesson.trace_controls(st)
     for name, u in updates.items():
         shown[name] = u["value"]
-    for name in ("proposer", "k", "temperature", "top_p", "top_k", "seed", "max_new_tokens", "prompt", "rule", "options"):
+    for name in ("proposer", "k", "temperature", "top_p", "top_k", "seed", "max_new_tokens", "prompt", "rule", "options",
+                 *(("layers",) if run["proposer"] == "early-exit" else ())):
         assert shown[name] == want[name], (name, shown[name], want[name])
-    if run["proposer"] != "ngram":
+    if run["proposer"] in ("draft", "draft-tree", "ngram+draft"):
         assert shown["draft"] == want["draft"]
     assert parse_settings(*[shown[n] for n in CONTROLS]) == settings  # the controls say the trace's whole run
     pg.on_reset(st)
