@@ -11,6 +11,7 @@ import pytest
 
 from specviz import cli
 from specviz.analysis import costmodel as C
+from specviz.app.limits import Limits
 from specviz.proposers.advised import AdvisedPick, advised_pick, advised_picks_path, save_pick
 from specviz.proposers.registry import auto_pick, check_spec, from_spec
 from tests.test_advisor import cost_model
@@ -158,3 +159,17 @@ def test_the_advisor_panel_does_not_offer_auto_and_refuses_it(models_dir, allow_
                                 20, 0.0))
     last = [o["advisor_msg"] for o in outs if "advisor_msg" in o][-1]
     assert "name the proposers to advise on" in last and "Traceback" not in last
+
+
+def test_choosing_auto_in_the_playground_sets_k_to_the_picks(cache):
+    """The k slider follows the saved pick when the proposer turns to auto (capped by the hosting
+    limit); any other proposer, or no pick saved, leaves it where it was."""
+    from specviz.ui.playground import on_auto_k
+
+    assert on_auto_k("tiny-target", "auto", 4) == {"__type__": "update"}  # nothing saved yet
+    save_pick(AdvisedPick("tiny-target", "ngram:3", 6, 1.7, 3.1, "test machine"))
+    assert on_auto_k("tiny-target", "auto", 4)["value"] == 6
+    assert on_auto_k("tiny-target", "ngram", 4) == {"__type__": "update"}
+    assert on_auto_k("other-target", "auto", 4) == {"__type__": "update"}
+    save_pick(AdvisedPick("tiny-target", "ngram:3", 99, 1.7, 3.1, "test machine"))
+    assert on_auto_k("tiny-target", "auto", 4)["value"] == Limits.from_env().max_k

@@ -17,6 +17,7 @@ import gradio as gr
 
 from .. import viz
 from ..app import runs
+from ..app.limits import Limits
 from ..app.replay import Replay
 from ..viz.tokens import phase_summary_text
 from . import zerogpu
@@ -361,8 +362,18 @@ def on_proposer_change(target: str, proposer: str, draft: str) -> tuple[Any, Any
     return draft_update, gr.update(visible=layers, **({"info": hint} if layers else {})), opts
 
 
+def on_auto_k(target: str, proposer: str, k: float) -> Any:
+    """The k slider when the proposer turns to ``auto``: the saved pick's k (``specviz advise``),
+    capped by the slider's hosting limit; unchanged for any other proposer or with no pick saved
+    (the run then says how to get one)."""
+    if (proposer or "").strip() != "auto":
+        return gr.update()
+    advice = runs.saved_advice(target, "auto", int(k or 1))
+    return gr.update() if advice is None else gr.update(value=max(1, min(advice.k, Limits.from_env().max_k)))
+
+
 __all__ = [
     "Defaults", "auto_draft", "draft_choices", "ensure_live_session", "load_run", "on_baseline", "on_charts", "on_load_trace",
-    "on_pause", "on_pick", "on_play", "on_position", "on_proposer_change", "on_reset", "on_step", "on_step_slider",
+    "on_auto_k", "on_pause", "on_pick", "on_play", "on_position", "on_proposer_change", "on_reset", "on_step", "on_step_slider",
     "on_table_pick", "on_target_change", "target_choices",
 ]

@@ -123,6 +123,7 @@ def build_playground(defaults: pg.Defaults | None = None) -> PlaygroundView:
     inputs = [state, *controls.values()]
 
     proposer.change(pg.on_proposer_change, [target, proposer, draft], [draft, layers, options], queue=False)
+    proposer.change(pg.on_auto_k, [target, proposer, k], [k], queue=False)  # auto: the saved pick's k
     lesson.wire(view, dict(nav=nav, speed=speed, tours=tours, lesson_mode=lesson_mode, animate=animate,
                            guess_accept=guess_accept, guess_reject=guess_reject), engine)
     whatif_view.wire(view, whatif_again)
