@@ -17,25 +17,18 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import re
-import subprocess
 import time
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
 
 def cpu_line() -> str:
-    """`lscpu`'s model name, family and model, and the ISA flags that decide the kernels."""
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
-    except (OSError, subprocess.CalledProcessError):
-        return platform.processor() or platform.machine()
-    info = dict(line.split(":", 1) for line in out.splitlines() if ":" in line)
-    get = lambda key: info.get(key, "?").strip()  # noqa: E731
-    flags = set(get("Flags").split())
-    isa = [f for f in ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_tile") if f in flags]
-    return f"{get('Model name')} (family {get('CPU family')}, model {get('Model')}), {get('CPU(s)')} CPUs, {', '.join(isa)}"
+    """The CPU as advisor_check.cpu_info reads it (lscpu: model name, family/model, ISA flags)."""
+    from advisor_check import cpu_info  # this folder is on sys.path when the script runs
+
+    c = cpu_info()
+    return f"{c['model_name']} (family {c['family']}, model {c['model']}), {c['cpus']} CPUs, {', '.join(c['isa'])}"
 
 
 def card_numbers(card: str) -> dict:
