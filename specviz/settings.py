@@ -78,7 +78,7 @@ SETTINGS: tuple[Setting, ...] = (
             ("specviz/models/hub.py",)),
     # -- models and the engine's kernels ----------------------------------------------------------
     Setting("SPECVIZ_CACHE_DIR", "~/.cache/specviz",
-            "where the converted built-in models (and the static step's AOTInductor packages, under static_decode/) are kept",
+            "where the converted built-in models (and their `@int8` copies, under int8/, and the static step's AOTInductor packages, under static_decode/) are kept",
             "models (app, API, CLI)", ("specviz/models/device.py", "specviz/runtime/runners.py")),
     Setting("SPECVIZ_STATIC_DECODE", "auto",
             "how drafts and the target run the static decode step: `auto` keeps the fastest of trace, eager "

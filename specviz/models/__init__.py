@@ -15,6 +15,9 @@ Any of them may end in ``@int8``: CPU int8 quantization of the ``nn.Linear`` lay
 (``specviz.runtime.quantize``: per-channel int8 weights, per-token 8-bit activations, activation outliers
 smoothed into the weights as in SmoothQuant, calibrated on bundled prompts), a faster model whose
 next-token distribution stays close to its fp32 self (overlap ~0.95), handy as its draft.
+The first load quantizes and keeps the int8 copy under ``cache_dir()/int8/`` (:mod:`.int8cache`:
+keyed by the source model's weights, torch, transformers, the options and the quantizer's code);
+later loads build the same layers from that file, bit-identical, without calibrating again.
 
 Loaded models are kept in a small in-process LRU cache (``SPECVIZ_MODEL_CACHE_SIZE``, default 4),
 keyed by (name, device, dtype, quantize). Callers share these objects and must not modify them.
@@ -29,7 +32,8 @@ need more than half the machine's RAM, or of the free GPU memory), ``SPECVIZ_MOD
 The package, one concern per module: :mod:`.names` (what a name means), :mod:`.builtin` (the
 built-ins and their GGUF conversion), :mod:`.device` (devices, dtypes, the size guard),
 :mod:`.cache` (the memory-budget cache with pins), :mod:`.hub` (hub pairs and hub loading),
-:mod:`.loaded` (LoadedModel) and :mod:`.loading` (load_model). Import from ``specviz.models``.
+:mod:`.loaded` (LoadedModel), :mod:`.loading` (load_model) and :mod:`.int8cache` (the int8 copy
+on disk). Import from ``specviz.models``.
 """
 
 from __future__ import annotations

@@ -74,15 +74,22 @@ def _load_int8(spec: _Spec, report: Progress) -> LoadedModel:
     cpu, fp32 = torch.device("cpu"), torch.float32
     base = _cache_get((f"{spec.kind}:{spec.source}", str(cpu), str(fp32), None))
     if base is not None:
-        model = copy.deepcopy(base.model)  # never touch the shared fp32 model
+        # never touch the shared fp32 model: a copy of its modules, sharing its (read-only) float
+        # tensors: the Linear layers' are replaced and only the embedding and norms stay, no 1 GB clone
+        memo: dict[int, object] = {id(p): p for p in base.model.parameters()}
+        for m in base.model.modules():  # fused float projections (runtime.cpu.PlannedLinear), not submodules
+            for g in getattr(m, "group", ()) or ():
+                if isinstance(g, torch.nn.Module):
+                    memo.update({id(p): p for p in g.parameters()})
+        model = copy.deepcopy(base.model, memo)
         tokenizer = base.tokenizer
     else:
         fresh = _load_float(spec, cpu, fp32, report)  # private copy, not cached
         model, tokenizer = fresh.model, fresh.tokenizer
-    report(f"quantizing {spec.source} to int8 (per-channel weights, per-token activations, outliers smoothed)…")
-    from ..runtime.quantize import quantize_int8, speed_up_int8_head
+    from ..runtime.quantize import speed_up_int8_head
+    from .int8cache import quantize_cached
 
-    model = quantize_int8(model, tokenizer).eval()
+    model, _ = quantize_cached(model, tokenizer, f"{spec.kind}:{spec.source}", report=report)  # on disk after the first start
     speed_up_int8_head(model, cache_dir())  # a large int8 head: oneDNN's prepacked kernel at the widths it measures faster (cached)
     return LoadedModel(model, tokenizer, spec.display_name, cpu, fp32, "int8")
 
