@@ -218,12 +218,14 @@ CONTROLS = ["target", "proposer", "draft", "k", "temperature", "top_p", "top_k",
     dict(proposer="ngram+draft", k=3, temperature=0.9, top_p=0.95, top_k=0, seed=4, max_new_tokens=8),
     dict(proposer="ngram-tree", k=3, temperature=0.0, top_p=1.0, top_k=0, seed=2, max_new_tokens=8, options="nodes=6"),
     dict(proposer="early-exit", k=2, temperature=0.8, top_p=1.0, top_k=3, seed=5, max_new_tokens=8, layers=1),
-], ids=["draft-typical", "draft-tree", "ngram", "ngram+draft", "ngram-tree", "early-exit"])
+    dict(proposer="xdraft", draft="@bpe", k=3, temperature=0.6, top_p=0.9, top_k=0, seed=6, max_new_tokens=8),
+], ids=["draft-typical", "draft-tree", "ngram", "ngram+draft", "ngram-tree", "early-exit", "xdraft"])
 def test_a_loaded_trace_restores_the_whole_run_and_leaves_nothing_behind(models_dir, allow_local, run):
     from specviz.ui import lesson
     from specviz.ui import playground as pg
     from specviz.ui.state import PlaygroundState, parse_settings
 
+    run = {k: (models_dir[v[1:]] if isinstance(v, str) and v.startswith("@") else v) for k, v in run.items()}
     want = {**dict(zip(CONTROLS, _raw(models_dir))), "prompt": TINY_PROMPT + " again", "rule": "exact", "options": "", **run}
     live = PlaygroundState()
     list(pg.on_play(live, *[want[n] for n in CONTROLS]))
@@ -240,7 +242,7 @@ def test_a_loaded_trace_restores_the_whole_run_and_leaves_nothing_behind(models_
     for name in ("proposer", "k", "temperature", "top_p", "top_k", "seed", "max_new_tokens", "prompt", "rule", "options",
                  *(("layers",) if run["proposer"] == "early-exit" else ())):
         assert shown[name] == want[name], (name, shown[name], want[name])
-    if run["proposer"] in ("draft", "draft-tree", "ngram+draft"):
+    if run["proposer"] in ("draft", "draft-tree", "ngram+draft", "xdraft"):
         assert shown["draft"] == want["draft"]
     assert parse_settings(*[shown[n] for n in CONTROLS]) == settings  # the controls say the trace's whole run
     pg.on_reset(st)
