@@ -387,3 +387,69 @@ def test_by_default_the_fastest_is_kept_by_measurement(fresh, monkeypatch, caplo
 def test_the_setting(monkeypatch, value, mode):
     monkeypatch.setenv("SPECVIZ_STATIC_DECODE", value)
     assert static_decode.mode() == mode and static_decode.enabled() == (mode != "off")
+
+
+# -- the projections' kernels (specviz.runtime.cpu.plan_projections) ---------------------------------
+
+
+def _timings(kind: str):
+    """A stand-in for cpu.time_weights: (F.linear s, oneDNN s) by width. "mixed": F.linear at one
+    row, oneDNN from two (what gemma-3-270m's q/k/v measured on a Zen 4); "onednn": oneDNN at every width."""
+    def time_weights(weights, rows, *args, **kwargs):
+        return (1.0, 2.0) if kind == "mixed" and rows == 1 else (2.0, 1.0)
+    return time_weights
+
+
+@pytest.mark.parametrize("runner", RUNNERS)
+@pytest.mark.parametrize("timing", ["mixed", "onednn"])
+def test_planned_projections_give_the_transformers_logits(runner, timing, tiny_target, tokenizer, monkeypatch, tmp_path):
+    """q/k/v and gate/up fused, and every projection kind on the kernel its plan picks per width
+    (oneDNN at some widths, F.linear at others, or oneDNN everywhere): the same logits as the
+    transformers forward for chains, rollbacks and a tree; the members' weights are views of the
+    fused ones (no second copy); a plan that changes kernel with the width builds per width."""
+    from specviz.runtime import cpu
+
+    calls = []
+    onednn = cpu._onednn_linear
+    monkeypatch.setattr(cpu, "_onednn_linear", lambda *a: calls.append(a[0].shape[0]) or onednn(*a))
+    monkeypatch.setenv("SPECVIZ_STATIC_DECODE", runner)
+    monkeypatch.setenv("SPECVIZ_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(cpu, "MIN_BODY_ELEMENTS", 0)  # tiny models' projections planned too
+    monkeypatch.setattr(cpu, "time_weights", _timings(timing))
+    monkeypatch.setattr(static_decode, "MIN_CAPACITY", 16)
+    monkeypatch.setattr(static_decode, "SPAN", 8)
+    for model in (copy.deepcopy(tiny_target.model), tiny_gemma(len(tokenizer), seed=7, sliding_window=8)):
+        cache = chains_match(model)
+        tree_matches(model)
+        body = cache.decoder.body
+        assert sorted(body.kernel_plans) == ["down", "gate_up", "o", "qkv"]
+        attn = model.model.layers[0].self_attn
+        fused = static_decode.fused_of(attn.q_proj, attn.k_proj, attn.v_proj)
+        assert fused is not None and attn.q_proj.weight.data_ptr() == fused.weight.data_ptr()
+        assert attn.k_proj.weight.untyped_storage().data_ptr() == fused.weight.untyped_storage().data_ptr()
+        assert body.any_width is (timing == "onednn") and body.rows_at_once
+        assert calls and (timing == "onednn" or 1 not in calls)  # one row: F.linear in the mixed plan
+        export_mixed = runner == "export" and timing == "mixed"  # one graph of symbolic width: eager, said once
+        assert cache.decoder.runner == ("eager" if export_mixed else runner)
+        if runner == "trace":
+            assert (len(cache.decoder._steps) > 1) is (timing == "mixed")  # a graph per width, or one for all
+        calls.clear()
+
+
+def test_a_projection_plan_is_measured_once_per_machine_and_cached(tiny_target, monkeypatch, tmp_path):
+    """The plan of each projection kind is measured on the first model and read from the cache file
+    for the next model of the same shapes; SPECVIZ_CPU_KERNELS=0 leaves the projections alone."""
+    from specviz.runtime import cpu
+
+    monkeypatch.setenv("SPECVIZ_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(cpu, "MIN_BODY_ELEMENTS", 0)
+    timed = []
+    monkeypatch.setattr(cpu, "time_weights", lambda weights, rows, *a, **k: timed.append(rows) or (2.0, 1.0))
+    first = static_decode.StaticDecoder(copy.deepcopy(tiny_target.model)).body
+    assert len(timed) == 4 * cpu.MEASURED_ROWS and not any(p.cached for p in first.kernel_plans.values())
+    again = static_decode.StaticDecoder(copy.deepcopy(tiny_target.model)).body
+    assert len(timed) == 4 * cpu.MEASURED_ROWS and all(p.cached for p in again.kernel_plans.values())
+    assert (tmp_path / cpu.CACHE_FILE).exists()
+    monkeypatch.setenv("SPECVIZ_CPU_KERNELS", "0")
+    off = static_decode.StaticDecoder(copy.deepcopy(tiny_target.model)).body
+    assert off.kernel_plans == {} and len(off.fused) == 0

@@ -152,7 +152,7 @@ def mark(t: torch.Tensor, dim: int) -> None:
 
 
 def _compile(body: torch.nn.Module, example: tuple, directory: Path | None) -> Step:
-    fullgraph = bool(getattr(body, "any_width", False))  # a projection's row loop breaks the graph
+    fullgraph = bool(getattr(body, "rows_at_once", getattr(body, "any_width", False)))  # a projection's row loop breaks the graph
     config = torch._dynamo.config  # every body's layer is one code object, each body up to four graphs of it
     config.recompile_limit = max(config.recompile_limit, 64)  # (width 1 or more, span below or at capacity)
     if hasattr(body, "run_layers"):  # one decoder layer compiled, its graph shared by every layer
@@ -179,11 +179,16 @@ def _compile(body: torch.nn.Module, example: tuple, directory: Path | None) -> S
 # -- torch.export + AOTInductor ------------------------------------------------------------------
 
 
-def cache_root() -> Path:
-    """Where packages live by default: ``$SPECVIZ_CACHE_DIR/static_decode`` (the converted models'
-    root, else ``~/.cache/specviz``)."""
+def cache_home() -> Path:
+    """specviz's cache directory: ``$SPECVIZ_CACHE_DIR`` (where the converted models live), else
+    ``~/.cache/specviz``."""
     env = os.environ.get("SPECVIZ_CACHE_DIR")
-    return (Path(env).expanduser() if env else Path.home() / ".cache" / "specviz") / "static_decode"
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "specviz"
+
+
+def cache_root() -> Path:
+    """Where packages live by default: ``<cache_home()>/static_decode``."""
+    return cache_home() / "static_decode"
 
 
 def _code(cls: type) -> str:
@@ -226,6 +231,8 @@ def _dynamic_shapes():
 
 
 def _export(body: torch.nn.Module, example: tuple, directory: Path | None) -> Step:
+    if getattr(body, "rows_at_once", False) and not getattr(body, "any_width", False):
+        raise RuntimeError("its projections change kernel with the width, which one graph of symbolic width cannot hold")
     path = package_path(body, directory)
     note = f"loaded {path}"
     if not path.exists():
@@ -430,4 +437,4 @@ COMPILE = Runner("compile", _compile, lambda: None if hasattr(torch, "compile") 
 EXPORT = Runner("export", _export, _export_unavailable)
 
 __all__ = ["BUDGET_S", "Built", "COMPILE", "Choice", "EAGER", "EXPORT", "Runner", "build_seconds", "build_within",
-           "cache_root", "fingerprint", "first_row", "kept", "package_path", "per_call_s", "pin_plan", "trace_runner"]
+           "cache_home", "cache_root", "fingerprint", "first_row", "kept", "package_path", "per_call_s", "pin_plan", "trace_runner"]

@@ -25,6 +25,10 @@ target-only decoding; n = k + 1: the target's verify pass):
   projections loop over their rows in Python, which a graph unrolls: its chain feeds go one token
   at a time through a one-token graph, and a tree gets a graph per width.
 
+A float32 body's projections run fused (q/k/v, gate/up) on the kernel measured faster at each
+width on this machine (:func:`specviz.runtime.cpu.plan_projections`, cached): when one kind changes kernel with
+the width, each width gets its own graph (and no exported one); otherwise one serves all.
+
 The output head stays outside the body (a vocab=N draft's head reads its session's context
 rows; a large target head keeps its measured kernel switch, :mod:`specviz.runtime.cpu`), so the logits are
 the model's own head applied to the body's hidden states. A prompt is prefilled by the
@@ -52,7 +56,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from . import runners
+from . import cpu, runners
 
 log = logging.getLogger(__name__)
 
@@ -137,12 +141,17 @@ def fused_of(*members: torch.nn.Module) -> torch.nn.Module | None:
     return fused if sum(m.out_features for m in members) == fused.out_features else None
 
 
+def _project(linear: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """``linear`` on x [n, in] -> [n, out], through the planned layer it is part of, if any."""
+    return (fused_of(linear) or linear)(x)
+
+
 class _Body(torch.nn.Module):
     """The decoder body for n new tokens: (tokens [n], positions [n], rotary rows, masks, K/V
     buffers) -> the final-norm hidden states [n, d]; writes the tokens' keys and values into the
     buffers. n = 1 is a draft's decode step; n = k + 1 is the target's verify pass."""
 
-    def __init__(self, model: torch.nn.Module):
+    def __init__(self, model: torch.nn.Module, kernel_dir: Path | None = None):
         super().__init__()
         text = model.config.get_text_config()
         body = model.model
@@ -175,11 +184,19 @@ class _Body(torch.nn.Module):
         projections = [m for layer in self.layers for m in (
             layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj, layer.self_attn.o_proj,
             layer.mlp.gate_proj, layer.mlp.up_proj, layer.mlp.down_proj)]
-        # one build serves every n: plain Linears, or int8 ones (specviz.runtime.quantize: no row loop)
-        self.any_width = all(type(m) is torch.nn.Linear or getattr(m, "any_width", False) is True for m in projections)
-        fused = [fused_of(a.q_proj, a.k_proj, a.v_proj) for a in (layer.self_attn for layer in self.layers)]
-        fused += [fused_of(m.gate_proj, m.up_proj) for m in (layer.mlp for layer in self.layers)]
+        # all n tokens in one call: plain Linears, or int8 ones (specviz.runtime.quantize: no row loop)
+        self.rows_at_once = all(type(m) is torch.nn.Linear or getattr(m, "any_width", False) is True for m in projections)
+        # fp32 projections: q/k/v and gate/up fused, each kind on the kernel measured faster per width (cpu.py)
+        attns, mlps = [layer.self_attn for layer in self.layers], [layer.mlp for layer in self.layers]
+        self.kernel_plans = {kind: plan for kind, (_, plan) in cpu.plan_projections({
+            "qkv": [(a.q_proj, a.k_proj, a.v_proj) for a in attns], "o": [(a.o_proj,) for a in attns],
+            "gate_up": [(m.gate_proj, m.up_proj) for m in mlps], "down": [(m.down_proj,) for m in mlps],
+        }, kernel_dir).items()} if self.rows_at_once else {}
+        fused = [fused_of(a.q_proj, a.k_proj, a.v_proj) for a in attns] + [fused_of(a.o_proj) for a in attns]
+        fused += [fused_of(m.gate_proj, m.up_proj) for m in mlps] + [fused_of(m.down_proj) for m in mlps]
         self.fused = torch.nn.ModuleList([f for f in fused if f is not None])  # registered: an export names their weights
+        # one build serves every n unless a projection's kernel changes with the width
+        self.any_width = self.rows_at_once and all(getattr(f, "uniform", lambda: True)() for f in self.fused)
 
     def _rope(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:  # [n, h, hd]
         half = self.head_dim // 2
@@ -224,16 +241,16 @@ class _Body(torch.nn.Module):
         seen_k, seen_v = keys.narrow(1, 0, span), values.narrow(1, 0, span)  # [kv, S, hd]: the slots attention reads
         scores = torch.matmul(q, seen_k.unsqueeze(1).transpose(2, 3)) * self.scaling  # [kv, g, n, S]
         o = torch.matmul(torch.softmax(scores + mask, dim=-1), seen_v.unsqueeze(1))  # [kv, g, n, hd]
-        o = attn.o_proj(o.permute(2, 0, 1, 3).reshape(-1, self.heads * hd))  # [n, d]
+        o = _project(attn.o_proj, o.permute(2, 0, 1, 3).reshape(-1, self.heads * hd))  # [n, d]
         if self.gemma:
             h = h + F.rms_norm(o, (d,), w[1], eps)
             x = F.rms_norm(h, (d,), w[2], eps)
             gate, up = self._gate_up(mlp, x)
-            return h + F.rms_norm(mlp.down_proj(F.gelu(gate, approximate="tanh") * up), (d,), w[3], eps)
+            return h + F.rms_norm(_project(mlp.down_proj, F.gelu(gate, approximate="tanh") * up), (d,), w[3], eps)
         h = h + o
         x = F.rms_norm(h, (d,), w[1], eps)
         gate, up = self._gate_up(mlp, x)
-        return h + mlp.down_proj(F.silu(gate) * up)
+        return h + _project(mlp.down_proj, F.silu(gate) * up)
 
     @staticmethod
     def _gate_up(mlp, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:  # [n, d] -> 2 x [n, inter]
@@ -311,7 +328,7 @@ class StaticDecoder:
     def __init__(self, model: torch.nn.Module, package_dir: Path | None = None):
         self._model = weakref.ref(model)  # the cache is keyed weakly on the model: no strong reference back
         self.text = model.config.get_text_config()
-        self.body = _Body(model).eval()
+        self.body = _Body(model, runners.cache_home()).eval()
         self.shape = (self.text.num_hidden_layers, self.body.kv_heads, self.body.head_dim)
         self.window = getattr(self.text, "sliding_window", None) if any(self.body.local) else None
         self.softcap = getattr(self.text, "final_logit_softcapping", None)
@@ -403,7 +420,7 @@ class StaticDecoder:
         cache.reserve(start + n)
         if start == 0 and n > 1:
             return self._prefill(cache, input_ids, keep)
-        if self.body.any_width:  # all n tokens in one call
+        if self.body.rows_at_once:  # all n tokens in one call
             example = self._inputs(cache, input_ids, start)
             hidden = self._call(example)[n - keep :]  # [keep, d]
         else:  # one token at a time through the one-token graph (a draft's catch-up feed, any length)
