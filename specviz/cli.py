@@ -335,7 +335,8 @@ def cmd_advise(args) -> int:
     sampling = _sampling(args)
     advice = advise(target, args.proposer or ["ngram"], calib, cache_dir=cache_dir(), load=_loader(args),
                     ks=range(1, args.k_max + 1), min_drafted=args.calibrate_tokens, max_new_tokens=args.max_new_tokens,
-                    sampling=sampling, chat=args.chat, seed=args.seed, refresh=args.refresh_costs, say=lambda m: _say(args, m))
+                    sampling=sampling, chat=args.chat, seed=args.seed, refresh=args.refresh_costs, say=lambda m: _say(args, m),
+                    run_prompts=held if args.heldout else None)
     print(advice.cost.table() + "\n")
     print(format_advice(advice, top=args.show))
     for line in save_advice(advice):
@@ -498,7 +499,8 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--prompts", metavar="FILE.jsonl", default=None, help="JSONL prompts (default: the bundled set)")
     a.add_argument("--category", action="append", metavar="NAME", help="repeatable: only these prompt categories")
     a.add_argument("--limit", type=int, default=4, help="prompts to use (default 4)")
-    a.add_argument("--heldout", type=int, default=0, help="keep the last N prompts out of calibration and run on them")
+    a.add_argument("--heldout", type=int, default=0, help="keep the last N prompts out of calibration and run on them "
+                   "(prompt lookup, whose acceptance belongs to the prompt, is calibrated on those)")
     a.add_argument("--calibrate-tokens", type=_positive_int, default=300, help="drafted tokens to calibrate on (default 300)")
     a.add_argument("--k-max", type=int, default=8, help="predict k = 1..K (default 8; the calibration drafts K per step)")
     a.add_argument("--run-top", type=int, default=0, metavar="N", help="run the N best for real and compare (default 0)")

@@ -27,7 +27,7 @@ speedup below 1.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Sequence
 
 from . import theory
@@ -37,7 +37,7 @@ from .treeshape import TreeShape, best_per_budget, best_shape, encode, expected_
 __all__ = [
     "Rate", "wilson", "ChainCalibration", "RankCalibration", "chain_calibration", "rank_calibration_from_tree",
     "rank_calibration_from_chain", "Forecast", "predict_chain", "predict_tree", "tree_step_seconds", "forecast_trees",
-    "rank", "verdicts", "run_speedup", "BudgetPoint", "TreeBudget", "tree_budget",
+    "rank", "verdicts", "run_speedup", "BudgetPoint", "TreeBudget", "tree_budget", "replayed_tau", "with_tau",
 ]
 
 Z = 1.96  # 95% Wilson intervals
@@ -210,6 +210,13 @@ def rank_calibration_from_chain(proposer: str, runs: Sequence[Sequence[Any]], k:
     return RankCalibration(proposer, tuple(trials), tuple(map(tuple, kept)), n)
 
 
+def replayed_tau(runs: Sequence[Sequence[Any]], k: int, max_new_tokens: int | None = None) -> float:
+    """1 + the mean kept drafts (a tree: its path's length) per step, over the steps that could
+    draft the full k: a configuration's own tokens per step, e.g. on its greedy replay."""
+    kept = [ok for steps in runs for _, ok in _counted(steps, k, max_new_tokens)]
+    return 1.0 + sum(kept) / len(kept) if kept else 1.0
+
+
 # -- forecasts ------------------------------------------------------------------------------------
 
 
@@ -372,6 +379,17 @@ def tree_budget(cal: RankCalibration, cost: CostModel, kind: str, proposer: str,
                                c.tau * base / c.step_s)
                    for n, c in enumerate(best_per_budget(accept, seconds, max_nodes, max_depth)))
     return TreeBudget(proposer, points)
+
+
+def with_tau(f: Forecast, tau: float | None, base_step_s: float) -> Forecast:
+    """``f`` with its tau replaced (the per-rank model's kept as ``extra["tau_model"]``), the
+    interval widened to hold it and the speedups recomputed on the same step time; None: unchanged."""
+    if tau is None:
+        return f
+    lo, hi = min(f.tau_lo, tau), max(f.tau_hi, tau)
+    per = base_step_s / f.step_s
+    return replace(f, tau=tau, tau_lo=lo, tau_hi=hi, speedup=tau * per, speedup_lo=lo * per, speedup_hi=hi * per,
+                   extra={**f.extra, "tau_model": f.tau})
 
 
 def rank(forecasts: Sequence[Forecast]) -> list[Forecast]:

@@ -5,12 +5,20 @@
     print(format_advice(advice))
     runs = run_top(target, advice, 3, prompts, BenchConfig(...))
 
-Steps: the cost model (:mod:`specviz.analysis.costmodel`, cached per machine); a calibration run
-of each candidate at k = 8 on a few prompts (chains: per-position acceptance; ``ngram-tree``: its
-own trees at 64 nodes, per-depth/per-rank acceptance; ``draft-tree:NAME``: the draft's argmax
-chain, the rank of the target's token in the draft's top-10); the forecasts
-(:mod:`specviz.analysis.advisor`, trees shaped by :mod:`specviz.analysis.treeshape`); and the
-shapes it chose, saved for ``shape=auto`` (``proposers.ngram_tree.advised_shapes_path``).
+Steps: the cost model (:mod:`specviz.analysis.costmodel`, cached per machine); acceptance; the
+forecasts (:mod:`specviz.analysis.advisor`, trees shaped by :mod:`specviz.analysis.treeshape`); and
+the shapes it chose, saved for ``shape=auto`` (``proposers.ngram_tree.advised_shapes_path``).
+
+Acceptance, greedy (:func:`calibrate_by_replay`): each prompt is decoded once (an exact run of the
+n-gram chain at k = 8, so the target's greedy output) and every proposer is replayed against that
+decode (:mod:`specviz.analysis.replay`): chains at every k, ``ngram-tree`` at 64 nodes (its
+per-depth/per-rank acceptance) and at every shape it forecasts, draft models through one
+teacher-forced forward. Prompt lookup (``ngram``, ``ngram-tree``, ``ngram+draft``) is replayed on
+the prompts that will run (``run_prompts``), since what it accepts depends on the prompt itself.
+Sampled (:func:`calibrate`): a calibration run of each candidate at k = 8 on the prompts (prompt
+lookup on ``run_prompts``): chains, per-position acceptance; ``ngram-tree``, its own trees at 64
+nodes; ``draft-tree:NAME``, the draft's argmax chain and the rank of the target's token in its
+top-10.
 """
 
 from __future__ import annotations
@@ -22,17 +30,23 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from ..analysis import advisor as A
+from ..analysis import replay as R
 from ..analysis.costmodel import CostModel, load_or_measure
+from ..analysis.treeshape import decode as decode_shape
 from ..core.engine import SpeculativeDecoder, encode_prompt
 from ..core.records import Sampling
 from ..prompts import PromptRow
 from ..proposers.advised import AdvisedPick, save_pick
+from ..proposers.hybrid import NGramOrDraft
+from ..proposers.ngram import NGram
+from ..proposers.ngram_tree import NGramTree
 from ..proposers.registry import check_spec, from_spec, shape_base
 from .config import TARGET_ONLY, BenchConfig
 from .sweep import Sweep
 
-__all__ = ["Candidate", "Advice", "plan", "calibrate", "advise", "run_top", "format_advice", "format_runs",
-           "save_shapes", "save_advice", "pick_of", "compare_run", "CALIBRATION_K", "CALIBRATION_TREE_NODES"]
+__all__ = ["Candidate", "Advice", "plan", "calibrate", "calibrate_by_replay", "Replayed", "lookup_family", "advise", "run_top",
+           "format_advice", "format_runs", "save_shapes", "save_advice", "pick_of", "compare_run", "CALIBRATION_K",
+           "CALIBRATION_TREE_NODES"]
 
 CALIBRATION_K = 8  # drafts per step while calibrating (predictions cover k = 1..this)
 CALIBRATION_TREE_NODES = 64  # an n-gram trie's budget while calibrating (its ranks, not its size, are measured)
@@ -66,13 +80,19 @@ class Advice:
     shapes: dict[str, str] = field(default_factory=dict)  # tree base spec -> the best shape ("0": none pays)
     budgets: dict[str, A.TreeBudget] = field(default_factory=dict)  # tree spec -> its tree-budget curve
     prompts: int = 0
-    prompt_tokens: float = 0.0  # mean prompt length of the calibration prompts
+    prompt_tokens: float = 0.0  # mean prompt length of the prompts the configurations run
     max_new_tokens: int = 64
+    by_k: dict[str, dict[int, A.ChainCalibration]] = field(default_factory=dict)  # replay: a chain's counts at each k
+    method: str = "runs"  # "replay" (greedy: every proposer replayed on one decode) or "runs" (a calibration run each)
+    replay: dict[str, Any] = field(default_factory=dict)  # the replay's decodes: proposer, prompts, seconds, self-check
+    tree_tau: Callable[[Candidate, str, int], float | None] | None = None  # replay: (tree, shape, k) -> its exact tau
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "target": self.target, "machine": self.cost.machine, "cost": self.cost.to_dict(), "curves": self.cost.curves(),
             "cost_cached": self.cost_cached, "calibration": {s: c.to_dict() for s, c in self.calibrations.items()},
+            "calibration_method": self.method, "replay": self.replay,
+            "calibration_by_k": {s: {k: c.to_dict() for k, c in by.items()} for s, by in self.by_k.items()},
             "forecasts": [f.to_dict() for f in self.forecasts], "verdicts": self.verdicts, "notes": self.notes,
             "shapes": self.shapes, "prompts": self.prompts, "max_new_tokens": self.max_new_tokens,
             "tree_budgets": {s: b.to_dict() for s, b in self.budgets.items()},
@@ -110,42 +130,192 @@ def plan(specs: Sequence[str], target, load=None) -> list[Candidate]:
     return out
 
 
+def lookup_family(cand: Candidate) -> bool:
+    """Prompt lookup (``ngram``, ``ngram-tree``, ``ngram+draft``): what it accepts depends on how much
+    the prompt itself repeats, so it is calibrated on the prompts that will run."""
+    return cand.kind in ("ngram", "ngram-tree") or isinstance(cand.proposer, NGramOrDraft)
+
+
+def _prompts_for(cand: Candidate, prompts, run_prompts):
+    return run_prompts if run_prompts is not None and lookup_family(cand) else prompts
+
+
 def calibrate(target, candidates: Sequence[Candidate], prompts: Sequence[PromptRow], *, k: int = CALIBRATION_K,
               min_drafted: int = 300, max_new_tokens: int = 64, sampling: Sampling = Sampling(), chat: bool = True,
-              seed: int = 0, say: Say | None = None) -> dict[str, Any]:
+              seed: int = 0, say: Say | None = None, run_prompts: Sequence[PromptRow] | None = None) -> dict[str, Any]:
     """spec -> its calibration counts: each candidate's calibration proposer at ``k`` on the
     prompts in turn until it has drafted ``min_drafted`` positions (a tree: its depth per step)
-    on every kind (category) of prompt given, or the prompts run out."""
-    runs_by: dict[str, tuple[list[list[Any]], float]] = {}
+    on every kind (category) of prompt given, or the prompts run out; prompt lookup on
+    ``run_prompts`` when given."""
+    runs_by: dict[tuple[str, int], tuple[list[list[Any]], float]] = {}
     out: dict[str, Any] = {}
     for cand in candidates:
-        if cand.calibrate_spec not in runs_by:
+        rows = _prompts_for(cand, prompts, run_prompts)
+        key = (cand.calibrate_spec, id(rows))
+        if key not in runs_by:
             t0 = time.perf_counter()
-            decoder = SpeculativeDecoder(target, cand.proposer, k=k, sampling=sampling)
-            runs, drafted = [], 0
             records = "full" if cand.kind == "draft-tree" else "lean"  # a draft tree's ranks read the draft's top-10 of q
-            kinds, seen = {row.category for row in prompts}, set()
-            for row in prompts:
-                session = decoder.start(row.prompt, max_new_tokens=max_new_tokens, seed=seed, chat=chat, records=records)
-                while not session.done:
-                    session.step()
-                runs.append(list(session.steps))
-                drafted += sum(_positions(s) for s in session.steps)
-                seen.add(row.category)
-                if drafted >= min_drafted and seen >= kinds:  # enough drafts, and every kind of prompt at least once
-                    break
-            runs_by[cand.calibrate_spec] = (runs, time.perf_counter() - t0)
+            runs, _, drafted = _run(target, cand.proposer, rows, k, min_drafted, max_new_tokens, sampling, chat, seed, records)
+            runs_by[key] = (runs, time.perf_counter() - t0)
             if say:
                 say(f"calibrated {cand.calibrate_spec}: {drafted} positions drafted on {len(runs)} prompts "
-                    f"in {runs_by[cand.calibrate_spec][1]:.1f} s")
-        runs, _ = runs_by[cand.calibrate_spec]
-        if cand.kind == "ngram-tree":
-            out[cand.spec] = A.rank_calibration_from_tree(cand.spec, runs, k, max_new_tokens=max_new_tokens)
-        elif cand.kind == "draft-tree":
-            out[cand.spec] = A.rank_calibration_from_chain(cand.spec, runs, k, max_new_tokens=max_new_tokens)
-        else:
-            out[cand.spec] = A.chain_calibration(cand.spec, runs, k, max_new_tokens=max_new_tokens)
+                    f"in {runs_by[key][1]:.1f} s")
+        out[cand.spec] = _counts(cand, runs_by[key][0], k, max_new_tokens)
     return out
+
+
+def _counts(cand: Candidate, runs, k: int, max_new_tokens: int):
+    """The advisor's counts from a candidate's step records (the engine's or a replay's) at k."""
+    if cand.kind == "ngram-tree":
+        return A.rank_calibration_from_tree(cand.spec, runs, k, max_new_tokens=max_new_tokens)
+    if cand.kind == "draft-tree":
+        return A.rank_calibration_from_chain(cand.spec, runs, k, max_new_tokens=max_new_tokens)
+    return A.chain_calibration(cand.spec, runs, k, max_new_tokens=max_new_tokens)
+
+
+def _run(target, proposer, prompts, k, min_drafted, max_new_tokens, sampling, chat, seed, records="lean"):
+    """``proposer`` at k on the prompts in turn until it has drafted ``min_drafted`` positions and
+    seen every kind of prompt; -> (step records per prompt, the finished sessions, positions drafted)."""
+    decoder = SpeculativeDecoder(target, proposer, k=k, sampling=sampling)
+    runs, sessions, drafted = [], [], 0
+    kinds, seen = {row.category for row in prompts}, set()
+    for row in prompts:
+        session = decoder.start(row.prompt, max_new_tokens=max_new_tokens, seed=seed, chat=chat, records=records)
+        while not session.done:
+            session.step()
+        runs.append(list(session.steps))
+        sessions.append((session, row.category))
+        drafted += sum(_positions(s) for s in session.steps)
+        seen.add(row.category)
+        if drafted >= min_drafted and seen >= kinds:  # enough drafts, and every kind of prompt at least once
+            break
+    return runs, sessions, drafted
+
+
+# -- greedy: one decode, every proposer replayed -------------------------------------------------
+
+
+@dataclass
+class Replayed:
+    """The greedy decodes the replay reads, per prompt set, and the drafts' teacher-forced rows."""
+
+    target: Any
+    runs: dict[int, list[R.Decoded]] = field(default_factory=dict)  # id(prompt set) -> its decodes
+    rows: dict[tuple[str, int], list[R.DraftRows]] = field(default_factory=dict)  # (draft, id(prompt set)) -> rows
+    info: list[dict[str, Any]] = field(default_factory=list)  # per decode: proposer, prompts, seconds, self-check
+
+    def draft_rows(self, draft, key: int) -> list[R.DraftRows]:
+        if (str(draft.name), key) not in self.rows:
+            self.rows[(str(draft.name), key)] = R.draft_rows(draft, self.runs[key], R.vocab_of(self.target))
+        return self.rows[(str(draft.name), key)]
+
+
+def _draft_of(proposer):
+    """The draft LoadedModel a replay of ``proposer`` teacher-forces (None: an n-gram)."""
+    return getattr(proposer, "model", None) if not isinstance(proposer, (NGram, NGramTree)) else None
+
+
+def calibrate_by_replay(target, candidates: Sequence[Candidate], prompts: Sequence[PromptRow], cost: CostModel, *,
+                        ks: Sequence[int], min_drafted: int = 300, max_new_tokens: int = 64, chat: bool = True, seed: int = 0,
+                        say: Say | None = None, run_prompts: Sequence[PromptRow] | None = None):
+    """Greedy acceptance from one decode per prompt: -> (spec -> counts at max k, chain spec -> {k:
+    counts}, the :class:`Replayed` decodes). Each prompt set (``run_prompts`` for prompt lookup,
+    ``prompts`` for the rest) is decoded by an exact greedy run (the first n-gram or draft chain
+    asked about, else the plain n-gram) at max k until it has drafted ``min_drafted`` positions on
+    every kind of prompt; the replay of that proposer must give back the decode's own steps (the
+    self-check in ``info``). A proposer the replay cannot follow is run as :func:`calibrate` does."""
+    k = max(ks)
+    rep = Replayed(target)
+    sets: dict[int, Sequence[PromptRow]] = {}
+    for cand in candidates:
+        rows = _prompts_for(cand, prompts, run_prompts)
+        sets.setdefault(id(rows), rows)
+    for key, rows in sets.items():
+        group = [c for c in candidates if id(_prompts_for(c, prompts, run_prompts)) == key]
+        chains = [c.proposer for c in group if c.kind in ("ngram", "draft") and R.replayable(c.proposer)]
+        chains.sort(key=lambda p: not isinstance(p, NGram))  # the n-gram first: it needs no draft model
+        decoder = chains[0] if chains else NGram()
+        t0 = time.perf_counter()
+        records, sessions, _ = _run(target, decoder, rows, k, min_drafted, max_new_tokens, R.GREEDY, chat, seed)
+        rep.runs[key] = [R.decoded(sess, cat) for sess, cat in sessions]
+        seconds = time.perf_counter() - t0
+        draft = _draft_of(decoder)
+        again = R.replay(decoder, rep.runs[key], k, rep.draft_rows(draft, key) if draft is not None else None)
+        same = sum(R.summary([a]) == R.summary([b]) for a, b in zip(again, records))
+        rep.info.append({"decoded_with": getattr(decoder, "name", "ngram"), "k": k, "prompts": len(records),
+                         "new_tokens": sum(len(r.new_ids) for r in rep.runs[key]), "seconds": seconds,
+                         "replay_reproduced": same, "for": [c.spec for c in group]})
+        if say:
+            say(f"decoded {len(records)} prompts greedily with {rep.info[-1]['decoded_with']} k={k} in {seconds:.1f} s "
+                f"(its replay gave back {same} of {len(records)} decodes step for step)")
+    cals: dict[str, Any] = {}
+    by_k: dict[str, dict[int, A.ChainCalibration]] = {}
+    fallback = [c for c in candidates if not R.replayable(c.proposer)]
+    if fallback:
+        cals.update(calibrate(target, fallback, prompts, k=k, min_drafted=min_drafted, max_new_tokens=max_new_tokens,
+                              sampling=R.GREEDY, chat=chat, seed=seed, say=say, run_prompts=run_prompts))
+    t0 = time.perf_counter()
+    for cand in candidates:
+        if cand in fallback:
+            continue
+        key = id(_prompts_for(cand, prompts, run_prompts))
+        draft = _draft_of(cand.proposer)
+        rows = rep.draft_rows(draft, key) if draft is not None else None
+        if cand.kind in ("ngram-tree", "draft-tree"):
+            cals[cand.spec] = _counts(cand, R.replay(cand.proposer, rep.runs[key], k, rows), k, max_new_tokens)
+            continue
+        by_k[cand.spec] = {}
+        for kk in ks:
+            steps = R.replay(cand.proposer, rep.runs[key], kk, rows)
+            if isinstance(cand.proposer, NGramOrDraft):
+                steps = _hybrid_costed(steps, cost, draft)
+            by_k[cand.spec][kk] = _counts(cand, steps, kk, max_new_tokens)
+        cals[cand.spec] = by_k[cand.spec][k]
+    if say:
+        say(f"replayed {len(candidates) - len(fallback)} proposers at k = {min(ks)}..{k} in {time.perf_counter() - t0:.1f} s")
+    return cals, by_k, rep
+
+
+def _hybrid_costed(runs, cost: CostModel, draft):
+    """ngram+draft's replayed steps with their drafting time from the cost model: the n-gram lookup
+    as timed in the replay, and on a draft step the draft's catch-up feed (the first: its prefill,
+    as a calibration run's draft time has it) and k - 1 one-token steps (an estimate: the cost
+    model's feeds are of 1-3 tokens, longer ones extrapolated)."""
+    from dataclasses import replace
+
+    d = cost.drafts.get(str(draft.name))
+    if d is None:
+        return runs
+    out = []
+    for steps in runs:
+        first, new = True, []
+        for s in steps:
+            ms = s.draft_ms
+            if s.source == "draft" and s.k:
+                feed = d.prefill_s * s.feed / max(1, cost.context) if first else d.feed(s.feed)
+                ms += 1e3 * (feed + (s.k - 1) * d.step_s)
+                first = False
+            new.append(replace(s, draft_ms=ms))
+        out.append(new)
+    return out
+
+
+def _exact_tree_tau(target, rep: Replayed, prompts, run_prompts, max_new_tokens: int, load=None):
+    """(candidate, shape, k) -> the tau a static tree of that shape has on the replayed decodes
+    (exact for greedy), or None where the replay has no decodes for it."""
+
+    def tau(cand: Candidate, shape: str, k: int) -> float | None:
+        key = id(_prompts_for(cand, prompts, run_prompts))
+        if key not in rep.runs or not R.replayable(cand.proposer):
+            return None
+        if cand.kind == "ngram-tree":
+            steps = R.replay(from_spec(_shape_spec(cand, shape), target, load=load), rep.runs[key], k)
+        else:
+            steps = R.replay_draft_tree(rep.draft_rows(cand.proposer.model, key), rep.runs[key],
+                                        decode_shape(shape).rank_paths(), k)
+        return A.replayed_tau(steps, k, max_new_tokens)
+
+    return tau
 
 
 def _positions(s) -> int:
@@ -158,7 +328,8 @@ def _shape_spec(cand: Candidate, shape: str) -> str:
 
 
 def _forecast(cand: Candidate, cal, cost: CostModel, ks: Sequence[int], notes: list[str], shapes: dict[str, str],
-              budgets: dict[str, A.TreeBudget]) -> list[A.Forecast]:
+              budgets: dict[str, A.TreeBudget], by_k: dict[int, A.ChainCalibration] | None = None,
+              tree_tau=None) -> list[A.Forecast]:
     draft = str(cand.draft.name) if cand.draft is not None else None
     if cand.kind in ("ngram-tree", "draft-tree"):
         if not any(any(row) for row in cal.kept):
@@ -166,6 +337,10 @@ def _forecast(cand: Candidate, cal, cost: CostModel, ks: Sequence[int], notes: l
                          "so it predicts no tokens beyond the target's own.")
         lookup = (cal.draft_ms / 1e3 / cal.steps) if cand.kind == "ngram-tree" and cal.steps else None
         fs, best = A.forecast_trees(cal, cost, cand.kind, lambda s: _shape_spec(cand, s), ks, MAX_TREE_NODES, draft, lookup)
+        if tree_tau is not None:  # greedy replay: each forecast shape's own tau on the decodes, not the per-rank model's
+            fs = [A.with_tau(f, tree_tau(cand, f.shape, f.k), cost.base_step_s) for f in fs]
+            top = A.rank(fs)[0] if fs else None  # shape=auto: the fastest of them, if it beats target-only
+            best = decode_shape(top.shape) if top is not None and top.speedup > 1.0 else decode_shape("0")
         shapes[cand.base] = best.text if best.nodes else "0"
         budgets[cand.spec] = A.tree_budget(cal, cost, cand.kind, cand.spec, MAX_TREE_NODES, max(ks), draft, lookup)
         if not best.nodes:
@@ -177,7 +352,8 @@ def _forecast(cand: Candidate, cal, cost: CostModel, ks: Sequence[int], notes: l
         notes.append(f"{cand.spec}: the calibration drafted nothing on {cal.steps} steps{why}; "
                      "give prompts where it can draft (--prompts FILE) or drop it.")
     kind = cand.kind if cand.kind != "draft" or draft in cost.drafts else "chain"
-    fs = [A.predict_chain(cal, cost, k, kind, draft) for k in ks if k <= cal.k]
+    by_k = by_k or {}
+    fs = [A.predict_chain(by_k.get(k, cal), cost, k, kind, draft, spec=cal.proposer) for k in ks if k <= cal.k]
     if kind == "draft" and fs and cost.drafts[draft].step_s >= cost.t(1):
         notes.append(f"{cand.spec}: one draft step costs {cost.drafts[draft].step_s / cost.t(1):.2f} target steps "
                      "here, too slow to pay at any k whatever it accepts.")
@@ -186,31 +362,62 @@ def _forecast(cand: Candidate, cal, cost: CostModel, ks: Sequence[int], notes: l
 
 def advise(target, specs: Sequence[str], prompts: Sequence[PromptRow], *, cache_dir=None, load=None, ks: Sequence[int] = tuple(range(1, 9)),
            min_drafted: int = 300, max_new_tokens: int = 64, sampling: Sampling = Sampling(), chat: bool = True,
-           seed: int = 0, refresh: bool = False, say: Say | None = None, cost_options: dict[str, Any] | None = None) -> Advice:
+           seed: int = 0, refresh: bool = False, say: Say | None = None, cost_options: dict[str, Any] | None = None,
+           run_prompts: Sequence[PromptRow] | None = None, replay: bool | None = None) -> Advice:
     """Calibrate ``specs`` on ``prompts``, measure (or read) the cost model, forecast every
-    configuration at every k in ``ks`` and rank them."""
+    configuration at every k in ``ks`` and rank them. ``run_prompts``: the prompts the
+    configurations will run on, when not ``prompts`` (prompt lookup is calibrated on them).
+    ``replay`` (default: under greedy decoding): acceptance from one greedy decode per prompt,
+    every proposer replayed on it (:func:`calibrate_by_replay`); else a calibration run each."""
     if not prompts:
         raise ValueError("no prompts to calibrate on: give --prompts FILE or a --category with prompts")
+    if run_prompts is not None and not run_prompts:
+        run_prompts = None
+    replay = sampling.greedy if replay is None else replay
+    if replay and not sampling.greedy:
+        raise ValueError("the replay calibration needs greedy decoding (temperature 0)")
     candidates = plan(specs, target, load)
-    lengths = [len(encode_prompt(target.tokenizer, p.prompt, chat=chat)) for p in prompts]
+    ran = run_prompts if run_prompts is not None else prompts
+    lengths = [len(encode_prompt(target.tokenizer, p.prompt, chat=chat)) for p in ran]
     context = max(64, int(round((statistics.mean(lengths) + max_new_tokens / 2) / 64.0)) * 64)
     drafts = {str(c.draft.name): c.draft for c in candidates if c.draft is not None}
+    drafts.update({str(c.proposer.model.name): c.proposer.model for c in candidates if isinstance(c.proposer, NGramOrDraft)})
     t0 = time.perf_counter()
     cost, cached = load_or_measure(target, cache_dir, context=context, drafts=list(drafts.values()), refresh=refresh,
                                    sampling=sampling, **(cost_options or {}))
     if say:
         say(f"cost model {'read from the cache' if cached else 'measured'} in {time.perf_counter() - t0:.1f} s")
-    cals = calibrate(target, candidates, prompts, k=max(ks), min_drafted=min_drafted, max_new_tokens=max_new_tokens,
-                     sampling=sampling, chat=chat, seed=seed, say=say)
     notes: list[str] = [n for n in (cost.static_decode, cost.busy) if n]
+    by_k: dict[str, dict[int, A.ChainCalibration]] = {}
+    tree_tau, info = None, []
+    if replay:
+        cals, by_k, rep = calibrate_by_replay(target, candidates, prompts, cost, ks=ks, min_drafted=min_drafted,
+                                              max_new_tokens=max_new_tokens, chat=chat, seed=seed, say=say,
+                                              run_prompts=run_prompts)
+        tree_tau, info = _exact_tree_tau(target, rep, prompts, run_prompts, max_new_tokens, load), rep.info
+        notes += [_replay_note(i) for i in info]
+    else:
+        cals = calibrate(target, candidates, prompts, k=max(ks), min_drafted=min_drafted, max_new_tokens=max_new_tokens,
+                         sampling=sampling, chat=chat, seed=seed, say=say, run_prompts=run_prompts)
     shapes: dict[str, str] = {}
     budgets: dict[str, A.TreeBudget] = {}
     forecasts: list[A.Forecast] = []
     for cand in candidates:
-        forecasts += _forecast(cand, cals[cand.spec], cost, ks, notes, shapes, budgets)
+        forecasts += _forecast(cand, cals[cand.spec], cost, ks, notes, shapes, budgets, by_k.get(cand.spec), tree_tau)
     ranked = A.rank(forecasts)
     return Advice(str(target.name), cost, cached, candidates, cals, ranked, A.verdicts(ranked), notes, shapes, budgets,
-                  len(prompts), statistics.mean(lengths), max_new_tokens)
+                  len(ran), statistics.mean(lengths), max_new_tokens, by_k, "replay" if replay else "runs",
+                  {"decodes": info}, tree_tau)
+
+
+def _replay_note(info: dict[str, Any]) -> str:
+    same = info["replay_reproduced"] == info["prompts"]
+    return (f"{', '.join(info['for'])}: acceptance replayed from one greedy decode of {info['prompts']} prompts "
+            f"({info['decoded_with']} at k = {info['k']}, {info['seconds']:.1f} s), exact for greedy decoding of these "
+            "prompts; " + ("its replay gave that decode back step for step." if same else
+                           f"its replay gave back only {info['replay_reproduced']} of {info['prompts']} decodes step for "
+                           "step (a near-tie in an argmax rounds differently between a batched and a one-token "
+                           "forward), so read these as estimates."))
 
 
 def save_shapes(path, advice: Advice) -> None:
