@@ -1,10 +1,15 @@
 """Check issue 23's "Done when" in one process: the advisor's predictions against a full sweep.
 
-On prompts of several kinds (default ``benchmarks/prompts/advisor_check.jsonl``: calibrate on all
-but the last ``--heldout``, measure on those held out), greedy:
+On prompts of several kinds (default ``benchmarks/prompts/advisor_check.jsonl``: the last
+``--heldout`` are measured, none of them used to tune anything), greedy:
 
-1. times the advisor (``specviz.bench.advise.advise``: cost model, calibration, prediction) and
-   records its ranking and, per proposer, its predicted best k and speedup (with the interval);
+1. times the advisor (``specviz.bench.advise.advise``: cost model, acceptance, prediction) and
+   records its ranking and, per proposer, its predicted best k and speedup (with the interval).
+   ``--calibrate-on heldout`` (the default): the advisor is given the prompts the sweep will run,
+   as a user gives theirs, decodes them once (greedy) and replays every proposer on that decode;
+   ``--calibrate-on calibration``: as ``specviz advise --heldout``, draft models are calibrated on
+   the other prompts and only prompt lookup on the held-out ones. The models are loaded before
+   the clock starts (the sweep needs the same ones; their load time is recorded apart);
 2. runs the full sweep (``specviz.bench.sweep.Sweep``: every proposer x k = 1..--k-max, plus
    target-only, interleaved per prompt) on the held-out prompts, timed; a tree proposer runs as
    given and with ``shape=auto`` (the shape the advisor just chose, saved where ``shape=auto``
@@ -140,9 +145,13 @@ def _tree_inputs(advice, spec: str):
 
 
 def predicted_tree(advice, spec: str, shape: str) -> A.Forecast:
-    """The advisor's forecast for ``spec`` with a fixed ``shape`` (``advisor.predict_tree``)."""
+    """The advisor's forecast for ``spec`` with a fixed ``shape`` (``advisor.predict_tree``; after a
+    greedy replay, with the shape's own replayed tau, as the advisor's ranking has it)."""
     cand, cal, draft, lookup = _tree_inputs(advice, spec)
-    return A.predict_tree(cal, advice.cost, T.decode(shape), cand.kind, f"{cand.base},shape={shape}", draft, lookup)
+    f = A.predict_tree(cal, advice.cost, T.decode(shape), cand.kind, f"{cand.base},shape={shape}", draft, lookup)
+    if advice.tree_tau is not None:
+        f = A.with_tau(f, advice.tree_tau(cand, shape, f.k), advice.cost.base_step_s)
+    return f
 
 
 def runner_up(advice, spec: str, k_max: int) -> str | None:
@@ -198,15 +207,27 @@ def check(args, say) -> dict[str, Any]:
               "heldout_prompts": [r.id for r in held], "categories": sorted({r.category for r in held}),
               "k_max": args.k_max, "max_new_tokens": args.max_new_tokens, "repeats": args.repeats,
               "calibrate_tokens": args.calibrate_tokens, "chat": args.chat, "greedy": True}
+    if args.calibrate_on == "heldout":
+        header["calibration_prompts"] = []  # the advisor reads only the prompts it is asked about
+
+    # 0. every model the advisor and the sweep use, loaded once before any clock starts
+    t0 = time.perf_counter()
+    for spec in specs:
+        from_spec(spec, target, load=load)  # a draft (and its int8 copy) lands in the model cache
+    header["models_load_s"] = time.perf_counter() - t0
 
     # 1. the advisor, timed
-    say("advisor: cost model, calibration, prediction")
+    say("advisor: cost model, acceptance, prediction")
+    on_held = args.calibrate_on == "heldout"
     t0 = time.perf_counter()
-    advice = advise(target, specs, calib, cache_dir=args.cache_dir, load=load, ks=ks, min_drafted=args.calibrate_tokens,
-                    max_new_tokens=args.max_new_tokens, sampling=sampling, chat=args.chat, refresh=not args.cached_costs,
-                    say=say)
+    advice = advise(target, specs, held if on_held else calib, cache_dir=args.cache_dir, load=load, ks=ks,
+                    min_drafted=args.calibrate_tokens, max_new_tokens=args.max_new_tokens, sampling=sampling, chat=args.chat,
+                    refresh=not args.cached_costs, say=say, run_prompts=None if on_held else held)
     advisor_s = time.perf_counter() - t0
     header["cost_model"] = "read from the cache (not in the advisor's time)" if advice.cost_cached else "measured in this run"
+    header["calibrate_on"] = args.calibrate_on
+    header["calibration_method"] = advice.method
+    header["replay"] = advice.replay
     pick = pick_of(advice)
     best_by: dict[str, A.Forecast] = {}
     for f in advice.forecasts:  # ranked: the first of each proposer is its predicted best
@@ -333,8 +354,16 @@ def markdown(res: dict[str, Any]) -> str:
            f"ISA: {', '.join(cpu['isa']) or 'none of ' + '/'.join(ISA)}; load average at the start {load}",
            f"- torch {cpu['torch']}, {cpu['torch_threads']} threads; greedy, {h['max_new_tokens']} new tokens, "
            f"k = 1..{h['k_max']}, {h['repeats']} pass(es); cost model {h['cost_model']}",
-           f"- calibration prompts: {', '.join(h['calibration_prompts'])}; held out (measured): "
-           f"{', '.join(h['heldout_prompts'])} ({', '.join(h['categories'])})", ""]
+           f"- calibration prompts: {', '.join(h['calibration_prompts']) or 'none'}; held out (measured): "
+           f"{', '.join(h['heldout_prompts'])} ({', '.join(h['categories'])}); the advisor calibrated on the "
+           f"{h.get('calibrate_on', 'calibration')} prompts ({h.get('calibration_method', 'runs')})"]
+    for d in (h.get("replay") or {}).get("decodes", []):
+        out.append(f"- greedy decode for the replay: {d['prompts']} prompts, {d['new_tokens']} tokens, with "
+                   f"`{d['decoded_with']}` k={d['k']} in {d['seconds']:.1f} s; its replay gave back {d['replay_reproduced']} "
+                   f"of {d['prompts']} decodes step for step")
+    if "models_load_s" in h:
+        out.append(f"- models loaded before the clocks started: {h['models_load_s']:.1f} s")
+    out.append("")
     for n in res["advisor"]["notes"]:
         out.append(f"- Note: {n}")
     out += ["", "## Predicted against measured, at each proposer's predicted best k", "",
@@ -400,12 +429,16 @@ def parser() -> argparse.ArgumentParser:
                          "draft:{target}@int8, ngram-tree:3)")
     ap.add_argument("--prompts", default=str(PROMPTS), help="JSONL prompts (default advisor_check.jsonl)")
     ap.add_argument("--heldout", type=int, default=3, help="the last N prompts (categories taken in turn) are held out "
-                    "and measured; the rest calibrate (default 3)")
+                    "and measured; with --calibrate-on calibration the rest calibrate the draft models (default 3)")
     ap.add_argument("--limit", type=int, default=0, help="measure on only the first N held-out prompts (default: all)")
     ap.add_argument("--k-max", type=int, default=8, help="k = 1..K, predicted and swept (default 8)")
     ap.add_argument("--repeats", type=int, default=1, help="passes over the held-out prompts in the sweeps (default 1)")
     ap.add_argument("--max-new-tokens", type=int, default=64, help="new tokens per run (default 64)")
     ap.add_argument("--calibrate-tokens", type=int, default=300, help="the advisor's calibration budget (default 300)")
+    ap.add_argument("--calibrate-on", choices=("heldout", "calibration"), default="heldout",
+                    help="heldout (default): the advisor is given the held-out prompts, as a user gives the prompts "
+                         "they will run; calibration: draft models calibrate on the other prompts, prompt lookup on "
+                         "the held-out ones (specviz advise --heldout)")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's own)")
     ap.add_argument("--device", default="auto")
     ap.add_argument("--dtype", default="auto")

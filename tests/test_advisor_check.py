@@ -92,7 +92,12 @@ def test_main_on_tiny_models(check, models, fast_costs, tmp_path, capsys):
         assert title in out
     h = res["header"]
     assert h["cpu"]["model_name"] and h["cpu"]["torch_threads"] == 1 and "torch" in h["cpu"]
-    assert h["calibration_prompts"] == ["p0", "p1", "p2"] and h["heldout_prompts"] == ["p3", "p4"]  # kinds in turn
+    assert h["calibration_prompts"] == [] and h["heldout_prompts"] == ["p3", "p4"]  # kinds in turn
+    # greedy: the advisor decoded the held-out prompts once and replayed every proposer on them
+    assert h["calibrate_on"] == "heldout" and h["calibration_method"] == "replay" and h["models_load_s"] >= 0
+    (dec,) = h["replay"]["decodes"]
+    assert dec["prompts"] == 2 and dec["replay_reproduced"] == 2 and dec["decoded_with"] == "ngram"
+    assert "greedy decode for the replay: 2 prompts" in out
 
     # 1. the advisor: timed, ranked, a predicted best per proposer
     assert res["advisor"]["seconds"] > 0 and res["advisor"]["ranking"]
@@ -143,3 +148,20 @@ def test_main_on_tiny_models(check, models, fast_costs, tmp_path, capsys):
     assert tree["rows"][0]["predicted_speedup_loop"] == pytest.approx(ranked["speedup"])  # the advisor's own forecast
     assert "shape=auto against fixed shapes" in out and "every output equal to target-only's: yes" in out
     assert list((fast_costs / "advisor").glob("costs-*.json"))  # the cost model's cache: under tmp_path too
+
+
+def test_calibrate_on_the_other_prompts(check, models, fast_costs, tmp_path, capsys):
+    """--calibrate-on calibration (as specviz advise --heldout): the draft is calibrated on the
+    first prompts, prompt lookup on the held-out ones it will run on: two greedy decodes."""
+    target, draft, prompts = models
+    out_json = tmp_path / "check.json"
+    rc = check.main(["--target", target, "--proposer", "ngram", "--proposer", f"draft:{draft}", "--prompts", prompts,
+                     "--heldout", "3", "--limit", "1", "--k-max", "2", "--max-new-tokens", "12", "--calibrate-tokens", "10",
+                     "--calibrate-on", "calibration", "--quiet", "--json", str(out_json)])
+    assert rc == 0
+    h = json.loads(out_json.read_text())["header"]
+    assert h["calibration_prompts"] == ["p0", "p1", "p2"] and h["calibrate_on"] == "calibration"
+    decodes = {tuple(d["for"]): d for d in h["replay"]["decodes"]}
+    assert decodes[("ngram",)]["prompts"] == 1 and decodes[("ngram",)]["decoded_with"] == "ngram"
+    assert decodes[(f"draft:{draft}",)]["decoded_with"] == f"draft:{draft}"
+    assert all(d["replay_reproduced"] == d["prompts"] for d in decodes.values())
