@@ -18,10 +18,14 @@ proposer: the advisor uses the n-gram chain) fixes every step of every other con
   ranks of its top-10 (a static draft tree's rank-r child). The chain at k keeps drafts while
   argmax == g; a static draft tree keeps the child whose rank path holds g's next token.
 
-This is exact in exact arithmetic. In floating point the draft's one batched forward rounds
-differently from its one-token steps (and the decode's verify passes from other widths), so a
-near-tie in an argmax can flip; the advisor replays its own decode's proposer and says whether
-that reproduced the decode step for step. Under sampling (temperature > 0) acceptance is random
+This is exact in exact arithmetic. In floating point a forward over several tokens rounds
+differently from one-token steps, so a near-tie in an argmax can flip: the draft is therefore
+teacher-forced as it runs (the prompt in one forward, then one token at a time on its session
+cache; the engine's catch-up feed of 2 tokens after a fully kept step is the one width it does
+not copy), and the target's verify passes of other widths than the decode's could, in
+principle, pick another token than the decode did (a sweep's "same output" column checks that).
+The advisor replays its own decode's proposer and says whether that reproduced the decode step
+for step. Under sampling (temperature > 0) acceptance is random
 and this does not apply: the advisor then runs each proposer (``bench.advise.calibrate``).
 
 The steps come back as :class:`ReplayStep` records with the fields the advisor's counting reads
@@ -46,7 +50,7 @@ from ..proposers.hybrid import NGramOrDraft
 from ..proposers.ngram import NGram, ngram_lookup
 from ..proposers.ngram_tree import NGramTree
 from ..proposers.vocab import context_rows_for
-from ..runtime.kv import context_window, forward_logits, new_cache, vocab_size
+from ..runtime.kv import context_window, forward_logits, new_cache, session_cache, vocab_size
 
 __all__ = ["Decoded", "DraftRows", "ReplayStep", "ReplayNode", "replayable", "draft_rows", "replay", "replay_draft_tree",
            "decoded", "summary", "vocab_of", "GREEDY"]
@@ -129,14 +133,24 @@ def replayable(proposer) -> bool:
 
 
 @torch.inference_mode()
-def draft_rows(draft, runs: Sequence[Decoded], vocab: int, top: int = TOP_N) -> list[DraftRows]:
-    """The draft (a LoadedModel) teacher-forced on each decode: one forward over prompt + g on a
-    fresh cache; its logits laid out on the target's ``vocab`` as the engine's draft does."""
+def draft_rows(draft, runs: Sequence[Decoded], vocab: int, top: int = TOP_N, batched: bool = False) -> list[DraftRows]:
+    """The draft (a LoadedModel) teacher-forced on each decode, its logits laid out on the
+    target's ``vocab`` as the engine's draft does. By default as the engine's draft runs: the
+    prompt in one forward on its session cache (its static step where it has one), then g one
+    token at a time, so each position is computed by the same kernels at the same width as a
+    one-token draft step; ``batched``: prompt + g in one forward (faster, but its rounding
+    differs: on gemma-3-270m@int8 one argmax in 192 positions flipped)."""
     out = []
     for run in runs:
         ids = torch.tensor(run.prompt_ids + run.new_ids, dtype=torch.long, device=draft.device)  # [L + N]
-        keep = len(run.new_ids) + 1
-        logits = forward_logits(draft.model, ids, new_cache(draft.model), keep)  # [N + 1, V_draft]
+        keep, L = len(run.new_ids) + 1, len(run.prompt_ids)
+        if batched:
+            logits = forward_logits(draft.model, ids, new_cache(draft.model), keep)  # [N + 1, V_draft]
+        else:
+            cache = session_cache(draft.model)
+            rows = [forward_logits(draft.model, ids[:L], cache, 1)]  # [1, V_draft]: after the prompt
+            rows += [forward_logits(draft.model, ids[L + t: L + t + 1], cache, 1) for t in range(keep - 1)]
+            logits = torch.cat(rows)  # [N + 1, V_draft]
         logits = _fit_vocab(logits, vocab)  # [N + 1, V]
         best = first_argmax(logits).tolist()
         _, tops = top_n(torch.softmax(logits, dim=-1), min(top, vocab))  # as the record's top_q: of q
