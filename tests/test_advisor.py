@@ -226,6 +226,34 @@ def test_cost_model_with_a_stand_in_clock(tiny, tmp_path):
     assert not cached3 and "tiny-draft" in more.drafts and more.target_s == first.target_s
 
 
+def test_draft_tree_levels_only_when_asked(tiny, tmp_path):
+    """A draft's tree levels are measured only for the drafts named in ``levels``; one cached
+    without them is measured again when a draft tree asks for them."""
+    target, draft = tiny
+    chain, cached = C.load_or_measure(target, tmp_path, context=32, drafts=[draft], levels=set(), clock=Clock(), repeats=2)
+    assert not cached and chain.drafts["tiny-draft"].level_s == {} and chain.drafts["tiny-draft"].step_s > 0
+    again, cached = C.load_or_measure(target, tmp_path, context=32, drafts=[draft], levels=set(), clock=Clock(), repeats=2)
+    assert cached and again == chain
+    tree, cached = C.load_or_measure(target, tmp_path, context=32, drafts=[draft], levels={"tiny-draft"}, clock=Clock(),
+                                     repeats=2)
+    assert not cached and set(tree.drafts["tiny-draft"].level_s) == set(C.LEVEL_MS) and tree.target_s == chain.target_s
+
+
+def test_every_point_is_the_fastest_of_at_least_two_rounds():
+    """No warm-up round: the first round's extra cost (a first call) is left out by the minimum,
+    and a spent budget stops the rounds only after the second."""
+    calls: list[int] = []
+    slow_first = {1: [5.0, 1.0, 1.0, 1.0], 2: [7.0, 2.0, 2.0, 2.0]}
+    now = [0.0]
+
+    def run(n: int) -> None:
+        calls.append(n)
+        now[0] += slow_first[n][calls.count(n) - 1]
+
+    times = C._interleaved([(run, (1, 2))], 4, lambda: now[0], stop=lambda: True, min_rounds=2)
+    assert calls == [1, 2, 1, 2] and {n: C._quiet(v) for n, v in times[0].items()} == {1: 1.0, 2: 2.0}
+
+
 def test_a_busy_machine_is_said():
     from dataclasses import replace
 

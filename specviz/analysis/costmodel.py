@@ -24,7 +24,7 @@ import statistics
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Collection, Iterable, Sequence
 
 import torch
 
@@ -234,14 +234,14 @@ def _median(xs: Sequence[float]) -> float:
 
 
 def _interleaved(passes: Sequence[tuple[Callable[[int], None], Iterable[int]]], repeats: int, clock: Callable[[], float],
-                 stop: Callable[[], bool] = lambda: False) -> list[dict[int, list[float]]]:
+                 stop: Callable[[], bool] = lambda: False, min_rounds: int = 1) -> list[dict[int, list[float]]]:
     """Time every pass at every size, all of them once per round, for ``repeats`` rounds (a round
-    after the first only while ``stop()`` is false), so drift hits every size alike. -> per pass,
-    {size: [seconds per round]}."""
+    after the first ``min_rounds`` only while ``stop()`` is false), so drift hits every size alike.
+    -> per pass, {size: [seconds per round]}."""
     passes = [(run, list(sizes)) for run, sizes in passes]
     times: list[dict[int, list[float]]] = [{n: [] for n in sizes} for _, sizes in passes]
     for rep in range(max(1, repeats)):
-        if rep and stop():
+        if rep >= min_rounds and stop():
             break
         for (run, sizes), out in zip(passes, times):
             for n in sizes:
@@ -285,10 +285,12 @@ def _why_not_static(model) -> str | None:
 
 @torch.inference_mode()
 def measure(target, *, context: int = 256, max_n: int = MAX_N, repeats: int = 5, budget_s: float = 30.0,
-            sampling=None, clock: Callable[[], float] = time.perf_counter, drafts: Sequence[Any] = ()) -> CostModel:
+            sampling=None, clock: Callable[[], float] = time.perf_counter, drafts: Sequence[Any] = (),
+            levels: Collection[str] | None = None) -> CostModel:
     """Measure the cost model of ``target`` (a LoadedModel) and of each draft in ``drafts``
     (LoadedModels) on this machine; the passes are interleaved within each repeat and repeats
-    stop early once ``budget_s`` is spent (at least one always runs)."""
+    stop early once ``budget_s`` is spent (at least two always run, the first doubling as the
+    warm-up). ``levels``: the drafts (by name) whose draft-tree levels to measure (None: all)."""
     from ..core.algorithm import logits_to_probs
     from ..core.records import Sampling
     from ..runtime.kv import forward_logits, rollback, score_tree, session_cache
@@ -319,12 +321,10 @@ def measure(target, *, context: int = 256, max_n: int = MAX_N, repeats: int = 5,
         logits_to_probs(logits, sampling)  # the tree step always turns every row into p
         rollback(cache, context)
 
-    for n in range(max_n, 0, -1):  # warm every shape, the widest first
-        chain_pass(n)
-    for n in tree_ns:
-        tree_pass(n)
+    # No warm-up round: each point is the fastest of at least two rounds, so a first call's extra
+    # cost (a width's first pass) never survives into it.
     chain, tree = _interleaved([(chain_pass, range(1, max_n + 1)), (tree_pass, tree_ns)], repeats, clock,
-                               stop=lambda: clock() - start > budget_s * 0.6)
+                               stop=lambda: clock() - start > budget_s * 0.6, min_rounds=2)
     raw = {n: _quiet(v) for n, v in chain.items()}
     target_s = monotone(raw)
     overhead = _step_overhead(target, context)
@@ -336,7 +336,8 @@ def measure(target, *, context: int = 256, max_n: int = MAX_N, repeats: int = 5,
         lookup_s=_lookups(context, clock), target_raw_s=raw, load=_load(), cores=os.cpu_count(),
     )
     for d in drafts:
-        model_cost = with_draft(model_cost, measure_draft(d, context=context, clock=clock, repeats=repeats))
+        model_cost = with_draft(model_cost, measure_draft(d, context=context, clock=clock, repeats=repeats,
+                                                          levels=levels is None or str(d.name) in levels))
     return replace(model_cost, measured_s=clock() - start)
 
 
@@ -374,9 +375,11 @@ def _lookups(context: int, clock, repeats: int = 20) -> dict[str, float]:
 
 
 @torch.inference_mode()
-def measure_draft(draft, *, context: int = 256, repeats: int = 5, clock: Callable[[], float] = time.perf_counter) -> DraftCost:
+def measure_draft(draft, *, context: int = 256, repeats: int = 5, clock: Callable[[], float] = time.perf_counter,
+                  levels: bool = True) -> DraftCost:
     """A draft model's one-token step and catch-up feeds on its session cache, its tree levels
-    of m nodes on a DynamicCache (as ``draft-tree`` grows them), and its prefill."""
+    of m nodes on a DynamicCache (as ``draft-tree`` grows them; ``levels=False``: not measured,
+    ``level_s`` left empty) and its prefill."""
     from ..runtime.kv import forward_logits, new_cache, rollback, session_cache, tree_forward_logits
 
     model, device = draft.model, draft.device
@@ -389,9 +392,10 @@ def measure_draft(draft, *, context: int = 256, repeats: int = 5, clock: Callabl
     forward_logits(model, prompt, cache, 1)
     prefill = clock() - t0
     rollback(cache, context)
-    tree_cache = new_cache(model)
-    forward_logits(model, prompt, tree_cache, 1)
-    rollback(tree_cache, context)
+    tree_cache = new_cache(model) if levels else None
+    if levels:
+        forward_logits(model, prompt, tree_cache, 1)
+        rollback(tree_cache, context)
 
     def feed(n: int) -> None:
         forward_logits(model, new[:n], cache, 1)
@@ -404,11 +408,11 @@ def measure_draft(draft, *, context: int = 256, repeats: int = 5, clock: Callabl
 
     for n in (3, 2, 1):
         feed(n)
-    for m in LEVEL_MS:
+    for m in LEVEL_MS if levels else ():
         level(m)
-    feeds, levels = _interleaved([(feed, (1, 2, 3)), (level, LEVEL_MS)], repeats, clock)
+    feeds, level_times = _interleaved([(feed, (1, 2, 3)), (level, LEVEL_MS if levels else ())], repeats, clock)
     feed_s = {n: _quiet(v) for n, v in feeds.items()}
-    return DraftCost(str(draft.name), feed_s[1], feed_s, {m: _quiet(v) for m, v in levels.items()}, prefill)
+    return DraftCost(str(draft.name), feed_s[1], feed_s, {m: _quiet(v) for m, v in level_times.items()}, prefill)
 
 
 def with_draft(model: CostModel, draft: DraftCost) -> CostModel:
@@ -423,9 +427,10 @@ def cache_path(cache_dir: str | Path, key: str) -> Path:
 
 
 def load_or_measure(target, cache_dir: str | Path | None, *, context: int = 256, drafts: Sequence[Any] = (),
-                    refresh: bool = False, **options: Any) -> tuple[CostModel, bool]:
+                    refresh: bool = False, levels: Collection[str] | None = None, **options: Any) -> tuple[CostModel, bool]:
     """(the cost model, whether it came from the cache): read from ``cache_dir`` when a model
-    with this key and every draft is there, else measure what is missing and write it back."""
+    with this key and every draft is there (with its draft-tree levels when ``levels`` names it;
+    None: every draft's), else measure what is missing and write it back."""
     key = cost_key(target, context)
     path = cache_path(cache_dir, key) if cache_dir is not None else None
     cached: CostModel | None = None
@@ -435,16 +440,21 @@ def load_or_measure(target, cache_dir: str | Path | None, *, context: int = 256,
             cached = CostModel.from_dict(data) if data.get("key") == key and data.get("schema") == SCHEMA else None
         except (ValueError, KeyError, TypeError):
             cached = None  # a damaged cache file: measure again
-    missing = [d for d in drafts if cached is None or str(d.name) not in cached.drafts]
+    def wants_levels(d) -> bool:
+        return levels is None or str(d.name) in levels
+
+    missing = [d for d in drafts if cached is None or str(d.name) not in cached.drafts
+               or (wants_levels(d) and not cached.drafts[str(d.name)].level_s)]
     if cached is not None and not missing:
         return cached, True
     if cached is None:
-        cost = measure(target, context=context, drafts=drafts, **options)
+        cost = measure(target, context=context, drafts=drafts, levels=levels, **options)
     else:
         cost = cached
         clock = options.get("clock", time.perf_counter)
         for d in missing:
-            cost = with_draft(cost, measure_draft(d, context=context, clock=clock, repeats=options.get("repeats", 5)))
+            cost = with_draft(cost, measure_draft(d, context=context, clock=clock, repeats=options.get("repeats", 5),
+                                                  levels=wants_levels(d)))
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(cost.to_dict(), indent=1), encoding="utf-8")

@@ -383,8 +383,9 @@ def advise(target, specs: Sequence[str], prompts: Sequence[PromptRow], *, cache_
     drafts = {str(c.draft.name): c.draft for c in candidates if c.draft is not None}
     drafts.update({str(c.proposer.model.name): c.proposer.model for c in candidates if isinstance(c.proposer, NGramOrDraft)})
     t0 = time.perf_counter()
+    tree_drafts = {str(c.draft.name) for c in candidates if c.kind == "draft-tree"}  # only these need level costs
     cost, cached = load_or_measure(target, cache_dir, context=context, drafts=list(drafts.values()), refresh=refresh,
-                                   sampling=sampling, **(cost_options or {}))
+                                   sampling=sampling, levels=tree_drafts, **(cost_options or {}))
     if say:
         say(f"cost model {'read from the cache' if cached else 'measured'} in {time.perf_counter() - t0:.1f} s")
     notes: list[str] = [n for n in (cost.static_decode, cost.busy) if n]
