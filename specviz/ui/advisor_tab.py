@@ -106,8 +106,9 @@ def _calibrate(state: AdvisorState, req: AdvisorRequest, report: Callable[[str],
     load = _loader(state, report)
     target = load(req.target)
     check_prompts_fit(target.tokenizer, [r.prompt for r in req.prompts], chat=True)
-    report(f"Calibrating {', '.join(req.proposers)} on {len(req.prompts)} prompts (about {req.calibrate_tokens} "
-           f"drafted tokens per proposer, k = {CALIBRATION_K})…")
+    how = ("greedy: one decode of the prompts, every proposer replayed on it" if req.sampling.greedy else
+           f"about {req.calibrate_tokens} drafted tokens per proposer, k = {CALIBRATION_K}")
+    report(f"Calibrating {', '.join(req.proposers)} on {len(req.prompts)} prompts ({how})…")
     advice = advise(target, list(req.proposers), list(req.prompts), cache_dir=cache_dir(), load=load,
                     min_drafted=req.calibrate_tokens, max_new_tokens=req.max_new_tokens, sampling=req.sampling,
                     chat=True, say=report)
