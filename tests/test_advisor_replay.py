@@ -215,3 +215,22 @@ def test_sampling_runs_each_proposer(tiny, numbers):
     assert advice.method == "runs" and not advice.by_k and not advice.replay["decodes"]
     with pytest.raises(ValueError, match="greedy"):
         advise(target, ["ngram"], rows_of(PROMPTS[:1]), sampling=Sampling(temperature=0.8), replay=True, cache_dir=numbers)
+
+
+def test_a_proposer_the_replay_cannot_follow_runs_its_own_calibration(tiny, numbers, monkeypatch):
+    """early-exit is a draft model (the target's first layers) and is replayed; one the replay
+    cannot follow (here: any draft, as a vocab=N draft or xdraft would be) runs at k = max as before."""
+    from specviz.bench.advise import advise
+    from specviz.proposers.ngram import NGram
+
+    target, _ = tiny
+    advice = advise(target, ["ngram", "early-exit:1"], rows_of(PROMPTS[:2]), ks=range(1, 3), max_new_tokens=16,
+                    chat=False, cache_dir=numbers)
+    assert advice.replay["decodes"][0]["for"] == ["ngram", "early-exit:1"] and set(advice.by_k) == {"ngram", "early-exit:1"}
+    monkeypatch.setattr(R, "replayable", lambda p: isinstance(p, NGram))
+    advice = advise(target, ["ngram", "early-exit:1"], rows_of(PROMPTS[:2]), ks=range(1, 3), max_new_tokens=16,
+                    chat=False, cache_dir=numbers)
+    (dec,) = advice.replay["decodes"]
+    assert dec["for"] == ["ngram"] and set(advice.by_k) == {"ngram"}
+    assert advice.calibrations["early-exit:1"].steps > 0  # its own engine run at k = 2
+    assert {f.proposer for f in advice.forecasts} == {"ngram", "early-exit:1"}

@@ -121,8 +121,9 @@ def decoded(session, category: str = "") -> Decoded:
 
 def replayable(proposer) -> bool:
     """Whether :func:`replay` reproduces ``proposer``'s greedy steps: an n-gram (chain or tree), a
-    draft model with its whole vocabulary (a ``vocab=N`` head scores the context's own tokens as
-    they arrive, which one forward over the whole text cannot follow), or ``ngram+draft`` of one."""
+    draft model with its whole vocabulary (``early-exit`` included; a ``vocab=N`` head scores the
+    context's own tokens as they arrive, which teacher forcing over the whole text cannot follow),
+    or ``ngram+draft`` of one. Not ``xdraft`` (another tokenizer)."""
     if isinstance(proposer, (NGram, NGramTree)):
         return True
     if isinstance(proposer, NGramOrDraft):

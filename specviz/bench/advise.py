@@ -226,12 +226,14 @@ def calibrate_by_replay(target, candidates: Sequence[Candidate], prompts: Sequen
     self-check in ``info``). A proposer the replay cannot follow is run as :func:`calibrate` does."""
     k = max(ks)
     rep = Replayed(target)
+    fallback = [c for c in candidates if not R.replayable(c.proposer)]
     sets: dict[int, Sequence[PromptRow]] = {}
     for cand in candidates:
-        rows = _prompts_for(cand, prompts, run_prompts)
-        sets.setdefault(id(rows), rows)
+        if cand not in fallback:
+            rows = _prompts_for(cand, prompts, run_prompts)
+            sets.setdefault(id(rows), rows)
     for key, rows in sets.items():
-        group = [c for c in candidates if id(_prompts_for(c, prompts, run_prompts)) == key]
+        group = [c for c in candidates if c not in fallback and id(_prompts_for(c, prompts, run_prompts)) == key]
         chains = [c.proposer for c in group if c.kind in ("ngram", "draft") and R.replayable(c.proposer)]
         chains.sort(key=lambda p: not isinstance(p, NGram))  # the n-gram first: it needs no draft model
         decoder = chains[0] if chains else NGram()
@@ -250,7 +252,6 @@ def calibrate_by_replay(target, candidates: Sequence[Candidate], prompts: Sequen
                 f"(its replay gave back {same} of {len(records)} decodes step for step)")
     cals: dict[str, Any] = {}
     by_k: dict[str, dict[int, A.ChainCalibration]] = {}
-    fallback = [c for c in candidates if not R.replayable(c.proposer)]
     if fallback:
         cals.update(calibrate(target, fallback, prompts, k=k, min_drafted=min_drafted, max_new_tokens=max_new_tokens,
                               sampling=R.GREEDY, chat=chat, seed=seed, say=say, run_prompts=run_prompts))
