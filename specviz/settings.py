@@ -89,6 +89,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("SPECVIZ_CPU_HEAD", "on",
             "`0`: keep `F.linear` for a large fp32 LM head instead of the measured oneDNN switch", "engine",
             ("specviz/runtime/cpu.py",)),
+    Setting("SPECVIZ_CPU_KERNELS", "on",
+            "`0`: keep the body's fp32 projections as they are (`F.linear`, unfused) instead of q/k/v and gate/up "
+            "fused, each on the kernel measured faster per width", "engine", ("specviz/runtime/cpu.py",)),
     Setting("SPECVIZ_THREADS", "2", "torch CPU threads of `python -m specviz.analysis.hardware` and "
             "`benchmarks/lm_head.py`", "benchmarks", ("specviz/analysis/hardware.py", "benchmarks/lm_head.py")),
     Setting("SPECVIZ_DEBUG", "unset", "set: the CLI raises the full traceback instead of its one-line error",

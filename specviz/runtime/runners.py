@@ -362,8 +362,15 @@ class Choice:
             self._fall_back(e)
             return self.body(*example)
 
-    def _width(self, example: tuple) -> int | None:
-        return None if self.runner.any_width(self.body) else int(example[0].shape[0])
+    def _width(self, example: tuple) -> object:
+        """The key of the step that serves ``example``: None (one for every width), or what the
+        body's ``graph_key(n)`` says tells graphs apart (the kernels its projections run at width
+        n: widths with the same kernels share a graph), else the width itself."""
+        if self.runner.any_width(self.body):
+            return None
+        n = int(example[0].shape[0])
+        key = getattr(self.body, "graph_key", None)
+        return n if key is None else key(n)
 
     def _step(self, example: tuple) -> Step:
         if self.runner is None:

@@ -27,7 +27,8 @@ target-only decoding; n = k + 1: the target's verify pass):
 
 A float32 body's projections run fused (q/k/v, gate/up) on the kernel measured faster at each
 width on this machine (:func:`specviz.runtime.cpu.plan_projections`, cached): when one kind changes kernel with
-the width, each width gets its own graph (and no exported one); otherwise one serves all.
+the width, the widths that run the same kernels share a graph (and there is no exported one);
+otherwise one serves all.
 
 The output head stays outside the body (a vocab=N draft's head reads its session's context
 rows; a large target head keeps its measured kernel switch, :mod:`specviz.runtime.cpu`), so the logits are
@@ -197,6 +198,14 @@ class _Body(torch.nn.Module):
         self.fused = torch.nn.ModuleList([f for f in fused if f is not None])  # registered: an export names their weights
         # one build serves every n unless a projection's kernel changes with the width
         self.any_width = self.rows_at_once and all(getattr(f, "uniform", lambda: True)() for f in self.fused)
+
+    def graph_key(self, n: int) -> object:
+        """What a graph of this body for n tokens depends on: the kernel each planned projection runs
+        at width n (widths that agree share one graph), or n itself for projections that loop over
+        their rows (a packed int8 copy's)."""
+        if not self.rows_at_once:
+            return n
+        return tuple(f.onednn_at[min(n, len(f.onednn_at) - 1)] for f in self.fused if hasattr(f, "onednn_at"))
 
     def _rope(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:  # [n, h, hd]
         half = self.head_dim // 2
