@@ -45,6 +45,28 @@ def test_per_token_rows_equal_single_rows_whatever_their_neighbours():
     assert _rel_err(together[1:], ref[1:]) < 0.05 < _rel_err(shared[1:], ref[1:])
 
 
+def test_a_packed_layer_runs_a_prefill_in_one_call_per_token_and_close_to_its_row_loop():
+    """A packed int8 layer given PREFILL_ROWS rows or more (a prompt's prefill) runs them in one
+    _int_mm call on its own int8 weight: per token (a huge row does not drown the small ones, and
+    a row's output does not depend on its neighbours) and as close to the float product as the row
+    loop it replaces; fewer rows keep the loop."""
+    from specviz.runtime import quantize
+
+    lin = _linear()
+    layer = quantize.PackedInt8Linear(lin, None, Int8Options(smooth_alpha=None))
+    n = quantize.PREFILL_ROWS
+    x = torch.randn(n + 3, 64)
+    x[0] *= 300  # an attention-sink row
+    with torch.inference_mode():
+        together = layer(x)  # one call
+        alone = torch.cat([layer._all_rows(x[i : i + 1]) for i in range(n + 3)])
+        looped = torch.cat([layer(x[i : i + 1]) for i in range(n + 3)])  # the packed kernel, row by row
+        ref = lin(x)
+    assert torch.equal(together, alone)
+    assert _rel_err(together[1:], ref[1:]) < 0.05 and _rel_err(together[1:], ref[1:]) < 2 * _rel_err(looped[1:], ref[1:])
+    assert "_unpacked" in layer.__dict__ and copy.deepcopy(layer).__dict__.get("_unpacked") is None  # a copy rebuilds it
+
+
 def test_smoothing_keeps_the_product_and_cuts_the_error_of_outlier_channels():
     lin, x = _linear(), _outlier_input()
     stats = x.abs().amax(dim=0)  # [64]

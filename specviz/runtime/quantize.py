@@ -57,6 +57,7 @@ from typing import Any
 
 import torch
 
+PREFILL_ROWS = 16  # a packed layer given this many rows at once runs them in one _int_mm call, not a loop over rows
 KERNELS = ("packed", "int_mm")  # Int8Options.kernel: PackedInt8Linear, Int8Linear
 HEAD_KERNELS = ("_int_mm", "oneDNN")  # the int_mm head's two kernels (speed_up_int8_head)
 # torch's UserWarning (recent releases) on creating a quantized tensor (the packed kernel)
@@ -170,7 +171,7 @@ class Int8Linear(torch.nn.Module):
 
     def __getstate__(self) -> dict:  # copies and pickles leave the prepacked weight out (rebuilt on use)
         state = super().__getstate__() if hasattr(super(), "__getstate__") else self.__dict__
-        return {**state, "_packed": None}
+        return {**state, "_packed": None, "_unpacked": None}
 
     def _like(self, qweight: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None) -> "Int8Linear":
         """A layer with these int8 rows [N, in], scales [N] and bias [N] and this one's smoothing
@@ -221,7 +222,8 @@ class PackedInt8Linear(Int8Linear):
     ``torch.ops.quantized.linear_dynamic`` with packed quantized weights (deprecated upstream, and
     its per-token scales loop over rows in Python, so a graph of it serves one width), asymmetric
     8-bit activations per token. Kept while it measures faster than :class:`Int8Linear` on the
-    body's small products (docs/benchmarks.md)."""
+    body's small products (docs/benchmarks.md). From :data:`PREFILL_ROWS` rows at once (a prompt's
+    prefill) the rows run in one ``torch._int_mm`` call on the same int8 weight, per-token symmetric."""
 
     group: tuple = ()
     onednn_at: tuple[bool, ...] = (False,)
@@ -248,11 +250,28 @@ class PackedInt8Linear(Int8Linear):
         if self.inv_smooth is not None:
             x2 = x2 * self.inv_smooth  # [rows, in]
         op = torch.ops.quantized.linear_dynamic
-        if self.per_token and x2.shape[0] > 1:
+        if self.per_token and x2.shape[0] >= PREFILL_ROWS:
+            y = self._all_rows(x2)  # [rows, out]
+        elif self.per_token and x2.shape[0] > 1:
             y = torch.cat([op(x2[i : i + 1], self._packed_params, self.reduce_range) for i in range(x2.shape[0])])
         else:
             y = op(x2, self._packed_params, self.reduce_range)  # [rows, out]
         return y.reshape(*lead, self.out_features)
+
+    def _all_rows(self, x: torch.Tensor) -> torch.Tensor:
+        """Many rows at once (a prompt's prefill): the same int8 weight and scales, the rows
+        quantized per token (symmetric int8, as :class:`Int8Linear` does) and multiplied by
+        ``torch._int_mm`` in one call instead of one packed call per row. x [rows, in] -> [rows, out]."""
+        unpacked = self.__dict__.get("_unpacked")
+        if unpacked is None:  # once per layer (unpacking costs more than the product): a second int8 copy
+            wq, bias = torch.ops.quantized.linear_unpack(self._packed_params)
+            per_channel = wq.qscheme() in (torch.per_channel_affine, torch.per_channel_symmetric)
+            scale = wq.q_per_channel_scales().float() if per_channel else torch.tensor(wq.q_scale(), dtype=torch.float32)
+            unpacked = self.__dict__["_unpacked"] = (wq.int_repr().t().contiguous(), scale, bias)  # [in, out] int8
+        ints_t, scale, bias = unpacked
+        xq, step = quantize_rows(x, True, 127.0)  # [rows, in] int8, [rows, 1]
+        y = torch._int_mm(xq, ints_t).float() * step * scale  # [rows, out]
+        return y if bias is None else y + bias
 
     def select_rows(self, ids: torch.Tensor) -> "PackedInt8Linear":
         """A copy keeping output rows ``ids`` [N] only, with exactly the same int8 values and
