@@ -446,8 +446,10 @@ class Defaults:
 
 # The no-pay tour runs early exit and then target-only; each early-exit token costs about half a target
 # step here (the layer is cheap, gemma-3-270m's 262k-row output head is not) and commits about one
-# token, so 64 tokens made a ~55 s wait on a 2-core CPU. 16 tokens at k = 2 show the same verdict.
-NO_PAY_TOKENS = 16
+# token, so 64 tokens made a ~55 s wait on a 2-core CPU and 16 tokens at k = 2 still 39-65 s on a shared
+# one (benchmarks/tour_waits.py). 8 tokens at k = 2 show the same verdict: every draft rejected, slower,
+# its 90% band well under 1x (docs/playground.md).
+NO_PAY_TOKENS = 8
 
 
 @dataclass(frozen=True)
