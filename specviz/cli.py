@@ -303,10 +303,10 @@ def cmd_bench(args) -> int:
         f"{m['warmup_s']:.1f} s{_trace_note(m)}, overhead {m['overhead_s']:.2f} s ({100 * m['overhead_frac']:.1f}%)."
         " tokens/s = total new tokens / total time; speedup vs the same impl's target-only."
     )
-    from .runtime.cpu import describe_head_kernels
+    from .runtime.cpu import describe_kernels
 
-    if m.get("lm_head"):  # the target's LM-head kernel per width, measured (or cached) when it loaded
-        print(describe_head_kernels(m["lm_head"]))
+    for line in describe_kernels(m):  # the target's kernels per width (head, projections), measured or cached
+        print(line)
     why = why_no_speedup(report["rows"])["markdown"].replace("**", "")
     print("\n" + why)
     from .analysis.hardware import roofline_lines

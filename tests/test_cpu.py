@@ -161,3 +161,19 @@ def test_speed_up_lm_head_wraps_only_large_fp32_cpu_heads_where_onednn_wins(monk
     finally:
         model.set_output_embeddings(head)  # the fixture is shared
         cpu._PLANS.pop(model, None)
+
+
+def test_a_sweep_names_every_kernel_it_chose_with_both_timings():
+    """describe_kernels: the head's line and one per projection kind (its layers counted, ms to
+    one decimal below 10); kernel_summary: the same choices in one short line, no timings."""
+    def plan(choices, plain, onednn, shape, layers=1):
+        rows = [{"rows": i + 1, "kernel": k, "f_linear_ms": plain, "onednn_ms": onednn} for i, k in enumerate(choices)]
+        return {"by_rows": rows, "wider": choices[-1], "cached": True, "threads": 2, "shape": shape, "layers": layers}
+
+    meta = {"lm_head": plan(["oneDNN"] * 3, 66.0, 32.0, [262144, 640]),
+            "projections": {"o": plan(["F.linear", "oneDNN", "oneDNN"], 3.7, 3.5, [640, 1024], 18)}}
+    head, o = cpu.describe_kernels(meta)
+    assert head.startswith("LM head 262144x640, 2 threads: oneDNN at 1-3 rows (32 ms vs 66 ms for F.linear)")
+    assert o.startswith("o projections 640x1024 x 18 layers, 2 threads: F.linear at 1 row (3.7 ms vs 3.5 ms for oneDNN)")
+    assert cpu.kernel_summary(meta) == "LM head: oneDNN at 1-3 rows; o: F.linear at 1 row, oneDNN at 2-3 rows"
+    assert cpu.describe_kernels({}) == [] and cpu.kernel_summary(None) == ""

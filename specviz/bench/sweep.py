@@ -17,7 +17,7 @@ from ..prompts import PromptRow
 from ..proposers import Proposer
 from ..runtime.cpu import head_kernel_report
 from ..runtime.static_decode import enabled as static_decode_enabled
-from ..runtime.static_decode import runners_kept, trace_seconds
+from ..runtime.static_decode import projection_kernel_report, runners_kept, trace_seconds
 from .config import SCHEMA, TARGET_ONLY, BenchConfig, BenchEvent, RunSpec
 from .hf import _hf_kwargs, _run_hf, _sync
 from .report import _version
@@ -223,6 +223,7 @@ class Sweep:
             "static_decode_trace_s": trace_seconds() - self._traced_before,  # tracing it, once per model
             "static_decode_runner": runners_kept(),  # the runner(s) it kept: trace, export, compile, eager (runtime.runners)
             "lm_head": head_kernel_report(getattr(self.target, "model", None)),  # specviz.runtime.cpu: kernel per width
+            "projections": projection_kernel_report(getattr(self.target, "model", None)),  # the body's, per kind
             "definitions": {  # the one table (METRICS), plus the sweep's own overhead
                 **definitions(),
                 "overhead_s": "sweep wall time - timed runs - warm-up (prompt encoding, rows, the caller's work between runs)",

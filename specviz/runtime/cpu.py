@@ -488,9 +488,45 @@ def plan_report(plan: HeadKernelPlan, wrapped: bool) -> dict[str, Any]:
     }
 
 
-def describe_head_kernels(report: dict[str, Any] | None) -> str:
+def describe_kernels(report: dict[str, Any] | None) -> list[str]:
+    """The LM head's line and one per planned projection kind of the body, from a sweep's meta
+    (``lm_head``: :func:`head_kernel_report`; ``projections``: by kind, as
+    :func:`specviz.runtime.static_decode.projection_kernel_report` gives them)."""
+    meta = report or {}
+    lines = [describe_head_kernels(meta.get("lm_head"))]
+    names = {"qkv": "q/k/v projections", "o": "o projections", "gate_up": "gate/up projections", "down": "down projections"}
+    for kind, plan in (meta.get("projections") or {}).items():
+        lines.append(describe_head_kernels(plan, names.get(kind, f"{kind} projections")))
+    return [line for line in lines if line]
+
+
+def kernel_summary(report: dict[str, Any] | None) -> str:
+    """The kernels of a sweep's meta in one short line, without timings: "LM head: oneDNN at 1-9
+    rows; q/k/v: F.linear at 1 row, oneDNN at 2-9 rows; ..." ("" when none was measured)."""
+    meta = report or {}
+    short = {"qkv": "q/k/v", "o": "o", "gate_up": "gate/up", "down": "down"}
+    plans = [("LM head", meta.get("lm_head"))] + [(short.get(k, k), v) for k, v in (meta.get("projections") or {}).items()]
+    parts = []
+    for name, plan in plans:
+        rows = (plan or {}).get("by_rows") or []
+        if not rows:
+            continue
+        spans: list[list[dict[str, Any]]] = []
+        for w in rows:
+            if spans and spans[-1][-1]["kernel"] == w["kernel"]:
+                spans[-1].append(w)
+            else:
+                spans.append([w])
+        parts.append(f"{name}: " + ", ".join(
+            f"{g[0]['kernel']} at {g[0]['rows']}" + (f"-{g[-1]['rows']} rows" if len(g) > 1 else " row" if g[0]["rows"] == 1 else " rows")
+            for g in spans))
+    return "; ".join(parts)
+
+
+def describe_head_kernels(report: dict[str, Any] | None, label: str = "LM head") -> str:
     """One line for a person: "LM head 262144x640, 2 threads: F.linear at 1-3 rows (34-36 ms vs
-    oneDNN 44-45 ms), oneDNN at 4-9 rows (...) ..." ("" for None)."""
+    oneDNN 44-45 ms), oneDNN at 4-9 rows (...) ..." ("" for None). ``label`` names the weight
+    (a body's projection kind: its layers are counted, and the times are for all of them)."""
     if not report or not report.get("by_rows"):
         return ""
     rows = report["by_rows"]
@@ -508,11 +544,13 @@ def describe_head_kernels(report: dict[str, Any] | None) -> str:
         parts.append(f"{g[0]['kernel']} at {span} ({_ms_range(g, mine)} ms vs {_ms_range(g, other)} ms "
                      f"for {KERNELS[0] if onednn else KERNELS[1]})")
     shape = "x".join(str(n) for n in report.get("shape", []))
+    layers = f" x {report['layers']} layers" if report.get("layers", 1) > 1 else ""
     how = "cached" if report.get("cached") else f"measured in {report.get('measure_s', 0.0):.1f} s"
-    return (f"LM head {shape}, {report.get('threads')} threads: " + ", ".join(parts)
+    return (f"{label} {shape}{layers}, {report.get('threads')} threads: " + ", ".join(parts)
             + f"; {report.get('wider')} above {rows[-1]['rows']} rows ({how})")
 
 
 def _ms_range(group: list[dict[str, Any]], key: str) -> str:
     lo, hi = min(w[key] for w in group), max(w[key] for w in group)
-    return f"{lo:.0f}" if round(lo) == round(hi) else f"{lo:.0f}-{hi:.0f}"
+    digits = 1 if hi < 10 else 0  # a body's projections take a few ms
+    return f"{lo:.{digits}f}" if round(lo, digits) == round(hi, digits) else f"{lo:.{digits}f}-{hi:.{digits}f}"

@@ -485,6 +485,20 @@ def warm(model: torch.nn.Module) -> float:
     return time.perf_counter() - t
 
 
+def projection_kernel_report(model: torch.nn.Module | None) -> dict | None:
+    """The kernel per width of each planned projection kind of ``model``'s static step, with both
+    timings (ms, for all its layers), as :func:`specviz.runtime.cpu.plan_report` gives them; None
+    when the model has no static step yet or nothing was planned."""
+    try:
+        decoder = _decoders.get(model) if model is not None else None
+    except TypeError:  # not a module
+        decoder = None
+    if decoder is None or not decoder.body.kernel_plans:
+        return None
+    layers = len(decoder.body.layers)
+    return {kind: {**cpu.plan_report(plan, True), "layers": layers} for kind, plan in decoder.body.kernel_plans.items()}
+
+
 def trace_seconds() -> float:
     """Seconds this process has spent building static decode steps, any runner (once per model;
     the name is from when tracing was the only way)."""
@@ -516,5 +530,6 @@ def static_cache(model: torch.nn.Module) -> StaticKV | None:
     return decoder.new_cache()
 
 
-__all__ = ["AUTO", "RUNNERS", "StaticDecoder", "StaticKV", "candidates", "mode", "runners_kept", "static_cache", "supports",
+__all__ = ["AUTO", "RUNNERS", "StaticDecoder", "StaticKV", "candidates", "mode", "projection_kernel_report", "runners_kept",
+           "static_cache", "supports",
            "trace_seconds", "warm"]

@@ -155,9 +155,11 @@ def _done_message(report: dict[str, Any]) -> str:
     if m["stopped"]:
         text, kind = f"Stopped after {m['runs_done']} of {m['runs_planned']} runs; the results so far are below.", "info"
     else:
+        kernels = V.kernel_summary(m)  # measured on this CPU when the target loaded (timings: the HTML report)
         text, kind = (
             f"Done in {m['wall_s']:.1f} s: decoding {m['timed_s']:.1f} s, warm-up {m['warmup_s']:.1f} s, "
-            f"overhead {100 * m['overhead_frac']:.1f}%.", "ok")
+            f"overhead {100 * m['overhead_frac']:.1f}%." + (f" Kernels measured on this CPU: {kernels}." if kernels else ""),
+            "ok")
     return progress_html(m["runs_done"], m["runs_planned"], text, kind)
 
 

@@ -16,6 +16,7 @@ from typing import Any, Callable, Mapping, Sequence
 import plotly.graph_objects as go
 
 from ..analysis.metrics import METRICS, definitions, expected_tokens_per_step
+from ..runtime.cpu import describe_kernels, kernel_summary
 from .bench_readout import why_markdown
 from .bench_rows import _chain_a, report_rows
 from .figures import _figure as house_figure
@@ -24,7 +25,8 @@ from .theme import COLORS, FONT
 __all__ = [
     "FIGURES", "acceptance_length_figure", "acceptance_rate_figure", "build_figures", "category_figure",
     "latency_figure", "per_position_figure", "predicted_speedup_figure", "report_html", "report_rows", "speedup_figure",
-    "table_help", "table_rows", "TABLE_COLUMNS", "tree_speedup_figure", "tree_tau_figure", "verify_cost_figure", "why_markdown",
+    "kernel_summary", "table_help", "table_rows", "TABLE_COLUMNS", "tree_speedup_figure", "tree_tau_figure", "verify_cost_figure",
+    "why_markdown",
 ]
 
 Row = Mapping[str, Any]
@@ -521,6 +523,7 @@ def report_html(report: Mapping[str, Any], include_plotlyjs: bool | str = True) 
             meta.get("static_decode"), f"on, traced in {meta.get('static_decode_trace_s') or 0.0:.1f} s (once per model)")),
         ("versions", f"torch {meta.get('torch')}, transformers {meta.get('transformers')}"),
         ("started", meta.get("started")),
+        *(("kernels", line) for line in describe_kernels(meta)),
     ]
     settings_html = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(str(v))}</td></tr>" for k, v in settings)
     defs = meta.get("definitions") or definitions(remote=meta.get("source") == "remote")  # the report's own, else METRICS
