@@ -142,3 +142,20 @@ def test_an_int8_copy_of_a_loaded_float_model_leaves_it_untouched(float_model, t
         clear_model_cache()
         base = load_model(str(d))  # a fresh base for the second round, as a restart would have
     clear_model_cache()
+
+
+def test_a_layer_the_cache_cannot_store_leaves_the_model_working_uncached(float_model, tokenizer, tmp_path, caplog,
+                                                                          monkeypatch):
+    from specviz.models import int8cache
+
+    def unknown(*_args, **_kw):
+        raise TypeError("model.layers.0.mlp.up_proj: NewInt8Linear is not an int8 layer this cache knows")
+
+    monkeypatch.setattr(int8cache, "_dump", unknown)  # as if quantize_int8 had grown a new layer type
+    with caplog.at_level(logging.WARNING, logger="specviz.models.int8cache"):
+        model, hit = quantize_cached(copy.deepcopy(float_model), tokenizer, "builtin:tiny", directory=tmp_path)
+    assert not hit and "not cached on disk" in caplog.records[0].getMessage()
+    assert not (tmp_path / "int8").exists() or not list((tmp_path / "int8").iterdir())
+    fresh = quantize_int8(copy.deepcopy(float_model), tokenizer)
+    for a, b in zip(_logits(fresh, tokenizer), _logits(model, tokenizer)):
+        assert torch.equal(a, b)

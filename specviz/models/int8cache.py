@@ -274,4 +274,6 @@ def quantize_cached(
         _write(path, key, model, list(targets))
     except OSError as e:  # a read-only or full cache directory: quantize again next time
         log.debug("specviz: could not cache the int8 copy of %s in %s: %s", name, path, e)
+    except Exception as e:  # noqa: BLE001 - a layer this module cannot store: the model is fine, only not cached
+        log.warning("specviz: the int8 copy of %s is not cached on disk (%s: %s)", name, type(e).__name__, e)
     return model, False
