@@ -56,6 +56,14 @@ from specviz.proposers.ngram_tree import advised_shapes_path
 from specviz.proposers.registry import check_spec, from_spec, shape_base
 
 PROMPTS = Path(__file__).parent / "prompts" / "advisor_check.jsonl"
+
+
+def _shown(path: str | Path) -> str:
+    """``path`` relative to the repository when it lies inside it (a result file names no machine's paths)."""
+    try:
+        return str(Path(path).resolve().relative_to(Path(__file__).resolve().parents[1]))
+    except ValueError:
+        return str(path)
 DEFAULT_PROPOSERS = ["ngram", "draft:{target}@int8", "ngram-tree:3"]
 ISA = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "avx512_fp16", "amx_tile", "amx_bf16", "amx_int8")
 SPEED_TOLERANCE = 0.10  # predicted within +-10% of measured
@@ -203,7 +211,7 @@ def check(args, say) -> dict[str, Any]:
     ks = range(1, args.k_max + 1)
     header = {"started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "cpu": cpu_info(), "target": str(target.name),
               "dtype": str(target.dtype).removeprefix("torch."), "device": str(target.device), "proposers": specs,
-              "prompts": str(args.prompts), "calibration_prompts": [r.id for r in calib],
+              "prompts": _shown(args.prompts), "calibration_prompts": [r.id for r in calib],
               "heldout_prompts": [r.id for r in held], "categories": sorted({r.category for r in held}),
               "k_max": args.k_max, "max_new_tokens": args.max_new_tokens, "repeats": args.repeats,
               "calibrate_tokens": args.calibrate_tokens, "chat": args.chat, "greedy": True}
@@ -247,7 +255,7 @@ def check(args, say) -> dict[str, Any]:
             auto_names[spec] = auto.name
     config = BenchConfig(ks=tuple(ks), max_new_tokens=args.max_new_tokens, sampling=sampling, chat=args.chat,
                          repeats=args.repeats)
-    sweep = Sweep(target, proposers, held, config, prompt_source=f"{args.prompts} (held out)")
+    sweep = Sweep(target, proposers, held, config, prompt_source=f"{_shown(args.prompts)} (held out)")
     report = _run(sweep, say)
     sweep_s = sweep.wall_s
     measured = _rows(report)
@@ -303,7 +311,7 @@ def check(args, say) -> dict[str, Any]:
             wanted[(p.name, T.decode(shape).depth)] = (label, shape)
         cfg = BenchConfig(ks=tuple(sorted({k for _, k in wanted})), max_new_tokens=args.max_new_tokens,
                           sampling=sampling, chat=args.chat, repeats=args.repeats)
-        tsweep = Sweep(target, tree_props, held, cfg, prompt_source=f"{args.prompts} (held out), tree shapes")
+        tsweep = Sweep(target, tree_props, held, cfg, prompt_source=f"{_shown(args.prompts)} (held out), tree shapes")
         tsweep.runs = [r for r in tsweep.runs if r.proposer == TARGET_ONLY or (r.proposer, r.k) in wanted]
         trep = _rows(_run(tsweep, say))
         rows_out = []
