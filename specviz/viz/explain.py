@@ -130,8 +130,10 @@ def explain_speedup(*, a: float | None, k: int, tau: float, tokens: int, target_
     if counts is not None and counts.tree and counts.depth:  # a tree: the path against the depth, as the chart
         accepted = (f"The accepted path covered {counts.rate:.0%} of the trees' depth (over the {counts.nodes_drafted} "
                     f"nodes drafted the rate is {counts.rate_over_nodes:.0%})")
-    gained = (f"{accepted}, so each target pass committed {_tokens(tau)} instead "
-              f"of 1 ({target_forwards} target passes for {tokens} tokens, where target-only needs {plain}).")
+    per_pass = (f"only {_tokens(tau)}, as a target-only step does" if round(tau, 1) <= 1.0
+                else f"{_tokens(tau)} instead of 1")
+    gained = (f"{accepted}, so each target pass committed {per_pass} ({target_forwards} target passes for {tokens} "
+              f"tokens, where target-only needs {plain}).")
     sentences = [gained]
     if drafted_fraction < 0.999:
         sentences.append(
