@@ -13,6 +13,7 @@ import os
 import pytest
 
 from tests.support import app_server
+from tests.support.browser import open_page
 
 pytestmark = pytest.mark.browser
 TIMEOUT_MS = 240_000
@@ -68,14 +69,7 @@ def server(needs_browser, tmp_path_factory):
 
 
 def _page(browser, url, width, height):
-    pg = browser.new_context(viewport={"width": width, "height": height}).new_page()
-    errors: list[str] = []
-    pg.on("pageerror", lambda e: errors.append(str(e)))
-    pg.set_default_timeout(TIMEOUT_MS)
-    pg.goto(url)
-    pg.wait_for_selector("#sv-bench-run")
-    pg.js_errors = errors
-    return pg
+    return open_page(browser, url, "#sv-bench-run", width=width, height=height, timeout_ms=TIMEOUT_MS)
 
 
 def _wait_kind(page, kinds):

@@ -11,7 +11,7 @@ import torch
 
 from specviz.models.int8cache import cache_path, quantize_cached
 from specviz.runtime.quantize import Int8Linear, Int8Options, PackedInt8Linear, quantize_int8
-from tests.support.tiny import make_llama
+from tests.support.tiny import outlier_llama
 
 PROMPT = "the cat sat on the mat, then the dog ran off."
 KERNELS = [Int8Options(), Int8Options(kernel="int_mm"), Int8Options(per_channel=False, smooth_alpha=None)]
@@ -20,12 +20,7 @@ KERNELS = [Int8Options(), Int8Options(kernel="int_mm"), Int8Options(per_channel=
 @pytest.fixture(scope="module")
 def float_model(tokenizer):
     """A tiny Llama whose norms feed a few channels 50x louder than the rest (smoothing has work)."""
-    model = make_llama(len(tokenizer), 64, 2, seed=0, sharpen=30.0)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if name.endswith("layernorm.weight") or name == "model.norm.weight":
-                p[[5, 17]] *= 50.0
-    return model
+    return outlier_llama(len(tokenizer))
 
 
 @torch.inference_mode()

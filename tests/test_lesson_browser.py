@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 from tests.support import app_server
+from tests.support.browser import open_page
 
 TIMEOUT_MS = 120_000
 SHOTS = __import__("os").environ.get("SPECVIZ_TEST_SHOTS", "")  # a folder: the guess and what-if tests save their panels there
@@ -30,14 +31,7 @@ MOMENTS = {
 
 
 def _page(browser, url, width=1280, height=800):
-    page = browser.new_context(viewport={"width": width, "height": height}).new_page()
-    page.set_default_timeout(TIMEOUT_MS)
-    errors: list[str] = []
-    page.on("pageerror", lambda e: errors.append(str(e)))
-    page.goto(url)
-    page.wait_for_selector("#sv-step-btn")
-    page.js_errors = errors
-    return page
+    return open_page(browser, url, "#sv-step-btn", width=width, height=height, timeout_ms=TIMEOUT_MS)
 
 
 # Where each element lies against the viewport: {id: [top, bottom, innerHeight]} (null when hidden).

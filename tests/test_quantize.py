@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from specviz.runtime.quantize import _QUANTIZED_DEPRECATED, Int8Linear, Int8Options, quantize_int8, smoothing_scales
-from tests.support.tiny import make_llama
+from tests.support.tiny import outlier_llama
 
 
 def _outlier_input(rows: int = 6, width: int = 64, seed: int = 0) -> torch.Tensor:
@@ -86,12 +86,7 @@ def _overlap(a: torch.Tensor, b: torch.Tensor) -> float:
 @pytest.fixture(scope="module")
 def outlier_model(tokenizer):
     """A tiny Llama whose norms feed a few channels 50x louder than the rest, as Gemma's do."""
-    model = make_llama(len(tokenizer), 64, 2, seed=0, sharpen=30.0)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if name.endswith("layernorm.weight") or name == "model.norm.weight":
-                p[[5, 17]] *= 50.0
-    return model
+    return outlier_llama(len(tokenizer))
 
 
 def test_quantize_int8_keeps_a_tiny_model_with_outliers_close(outlier_model, tokenizer):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from tests.support import app_server
+from tests.support.browser import open_page
 
 TIMEOUT_MS = 120_000
 # Fixtures from conftest.py: app_url (the app served on the tiny models; skips without a browser), browser.
@@ -27,14 +28,7 @@ _SHOWN = """() => ({
 
 
 def _page(browser, url):
-    page = browser.new_context(viewport={"width": 1280, "height": 800}, accept_downloads=True).new_page()
-    page.set_default_timeout(TIMEOUT_MS)
-    errors: list[str] = []
-    page.on("pageerror", lambda e: errors.append(str(e)))
-    page.goto(url)
-    page.wait_for_selector("#sv-step-btn")
-    page.js_errors = errors
-    return page
+    return open_page(browser, url, "#sv-step-btn", timeout_ms=TIMEOUT_MS, downloads=True)
 
 
 def _set_number(page, elem_id: str, value: str) -> None:

@@ -511,16 +511,25 @@ def kernel_summary(report: dict[str, Any] | None) -> str:
         rows = (plan or {}).get("by_rows") or []
         if not rows:
             continue
-        spans: list[list[dict[str, Any]]] = []
-        for w in rows:
-            if spans and spans[-1][-1]["kernel"] == w["kernel"]:
-                spans[-1].append(w)
-            else:
-                spans.append([w])
-        parts.append(f"{name}: " + ", ".join(
-            f"{g[0]['kernel']} at {g[0]['rows']}" + (f"-{g[-1]['rows']} rows" if len(g) > 1 else " row" if g[0]["rows"] == 1 else " rows")
-            for g in spans))
+        parts.append(f"{name}: " + ", ".join(f"{g[0]['kernel']} at {_span(g)}" for g in _runs_of_one_kernel(rows)))
     return "; ".join(parts)
+
+
+def _runs_of_one_kernel(rows: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """Consecutive widths that chose the same kernel, grouped."""
+    groups: list[list[dict[str, Any]]] = []
+    for w in rows:
+        if groups and groups[-1][-1]["kernel"] == w["kernel"]:
+            groups[-1].append(w)
+        else:
+            groups.append([w])
+    return groups
+
+
+def _span(group: list[dict[str, Any]]) -> str:
+    """ "1 row", "3 rows", "2-9 rows"."""
+    first, last = group[0]["rows"], group[-1]["rows"]
+    return f"{first}-{last} rows" if len(group) > 1 else f"{first} row{'s' if first > 1 else ''}"
 
 
 def describe_head_kernels(report: dict[str, Any] | None, label: str = "LM head") -> str:
@@ -530,18 +539,11 @@ def describe_head_kernels(report: dict[str, Any] | None, label: str = "LM head")
     if not report or not report.get("by_rows"):
         return ""
     rows = report["by_rows"]
-    groups: list[list[dict[str, Any]]] = []
-    for w in rows:
-        if groups and groups[-1][-1]["kernel"] == w["kernel"]:
-            groups[-1].append(w)
-        else:
-            groups.append([w])
     parts = []
-    for g in groups:
+    for g in _runs_of_one_kernel(rows):
         onednn = g[0]["kernel"] == KERNELS[1]
         mine, other = ("onednn_ms", "f_linear_ms") if onednn else ("f_linear_ms", "onednn_ms")
-        span = f"{g[0]['rows']} row{'s' if g[0]['rows'] > 1 else ''}" if len(g) == 1 else f"{g[0]['rows']}-{g[-1]['rows']} rows"
-        parts.append(f"{g[0]['kernel']} at {span} ({_ms_range(g, mine)} ms vs {_ms_range(g, other)} ms "
+        parts.append(f"{g[0]['kernel']} at {_span(g)} ({_ms_range(g, mine)} ms vs {_ms_range(g, other)} ms "
                      f"for {KERNELS[0] if onednn else KERNELS[1]})")
     shape = "x".join(str(n) for n in report.get("shape", []))
     layers = f" x {report['layers']} layers" if report.get("layers", 1) > 1 else ""

@@ -51,6 +51,20 @@ _CLICK_AND_WATCH = """
 """
 
 
+def open_page(browser, url: str, ready: str, *, width: int = 1280, height: int = 800, timeout_ms: int = 120_000,
+              downloads: bool = False):
+    """A new page at ``url`` in its own context (``width`` x ``height``), waited for until ``ready``
+    (a selector) is there; the page's JavaScript errors are collected in ``page.js_errors``."""
+    page = browser.new_context(viewport={"width": width, "height": height}, accept_downloads=downloads).new_page()
+    page.set_default_timeout(timeout_ms)
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(url)
+    page.wait_for_selector(ready)
+    page.js_errors = errors
+    return page
+
+
 def measure_steps(url: str, n: int = 10, width: int = 1280, height: int = 800) -> list[dict]:
     """Click Step n + 1 times (the first loads the models and is not counted); per click: the
     engine's step time, and click -> shown / click -> everything redrawn, in ms."""

@@ -186,3 +186,14 @@ def hf_greedy(target, prompt, n: int) -> list[int]:
     ids = torch.tensor([encode_prompt(target.tokenizer, prompt)], device=target.device)  # [1, n_prompt]
     out = target.model.generate(ids, max_new_tokens=n, do_sample=False)
     return out[0, ids.shape[1] :].tolist()
+
+
+def outlier_llama(vocab_size: int):
+    """A tiny Llama whose norms feed a few channels 50x louder than the rest, as Gemma's do
+    (int8 smoothing has work to do)."""
+    model = make_llama(vocab_size, 64, 2, seed=0, sharpen=30.0)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("layernorm.weight") or name == "model.norm.weight":
+                p[[5, 17]] *= 50.0
+    return model
