@@ -52,31 +52,29 @@ def test_the_cached_copy_gives_the_fresh_quantizations_logits_bit_for_bit(float_
         assert all(type(m) is PackedInt8Linear for m in second.modules() if isinstance(m, Int8Linear))
 
 
-def test_a_corrupt_file_is_rebuilt_with_one_log_line(float_model, tokenizer, tmp_path, caplog):
+def _cut_short(directory, monkeypatch) -> None:
+    (path,) = (directory / "int8").iterdir()
+    path.write_bytes(path.read_bytes()[:1000])
+
+
+def _other_torch(directory, monkeypatch) -> None:
+    monkeypatch.setattr(torch, "__version__", "0.0.0-other")  # another torch: its kernels may pack differently
+
+
+@pytest.mark.parametrize("spoil, said", [(_cut_short, "unreadable"), (_other_torch, "stale (torch changed)")])
+def test_a_corrupt_or_stale_file_is_rebuilt_with_one_log_line(spoil, said, float_model, tokenizer, tmp_path, caplog,
+                                                               monkeypatch):
     quantize_cached(copy.deepcopy(float_model), tokenizer, "builtin:tiny", directory=tmp_path)
-    (path,) = (tmp_path / "int8").iterdir()
-    path.write_bytes(path.read_bytes()[:1000])  # cut short
+    spoil(tmp_path, monkeypatch)
     with caplog.at_level(logging.WARNING, logger="specviz.models.int8cache"):
         model, hit = quantize_cached(copy.deepcopy(float_model), tokenizer, "builtin:tiny", directory=tmp_path)
     assert not hit
-    assert len(caplog.records) == 1 and "unreadable" in caplog.records[0].getMessage()
+    assert len(caplog.records) == 1 and said in caplog.records[0].getMessage()
     caplog.clear()
     again, hit = quantize_cached(copy.deepcopy(float_model), tokenizer, "builtin:tiny", directory=tmp_path)
     assert hit and not caplog.records  # rewritten whole
     for a, b in zip(_logits(model, tokenizer), _logits(again, tokenizer)):
         assert torch.equal(a, b)
-
-
-def test_a_stale_file_is_rebuilt_with_one_log_line(float_model, tokenizer, tmp_path, caplog, monkeypatch):
-    quantize_cached(copy.deepcopy(float_model), tokenizer, "builtin:tiny", directory=tmp_path)
-    monkeypatch.setattr(torch, "__version__", "0.0.0-other")  # another torch: its kernels may pack differently
-    with caplog.at_level(logging.WARNING, logger="specviz.models.int8cache"):
-        _, hit = quantize_cached(copy.deepcopy(float_model), tokenizer, "builtin:tiny", directory=tmp_path)
-    assert not hit
-    assert len(caplog.records) == 1 and "stale (torch changed)" in caplog.records[0].getMessage()
-    caplog.clear()
-    _, hit = quantize_cached(copy.deepcopy(float_model), tokenizer, "builtin:tiny", directory=tmp_path)
-    assert hit and not caplog.records
 
 
 def test_the_key_follows_the_weights_and_the_options(float_model, tokenizer, tmp_path):
