@@ -34,6 +34,7 @@ __all__ = ["CostModel", "DraftCost", "machine", "cost_key", "measure", "measure_
 MAX_N = 17  # t(n) for n = 1..17: k + 1 positions for k = 0..16, trees of up to 16 nodes
 TREE_NS = (2, 3, 5, 9, 13, 17)  # tree passes measured (interpolated between)
 LEVEL_MS = (1, 2, 3, 4)  # draft-tree level widths measured
+REPEATS = 4  # rounds per cost: the first (first calls) left out, the median of the other three
 SCHEMA = 2  # 2: each cost the median of its repeats after the first (1: the fastest)
 
 
@@ -287,7 +288,7 @@ def _why_not_static(model) -> str | None:
 
 
 @torch.inference_mode()
-def measure(target, *, context: int = 256, max_n: int = MAX_N, repeats: int = 5, budget_s: float = 30.0,
+def measure(target, *, context: int = 256, max_n: int = MAX_N, repeats: int = REPEATS, budget_s: float = 30.0,
             sampling=None, clock: Callable[[], float] = time.perf_counter, drafts: Sequence[Any] = (),
             levels: Collection[str] | None = None) -> CostModel:
     """Measure the cost model of ``target`` (a LoadedModel) and of each draft in ``drafts``
@@ -378,7 +379,7 @@ def _lookups(context: int, clock, repeats: int = 20) -> dict[str, float]:
 
 
 @torch.inference_mode()
-def measure_draft(draft, *, context: int = 256, repeats: int = 5, clock: Callable[[], float] = time.perf_counter,
+def measure_draft(draft, *, context: int = 256, repeats: int = REPEATS, clock: Callable[[], float] = time.perf_counter,
                   levels: bool = True) -> DraftCost:
     """A draft model's one-token step and catch-up feeds on its session cache, its tree levels
     of m nodes on a DynamicCache (as ``draft-tree`` grows them; ``levels=False``: not measured,
