@@ -325,8 +325,8 @@ def measure(target, *, context: int = 256, max_n: int = MAX_N, repeats: int = RE
         logits_to_probs(logits, sampling)  # the tree step always turns every row into p
         rollback(cache, context)
 
-    # No warm-up round: each point is the fastest of at least two rounds, so a first call's extra
-    # cost (a width's first pass) never survives into it.
+    # No warm-up round: each point is the median of the rounds after the first (at least two run),
+    # so a first call's extra cost (a width's first pass) never survives into it.
     chain, tree = _interleaved([(chain_pass, range(1, max_n + 1)), (tree_pass, tree_ns)], repeats, clock,
                                stop=lambda: clock() - start > budget_s * 0.6, min_rounds=2)
     raw = {n: _typical(v) for n, v in chain.items()}
@@ -457,7 +457,7 @@ def load_or_measure(target, cache_dir: str | Path | None, *, context: int = 256,
         cost = cached
         clock = options.get("clock", time.perf_counter)
         for d in missing:
-            cost = with_draft(cost, measure_draft(d, context=context, clock=clock, repeats=options.get("repeats", 5),
+            cost = with_draft(cost, measure_draft(d, context=context, clock=clock, repeats=options.get("repeats", REPEATS),
                                                   levels=wants_levels(d)))
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
