@@ -78,8 +78,8 @@ SETTINGS: tuple[Setting, ...] = (
             ("specviz/models/hub.py",)),
     # -- models and the engine's kernels ----------------------------------------------------------
     Setting("SPECVIZ_CACHE_DIR", "~/.cache/specviz",
-            "where the converted built-in models (and their `@int8` copies, under int8/, and the static step's AOTInductor packages, under static_decode/) are kept",
-            "models (app, API, CLI)", ("specviz/models/device.py", "specviz/runtime/runners.py")),
+            "where the converted built-in models (and their `@int8` copies, under int8/, the static step's AOTInductor packages, under static_decode/, and the measured kernel choices) are kept",
+            "models (app, API, CLI)", ("specviz/runtime/runners.py",)),
     Setting("SPECVIZ_STATIC_DECODE", "auto",
             "how drafts and the target run the static decode step: `auto` keeps the fastest of trace, eager "
             "(and export once its package is on disk) measured on the first call; `all` measures compile and "

@@ -8,14 +8,16 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from ..runtime.runners import cache_home
+
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
 
 
 def cache_dir() -> Path:
-    """Where converted built-in models live: ``$SPECVIZ_CACHE_DIR``, else ``~/.cache/specviz``."""
-    env = os.environ.get("SPECVIZ_CACHE_DIR")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "specviz"
+    """Where converted built-in models live: ``$SPECVIZ_CACHE_DIR``, else ``~/.cache/specviz``
+    (the one cache directory, :func:`specviz.runtime.runners.cache_home`)."""
+    return cache_home()
 
 
 def _mps_available() -> bool:
