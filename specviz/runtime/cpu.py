@@ -328,6 +328,7 @@ class RowAdaptiveLinear(torch.nn.Module):
 
 MIN_BODY_ELEMENTS = 4_000_000  # a projection kind whose layers hold fewer weights in all is left as it is
 BODY_REPEATS = 5  # rounds per width (a pass over a body's layers takes milliseconds, not a head's tens)
+KIND_NAMES = {"qkv": "q/k/v", "o": "o", "gate_up": "gate/up", "down": "down"}  # projection kinds, as a person reads them
 
 
 class PlannedLinear(torch.nn.Module):
@@ -380,8 +381,7 @@ def fusable(members: Sequence[torch.nn.Module]) -> bool:
 
 
 def plan_projections(
-    kinds: dict[str, list[Sequence[torch.nn.Linear]]], cache_dir: str | Path | None = None, *,
-    time_width: TimeWidth | None = None,
+    kinds: dict[str, list[Sequence[torch.nn.Linear]]], cache_dir: str | Path | None = None,
 ) -> dict[str, tuple[list[PlannedLinear], HeadKernelPlan]]:
     """Each projection kind of a decoder body (``{"qkv": [(q, k, v) per layer], "o": [(o,) per
     layer], ...}``) as one :class:`PlannedLinear` per layer, with the kernel per width measured on
@@ -407,7 +407,7 @@ def plan_projections(
         def time_all(_weight: torch.Tensor, rows: int, weights=weights) -> tuple[float, float]:
             return time_weights(weights, rows, BODY_REPEATS, early=False, stat=min)  # min: the quiet cost
         try:
-            plan = plan_head(weights[0], cache_dir, time_width=time_width or time_all, count=len(weights))
+            plan = plan_head(weights[0], cache_dir, time_width=time_all, count=len(weights))
         except (RuntimeError, AttributeError):  # an op missing from this build: F.linear, as before
             continue
         for p in layers:
@@ -494,9 +494,8 @@ def describe_kernels(report: dict[str, Any] | None) -> list[str]:
     :func:`specviz.runtime.static_decode.projection_kernel_report` gives them)."""
     meta = report or {}
     lines = [describe_head_kernels(meta.get("lm_head"))]
-    names = {"qkv": "q/k/v projections", "o": "o projections", "gate_up": "gate/up projections", "down": "down projections"}
     for kind, plan in (meta.get("projections") or {}).items():
-        lines.append(describe_head_kernels(plan, names.get(kind, f"{kind} projections")))
+        lines.append(describe_head_kernels(plan, f"{KIND_NAMES.get(kind, kind)} projections"))
     return [line for line in lines if line]
 
 
@@ -504,8 +503,7 @@ def kernel_summary(report: dict[str, Any] | None) -> str:
     """The kernels of a sweep's meta in one short line, without timings: "LM head: oneDNN at 1-9
     rows; q/k/v: F.linear at 1 row, oneDNN at 2-9 rows; ..." ("" when none was measured)."""
     meta = report or {}
-    short = {"qkv": "q/k/v", "o": "o", "gate_up": "gate/up", "down": "down"}
-    plans = [("LM head", meta.get("lm_head"))] + [(short.get(k, k), v) for k, v in (meta.get("projections") or {}).items()]
+    plans = [("LM head", meta.get("lm_head"))] + [(KIND_NAMES.get(k, k), v) for k, v in (meta.get("projections") or {}).items()]
     parts = []
     for name, plan in plans:
         rows = (plan or {}).get("by_rows") or []

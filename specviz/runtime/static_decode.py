@@ -133,8 +133,9 @@ def supports(model: torch.nn.Module) -> str | None:
 
 
 def fused_of(*members: torch.nn.Module) -> torch.nn.Module | None:
-    """The one layer whose rows ``members`` are, in order (an int8 copy's q/k/v or gate/up,
-    :func:`specviz.runtime.quantize.shared_input_groups`), or None."""
+    """The one layer whose rows ``members`` are, in order, or None: an int8 copy's q/k/v or gate/up
+    (:func:`specviz.runtime.quantize.shared_input_groups`), or a float32 body's planned projection
+    kind, a single layer included (:class:`specviz.runtime.cpu.PlannedLinear`)."""
     group = getattr(members[0], "group", ())
     if not group or any(getattr(m, "group", ()) != group for m in members):
         return None
