@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import sys
@@ -258,7 +259,21 @@ def verify_curve(big, max_n: int, context: int, warmup: int, reps: int) -> dict:
 
 def engine_overhead(big, n_tokens: int, context: int) -> list[dict]:
     """Per step: wall time of Session.step, the target forward inside it (hooked, synchronised),
-    and the rest: proposal, the verify rule, commit, rollback and the StepRecord."""
+    and the rest: proposal, the verify rule, commit, rollback and the StepRecord. The hooks time the
+    model's own forward, so on the CPU (the tiny run) the static decode step, which runs the body
+    without it, is switched off for this section; a GPU never uses that step."""
+    previous = os.environ.get("SPECVIZ_STATIC_DECODE")
+    os.environ["SPECVIZ_STATIC_DECODE"] = "0"
+    try:
+        return _engine_overhead(big, n_tokens, context)
+    finally:
+        if previous is None:
+            os.environ.pop("SPECVIZ_STATIC_DECODE", None)
+        else:
+            os.environ["SPECVIZ_STATIC_DECODE"] = previous
+
+
+def _engine_overhead(big, n_tokens: int, context: int) -> list[dict]:
     model, device = big.model, big.device
     forward_ms: list[float] = []
     t0 = [0.0]

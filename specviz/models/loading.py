@@ -142,5 +142,5 @@ def _load_float(spec: _Spec, dev: torch.device, dt: torch.dtype, report: Progres
             raise _hub_error(spec.source, e, local_only) from e
     from ..runtime.cpu import speed_up_lm_head
 
-    speed_up_lm_head(model, cache_dir())  # a large fp32 head on the CPU: oneDNN at the widths it measures faster (cached)
+    speed_up_lm_head(model, cache_dir())  # a large fp32 or bf16 head on the CPU: oneDNN at the widths it measures faster (cached)
     return LoadedModel(model, tok, spec.display_name, dev, dt, None)

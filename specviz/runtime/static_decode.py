@@ -25,7 +25,7 @@ target-only decoding; n = k + 1: the target's verify pass):
   projections loop over their rows in Python, which a graph unrolls: its chain feeds go one token
   at a time through a one-token graph, and a tree gets a graph per width.
 
-A float32 body's projections run fused (q/k/v, gate/up) on the kernel measured faster at each
+A float32 or bfloat16 body's projections run fused (q/k/v, gate/up) on the kernel measured faster at each
 width on this machine (:func:`specviz.runtime.cpu.plan_projections`, cached): when one kind changes kernel with
 the width, the widths that run the same kernels share a graph (and there is no exported one);
 otherwise one serves all.
@@ -35,9 +35,11 @@ rows; a large target head keeps its measured kernel switch, :mod:`specviz.runtim
 the model's own head applied to the body's hidden states. A prompt is prefilled by the
 model's own batched forward and its keys and values copied in.
 
-Only Llama- and Gemma-3-text-architecture models in float32 on the CPU are served (the built-in
-models and the tests' tiny models); anything else, the draft tree's own draft (fed level by level
-on top of slots already fed), or ``SPECVIZ_STATIC_DECODE=0`` keeps the ``transformers`` forward
+Only Llama- and Gemma-3-text-architecture models in float32 or bfloat16 on the CPU are served (the
+built-in models and the tests' tiny models). A bfloat16 body computes as the ``transformers`` bf16
+forward does: products, rotary and the residual stream in bf16, RMSNorm and softmax in float32
+(rounded back to bf16), so its logits match that forward to bf16 rounding (tests/test_static_bf16.py).
+Anything else, the draft tree's own draft (fed level by level on top of slots already fed), or ``SPECVIZ_STATIC_DECODE=0`` keeps the ``transformers`` forward
 and its DynamicCache. A token tree's verify pass runs here too (:meth:`StaticDecoder.run_tree`). The logits
 match the ``transformers`` forward to float rounding (tests/test_static_decode.py); greedy output
 stays the target's own token for token (tested), and ``python benchmarks/draft_cost.py`` measures
@@ -62,6 +64,7 @@ from . import cpu, runners
 log = logging.getLogger(__name__)
 
 ARCHITECTURES = ("llama", "gemma3_text")
+DTYPES = (torch.float32, torch.bfloat16)  # the weights the body serves
 MIN_CAPACITY = 128  # positions a new cache holds; it doubles when full
 SPAN = 64  # attention reads the buffers up to the position rounded up to a multiple of this
 _TRACE_DEPRECATED = r"`torch\.jit\.trace(_method)?` is deprecated"  # torch's DeprecationWarning on tracing
@@ -121,8 +124,8 @@ def supports(model: torch.nn.Module) -> str | None:
     if body is None or not isinstance(getattr(body, "layers", None), torch.nn.ModuleList):
         return "no decoder layer list at model.model.layers"
     weight = body.embed_tokens.weight
-    if weight.device.type != "cpu" or weight.dtype != torch.float32:
-        return f"weights are {weight.dtype} on {weight.device}, not float32 on the CPU"
+    if weight.device.type != "cpu" or weight.dtype not in DTYPES:
+        return f"weights are {weight.dtype} on {weight.device}, not float32 or bfloat16 on the CPU"
     if kind == "gemma3_text" and (text.attn_logit_softcapping is not None or text.use_bidirectional_attention):
         return "attention soft-capping or bidirectional attention"
     if kind == "llama" and getattr(text, "hidden_act", "silu") != "silu":
@@ -160,8 +163,10 @@ class _Body(torch.nn.Module):
         self.gemma = text.model_type == "gemma3_text"
         self.layers = body.layers
         self.embedding = body.embed_tokens.weight  # [V, d]
+        self.dtype = self.embedding.dtype  # float32 or bfloat16: the weights', activations' and K/V buffers'
         scale = getattr(body.embed_tokens, "embed_scale", None)  # Gemma scales embeddings by sqrt(d)
-        self.embed_scale = float(scale) if scale is not None else 1.0
+        # ... by sqrt(d) rounded to the weights' dtype, as transformers' Gemma3ScaledWordEmbedding does
+        self.embed_scale = float(torch.as_tensor(scale).to(self.dtype)) if scale is not None else 1.0
         self.d, self.eps = text.hidden_size, text.rms_norm_eps
         self.heads, self.kv_heads = text.num_attention_heads, text.num_key_value_heads
         self.head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
@@ -188,7 +193,7 @@ class _Body(torch.nn.Module):
             layer.mlp.gate_proj, layer.mlp.up_proj, layer.mlp.down_proj)]
         # all n tokens in one call: plain Linears, or int8 ones (specviz.runtime.quantize: no row loop)
         self.rows_at_once = all(type(m) is torch.nn.Linear or getattr(m, "any_width", False) is True for m in projections)
-        # fp32 projections: q/k/v and gate/up fused, each kind on the kernel measured faster per width (cpu.py)
+        # fp32 or bf16 projections: q/k/v and gate/up fused, each kind on the kernel measured faster per width (cpu.py)
         attns, mlps = [layer.self_attn for layer in self.layers], [layer.mlp for layer in self.layers]
         self.kernel_plans = {kind: plan for kind, (_, plan) in cpu.plan_projections({
             "qkv": [(a.q_proj, a.k_proj, a.v_proj) for a in attns], "o": [(a.o_proj,) for a in attns],
@@ -208,6 +213,10 @@ class _Body(torch.nn.Module):
             return n
         return tuple(f.onednn_at[min(n, len(f.onednn_at) - 1)] for f in self.fused if hasattr(f, "onednn_at"))
 
+    def _norm(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:  # [..., m] -> [..., m]
+        """RMSNorm in float32 with scale ``w`` [m], rounded back to x's dtype (a no-op cast in float32)."""
+        return F.rms_norm(x.float(), (x.shape[-1],), w, self.eps).to(x.dtype)
+
     def _rope(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:  # [n, h, hd]
         half = self.head_dim // 2
         return x * cos + torch.cat((-x[..., half:], x[..., :half]), -1) * sin
@@ -224,17 +233,17 @@ class _Body(torch.nn.Module):
             w = [getattr(self, name) for name in self.norms[i]]
             rows = (cos_local, sin_local, mask_local) if self.local[i] else (cos, sin, mask)
             h = layer_step(h, layer, w, pos, *rows, keys[i], values[i])
-        return F.rms_norm(h, (self.d,), self.final, self.eps)  # [n, d]
+        return self._norm(h, self.final)  # [n, d]
 
     def layer(self, h, layer, w, pos, cos, sin, mask, keys, values):
         """One decoder layer: h [n, d] -> [n, d]; writes the tokens' keys and values [kv, n, hd] into
         ``keys``/``values`` [kv, C, hd] at ``pos``. Every shape is written with -1 for n, so one
         graph (trace, export) serves any number of tokens."""
-        d, hd, eps = self.d, self.head_dim, self.eps
+        hd, norm = self.head_dim, self._norm
         kv, group = self.kv_heads, self.heads // self.kv_heads
         span = mask.shape[1]  # S: attention reads the buffers' first S slots (the buffers hold C >= S)
         attn, mlp = layer.self_attn, layer.mlp
-        x = F.rms_norm(h, (d,), w[0], eps)
+        x = norm(h, w[0])
         qkv = fused_of(attn.q_proj, attn.k_proj, attn.v_proj)
         if qkv is not None:  # an int8 copy's q, k and v: one quantization of x, one product
             q, k, v = qkv(x).split((self.heads * hd, kv * hd, kv * hd), dim=-1)  # [n, h*hd], [n, kv*hd] x 2
@@ -243,22 +252,23 @@ class _Body(torch.nn.Module):
         q = q.view(-1, self.heads, hd)  # [n, h, hd]
         k = k.view(-1, kv, hd)  # [n, kv, hd]
         if self.gemma:
-            q, k = F.rms_norm(q, (hd,), w[4], eps), F.rms_norm(k, (hd,), w[5], eps)
+            q, k = norm(q, w[4]), norm(k, w[5])
         q, k = self._rope(q, cos, sin), self._rope(k, cos, sin)
         keys.index_copy_(1, pos, k.transpose(0, 1))  # [kv, n, hd] at the tokens' positions
         values.index_copy_(1, pos, v.view(-1, kv, hd).transpose(0, 1))
         q = q.view(-1, kv, group, hd).permute(1, 2, 0, 3)  # [kv, g, n, hd]: query head j reads kv head j // g
         seen_k, seen_v = keys.narrow(1, 0, span), values.narrow(1, 0, span)  # [kv, S, hd]: the slots attention reads
         scores = torch.matmul(q, seen_k.unsqueeze(1).transpose(2, 3)) * self.scaling  # [kv, g, n, S]
-        o = torch.matmul(torch.softmax(scores + mask, dim=-1), seen_v.unsqueeze(1))  # [kv, g, n, hd]
+        weights = torch.softmax(scores + mask, dim=-1).to(seen_v.dtype)  # [kv, g, n, S] in float32 (mask), then bf16 or not
+        o = torch.matmul(weights, seen_v.unsqueeze(1))  # [kv, g, n, hd]
         o = _project(attn.o_proj, o.permute(2, 0, 1, 3).reshape(-1, self.heads * hd))  # [n, d]
         if self.gemma:
-            h = h + F.rms_norm(o, (d,), w[1], eps)
-            x = F.rms_norm(h, (d,), w[2], eps)
+            h = h + norm(o, w[1])
+            x = norm(h, w[2])
             gate, up = self._gate_up(mlp, x)
-            return h + F.rms_norm(_project(mlp.down_proj, F.gelu(gate, approximate="tanh") * up), (d,), w[3], eps)
+            return h + norm(_project(mlp.down_proj, F.gelu(gate, approximate="tanh") * up), w[3])
         h = h + o
-        x = F.rms_norm(h, (d,), w[1], eps)
+        x = norm(h, w[1])
         gate, up = self._gate_up(mlp, x)
         return h + _project(mlp.down_proj, F.silu(gate) * up)
 
@@ -368,7 +378,8 @@ class StaticDecoder:
 
     def buffers(self, capacity: int) -> tuple[torch.Tensor, torch.Tensor]:
         L, kv, hd = self.shape
-        return torch.zeros(L, kv, capacity, hd), torch.zeros(L, kv, capacity, hd)
+        dtype = self.body.dtype
+        return torch.zeros(L, kv, capacity, hd, dtype=dtype), torch.zeros(L, kv, capacity, hd, dtype=dtype)
 
     def _rotary(self, capacity: int) -> tuple[torch.Tensor, ...]:
         """cos, sin for global and local layers over positions 0..capacity-1 (each [>= C, hd])."""
@@ -384,7 +395,8 @@ class StaticDecoder:
                 else:
                     cos, sin = (t[0] for t in rotary(x, positions))
                     cos_l, sin_l = cos, sin
-                tables = self._tables = (cos.float(), sin.float(), cos_l.float(), sin_l.float())
+                # in the weights' dtype, as transformers' rotary modules return them
+                tables = self._tables = tuple(t.float().to(self.body.dtype) for t in (cos, sin, cos_l, sin_l))
         return tables
 
     def _inputs(self, cache: StaticKV, tokens: torch.Tensor, p: int, positions: torch.Tensor | None = None,

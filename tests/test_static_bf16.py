@@ -1,0 +1,123 @@
+"""The static decode step in bfloat16 (specviz.runtime.static_decode): a bf16 body computes as the
+transformers bf16 forward does (products in bf16, RMSNorm and softmax in float32), so its logits
+sit as close to the float32 model's as that forward's do, on chains of every width, rollbacks and
+token trees, on every quick runner, with planned projections too; and the engine stays exact on
+it: greedy speculative output is the bf16 target's own greedy output token for token."""
+
+import copy
+
+import pytest
+import torch
+
+from specviz import SpeculativeDecoder, autoregressive
+from specviz.models import LoadedModel
+from specviz.proposers import NGram, NGramTree
+from specviz.runtime import static_decode
+from specviz.runtime.kv import forward_logits, keep_path, new_cache, rollback, score_tree
+from specviz.runtime.static_decode import StaticKV, static_cache, supports
+from tests.test_engine import PROMPTS
+from tests.test_static_decode import _timings, reference_logits, tiny_gemma
+
+BF16_ULP = 2.0**-7  # bf16's relative spacing: 8 significant bits
+
+
+def bf16_pair(model: torch.nn.Module) -> tuple[torch.nn.Module, torch.nn.Module]:
+    """(the float32 model, its bf16 copy)."""
+    return model, copy.deepcopy(model).to(torch.bfloat16)
+
+
+@pytest.fixture(params=["llama", "gemma"])
+def pair(request, tiny_target, tokenizer):
+    if request.param == "llama":
+        return bf16_pair(copy.deepcopy(tiny_target.model))
+    return bf16_pair(tiny_gemma(len(tokenizer), seed=7, sliding_window=8))
+
+
+def assert_as_close_as_transformers(got: torch.Tensor, ref16: torch.Tensor, ref32: torch.Tensor) -> None:
+    """``got`` [n, V] (the static bf16 step) lies within two bf16 steps of the logits' scale of the
+    transformers bf16 forward's ``ref16``, and no further from the float32 ``ref32`` than ``ref16``
+    is, give or take that much."""
+    step = 2 * BF16_ULP * float(ref32.abs().max())
+    assert float((got - ref16).abs().max()) <= step
+    assert float((got - ref32).abs().max()) <= float((ref16 - ref32).abs().max()) + step
+
+
+def chains_and_tree_match(m32: torch.nn.Module, m16: torch.nn.Module) -> StaticKV:
+    """Feeds of several widths with rolled-back wrong tokens after each, then a 6-node tree with
+    its path kept, on the bf16 step, against both transformers forwards. -> the static cache."""
+    ids = [1] + [(11 * i + 2) % 30 + 3 for i in range(39)]  # 40 tokens
+    ref32, ref16 = reference_logits(m32, ids), reference_logits(m16, ids)  # [40, V]
+    cache = static_cache(m16)
+    got = [forward_logits(m16, torch.tensor(ids[:3]), cache, 3)]
+    assert isinstance(cache, StaticKV) and cache.keys.dtype == torch.bfloat16
+    at = 3
+    for n in (1, 4, 1, 9, 2, 6):
+        got.append(forward_logits(m16, torch.tensor(ids[at : at + n] + [29] * 2), cache, n + 2)[:n])
+        at += n
+        rollback(cache, at)
+    got = torch.cat(got)
+    assert got.dtype == torch.float32
+    assert_as_close_as_transformers(got, ref16[:at], ref32[:at])
+
+    ctx = [1] + [(7 * i + 5) % 30 + 3 for i in range(12)]  # 13 tokens: past an 8-token window
+    tokens, parents = torch.tensor([5, 9, 12, 7, 30, 4]), torch.tensor([-1, 0, 0, 1, -1, 4])
+    tree_cache, dynamic = static_cache(m16), new_cache(m16)
+    scored = []
+    for c in (tree_cache, dynamic):
+        forward_logits(m16, torch.tensor(ctx[:-1]), c, 1)
+        scored.append(score_tree(m16, c, torch.tensor(ctx[-1:]), tokens, parents))  # [7, V]
+    step = 2 * BF16_ULP * float(scored[1].detach().abs().max())
+    assert float((scored[0] - scored[1]).detach().abs().max()) <= step
+    kept = ctx + [5, 9, 7]  # root -> 5 -> 9 -> 7
+    ref32, ref16 = reference_logits(m32, kept + [8, 11]), reference_logits(m16, kept + [8, 11])
+    keep_path(tree_cache, int(tokens.shape[0]), [0, 1, 3])
+    rollback(tree_cache, len(kept) - 1)
+    got = forward_logits(m16, torch.tensor([7, 8, 11]), tree_cache, 3)
+    assert_as_close_as_transformers(got, ref16[len(kept) - 1 :], ref32[len(kept) - 1 :])
+    return cache
+
+
+def test_bfloat16_is_served_and_float16_is_not(tiny_target):
+    m32, m16 = bf16_pair(copy.deepcopy(tiny_target.model))
+    assert supports(m16) is None
+    assert "float32 or bfloat16" in supports(copy.deepcopy(m32).to(torch.float16))
+
+
+@pytest.mark.parametrize("runner", ["eager", "trace"])
+def test_a_bf16_body_gives_the_transformers_bf16_logits(runner, pair, monkeypatch, tmp_path):
+    monkeypatch.setenv("SPECVIZ_STATIC_DECODE", runner)
+    monkeypatch.setenv("SPECVIZ_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(static_decode, "MIN_CAPACITY", 16)  # the buffers grow on the way
+    monkeypatch.setattr(static_decode, "SPAN", 8)
+    cache = chains_and_tree_match(*pair)
+    assert cache.decoder.runner == runner
+
+
+@pytest.mark.parametrize("timing", ["mixed", "onednn"])
+def test_planned_bf16_projections_give_the_same_logits(timing, pair, monkeypatch, tmp_path):
+    """bf16 projections are planned as fp32 ones are (q/k/v and gate/up fused into bf16 weights,
+    each kind on its measured kernel per width; here a stand-in clock), with the same logits."""
+    from specviz.runtime import cpu
+
+    monkeypatch.setenv("SPECVIZ_STATIC_DECODE", "trace")
+    monkeypatch.setenv("SPECVIZ_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(cpu, "MIN_BODY_ELEMENTS", 0)  # tiny models' projections planned too
+    monkeypatch.setattr(cpu, "time_weights", _timings(timing))
+    cache = chains_and_tree_match(*pair)
+    body = cache.decoder.body
+    assert sorted(body.kernel_plans) == ["down", "gate_up", "o", "qkv"]
+    assert all(plan.dtype == "bfloat16" for plan in body.kernel_plans.values())
+    assert all(f.weight.dtype == torch.bfloat16 for f in body.fused)
+
+
+def test_greedy_speculation_in_bf16_is_the_bf16_targets_own_output(tiny_target, tokenizer):
+    """Chains and trees verified on the bf16 step (k + 1 rows) give the same greedy tokens as the
+    bf16 target decoding alone (one row at a time), Llama and Gemma 3."""
+    for model in (tiny_target.model, tiny_gemma(len(tokenizer), seed=3)):
+        m16 = copy.deepcopy(model).to(torch.bfloat16)
+        target = LoadedModel(m16, tokenizer, "tiny-bf16", torch.device("cpu"), torch.bfloat16)
+        for prompt in PROMPTS:
+            want = list(autoregressive(target, prompt, max_new_tokens=24).token_ids)
+            for proposer in (NGram(), NGramTree()):
+                run = SpeculativeDecoder(target, proposer, k=4).generate(prompt, max_new_tokens=24)
+                assert list(run.token_ids) == want
