@@ -4,6 +4,7 @@ windows included), KV compaction, the tree proposers end to end, and bad input."
 
 import copy
 import itertools
+import re
 
 import pytest
 import torch
@@ -585,6 +586,70 @@ def test_tree_picture_ends_at_the_next_token_and_keys_its_mask(tiny_target, near
         assert heat.x[0] == "context" and len(heat.x) == len(step.tree) + 2
         assert all(row[0] > 0 for row in heat.z)  # every query sees the whole context
         assert [k.name for k in key] == ["masked", "sees it", "sees it, on the accepted path"]
+
+
+def _crowded_tree_step(next_kind: str):
+    """A crowded tree by hand: the root's child "Wonderful" accepted, then four children at depth 2
+    with wide labels, all rejected (a correction) or the last accepted with a child of its own (a
+    bonus), and a second branch of the root never reached."""
+    from specviz.core.records import StepRecord, TreeNode
+
+    words = [" Wonderful", " MMMMMMMMMM", " wwwwwwwwww", " 你好世界你好", " @@@@@@@@@", " Q", " never", " reached"]
+    shape = [(-1, 1), (0, 2), (0, 2), (0, 2), (0, 2), (4, 3), (-1, 1), (6, 2)]
+    bonus = next_kind == "bonus"
+    path = (0, 4, 5) if bonus else (0,)
+    verdicts = ["accepted" if i in path else "rejected" if 1 <= i <= 4 else "not reached" for i in range(8)]
+    if not bonus:
+        verdicts[5] = "not reached"
+    nodes = tuple(TreeNode(index=i, token_id=300 + i, text=w, parent=par, depth=d, q=0.4, p=0.3, r=0.3, ratio=0.75,
+                           u=None if v == "not reached" else 0.5, residual_mass=None, verdict=v, top_q=())
+                  for i, (w, (par, d), v) in enumerate(zip(words, shape, verdicts)))
+    committed = tuple(words[i] for i in path) + (" Mmmmmmmmmmmmmm",)
+    return StepRecord(index=3, k=len(path), drafts=(), n_accepted=len(path), next_token_id=13,
+                      next_token_text=committed[-1], next_kind=next_kind, next_p=0.5, top_next=((13, committed[-1], 0.5),),
+                      top_residual=((13, committed[-1], 0.8),), committed=tuple(range(len(committed))),
+                      committed_text=committed, draft_ms=1.0, verify_ms=2.0, other_ms=0.1, tree=nodes, accepted_path=path)
+
+
+@pytest.mark.parametrize("next_kind", ["resampled", "bonus"])
+def test_tree_labels_never_overlap_or_leave_the_picture(next_kind):
+    """Four wide siblings at one depth plus the correction (or a bonus under the last of them):
+    at a phone's width and a desktop's, no two labels (and no label and node) overlap, and every
+    label lies inside the picture, under the title and above the axis."""
+    from specviz.viz.figures import _spec
+    from specviz.viz.numbers import Reveal
+    from specviz.viz.tree import NEXT, label_boxes, tree_figure, tree_layout
+
+    rec = _crowded_tree_step(next_kind)
+    pos = tree_layout(rec.tree, next_after=rec.accepted_path[-1])
+    assert len({y for _, y in pos.values()}) == len(pos)  # a row per node
+    assert pos[NEXT][0] == pos[rec.accepted_path[-1]][0] + 1
+    siblings = [pos[i][1] for i in (1, 2, 3, 4)]
+    assert siblings == sorted(siblings)  # in drafting order
+    if next_kind == "resampled":
+        assert pos[NEXT][1] > max(siblings)  # the correction after the siblings it replaced
+    for fig in (tree_figure(rec), tree_figure(rec, shown=Reveal(True, 0, False, "verify"))):
+        lay = fig.layout
+        for width in (300, 358, 640, 1100):
+            boxes = label_boxes(fig, width)
+            labels = [(w, b) for w, b in boxes if w.startswith("label:")]
+            assert len(labels) == len([t for t in fig.data if t.text for _ in t.text])
+            for (wa, a), (wb, b) in itertools.combinations(boxes, 2):
+                if wa == wb == "node":
+                    continue
+                apart = a[2] <= b[0] or b[2] <= a[0] or a[3] <= b[1] or b[3] <= a[1]
+                assert apart, f"{wa} {a} meets {wb} {b} at {width} px"
+            for w, (left, top, right, bottom) in labels:
+                assert left >= 0 and right <= width, f"{w} clipped at {width} px"
+                assert top >= lay.margin.t and bottom <= lay.height - lay.margin.b, f"{w} outside the plot at {width} px"
+        assert max(lay.xaxis.range) < max(x for x, _ in pos.values()) + 1  # no depth past the next token
+        first, second = (re.sub(r"<[^>]+>", "", line) for line in lay.title.text.split("<br>"))
+        for line, size in ((first, 13), (second, 11.5)):  # prose: about 0.51 em a character in Chromium (measured)
+            assert len(line) * 0.55 * size <= 296, f"title line {line!r} wider than a phone's picture"
+    old = _spec([dict(type="scatter", mode="markers+text", x=[1.0, 2.0, 2.0], y=[0.0, 0.0, 0.1], text=["a", "b", "c"],
+                      textposition="top center")], "t", height=300, xaxis=dict(range=[0, 3]), yaxis=dict(range=[1, -1]))
+    boxes = [b for w, b in label_boxes(old, 300) if w != "node"]  # the check sees an overlap where there is one
+    assert not (boxes[1][3] <= boxes[2][1] or boxes[2][3] <= boxes[1][1])
 
 
 def test_chain_views_read_tree_steps_through_chain_view(tiny_target, near_draft):

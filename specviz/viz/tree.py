@@ -1,27 +1,29 @@
 """Plotly figures of one token-tree step: the drafted tree with its verdicts, and the step's tree
 attention mask. Pure functions of a StepRecord (``record.tree``, ``record.accepted_path``).
 
-Tree: depth left to right (the root, the last committed token, at depth 0), leaves spread top to
-bottom, the accepted path drawn thick in green, rejected nodes red, nodes never tried grey, and the
-correction / bonus token hanging off the last accepted node. Hover shows p, q, r (the residual's
-probability when the node was tried), the acceptance probability, u, and for a node tried after
-rejected siblings how much of p was left after each of those rejections.
+Tree: depth left to right (the root, the last committed token, at depth 0), one row per node top
+to bottom (depth first, siblings in drafting order) with its label to its right, so no label meets
+another at any width; the accepted path drawn thick in green, rejected nodes red, nodes never
+tried grey, and the correction / bonus token as the last child of the last accepted node. Hover
+shows p, q, r (the residual's probability when the node was tried), the acceptance probability, u,
+and for a node tried after rejected siblings how much of p was left after each of those rejections.
 """
 
 from __future__ import annotations
 
 import html
+import unicodedata
 
 import plotly.graph_objects as go
 
 from ..core.records import StepRecord, TreeNode
 from ..core.stepwords import step_counts
-from .figures import LEGEND_BELOW, MARGIN_BELOW, _figure, empty_figure
+from .figures import _BR, LEGEND_BELOW, MARGIN_BELOW, _figure, empty_figure
 from .numbers import Reveal
 from .theme import COLORS
 from .tokens import token_label, tree_rate_note
 
-__all__ = ["chain_view", "tree_figure", "tree_layout", "tree_mask", "tree_mask_figure"]
+__all__ = ["NEXT", "chain_view", "label_boxes", "tree_figure", "tree_layout", "tree_mask", "tree_mask_figure"]
 
 VERDICT_COLORS = {"accepted": COLORS["accepted"], "rejected": COLORS["rejected"], "not reached": COLORS["muted"]}
 
@@ -37,42 +39,115 @@ def chain_view(record: StepRecord) -> StepRecord:
     return replace(record, k=len(record.drafts))
 
 
-def tree_layout(nodes: tuple[TreeNode, ...]) -> dict[int, tuple[float, float]]:
-    """Node index -> (x = depth, y = row); leaves take rows 0, 1, 2, ... in depth-first order and a
-    parent sits at the mean of its children. The root is index -1 at depth 0."""
+NEXT = -2  # the layout's key for the next token (the correction or the bonus)
+
+
+def tree_layout(nodes: tuple[TreeNode, ...], next_after: int | None = None) -> dict[int, tuple[float, float]]:
+    """Node index -> (x = depth, y = row). One row per node, depth first: the root (index -1) on
+    row 0 at depth 0, each node on the row under its parent's earlier subtrees, siblings in the
+    order they were drafted (and tried). With ``next_after``, the next token (key ``NEXT``) is the
+    last child of that node: a correction on the row after its rejected siblings, a bonus after
+    the node. No two nodes share a row, so a label written to the right of its node never meets
+    another label or node, however narrow the picture."""
     children: dict[int, list[int]] = {-1: []}
     for nd in nodes:
         children.setdefault(nd.index, [])
         children.setdefault(nd.parent, []).append(nd.index)
     depth = {-1: 0, **{nd.index: nd.depth for nd in nodes}}
+    if next_after is not None:
+        children.setdefault(next_after, []).append(NEXT)
+        depth[NEXT] = depth[next_after] + 1
     pos: dict[int, tuple[float, float]] = {}
-    next_row = [0.0]
-
-    def place(v: int) -> float:
-        kids = children.get(v, [])
-        if not kids:
-            y = next_row[0]
-            next_row[0] += 1
-        else:
-            y = sum(place(c) for c in kids) / len(kids)
-        pos[v] = (float(depth[v]), y)
-        return y
-
-    place(-1)
+    stack = [-1]
+    while stack:  # preorder, children in drafting order
+        v = stack.pop()
+        pos[v] = (float(depth[v]), float(len(pos)))
+        stack.extend(reversed(children.get(v, [])))
     return pos
 
 
-ROW_PX = 40  # vertical room per leaf row: a label above each node clears the node one row up
-LABEL_ROOM = 0.75  # rows of room above the top row, so its labels are not clipped
+ROW_PX = 28  # vertical room per row: a label (11 px type) and a node (14 px) with room to spare
+LABEL_ROOM = 0.5  # rows of room above the top row and under the bottom one
+MARKER_PX = 14
+FONT_PX = 11  # the figures' type size (figures._spec)
+LABEL_GAP_PX = 4  # between a node's edge and its label
+MIN_WIDTH_PX = 300  # the narrowest the tree's plot is drawn (lesson_view: gr.Plot(min_width=300))
+_LEFT_PX, _RIGHT_PX = 48, 16  # figures._spec's side margins
+X_PAD = 0.35  # depth units left of the root and right of the deepest node
 
 
-def _tree_frame(pos: dict[int, tuple[float, float]], last_depth: int) -> dict:
-    """Height and axes of a tree figure: depth from 0 to ``last_depth`` (the deepest node, or the
-    bonus / correction hanging off the path), leaf rows top to bottom with room for the labels."""
-    rows = max(y for _, y in pos.values())
-    return dict(height=max(260, int(ROW_PX * (rows + 1 + LABEL_ROOM)) + 112),
-                xaxis=dict(title=dict(text="depth"), dtick=1, range=[-0.6, last_depth + 0.5]),
-                yaxis=dict(visible=False, range=[rows + 0.5, -LABEL_ROOM]))
+def label_px(text: str) -> float:
+    """A generous width of ``text`` in the figures' type (checked against Chromium's DejaVu Sans,
+    wider than Inter): wide (CJK, emoji) characters and @ % M W m w a little over an em, other
+    capitals 0.85 em, the rest 0.66 em."""
+    w = 0.0
+    for ch in text:
+        if unicodedata.east_asian_width(ch) in "WF" or ord(ch) > 0xFFFF or ch in "@%MWmw":
+            w += 1.05
+        elif ch.isupper() or ch == "…":
+            w += 0.85
+        else:
+            w += 0.66
+    return w * FONT_PX
+
+
+def _right_margin(labels: dict[int, str], pos: dict[int, tuple[float, float]], x0: float, x1: float,
+                  width: int = MIN_WIDTH_PX) -> int:
+    """The right margin (px) that keeps every label inside a picture ``width`` px wide: the labels
+    run to the right of their nodes, the deepest ones past the last depth into the margin."""
+    right = _RIGHT_PX
+    for _ in range(4):  # a wider margin narrows the plot; settles in two or three rounds
+        plot = width - _LEFT_PX - right
+        need = max(MARKER_PX / 2 + LABEL_GAP_PX + label_px(text) - (x1 - pos[i][0]) * plot / (x1 - x0)
+                   for i, text in labels.items())
+        new = max(_RIGHT_PX, int(need) + 4)
+        if new <= right:
+            break
+        right = new
+    return right
+
+
+def _tree_frame(pos: dict[int, tuple[float, float]], last_depth: int, labels: dict[int, str]) -> dict:
+    """Height, margins and axes of a tree figure: depth from 0 to ``last_depth`` (the deepest
+    node, or the bonus / correction hanging off the path) with no tick past it, a row per node top
+    to bottom, and a right margin wide enough for the deepest labels."""
+    rows = max(y for _, y in pos.values()) + 1
+    x0, x1 = -X_PAD, last_depth + X_PAD
+    return dict(height=max(260, int(ROW_PX * (rows + 2 * LABEL_ROOM - 1)) + 112),
+                margin=dict(r=_right_margin(labels, pos, x0, x1)),
+                xaxis=dict(title=dict(text="depth"), dtick=1, range=[x0, x1]),
+                yaxis=dict(visible=False, range=[rows - 1 + LABEL_ROOM, -LABEL_ROOM]))
+
+
+def label_boxes(fig: dict | go.Figure, width: int) -> list[tuple[str, tuple[float, float, float, float]]]:
+    """Every text label and node marker of a tree figure drawn ``width`` px wide, as (what, (left,
+    top, right, bottom)) in px from the figure's top left corner: what is "label:TEXT" or
+    "node". The geometry the layout is sized by, for checking that nothing overlaps."""
+    spec = fig.to_plotly_json() if isinstance(fig, go.Figure) else fig
+    lay = spec["layout"]
+    m = lay["margin"]
+    (x0, x1), (yb, yt) = lay["xaxis"]["range"], lay["yaxis"]["range"]
+    pw, ph = width - m["l"] - m["r"], lay["height"] - m["t"] - m["b"]
+    boxes = []
+    for tr in spec["data"]:
+        mode = tr.get("mode") or ""
+        if "markers" not in mode:
+            continue
+        for j, (x, y) in enumerate(zip(tr["x"], tr["y"])):
+            if x is None:
+                continue
+            px, py = m["l"] + (x - x0) / (x1 - x0) * pw, m["t"] + (y - yt) / (yb - yt) * ph
+            r = MARKER_PX / 2
+            boxes.append(("node", (px - r, py - r, px + r, py + r)))
+            if "text" in mode:
+                text = html.unescape(tr["text"][j])
+                w, h = label_px(text), FONT_PX * 1.3
+                where = tr.get("textposition", "middle center")
+                left = (px + r + LABEL_GAP_PX if where.endswith("right") else px - r - LABEL_GAP_PX - w
+                        if where.endswith("left") else px - w / 2)
+                top = py - r - h if where.startswith("top") else py + r if where.startswith("bottom") else py - h / 2
+                boxes.append((f"label:{text}", (left, top, left + w, top + h)))
+    return boxes
 
 
 def _short(label: str, width: int = 10) -> str:
@@ -102,60 +177,73 @@ def _hover(nd: TreeNode, nodes: tuple[TreeNode, ...], greedy: bool) -> str:
     return "<br>".join(lines)
 
 
+def _elbows(pos: dict[int, tuple[float, float]], pairs: list[tuple[int, int]]) -> tuple[list, list]:
+    """Edges parent -> child as elbows (down the parent's depth, then across to the child), so an
+    edge never runs through a label written to the right of a node."""
+    xs: list[float | None] = []
+    ys: list[float | None] = []
+    for a, b in pairs:
+        (x0, y0), (x1, y1) = pos[a], pos[b]
+        xs += [x0, x0, x1, None]
+        ys += [y0, y1, y1, None]
+    return xs, ys
+
+
+def _label(text: str) -> str:
+    return html.escape(_short(token_label(text)))
+
+
+def _root_trace(hover: str | None) -> dict:
+    return dict(type="scatter", mode="markers+text", name="root", x=[0.0], y=[0.0], text=["root"],
+                textposition="middle right", cliponaxis=False, marker=dict(color=COLORS["target"], size=12, symbol="square"),
+                hovertext=[hover] if hover else None, hoverinfo="text" if hover else "skip", showlegend=False)
+
+
 def _pending_tree(record: StepRecord, shown: Reveal) -> go.Figure:
     """The tree before its commit: every node drafted, none judged (q, and p once verified)."""
     nodes, c = record.tree, step_counts(record)
     pos = tree_layout(nodes)
-    xs: list[float | None] = []
-    ys: list[float | None] = []
-    for nd in nodes:
-        (x0, y0), (x1, y1) = pos[nd.parent], pos[nd.index]
-        xs += [x0, x1, None]
-        ys += [y0, y1, None]
+    xs, ys = _elbows(pos, [(nd.parent, nd.index) for nd in nodes])
     hover = [f"<b>{html.escape(token_label(nd.text))}</b> (node {nd.index}, depth {nd.depth})<br>q = {_fmt(nd.q)}"
              + (f"  p = {_fmt(nd.p)}" if shown.p else "") for nd in nodes]
     traces = [dict(type="scatter", x=xs, y=ys, mode="lines", hoverinfo="skip", showlegend=False,
                    line=dict(color=COLORS["grid"], width=1.5)),
               dict(type="scatter", mode="markers+text", name="drafted", x=[pos[nd.index][0] for nd in nodes],
-                   y=[pos[nd.index][1] for nd in nodes], text=[html.escape(_short(token_label(nd.text))) for nd in nodes],
-                   textposition="top center", cliponaxis=False, marker=dict(color=COLORS["q"], size=14, line=dict(width=1, color="white")),
+                   y=[pos[nd.index][1] for nd in nodes], text=[_label(nd.text) for nd in nodes],
+                   textposition="middle right", cliponaxis=False, marker=dict(color=COLORS["q"], size=MARKER_PX, line=dict(width=1, color="white")),
                    hovertext=hover, hoverinfo="text"),
-              dict(type="scatter", mode="markers+text", name="root", x=[0.0], y=[pos[-1][1]], text=["root"],
-                   textposition="middle left", cliponaxis=False, marker=dict(color=COLORS["target"], size=12, symbol="square"),
-                   hoverinfo="skip", showlegend=False)]
-    title = (f"Step {record.index + 1}: {c.nodes_drafted} tree nodes drafted (depth {c.depth}); "
-             + ("scored by one target pass, not judged yet" if shown.p else "not scored yet"))
-    return _figure(traces, title, **_tree_frame(pos, c.depth))
+              _root_trace(None)]
+    title = (f"Step {record.index + 1}: {c.nodes_drafted} tree nodes drafted (depth {c.depth}){_BR}"
+             + ("scored by one target pass, not judged yet" if shown.p else "not scored yet") + "</span>")
+    labels = {-1: "root", **{nd.index: _short(token_label(nd.text)) for nd in nodes}}
+    return _figure(traces, title, **_tree_frame(pos, c.depth, labels))
 
 
 def tree_figure(record: StepRecord, title: str | None = None, shown: Reveal | None = None) -> go.Figure:
-    """The step's tree: nodes by depth, accepted path highlighted, verdict colours, hover numbers
+    """The step's tree: nodes by depth, one row each, accepted path highlighted, verdict colours,
+    hover numbers, the correction or bonus as the last child of the last accepted node
     (``shown``: a phase before commit: the nodes only, no verdicts)."""
     nodes = record.tree
     if shown is not None and nodes:
         return _pending_tree(record, shown)
-    title = title or f"Step {record.index + 1}: {tree_rate_note(step_counts(record))}"
+    if title is None:  # two lines, each narrower than a phone
+        head, _, tail = tree_rate_note(step_counts(record)).partition(" (")
+        title = f"Step {record.index + 1}: {head}" + (f"{_BR}({tail}</span>" if tail else "")
     if not nodes:
         return empty_figure(title, "This step drafted no tree")
     greedy = all(nd.u is None for nd in nodes)
-    pos = tree_layout(nodes)
+    last = record.accepted_path[-1] if record.accepted_path else -1
+    pos = tree_layout(nodes, next_after=last)
     on_path = set(record.accepted_path)
     traces: list[dict] = []
     for accepted in (False, True):  # grey edges first, the accepted path on top
-        xs: list[float | None] = []
-        ys: list[float | None] = []
-        for nd in nodes:
-            if (nd.index in on_path) == accepted:
-                (x0, y0), (x1, y1) = pos[nd.parent], pos[nd.index]
-                xs += [x0, x1, None]
-                ys += [y0, y1, None]
+        xs, ys = _elbows(pos, [(nd.parent, nd.index) for nd in nodes if (nd.index in on_path) == accepted])
         traces.append(dict(type="scatter", x=xs, y=ys, mode="lines", hoverinfo="skip", showlegend=False,
                            line=dict(color=COLORS["accepted"] if accepted else COLORS["grid"], width=4 if accepted else 1.5)))
-    # the next token: correction (amber) or bonus (violet) below the last accepted node
-    last = record.accepted_path[-1] if record.accepted_path else -1
-    lx, ly = pos[last]
+    # the next token: correction (amber) or bonus (violet), the last child of the last accepted node
     kind = record.next_kind if record.next_kind in ("resampled", "bonus") else "target"
-    traces.append(dict(type="scatter", x=[lx, lx + 1], y=[ly, ly], mode="lines", hoverinfo="skip", showlegend=False,
+    xs, ys = _elbows(pos, [(last, NEXT)])
+    traces.append(dict(type="scatter", x=xs, y=ys, mode="lines", hoverinfo="skip", showlegend=False,
                        line=dict(color=COLORS[kind], width=2, dash="dot")))
     for verdict, color in VERDICT_COLORS.items():
         group = [nd for nd in nodes if nd.verdict == verdict]
@@ -164,28 +252,29 @@ def tree_figure(record: StepRecord, title: str | None = None, shown: Reveal | No
         traces.append(dict(
             type="scatter", mode="markers+text", name=verdict,
             x=[pos[nd.index][0] for nd in group], y=[pos[nd.index][1] for nd in group],
-            text=[html.escape(_short(token_label(nd.text))) for nd in group], textposition="top center", cliponaxis=False,
-            marker=dict(color=color, size=14, line=dict(width=1, color="white")),
+            text=[_label(nd.text) for nd in group], textposition="middle right", cliponaxis=False,
+            marker=dict(color=color, size=MARKER_PX, line=dict(width=1, color="white")),
             hovertext=[_hover(nd, nodes, greedy) for nd in group], hoverinfo="text",
         ))
-    traces.append(dict(type="scatter", mode="markers+text", name="root", x=[0.0], y=[pos[-1][1]], text=["root"],
-                       textposition="middle left", cliponaxis=False, marker=dict(color=COLORS["target"], size=12, symbol="square"),
-                       hovertext=["the last committed token: every node sees the context and its ancestors"],
-                       hoverinfo="text", showlegend=False))
+    traces.append(_root_trace("the last committed token: every node sees the context and its ancestors"))
     residual = ""
     if record.top_residual:
         residual = "<br>drawn from the residual: " + ", ".join(
             f"{html.escape(token_label(t))} {v:.2f}" for _, t, v in record.top_residual[:5])
+    nx, ny = pos[NEXT]
     traces.append(dict(
         type="scatter", mode="markers+text", name="resampled" if kind == "resampled" else kind,
-        x=[lx + 1], y=[ly], text=[html.escape(_short(token_label(record.next_token_text)))], textposition="top center", cliponaxis=False,
-        marker=dict(color=COLORS[kind], size=14, symbol="diamond"),
+        x=[nx], y=[ny], text=[_label(record.next_token_text)], textposition="middle right", cliponaxis=False,
+        marker=dict(color=COLORS[kind], size=MARKER_PX, symbol="diamond"),
         hovertext=[f"<b>{html.escape(token_label(record.next_token_text))}</b>: {kind} token, p = {record.next_p:.3g}{residual}"],
         hoverinfo="text",
     ))
-    frame = _tree_frame(pos, max(max(nd.depth for nd in nodes), int(lx) + 1))
+    labels = {-1: "root", NEXT: _short(token_label(record.next_token_text)),
+              **{nd.index: _short(token_label(nd.text)) for nd in nodes}}
+    frame = _tree_frame(pos, int(max(x for x, _ in pos.values())), labels)
     frame["height"] += MARGIN_BELOW - 48  # the legend under the depth axis (a phone wraps it onto two rows)
-    return _figure(traces, title, legend=LEGEND_BELOW, margin=dict(b=MARGIN_BELOW), **frame)
+    frame["margin"]["b"] = MARGIN_BELOW
+    return _figure(traces, title, legend=LEGEND_BELOW, **frame)
 
 
 def tree_mask(record: StepRecord) -> list[list[bool]]:
