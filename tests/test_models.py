@@ -113,6 +113,23 @@ def test_bfloat16_dtype(tiny_dir):
     assert next(lm.model.parameters()).dtype == torch.bfloat16
 
 
+def test_a_bf16_suffix_names_the_bfloat16_weights(tiny_dir):
+    """"m@bf16" is m in bfloat16 under that name, the same weights as dtype="bfloat16"; it
+    conflicts with another dtype or with @int8, and other suffixes are refused by name."""
+    d, _, _ = tiny_dir
+    lm = M.load_model(f"{d}@bf16", device="cpu")
+    assert lm.dtype == torch.bfloat16 and lm.name.endswith("@bf16") and lm.quantize is None
+    plain = M.load_model(str(d), device="cpu", dtype="bfloat16")
+    assert plain.model is lm.model and not plain.name.endswith("@bf16")
+    assert M.load_model(f"{d}@bf16", device="cpu", dtype="bfloat16").model is lm.model
+    with pytest.raises(ValueError, match="asks for bfloat16"):
+        M.load_model(f"{d}@bf16", device="cpu", dtype="float32")
+    with pytest.raises(ValueError, match="quantize"):
+        M.load_model(f"{d}@bf16", quantize="int8")
+    with pytest.raises(ValueError, match="@int8, @bf16"):
+        M.load_model(f"{d}@fp8")
+
+
 # --- int8 -------------------------------------------------------------------------------------
 
 

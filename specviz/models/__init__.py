@@ -18,6 +18,8 @@ next-token distribution stays close to its fp32 self (overlap ~0.95), handy as i
 The first load quantizes and keeps the int8 copy under ``cache_dir()/int8/`` (:mod:`.int8cache`:
 keyed by the source model's weights, torch, transformers, the options and the quantizer's code);
 later loads build the same layers from that file, bit-identical, without calibrating again.
+Or in ``@bf16``: the model in bfloat16 (as ``dtype="bfloat16"``), which the CPU static decode step
+serves too; on a CPU with AMX its verify pass is nearly flat in the number of tokens (docs/benchmarks.md).
 
 Loaded models are kept in a small in-process LRU cache (``SPECVIZ_MODEL_CACHE_SIZE``, default 4),
 keyed by (name, device, dtype, quantize). Callers share these objects and must not modify them.

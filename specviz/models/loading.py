@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import shutil
+from dataclasses import replace
 from collections.abc import Callable
 from pathlib import Path
 
@@ -30,7 +31,8 @@ def load_model(
     """Load a causal LM and its tokenizer (cached in-process; see the module docstring).
 
     ``name_or_path``: a built-in name (``list_models()``), a local checkpoint directory or a hub
-    id ``owner/name``, optionally ending in ``@int8``. ``device``: ``"auto"`` (cuda, mps, cpu) or
+    id ``owner/name``, optionally ending in ``@int8`` or in ``@bf16`` (the same as
+    ``dtype="bfloat16"``: a name that carries its precision, for menus and proposer specs). ``device``: ``"auto"`` (cuda, mps, cpu) or
     explicit. ``dtype``: ``"auto"`` (bfloat16 on cuda, else float32), ``"float32"``,
     ``"bfloat16"``, ``"float16"`` or a ``torch.dtype``. ``quantize``: ``None`` or ``"int8"``
     (CPU and float32 only; ``device="auto"`` then means cpu, and is refused where CUDA is
@@ -55,12 +57,17 @@ def load_model(
     else:
         dev = resolve_device(device)
         dt = resolve_dtype(dtype, dev)
+        if spec.dtype is not None:
+            named = resolve_dtype(spec.dtype, dev)
+            if dtype not in (None, "auto") and dt != named:
+                raise ValueError(f"{spec.display_name!r} asks for {spec.dtype} but dtype={dtype!r}")
+            dt = named
 
     key: _CacheKey = (f"{spec.kind}:{spec.source}", str(dev), str(dt), spec.quantize)
     with _key_lock(key):
         hit = _cache_get(key)
-        if hit is not None:
-            return hit
+        if hit is not None:  # the same weights under the name asked for ("m@bf16" or "m" with dtype=bfloat16)
+            return hit if hit.name == spec.display_name else replace(hit, name=spec.display_name)
         if spec.quantize == "int8":
             lm = _load_int8(spec, report)
         else:

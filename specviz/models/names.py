@@ -1,4 +1,5 @@
-"""Model names: a built-in, a local directory or a hub id, optionally ``@int8`` -> a resolved spec."""
+"""Model names: a built-in, a local directory or a hub id, optionally ``@int8`` (the CPU int8 copy)
+or ``@bf16`` (the weights in bfloat16) -> a resolved spec."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 from .builtin import BUILTIN_MODELS
 
 QUANTIZE_CHOICES = ("int8",)
+DTYPE_SUFFIXES = {"bf16": "bfloat16"}  # "name@bf16": the model in this dtype
 
 
 # Name resolution
@@ -29,10 +31,12 @@ class _Spec:
     kind: str  # "builtin" | "local" | "hub"
     source: str  # builtin name, absolute directory, or hub id
     quantize: str | None
+    dtype: str | None = None  # from a dtype suffix ("bfloat16" for @bf16), else None: the caller's
 
     @property
     def display_name(self) -> str:
-        return f"{self.source}@{self.quantize}" if self.quantize else self.source
+        suffix = self.quantize or next((s for s, d in DTYPE_SUFFIXES.items() if d == self.dtype), None)
+        return f"{self.source}@{suffix}" if suffix else self.source
 
 
 def _builtin_names() -> str:
@@ -68,27 +72,34 @@ def _resolve_spec(name_or_path: str, quantize: str | None) -> _Spec:
     name = str(name_or_path).strip()
     quantize = _check_quantize(quantize)
     path = Path(name).expanduser()
-    if not _safe_is_dir(path) and "@" in name:  # "name@int8"; a real directory with "@" wins
+    dtype = None
+    if not _safe_is_dir(path) and "@" in name:  # "name@int8" or "name@bf16"; a real directory with "@" wins
         name, suffix = name.rsplit("@", 1)
-        if suffix.strip().lower() not in QUANTIZE_CHOICES:
+        suffix = suffix.strip().lower()
+        if suffix in DTYPE_SUFFIXES:
+            if quantize is not None:
+                raise ValueError(f"{name_or_path!r} asks for {suffix} weights but quantize={quantize!r}")
+            dtype = DTYPE_SUFFIXES[suffix]
+        elif suffix in QUANTIZE_CHOICES:
+            suffix_q = _check_quantize(suffix)
+            if quantize is not None and suffix_q != quantize:
+                raise ValueError(f"{name_or_path!r} asks for {suffix_q!r} but quantize={quantize!r}")
+            quantize = suffix_q
+        else:
             raise ValueError(
-                f"unknown quantize suffix {'@' + suffix!r} in {name_or_path!r}; "
-                f"use {', '.join('@' + q for q in QUANTIZE_CHOICES)} or none"
+                f"unknown quantize or precision suffix {'@' + suffix!r} in {name_or_path!r}; "
+                f"use {', '.join('@' + q for q in (*QUANTIZE_CHOICES, *DTYPE_SUFFIXES))} or none"
             )
-        suffix_q = _check_quantize(suffix)
-        if quantize is not None and suffix_q != quantize:
-            raise ValueError(f"{name_or_path!r} asks for {suffix_q!r} but quantize={quantize!r}")
-        quantize = suffix_q
         path = Path(name).expanduser()
     if name.lower() in BUILTIN_MODELS:
-        return _Spec("builtin", name.lower(), quantize)
+        return _Spec("builtin", name.lower(), quantize, dtype)
     if _safe_is_dir(path):
-        return _Spec("local", str(path.resolve()), quantize)
+        return _Spec("local", str(path.resolve()), quantize, dtype)
     if _safe_exists(path):
         raise ValueError(f"{name!r} is a file, not a model directory (a directory with config.json and weights)")
     looks_like_path = name.startswith((".", "/", "~", "\\")) or name.count("/") > 1 or os.sep in name.replace("/", "")
     if _is_hub_id(name) and not looks_like_path:
-        return _Spec("hub", name, quantize)
+        return _Spec("hub", name, quantize, dtype)
     if looks_like_path:
         raise ValueError(f"no such model directory: {name!r}; built-in models: {_builtin_names()}")
     raise ValueError(
