@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import copy
 import shutil
-from dataclasses import replace
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import torch
