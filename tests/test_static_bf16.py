@@ -108,6 +108,22 @@ def test_planned_bf16_projections_give_the_same_logits(timing, pair, monkeypatch
     assert sorted(body.kernel_plans) == ["down", "gate_up", "o", "qkv"]
     assert all(plan.dtype == "bfloat16" for plan in body.kernel_plans.values())
     assert all(f.weight.dtype == torch.bfloat16 for f in body.fused)
+    if cpu.pack(body.fused[0].weight) is not None:  # this build reorders bf16 weights: oneDNN reads the packed copies
+        assert all(f.packed is not None and f.packed.is_mkldnn for f in body.fused)
+    assert cache.decoder.runner == "trace"  # the packed copies are buffers a trace takes
+
+
+def test_only_bf16_weights_are_packed_and_packed_products_are_the_same():
+    from specviz.runtime import cpu
+
+    w = torch.randn(48, 32)
+    assert cpu.pack(w) is None  # fp32: measured slower packed
+    w16 = w.to(torch.bfloat16)
+    packed = cpu.pack(w16)
+    if packed is None:
+        pytest.skip("this torch build cannot reorder bf16 weights for oneDNN")
+    x = torch.randn(5, 32, dtype=torch.bfloat16)
+    torch.testing.assert_close(cpu._onednn_linear(x, packed, None), torch.nn.functional.linear(x, w16), atol=0, rtol=1e-2)
 
 
 def test_greedy_speculation_in_bf16_is_the_bf16_targets_own_output(tiny_target, tokenizer):
