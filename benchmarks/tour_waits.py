@@ -11,7 +11,12 @@ time grows with the other work, the CPU time much less. The
 stages under it: the first time each kind of message appeared (loading, stepping, the target-only
 run), and for the no-pay tour the card's verdict and the factor it names.
 
-    PYTHONPATH=$PWD python benchmarks/tour_waits.py [--tours no-pay,speedup,rejection,tree] [--json out.json]
+With ``--start``, the process first does what the app does when it starts (``ui.warm_up``: the
+default configuration's models loaded and their static decode steps built, in the background) and
+waits for it, timed on its own line: the tours then wait as they do for someone who opens the page
+once the app is up. Without it, the first tour pays that preparation itself.
+
+    PYTHONPATH=$PWD python benchmarks/tour_waits.py [--start] [--tours no-pay,speedup,rejection,tree] [--json out.json]
 """
 
 from __future__ import annotations
@@ -73,6 +78,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--tours", default="speedup,rejection,no-pay,tree", help="comma-separated tour keys, in order")
     ap.add_argument("--json", metavar="OUT.json", help="write the rows as JSON")
+    ap.add_argument("--start", action="store_true", help="first run the app's start-up preparation (ui.warm_up) and wait for it")
     args = ap.parse_args()
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import torch
@@ -89,6 +95,18 @@ def main() -> None:
           f"{', '.join(f'{x:.1f}' for x in os.getloadavg())}")
     print(f"defaults: target {d.target}, draft {d.draft}, proposer {d.proposer}, k = {d.k}, {d.max_new_tokens} new tokens")
     rows = []
+    if args.start:
+        from specviz.app.warmup import STARTUP
+        from specviz.ui import warm_up
+
+        t0, cpu0 = time.perf_counter(), time.process_time()
+        thread = warm_up()
+        if thread is not None:
+            thread.join()
+        start = {"s": time.perf_counter() - t0, "cpu_s": time.process_time() - cpu0, "stages": dict(STARTUP.seconds)}
+        print(f"start-up  {start['s']:6.1f} s (CPU {start['cpu_s']:.1f} s)  "
+              + ", ".join(f"{k} {v:.1f} s" for k, v in start["stages"].items()))
+        rows.append({"tour": "start-up preparation", **start})
     for key in keys:
         row = run_tour(key, d)
         rows.append(row)

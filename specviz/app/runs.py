@@ -22,8 +22,9 @@ from ..core.proposer import Proposer
 from ..core.records import Sampling
 from ..prompts import PromptRow, bundled_path, read_jsonl
 from ..proposers.registry import REGISTRY, auto_pick, from_spec, get_kind, syntax_list
-from ..runtime import static_decode
+from . import warmup
 from .limits import check_proposer, check_tree_nodes, max_tree_nodes
+from .warmup import STARTUP
 
 Progress = Callable[[str], None]
 
@@ -326,27 +327,39 @@ def build_decoder(settings: RunSettings, progress: Progress, *, target_only: boo
 
     if load is None:
         from ..models import load_model as load
+    STARTUP.wait([settings.target, draft_name(settings.proposer)], progress)  # the start-up preparation, said
     target = load(settings.target, progress=progress)
     check_prompts_fit(target.tokenizer, [settings.prompt], chat=settings.chat)  # hosting limit
     if target_only:
-        warm_static_steps(target, None)
+        warm_static_steps(target, None, progress)
         return SpeculativeDecoder(target, None, sampling=settings.sampling)
     pick = auto_pick(settings.proposer, target)  # "auto": the advisor's saved pick (a ValueError when none)
     if pick:
         progress(f"{pick.describe()}; k is the k you chose ({settings.k})")
     proposer = from_spec(settings.proposer, target, load=lambda name, **kw: load(name, progress=progress, **kw))
-    warm_static_steps(target, proposer)
+    warm_static_steps(target, proposer, progress)
     return hosted_decoder(target, proposer, k=settings.k, sampling=settings.sampling, schedule=settings.schedule,
                           acceptance=Acceptance(settings.acceptance))
 
 
-def warm_static_steps(target, proposer: Proposer | None) -> float:
+def warm_static_steps(target, proposer: Proposer | None, progress: Progress | None = None) -> float:
     """Build the static decode step of the target and of the proposer's draft model now, while
-    the page says it is loading, so that a run's first timed step does not pay that one-off cost
-    (and its speedup card does not blame the algorithm for it). -> seconds spent."""
+    the page says so (``progress``: "Preparing NAME's fast decode step…" for a step not built yet),
+    so that a run's first timed step does not pay that one-off cost (and its speedup card does
+    not blame the algorithm for it). -> seconds spent."""
     draft = getattr(proposer, "model", None)  # a draft model's LoadedModel, where the proposer has one
-    models = [target.model] + ([draft.model] if isinstance(getattr(draft, "model", None), torch.nn.Module) else [])
-    return sum(static_decode.warm(m) for m in models)
+    models = [(target.name, target)] + ([(draft.name, draft)] if isinstance(getattr(draft, "model", None), torch.nn.Module) else [])
+    return warmup.warm_static_steps(models, progress)
+
+
+def draft_name(spec: str) -> str | None:
+    """The draft model a proposer spec names ("draft:m@int8,vocab=8" -> "m@int8"), else None."""
+    prefix, _, arg = (spec or "").partition(":")
+    try:
+        needs = get_kind(prefix).needs_model
+    except KeyError:
+        return None
+    return arg.split(",")[0].strip() or None if needs else None
 
 
 def hosted_decoder(target, proposer: Proposer | None, **options: Any) -> SpeculativeDecoder:

@@ -12,11 +12,12 @@ local directories), ``SPECVIZ_CONCURRENCY`` (model runs at once across all users
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
 from importlib import resources
-from typing import Any
+from typing import Any, Callable
 
 import gradio as gr
 
@@ -121,24 +122,35 @@ def launch(demo: gr.Blocks | None = None, **kwargs: Any):
     return demo.queue().launch(**kw)
 
 
-def warm_up(names: list[str] | None = None) -> threading.Thread:
-    """Load (and on the first run convert) the default models in the background, logging each
-    stage, so the first Step does not wait for them. Returns the thread."""
-    from ..models import load_model
+def warm_up(names: list[str] | None = None) -> threading.Thread | None:
+    """Prepare the default configuration in the background (the one *Show me a speedup* runs):
+    load (and on the first run convert) its models, build each one's static decode step and
+    choose its runner, then run it once for a few tokens, untimed, logging each stage
+    (``specviz.app.warmup``). A run that needs those models meanwhile waits and its status line
+    says what is being prepared. ``names``: other models, loaded and built only. Returns the
+    thread (None when a preparation is already running)."""
+    from ..app import warmup
     from .playground import Defaults
     from .state import USES_DRAFT_MODEL
 
+    rehearse = None
     if names is None:
         d = Defaults.from_env()
         names = [d.target] + ([d.draft] if d.proposer in USES_DRAFT_MODEL else [])
+        rehearse = functools.partial(_rehearse, d)
+    return warmup.prepare(names, rehearse=rehearse)
 
-    def work() -> None:
-        for name in names:
-            try:
-                load_model(name, progress=lambda msg: print(f"[specviz] {msg}", flush=True))
-            except Exception as e:  # noqa: BLE001 - the page reports it again when used
-                print(f"[specviz] could not load {name}: {e}", flush=True)
 
-    thread = threading.Thread(target=work, name="specviz-warm-up", daemon=True)
-    thread.start()
-    return thread
+def _rehearse(d: Any, say: Callable[[str], None]) -> None:
+    """The default configuration, once, untimed: its decoder built as a Step builds it, then
+    2 (k + 1) tokens of the default prompt (the prefill, and the verify pass at its width)."""
+    from ..app import runs
+    from .state import parse_settings
+
+    settings = parse_settings(d.target, d.proposer, d.draft, d.k, d.temperature, d.top_p, d.top_k, d.seed,
+                              d.max_new_tokens, d.prompt, True)
+    decoder = runs.build_decoder(settings, say)
+    session = decoder.start(settings.prompt, max_new_tokens=min(settings.max_new_tokens, 2 * (settings.k + 1)),
+                            seed=settings.seed, chat=settings.chat)
+    while not session.done:
+        session.step()

@@ -116,7 +116,9 @@ def _main() -> None:
     if args.builtin:
         from specviz.ui import warm_up
 
-        warm_up().join()
+        thread = warm_up()
+        if thread is not None:
+            thread.join()
     if args.measure:
         rows = measure_steps(url, args.measure)
         for r in rows:

@@ -1,0 +1,133 @@
+"""The start-up preparation (specviz.app.warmup): the default configuration's models loaded and
+their static decode steps built in the background; a run that needs them meanwhile waits and
+says what is being prepared; a step built once is not announced again. No timing is asserted."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from specviz.app import runs, warmup
+from specviz.runtime import static_decode
+from tests.support.tiny import loaded, make_llama
+
+
+@pytest.fixture
+def fresh_startup(monkeypatch):
+    """A StartUp of this test's own, in place of the process's."""
+    s = warmup.StartUp()
+    monkeypatch.setattr(warmup, "STARTUP", s)
+    monkeypatch.setattr(runs, "STARTUP", s)
+    return s
+
+
+def _model(tokenizer, name, seed):
+    return loaded(make_llama(len(tokenizer), 32, 1, seed=seed), tokenizer, name)
+
+
+def test_prepare_loads_then_builds_the_static_step_and_a_run_then_waits_for_nothing(tokenizer, fresh_startup):
+    model = _model(tokenizer, "tiny-warm", 11)
+    assert static_decode.supports(model.model) is None  # a float Llama on the CPU: served by the static step
+    said: list[str] = []
+    thread = warmup.prepare(["tiny-warm"], load=lambda name, progress=None: model, say=said.append)
+    thread.join(120)
+    assert not fresh_startup.running and fresh_startup.stage is None and not fresh_startup.errors
+    assert list(fresh_startup.seconds) == ["load tiny-warm", "static tiny-warm"]
+    assert said[0] == "loading tiny-warm" and "fast decode step" in said[1] and said[-1].startswith("start-up preparation done")
+    assert static_decode.warm(model.model) == 0.0  # built already: nothing left for the first run
+    run_said: list[str] = []
+    assert fresh_startup.wait(["tiny-warm"], run_said.append) == 0.0 and run_said == []
+    assert runs.warm_static_steps(model, None, run_said.append) == 0.0 and run_said == []  # not announced again
+
+
+def test_a_run_during_the_preparation_waits_and_says_what_is_being_prepared(tokenizer, fresh_startup):
+    model = _model(tokenizer, "tiny-slow", 12)
+    release = threading.Event()
+
+    def slow_load(name, progress=None):
+        release.wait(30)
+        return model
+
+    fresh_startup.start(["tiny-slow"], slow_load, lambda msg: None)
+    assert fresh_startup.running and "loading tiny-slow" in fresh_startup.line()
+    assert fresh_startup.wait(["another-model"], lambda msg: None) == 0.0  # a run of other models does not wait
+    said: list[str] = []
+    waiter = threading.Thread(target=fresh_startup.wait, args=(["tiny-slow"], said.append, 0.05))
+    waiter.start()
+    for _ in range(200):
+        if said:
+            break
+        threading.Event().wait(0.05)
+    release.set()
+    waiter.join(120)
+    assert not waiter.is_alive() and not fresh_startup.running
+    assert said and said[0].startswith("Waiting for the start-up preparation of the default configuration: loading tiny-slow")
+    assert fresh_startup.line() is None
+
+
+def test_the_rehearsal_runs_last_and_does_not_wait_for_its_own_preparation(tokenizer, fresh_startup):
+    model = _model(tokenizer, "tiny-reh", 15)
+    seen: list = []
+
+    def rehearse(say):
+        seen.append((fresh_startup.stage, fresh_startup.wait(["tiny-reh"], say), list(fresh_startup.seconds)))
+
+    thread = warmup.prepare(["tiny-reh"], load=lambda name, progress=None: model, say=lambda msg: None, rehearse=rehearse)
+    thread.join(120)
+    assert not thread.is_alive() and not fresh_startup.errors
+    stage, waited, before = seen[0]
+    assert stage.startswith("running the default configuration once, untimed") and waited == 0.0
+    assert before == ["load tiny-reh", "static tiny-reh"] and "rehearsal" in fresh_startup.seconds
+
+
+def test_a_run_announces_a_static_step_it_builds_itself(tokenizer):
+    model = _model(tokenizer, "tiny-cold", 13)
+    said: list[str] = []
+    runs.warm_static_steps(model, None, said.append)
+    assert said == ["Preparing tiny-cold's fast decode step (built and measured once per start)…"]
+
+
+def test_build_decoder_waits_for_the_preparation_of_its_models(tokenizer, fresh_startup, monkeypatch):
+    """build_decoder asks the start-up preparation first, with the target and the draft the spec names."""
+    asked: list[list] = []
+    monkeypatch.setattr(fresh_startup, "wait", lambda names, progress=None, poll_s=0.5: asked.append(list(names)) or 0.0)
+    model = _model(tokenizer, "tiny-t", 14)
+
+    class S:
+        target, proposer, k, schedule, acceptance, prompt, chat = "tiny-t", "draft:tiny-d,vocab=8", 2, "constant", "exact", "ab", False
+        sampling = runs.Sampling(temperature=0.0)
+
+    with pytest.raises(Exception):  # the draft cannot load here; what matters is what was waited for
+        runs.build_decoder(S(), lambda msg: None, load=lambda name, progress=None, **kw: model if name == "tiny-t" else 1 / 0)
+    assert asked == [["tiny-t", "tiny-d"]]
+    assert runs.draft_name("ngram") is None and runs.draft_name("draft:gemma-3-270m@int8") == "gemma-3-270m@int8"
+
+
+def test_the_app_prepares_the_default_configuration(monkeypatch):
+    """ui.warm_up hands the defaults' models (the target; the draft only when the default proposer
+    uses one) to the preparation."""
+    from specviz import ui
+
+    seen: list[list[str]] = []
+    monkeypatch.setattr(warmup, "prepare", lambda names, rehearse=None: seen.append(list(names)) or rehearse)
+    monkeypatch.setenv("SPECVIZ_DEFAULT_PROPOSER", "ngram")
+    assert ui.warm_up() is not None  # the default configuration is rehearsed too
+    monkeypatch.setenv("SPECVIZ_DEFAULT_PROPOSER", "draft")
+    ui.warm_up()
+    assert ui.warm_up(["some-model"]) is None  # other models: loaded and built only
+    d = runs.Defaults.from_env()
+    assert seen == [[d.target], [d.target, d.draft], ["some-model"]]
+
+
+def test_the_app_rehearses_its_default_configuration_on_tiny_models(tiny_env):
+    """The real rehearsal (ui._rehearse) on the defaults (tiny local models): the decoder built as a
+    Step builds it, a short session run to its end, its static steps left built for the first run."""
+    from specviz import ui
+    from specviz.models import load_model
+
+    d = runs.Defaults.from_env()
+    said: list[str] = []
+    ui._rehearse(d, said.append)
+    target = load_model(d.target)
+    assert static_decode.warm(target.model) == 0.0  # built: the first Step has nothing of this left to pay
