@@ -144,6 +144,17 @@ _TOO_WIDE = """(w) => {
 }"""
 
 
+# Text cut off inside its own box: a visible element that hides its overflow (or ends it with an
+# ellipsis) while its content is wider or taller than the box. A phone has no hover to read the rest.
+_CUT_TEXT = """() => [...document.querySelectorAll('#sv-main-row *')].filter((el) => {
+  if (el.offsetParent === null || !el.innerText?.trim()) return false;
+  const cs = getComputedStyle(el);
+  const hidesX = ['hidden', 'clip'].includes(cs.overflowX) || cs.textOverflow === 'ellipsis';
+  const hidesY = ['hidden', 'clip'].includes(cs.overflowY);
+  return (hidesX && el.scrollWidth > el.clientWidth + 1) || (hidesY && el.scrollHeight > el.clientHeight + 1);
+}).map((el) => (el.id || el.className) + ': ' + el.innerText.slice(0, 40)).slice(0, 10)"""
+
+
 @pytest.mark.browser
 def test_phone_width_nothing_wider_than_the_screen(browser, app_url):
     page = _page(browser, app_url, 390, 844)
@@ -151,6 +162,7 @@ def test_phone_width_nothing_wider_than_the_screen(browser, app_url):
     page.wait_for_function(MOMENTS["speedup"])
     assert page.evaluate("document.documentElement.scrollWidth") <= 390
     assert page.evaluate(_TOO_WIDE, 390) == []
+    assert page.evaluate(_CUT_TEXT) == []  # the cards' labels and notes wrap (they ended in "…" on a phone)
     page.wait_for_timeout(1500)  # the charts' second frame
     assert [c for c in page.evaluate(_TITLE_OVER_LEGEND) if c[1]] == []  # the race, what-if, run plots
     page.click("#sv-tour-tree")

@@ -254,6 +254,16 @@ def test_card_names_each_limiting_factor():
     assert "0.6 drafted tokens per step x 0.01" in n.text
 
 
+def test_card_counts_one_token_in_the_singular():
+    """After one step that committed 1 token (a phone walk-through's first Step): "1 token", not "1 tokens"."""
+    s = explain.explain_speedup(a=0.0, k=4, tau=1.0, tokens=1, target_forwards=2)
+    assert "(2 target passes for 1 token, where" in s.text and "1 tokens" not in s.text
+    cards = viz.metrics_html(Stats(steps=1, drafted=4, accepted=0, new_tokens=1, acceptance_rate=0.0, mean_acceptance_length=1.0,
+                                   per_position=(0.0,), wall_s=0.42, tokens_per_s=2.4, target_forwards=2, draft_ms=0.0,
+                                   verify_ms=85.0, other_ms=2.0, prefill_ms=300.0), steps=[])
+    assert "1 token · engine time" in cards and "1 tokens" not in cards
+
+
 def test_card_without_a_baseline_or_without_drafts():
     u = explain.explain_speedup(a=0.96, k=4, tau=4.6, tokens=65, target_forwards=15)
     assert u.verdict == "unknown" and u.predicted is None and "target-only" in u.advice

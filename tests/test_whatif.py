@@ -29,14 +29,19 @@ def test_the_figure_moves_with_the_sliders_and_keeps_the_run():
     run = RunPoint(a=0.6, k=4, c=0.2, v=1.3, f=1.0, measured=1.1, timed=True)
     fig = whatif_figure.spec(run, 0.9, 6, 0.05)
     names = [t["name"] for t in fig["data"]]
-    assert names[0].startswith("this run (a = 0.60, c = 0.20)") and names[1].startswith("what if (a = 0.90, c = 0.05)")
+    assert names[0].startswith("this run (a = 0.6, c = 0.2)") and names[1].startswith("what if (a = 0.9, c = 0.05)")
     assert any(n.startswith("measured 1.10×") for n in names)
     own, mine = fig["data"][0]["y"], fig["data"][1]["y"]
     assert all(m > o for m, o in zip(mine, own))  # better a and cheaper drafts: higher everywhere
     measured = next(t for t in fig["data"] if t["name"].startswith("measured"))
     assert measured["x"] == [4] and measured["y"] == [1.1]
     note = whatif_html(run, 0.9, 6, 0.05)
-    assert "At a = 0.90, k = 6, c = 0.05" in note and "1.10× measured" in note and f"{run.predicted:.2f}×" in note
+    assert "At a = 0.9, k = 6, c = 0.05" in note and "1.10× measured" in note and f"{run.predicted:.2f}×" in note
+    # a and c as the number boxes show them (rounded to 3 decimals): an n-gram's c is not "0.00" beside a box's 0.001
+    cheap = RunPoint(a=0.8571, k=4, c=0.0012, v=1.5, f=1.0, measured=None, timed=False)
+    note = whatif_html(cheap, 0.8571, 4, 0.0012)
+    assert "At a = 0.857, k = 4, c = 0.001:" in note and "own a = 0.857, k = 4, c = 0.001:" in note and "0.00:" not in note
+    assert whatif_figure.spec(cheap, 0.8571, 4, 0.0012)["data"][1]["name"] == "what if (a = 0.857, c = 0.001)"
     json.dumps(fig)  # plain data
     assert whatif_figure.spec(None, 0.5, 4, 0.1)["data"] == [] and 'data-ready="0"' in whatif_html(None, 0.5, 4, 0.1)
     untimed = RunPoint(a=0.6, k=4, c=0.2, v=1.0, f=0.8, measured=None, timed=False)

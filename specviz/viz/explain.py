@@ -74,6 +74,11 @@ class SpeedupStory:
         )
 
 
+def _n(count: int, one: str, many: str | None = None) -> str:
+    """A whole count with its noun: "1 token", "2 tokens"."""
+    return f"{count} {one if count == 1 else (many or one + 's')}"
+
+
 def _tokens(tau: float) -> str:
     """tau tokens in words: "4.6 tokens", "1 token" (never "1.0 tokens")."""
     s = f"{tau:.1f}"
@@ -132,8 +137,8 @@ def explain_speedup(*, a: float | None, k: int, tau: float, tokens: int, target_
                     f"nodes drafted the rate is {counts.rate_over_nodes:.0%})")
     per_pass = (f"only {_tokens(tau)}, as a target-only step does" if round(tau, 1) <= 1.0
                 else f"{_tokens(tau)} instead of 1")
-    gained = (f"{accepted}, so each target pass committed {per_pass} ({target_forwards} target passes for {tokens} "
-              f"tokens, where target-only needs {plain}).")
+    gained = (f"{accepted}, so each target pass committed {per_pass} ({_n(target_forwards, 'target pass', 'target passes')} "
+              f"for {_n(tokens, 'token')}, where target-only needs {plain}).")
     sentences = [gained]
     if drafted_fraction < 0.999:
         sentences.append(

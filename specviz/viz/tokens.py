@@ -307,7 +307,7 @@ def metrics_html(stats: Stats | None, baseline_stats: Stats | None = None, *, en
         ]
     cards += [
         _card("tau", f"Mean accept. length {_TAU}", f"{s.mean_acceptance_length:.2f}" if s.steps else "—", "tokens per step"),
-        _card("tps", "Tokens / s", f"{s.tokens_per_s:.1f}" if s.steps else "—", f"{s.new_tokens} tokens · engine time"),
+        _card("tps", "Tokens / s", f"{s.tokens_per_s:.1f}" if s.steps else "—", f"{s.new_tokens} token{'' if s.new_tokens == 1 else 's'} · engine time"),
         _card(
             "forwards", "Target forwards", f"{s.target_forwards}" if s.steps else "—",
             f"vs {plain_forwards} target-only" + (f" (−{saved:.0%})" if saved and saved > 0 else ""),

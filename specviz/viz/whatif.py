@@ -88,6 +88,12 @@ def _line(points: list[tuple[int, float]], name: str, color: str, dash: str = "s
                 hovertemplate="k = %{x}<br>predicted %{y:.2f}×<extra></extra>")
 
 
+def _v(x: float) -> str:
+    """a or c as the panel's number boxes show it (rounded to 3 decimals, ui.whatif_view), so the
+    sentence and the legend never read 0.00 beside a box that says 0.001."""
+    return f"{round(float(x), 3):g}"
+
+
 @_with_spec
 def whatif_figure(run: RunPoint | None, a: float, k: int, c: float, k_max: int = WHATIF_MAX_K) -> dict:
     """The predicted speedup over k at the chosen a and c (the run's v and f), the run's own curve
@@ -101,8 +107,8 @@ def whatif_figure(run: RunPoint | None, a: float, k: int, c: float, k_max: int =
     cur = mine[int(k) - 1]
     best = max(mine, key=lambda t: (t[1], -t[0]))
     traces = [
-        _line(own, f"this run (a = {run.a:.2f}, c = {run.c:.2f})", COLORS["muted"], "dot", 1.5),
-        _line(mine, f"what if (a = {a:.2f}, c = {c:.2f})", COLORS["p"]),
+        _line(own, f"this run (a = {_v(run.a)}, c = {_v(run.c)})", COLORS["muted"], "dot", 1.5),
+        _line(mine, f"what if (a = {_v(a)}, c = {_v(c)})", COLORS["p"]),
         dict(type="scatter", mode="markers", name=f"k = {cur[0]}: {cur[1]:.2f}×", x=[cur[0]], y=[cur[1]],
              marker=dict(symbol="circle-open", size=14, color=COLORS["ink"], line=dict(width=2)),
              hovertemplate="k = %{x}<br>predicted %{y:.2f}×<extra></extra>"),
@@ -132,7 +138,7 @@ def whatif_html(run: RunPoint | None, a: float, k: int, c: float) -> str:
         return ('<div class="sv-whatif sv-muted" data-ready="0">Run a few steps: this panel starts from the run\'s own '
                 'acceptance a, k and draft cost c, and moves the theory\'s curve as you change them.</div>')
     now = whatif_curve(a, c, run.v, run.f, max(int(k), 1))[-1][1]
-    own = f"this run's own a = {run.a:.2f}, k = {run.k}, c = {run.c:.2f}: {run.predicted:.2f}×"
+    own = f"this run's own a = {_v(run.a)}, k = {run.k}, c = {_v(run.c)}: {run.predicted:.2f}×"
     if run.measured is not None:
         own += f" predicted, {run.measured:.2f}× measured (the measurement also pays the prefill and noise)"
     else:
@@ -140,8 +146,8 @@ def whatif_html(run: RunPoint | None, a: float, k: int, c: float) -> str:
     how = ("c and v from the target-only run" if run.timed else
            "no target-only run yet: c is estimated against this run's verify pass, taken as one target step (v = 1)")
     tree = " A tree's a is its accepted path over the depth; the curve is a chain's." if run.tree else ""
-    return (f'<div class="sv-whatif" data-ready="1" data-predicted="{now:.4f}"><b>At a = {a:.2f}, k = {int(k)}, '
-            f"c = {c:.2f}: {now:.2f}×</b> predicted ({html.escape(own)}). <span class=\"sv-muted\">i.i.d. acceptance; "
+    return (f'<div class="sv-whatif" data-ready="1" data-predicted="{now:.4f}"><b>At a = {_v(a)}, k = {int(k)}, '
+            f"c = {_v(c)}: {now:.2f}×</b> predicted ({html.escape(own)}). <span class=\"sv-muted\">i.i.d. acceptance; "
             f"{html.escape(how)}.{tree}</span></div>")
 
 
