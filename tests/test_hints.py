@@ -46,6 +46,10 @@ def test_the_draft_menus_follow_the_tokenizer_rule():
     unknown = runs.draft_menu("/some/local/dir", "draft", DRAFT)  # an unknown tokenizer: the whole menu
     assert unknown == runs.draft_choices(DRAFT)
     assert runs.tokenizer_family("gemma-3-270m@int8") == "gemma-3-270m" and runs.tokenizer_family("/x/y") is None
+    assert runs.tokenizer_family("gemma-3-270m@bf16") == "gemma-3-270m"  # the same model in bf16
+    assert runs.draft_menu("gemma-3-270m@bf16", "draft", DRAFT) == same
+    assert runs.default_draft("gemma-3-270m@bf16") == "gemma-3-270m@int8"
+    assert runs.auto_draft("gemma-3-270m@bf16", "draft", "smollm2-135m@int8") == "gemma-3-270m@int8"
     update = pg.on_target_change("smollm2-135m", "draft", DRAFT)  # the target changes: the menu and draft follow
     assert update["value"] == "smollm2-135m@int8" and "gemma-3-270m@int8" not in update["choices"]
 
@@ -90,3 +94,10 @@ def test_the_benchmark_menu_offers_the_drafts_that_serve_the_target():
     assert not [s for s in gemma if s.split(":")[0] in ("draft", "ngram+draft", "draft-tree") and "smollm2" in s]
     assert [s for s in gemma if s.startswith("xdraft:")] == [s for s in menu if s.startswith("xdraft:")]  # re-tokenized
     assert runs.specs_for_target("/a/local/dir", menu) == menu  # an unknown tokenizer: everything stays
+
+
+def test_targets_in_bf16_are_offered_where_the_cpu_runs_bf16(monkeypatch):
+    monkeypatch.setattr(runs, "native_bf16", lambda: True)
+    assert "gemma-3-270m@bf16" in runs.target_choices(TARGET)
+    monkeypatch.setattr(runs, "native_bf16", lambda: False)
+    assert not any(c.endswith("@bf16") for c in runs.target_choices(TARGET))

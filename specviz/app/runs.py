@@ -139,10 +139,30 @@ def _hub_pairs() -> dict[str, str]:
     return hub_pairs()
 
 
+BF16 = "@bf16"  # a model name's bf16 suffix (specviz.models): the same model, the same tokenizer
+
+
+def base_name(name: str) -> str:
+    """A model name without its @bf16 suffix ("gemma-3-270m@bf16" -> "gemma-3-270m")."""
+    return name[: -len(BF16)] if name.endswith(BF16) else name
+
+
+def native_bf16() -> bool:
+    """Whether this machine runs bf16 natively on its CPU (AVX512-BF16 or AMX), with no GPU: then
+    the target menus offer each built-in in bf16 too (on a GPU, "auto" loads bf16 anyway)."""
+    import torch
+
+    try:
+        return not torch.cuda.is_available() and bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):
+        return False
+
+
 def default_draft(target: str) -> str:
-    """The draft a target starts with: its pair, else its own int8 copy."""
+    """The draft a target starts with: its pair, else its own int8 copy (a bf16 target's: its base's)."""
     from ..models import HUB_PAIRS
 
+    target = base_name(target)
     return {**PAIRS, **HUB_PAIRS}.get(target, f"{target}@int8")
 
 
@@ -153,15 +173,17 @@ def auto_draft(target: str, proposer: str, current: str) -> str | None:
     if current and current not in auto:
         return None
     table = CROSS_PAIRS if prefix_of(proposer) == "xdraft" else pairs
-    return table.get(target)
+    return table.get(base_name(target))
 
 
 def target_choices(default: str) -> list[str]:
-    """The default, the built-ins, and the hub pairs' targets when the hub answers (a Space)."""
+    """The default, the built-ins (and each in bf16 where the CPU runs bf16 natively), and the hub
+    pairs' targets when the hub answers (a Space)."""
     from ..models import list_models
 
     names = [m["name"] for m in list_models()]
-    return list(dict.fromkeys([default, *names, *_hub_pairs()]))
+    bf16 = [f"{n}{BF16}" for n in names] if native_bf16() else []
+    return list(dict.fromkeys([default, *names, *bf16, *_hub_pairs()]))
 
 
 def draft_choices(default: str) -> list[str]:
@@ -193,7 +215,7 @@ def tokenizer_family(name: str, known: tuple[set[str], dict[str, str]] | None = 
     @int8 copy share their base name's; a hub pair's target and draft share the draft's. None: unknown
     (a typed hub id or a local directory). ``known``: :func:`_known_families`, when asking often."""
     builtins, pairs = known or _known_families()
-    base = (name or "").strip()
+    base = base_name((name or "").strip())
     base = base[: -len("@int8")] if base.endswith("@int8") else base
     if base in builtins:
         return base
