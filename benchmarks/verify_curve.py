@@ -4,10 +4,10 @@ t(n): one forward of n new positions (logits of all n, as verification keeps) on
 cache of --context positions, rolled back after each; n interleaved, median of --repeats
 (specviz.analysis.hardware.verify_costs). Then, for models whose head specviz.runtime.cpu wraps, the head alone
 through F.linear and through oneDNN at each n, and the kernel RowAdaptiveLinear picks.
-``--dtype bfloat16`` loads the models in bf16 (the ``transformers`` forward: the static step
-serves float32 only) and times the bf16 head alone through F.linear and oneDNN beside the float32
-head's two kernels; ``--dtype float32,bfloat16`` times both models' t(n) interleaved in one
-rotation (fp32 as specviz runs it, on the static step). Provisional on a busy machine.
+``--dtype bfloat16`` loads the models in bf16 (the static step serves bf16 too, its weights read
+by oneDNN from packed copies) and times the bf16 head alone through F.linear and oneDNN beside the
+float32 head's two kernels; ``--dtype float32,bfloat16`` times both models' t(n) interleaved in one
+rotation, each as specviz runs it. Provisional on a busy machine.
 
     PYTHONPATH=$PWD python benchmarks/verify_curve.py [--models gemma-3-270m,smollm2-135m]
         [--context 256] [--max-n 17] [--repeats 5] [--threads 2] [--dtype float32|bfloat16]
