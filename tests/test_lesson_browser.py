@@ -163,6 +163,8 @@ def test_phone_width_nothing_wider_than_the_screen(browser, app_url):
     assert page.evaluate("document.documentElement.scrollWidth") <= 390
     assert page.evaluate(_TOO_WIDE, 390) == []
     assert page.evaluate(_CUT_TEXT) == []  # the cards' labels and notes wrap (they ended in "…" on a phone)
+    guess, bets = (page.locator(sel).bounding_box() for sel in ("#sv-guess", "#sv-guess-buttons"))
+    assert guess["width"] >= 300 and bets["y"] >= guess["y"] + guess["height"] - 1  # the question full width, the bets under it
     page.wait_for_timeout(1500)  # the charts' second frame
     assert [c for c in page.evaluate(_TITLE_OVER_LEGEND) if c[1]] == []  # the race, what-if, run plots
     page.click("#sv-tour-tree")

@@ -279,6 +279,12 @@ def test_run_figures():
     for fig in (viz.acceptance_by_position_figure(None), viz.timeline_figure([]), viz.tokens_per_step_figure([])):
         assert fig.layout.annotations[0].text  # "No steps yet"
         json.loads(fig.to_json())
+    # a long note breaks into lines a phone's plot holds (one line ran off both sides at 390 px)
+    from specviz.viz.figures import EMPTY_LINE_CHARS
+
+    note = viz.empty_figure("t", "Run a few steps: the curve starts from this run's own a, k and c").layout.annotations[0].text
+    lines = note.split("<br>")
+    assert len(lines) > 1 and max(map(len, lines)) <= EMPTY_LINE_CHARS and " ".join(lines).startswith("Run a few steps: the curve")
 
 
 def test_palette_matches_the_stylesheet():

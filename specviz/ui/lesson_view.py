@@ -258,7 +258,7 @@ def build_guess() -> tuple[gr.HTML, gr.Button, gr.Button]:
     """Guess first: the panel and the accept / reject buttons (under the step in phases)."""
     with gr.Row(elem_id="sv-guess-row", equal_height=False):
         panel = gr.HTML(guess_html(None, None, PlaygroundState().guesses), elem_id="sv-guess")
-        with gr.Column(scale=0, min_width=150):
+        with gr.Column(scale=0, min_width=150, elem_id="sv-guess-buttons"):
             accept = gr.Button("I guess: accept ✓", size="sm", interactive=False, elem_id="sv-guess-accept")
             reject = gr.Button("I guess: reject ✗", size="sm", interactive=False, elem_id="sv-guess-reject")
     return panel, accept, reject

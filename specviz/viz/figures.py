@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import html
+import textwrap
 from typing import Callable, Sequence
 
 import plotly.graph_objects as go
@@ -101,10 +102,16 @@ def _with_spec(build: Callable[..., dict]) -> Callable[..., go.Figure]:
     return figure
 
 
+EMPTY_LINE_CHARS = 40  # an empty figure's note, in lines a phone's plot holds (about 280 px at 12 px type)
+
+
 @_with_spec
 def empty_figure(title: str, message: str = "No steps yet") -> dict:
-    note = dict(text=html.escape(message), x=0.5, y=0.5, xref="paper", yref="paper", showarrow=False,
-                font=dict(size=12, color=COLORS["muted"]))
+    """A figure with nothing to plot yet: its title and a centred note, broken into short lines
+    (one long line ran off both sides of a phone's plot)."""
+    lines = textwrap.wrap(message, EMPTY_LINE_CHARS, break_long_words=False) or [message]
+    note = dict(text="<br>".join(html.escape(line) for line in lines), x=0.5, y=0.5, xref="paper", yref="paper",
+                showarrow=False, font=dict(size=12, color=COLORS["muted"]))
     return _spec([], title, xaxis=dict(visible=False), yaxis=dict(visible=False), annotations=[note])
 
 
