@@ -182,7 +182,7 @@ def topk_figure(record: StepRecord | None, position: int | None = None, shown: R
             if not shown.p:
                 p_top, exact_p = (), {}
                 title = (f"Step {record.index + 1} · position {pos + 1}{_BR}draft “{_axis_label(d.text)}”: "
-                         f"q = {fmt_prob(d.q)}; the target has not scored it yet</span>")
+                         f"q = {fmt_prob(d.q)}; not scored yet</span>")  # short: a phone holds one line
             elif pos >= shown.judged:
                 exact_p[d.token_id] = d.p
                 title = (f"Step {record.index + 1} · position {pos + 1}{_BR}draft “{_axis_label(d.text)}”: "
