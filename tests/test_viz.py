@@ -279,6 +279,11 @@ def test_run_figures():
     for fig in (viz.acceptance_by_position_figure(None), viz.timeline_figure([]), viz.tokens_per_step_figure([])):
         assert fig.layout.annotations[0].text  # "No steps yet"
         json.loads(fig.to_json())
+    # whole steps on the step axis: one step ticks 1 only (not 0.5, 1, 1.5); a long run about 8 round ticks
+    from specviz.viz.figures import _step_axis
+
+    assert tl.layout.xaxis.dtick == tps.layout.xaxis.dtick == 1 and tl.layout.xaxis.tick0 == 1
+    assert [_step_axis(n)["dtick"] for n in (1, 8, 9, 16, 17, 64, 400)] == [1, 1, 2, 2, 5, 10, 50]
     # a long note breaks into lines a phone's plot holds (one line ran off both sides at 390 px)
     from specviz.viz.figures import EMPTY_LINE_CHARS
 

@@ -287,6 +287,13 @@ def acceptance_by_position_figure(stats: Stats | None, counts: StepCounts | None
                    margin=dict(t=80) if tree else None)
 
 
+def _step_axis(n: int) -> dict:
+    """The x axis of a per-step chart: whole steps only (one step drew ticks at 0.5 and 1.5, over
+    the y axis' 0 on a phone), at most about 8 of them, on a round spacing."""
+    dtick = next(d for d in (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 10**9) if d * 8 >= n)
+    return dict(title=_xlabel("step"), dtick=dtick, tick0=1 if dtick == 1 else 0)
+
+
 @_with_spec
 def timeline_figure(steps: Sequence[StepRecord]) -> dict:
     """Per-step time as stacked bars (draft, verify, other ms), with the k of each step."""
@@ -312,7 +319,7 @@ def timeline_figure(steps: Sequence[StepRecord]) -> dict:
     kmax = max(max(drafted), 1)
     return _spec(
         traces, title, height=HEIGHT + 40, barmode="stack", bargap=0.15, margin=dict(r=32, t=40, b=MARGIN_BELOW),
-        legend=LEGEND_BELOW, xaxis=dict(title=_xlabel("step")),
+        legend=LEGEND_BELOW, xaxis=_step_axis(len(steps)),
         yaxis2=dict(overlaying="y", side="right", range=[0, kmax * 1.6], showgrid=False, zeroline=False,
                     tickfont=dict(size=9, color=COLORS["muted"]), dtick=max(1, kmax // 4)),
     )
@@ -340,5 +347,5 @@ def tokens_per_step_figure(steps: Sequence[StepRecord]) -> dict:
     tau = sum(s.n_committed for s in steps) / len(steps)
     kmax = max(depth)
     return _spec(traces, f"{title} · τ = {tau:.2f}", height=HEIGHT + 40, barmode="stack", bargap=0.15,
-                 margin=dict(t=40, b=MARGIN_BELOW), legend=LEGEND_BELOW, xaxis=dict(title=_xlabel("step")),
+                 margin=dict(t=40, b=MARGIN_BELOW), legend=LEGEND_BELOW, xaxis=_step_axis(len(steps)),
                  yaxis=dict(dtick=1 if kmax <= 8 else 2, rangemode="tozero"))
