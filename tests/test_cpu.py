@@ -2,6 +2,7 @@
 faster there (a stand-in timer: no timed assertions), the choice cached per machine."""
 
 import json
+import os
 
 import pytest
 import torch
@@ -24,6 +25,12 @@ class Timer:
     def __call__(self, weight, rows):
         self.calls.append(rows)
         return self.table[rows]
+
+
+@pytest.fixture(autouse=True)
+def quiet_machine(monkeypatch):
+    """The tests' own workers keep the load average up: plans here are cached as on a quiet machine."""
+    monkeypatch.setattr(cpu, "_load1", lambda: 0.0)
 
 
 @pytest.fixture
@@ -131,6 +138,20 @@ def test_speed_up_lm_head_measures_once_caches_and_reuses(big_head, tmp_path):
     finally:
         torch.set_num_threads(torch_threads)
     assert again.calls and len(json.loads((tmp_path / cpu.CACHE_FILE).read_text())["entries"]) == 2
+
+
+def test_a_plan_measured_on_a_busy_machine_is_used_but_not_cached(big_head, tmp_path, monkeypatch):
+    model, head = big_head
+    monkeypatch.setattr(cpu, "_load1", lambda: (os.cpu_count() or 1) + 3.0)  # other jobs beside this one
+    assert cpu.busy()
+    timer = Timer(XEON)
+    assert cpu.speed_up_lm_head(model, tmp_path, time_width=timer) and timer.calls  # measured and used
+    assert not (tmp_path / cpu.CACHE_FILE).exists()  # not kept for the next load
+    model.set_output_embeddings(head)
+    monkeypatch.setattr(cpu, "_load1", lambda: 0.0)  # quiet again: measured again, then cached
+    again = Timer(XEON)
+    assert cpu.speed_up_lm_head(model, tmp_path, time_width=again) and again.calls
+    assert len(json.loads((tmp_path / cpu.CACHE_FILE).read_text())["entries"]) == 1
 
 
 def test_a_damaged_cache_is_measured_again(big_head, tmp_path):

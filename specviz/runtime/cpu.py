@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import platform
 import statistics
@@ -49,6 +50,8 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+
+log = logging.getLogger(__name__)
 
 MIN_HEAD_ELEMENTS = 8_000_000  # smaller heads are fast either way
 # Widths measured: 1 (target-only) .. 9 (verifying k = 8, the widest k of the default bench sweep;
@@ -306,9 +309,26 @@ def plan_head(
     t0 = time.perf_counter()
     widths = measure_head(weight, max_rows, time_width=time_width)
     plan = HeadKernelPlan(machine, torch.__version__, threads, shape, dtype, widths, time.perf_counter() - t0)
-    if path is not None:
+    if path is not None and not busy():
         _write_cache(path, key, plan.to_entry())
+    elif path is not None:
+        log.info("specviz: %s kernel plan measured on a busy machine (load %.1f on %d cores): used, not cached",
+                 f"{shape[0]}x{shape[1]} {dtype}", _load1(), os.cpu_count() or 1)
     return plan
+
+
+def _load1() -> float:
+    try:
+        return os.getloadavg()[0]
+    except (OSError, AttributeError):
+        return 0.0
+
+
+def busy() -> bool:
+    """Whether other work is running beside this process (the 1-minute load average above the cores
+    plus one): a plan measured then is used but not cached, so the next load measures it again. Two
+    jobs on 2 cores doubled every kernel's time and turned a 2 ms pass into 113 ms at some widths."""
+    return _load1() > (os.cpu_count() or 1) + 1
 
 
 # -- the wrapped head --------------------------------------------------------------------------
