@@ -103,6 +103,9 @@ def test_tokens_html_shows_whitespace_visibly():
     assert viz.token_label("\n\t") == "↵⇥"
     assert viz.token_label("") == "∅"
     assert viz.token_label("\x00") == "\\x00"
+    from specviz.viz.tokens import _token_inner
+
+    assert _token_inner("    ") == f'<span class="ws">{viz.token_label("    ")}</span>'  # spaces as the table writes them
 
 
 def test_tooltips_carry_p_q_ratio_u_and_verdict():

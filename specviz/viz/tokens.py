@@ -19,7 +19,7 @@ from typing import Sequence
 
 from ..core.records import DraftDecision, Stats, StepRecord, TreeNode
 from ..core.stepwords import StepCounts, run_counts, step_counts
-from .labels import token_label
+from .labels import GLYPHS, token_label
 from .numbers import Reveal, decision_cell, decision_line, draft_columns, fmt_prob, ratio_note, rule_of
 from .theme import COLORS, KIND_LABELS
 
@@ -51,8 +51,8 @@ def _token_inner(text: str) -> str:
         else:
             out.append(html.escape(ch))
     inner = "".join(out)
-    if text.strip(" ") == "":  # a token of only spaces: show a faint dot per space
-        inner = f'<span class="ws">{"·" * len(text)}</span>'
+    if text.strip(" ") == "":  # a token of only spaces: a faint ␣ per space, as the tables and charts write it
+        inner = f'<span class="ws">{GLYPHS[" "] * len(text)}</span>'
     return inner
 
 
