@@ -15,7 +15,7 @@ import os
 
 import torch
 
-from specviz.runtime import cpu
+from specviz.runtime import cpu, kernel_words
 
 
 def head_weight(random: bool) -> tuple[str, torch.Tensor]:
@@ -45,7 +45,7 @@ def main() -> None:
         plain, onednn = cpu.time_head(weight, rows, args.repeats, early=False)
         print(f"{rows:>4}  {plain * 1e3:8.1f}  {onednn * 1e3:6.1f}  {plain / onednn:15.2f}  {cpu.choose_kernel(plain, onednn)}")
     plan = cpu.plan_head(weight, None, max_rows=args.max_rows)  # as a load measures it (no cache)
-    print(f"\nthe chooser on load: {cpu.describe_head_kernels(cpu.plan_report(plan, any(plan.onednn_at)))}")
+    print(f"\nthe chooser on load: {kernel_words.describe_head_kernels(cpu.plan_report(plan, any(plan.onednn_at)))}")
 
 
 if __name__ == "__main__":

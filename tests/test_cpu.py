@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from specviz.core.bounds import ENGINE_MAX_K
-from specviz.runtime import cpu
+from specviz.runtime import cpu, kernel_words
 
 pytestmark = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="no oneDNN in this torch build")
 
@@ -113,7 +113,7 @@ def test_speed_up_lm_head_measures_once_caches_and_reuses(big_head, tmp_path):
     assert report["by_rows"][0] == {"rows": 1, "kernel": "F.linear", "f_linear_ms": 34.0, "onednn_ms": 44.0}
     assert report["wrapped"] and not report["cached"] and report["wider"] == "oneDNN"
     assert report["shape"] == list(head.weight.shape) and report["threads"] == torch.get_num_threads()
-    line = cpu.describe_head_kernels(report)
+    line = kernel_words.describe_head_kernels(report)
     assert "F.linear at 1-3 rows (34 ms vs 44 ms for oneDNN)" in line and "oneDNN at 4-9 rows" in line
     json.dumps(report)
 
@@ -178,7 +178,7 @@ def test_speed_up_lm_head_wraps_only_large_fp32_cpu_heads_where_onednn_wins(monk
         assert not cpu.speed_up_lm_head(model, time_width=slower) and model.get_output_embeddings() is head
         report = cpu.head_kernel_report(model)
         assert not report["wrapped"] and {w["kernel"] for w in report["by_rows"]} == {"F.linear"}
-        assert "F.linear at 1-9 rows" in cpu.describe_head_kernels(report)
+        assert "F.linear at 1-9 rows" in kernel_words.describe_head_kernels(report)
     finally:
         model.set_output_embeddings(head)  # the fixture is shared
         cpu._PLANS.pop(model, None)
@@ -193,8 +193,8 @@ def test_a_sweep_names_every_kernel_it_chose_with_both_timings():
 
     meta = {"lm_head": plan(["oneDNN"] * 3, 66.0, 32.0, [262144, 640]),
             "projections": {"o": plan(["F.linear", "oneDNN", "oneDNN"], 3.7, 3.5, [640, 1024], 18)}}
-    head, o = cpu.describe_kernels(meta)
+    head, o = kernel_words.describe_kernels(meta)
     assert head.startswith("LM head 262144x640, 2 threads: oneDNN at 1-3 rows (32 ms vs 66 ms for F.linear)")
     assert o.startswith("o projections 640x1024 x 18 layers, 2 threads: F.linear at 1 row (3.7 ms vs 3.5 ms for oneDNN)")
-    assert cpu.kernel_summary(meta) == "LM head: oneDNN at 1-3 rows; o: F.linear at 1 row, oneDNN at 2-3 rows"
-    assert cpu.describe_kernels({}) == [] and cpu.kernel_summary(None) == ""
+    assert kernel_words.kernel_summary(meta) == "LM head: oneDNN at 1-3 rows; o: F.linear at 1 row, oneDNN at 2-3 rows"
+    assert kernel_words.describe_kernels({}) == [] and kernel_words.kernel_summary(None) == ""

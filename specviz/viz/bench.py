@@ -16,7 +16,7 @@ from typing import Any, Callable, Mapping, Sequence
 import plotly.graph_objects as go
 
 from ..analysis.metrics import METRICS, definitions, expected_tokens_per_step
-from ..runtime.cpu import describe_kernels, kernel_summary
+from ..runtime.kernel_words import describe_kernels, kernel_summary
 from .bench_readout import why_markdown
 from .bench_rows import _chain_a, report_rows
 from .figures import _figure as house_figure

@@ -1,0 +1,78 @@
+"""The kernels specviz.runtime.cpu chose, in words for a person: one line per weight (the LM head,
+each planned projection kind of the body) with both timings, or one short line without them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .cpu import KERNELS, KIND_NAMES
+
+__all__ = ["describe_head_kernels", "describe_kernels", "kernel_summary"]
+
+
+def describe_kernels(report: dict[str, Any] | None) -> list[str]:
+    """The LM head's line and one per planned projection kind of the body, from a sweep's meta
+    (``lm_head``: :func:`head_kernel_report`; ``projections``: by kind, as
+    :func:`specviz.runtime.static_decode.projection_kernel_report` gives them)."""
+    meta = report or {}
+    lines = [describe_head_kernels(meta.get("lm_head"))]
+    for kind, plan in (meta.get("projections") or {}).items():
+        lines.append(describe_head_kernels(plan, f"{KIND_NAMES.get(kind, kind)} projections"))
+    return [line for line in lines if line]
+
+
+def kernel_summary(report: dict[str, Any] | None) -> str:
+    """The kernels of a sweep's meta in one short line, without timings: "LM head: oneDNN at 1-9
+    rows; q/k/v: F.linear at 1 row, oneDNN at 2-9 rows; ..." ("" when none was measured)."""
+    meta = report or {}
+    plans = [("LM head", meta.get("lm_head"))] + [(KIND_NAMES.get(k, k), v) for k, v in (meta.get("projections") or {}).items()]
+    parts = []
+    for name, plan in plans:
+        rows = (plan or {}).get("by_rows") or []
+        if not rows:
+            continue
+        parts.append(f"{name}: " + ", ".join(f"{g[0]['kernel']} at {_span(g)}" for g in _runs_of_one_kernel(rows)))
+    return "; ".join(parts)
+
+
+def _runs_of_one_kernel(rows: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """Consecutive widths that chose the same kernel, grouped."""
+    groups: list[list[dict[str, Any]]] = []
+    for w in rows:
+        if groups and groups[-1][-1]["kernel"] == w["kernel"]:
+            groups[-1].append(w)
+        else:
+            groups.append([w])
+    return groups
+
+
+def _span(group: list[dict[str, Any]]) -> str:
+    """ "1 row", "3 rows", "2-9 rows"."""
+    first, last = group[0]["rows"], group[-1]["rows"]
+    return f"{first}-{last} rows" if len(group) > 1 else f"{first} row{'s' if first > 1 else ''}"
+
+
+def describe_head_kernels(report: dict[str, Any] | None, label: str = "LM head") -> str:
+    """One line for a person: "LM head 262144x640, 2 threads: F.linear at 1-3 rows (34-36 ms vs
+    oneDNN 44-45 ms), oneDNN at 4-9 rows (...) ..." ("" for None). ``label`` names the weight
+    (a body's projection kind: its layers are counted, and the times are for all of them)."""
+    if not report or not report.get("by_rows"):
+        return ""
+    rows = report["by_rows"]
+    parts = []
+    for g in _runs_of_one_kernel(rows):
+        onednn = g[0]["kernel"] == KERNELS[1]
+        mine, other = ("onednn_ms", "f_linear_ms") if onednn else ("f_linear_ms", "onednn_ms")
+        parts.append(f"{g[0]['kernel']} at {_span(g)} ({_ms_range(g, mine)} ms vs {_ms_range(g, other)} ms "
+                     f"for {KERNELS[0] if onednn else KERNELS[1]})")
+    shape = "x".join(str(n) for n in report.get("shape", []))
+    layers = f" x {report['layers']} layers" if report.get("layers", 1) > 1 else ""
+    how = "cached" if report.get("cached") else f"measured in {report.get('measure_s', 0.0):.1f} s"
+    return (f"{label} {shape}{layers}, {report.get('threads')} threads: " + ", ".join(parts)
+            + f"; {report.get('wider')} above {rows[-1]['rows']} rows ({how})")
+
+
+def _ms_range(group: list[dict[str, Any]], key: str) -> str:
+    lo, hi = min(w[key] for w in group), max(w[key] for w in group)
+    digits = 1 if hi < 10 else 0  # a body's projections take a few ms
+    return f"{lo:.{digits}f}" if round(lo, digits) == round(hi, digits) else f"{lo:.{digits}f}-{hi:.{digits}f}"
