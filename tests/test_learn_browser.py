@@ -111,8 +111,11 @@ def test_calculator_slider_updates_the_output(page):
     page.wait_for_function("([sel, w]) => document.querySelector(sel)?.innerText === w", arg=[speed, want])
     page.wait_for_selector("#sv-learn-calc-plot .legendtext >> text=your k = 8")
     page.locator("#sv-learn-runs-box").get_by_text("Your measured runs").first.click()
-    page.fill("#sv-learn-runs textarea", "0.6, 4, 1.3  # mine")
-    page.locator("#sv-learn-runs textarea").blur()
+    runs = page.locator("#sv-learn-runs textarea")
+    runs.wait_for(state="visible")  # the accordion has opened and mounted its box (a fill before that can be lost)
+    page.wait_for_timeout(300)
+    runs.fill("0.6, 4, 1.3  # mine")
+    runs.blur()
     page.wait_for_selector("#sv-learn-calc-plot .legendtext >> text=your measured runs")
     assert not page.js_errors
 
