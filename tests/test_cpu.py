@@ -30,7 +30,7 @@ class Timer:
 @pytest.fixture(autouse=True)
 def quiet_machine(monkeypatch):
     """The tests' own workers keep the load average up: plans here are cached as on a quiet machine."""
-    monkeypatch.setattr(cpu, "_load1", lambda: 0.0)
+    monkeypatch.setattr(cpu, "load_average", lambda: 0.0)
 
 
 @pytest.fixture
@@ -142,13 +142,13 @@ def test_speed_up_lm_head_measures_once_caches_and_reuses(big_head, tmp_path):
 
 def test_a_plan_measured_on_a_busy_machine_is_used_but_not_cached(big_head, tmp_path, monkeypatch):
     model, head = big_head
-    monkeypatch.setattr(cpu, "_load1", lambda: (os.cpu_count() or 1) + 3.0)  # other jobs beside this one
+    monkeypatch.setattr(cpu, "load_average", lambda: (os.cpu_count() or 1) + 3.0)  # other jobs beside this one
     assert cpu.busy()
     timer = Timer(XEON)
     assert cpu.speed_up_lm_head(model, tmp_path, time_width=timer) and timer.calls  # measured and used
     assert not (tmp_path / cpu.CACHE_FILE).exists()  # not kept for the next load
     model.set_output_embeddings(head)
-    monkeypatch.setattr(cpu, "_load1", lambda: 0.0)  # quiet again: measured again, then cached
+    monkeypatch.setattr(cpu, "load_average", lambda: 0.0)  # quiet again: measured again, then cached
     again = Timer(XEON)
     assert cpu.speed_up_lm_head(model, tmp_path, time_width=again) and again.calls
     assert len(json.loads((tmp_path / cpu.CACHE_FILE).read_text())["entries"]) == 1

@@ -41,7 +41,7 @@ def quiet_machine(monkeypatch):
     """The tests' own workers keep the load average up: kernel plans here are cached as on a quiet machine."""
     from specviz.runtime import cpu
 
-    monkeypatch.setattr(cpu, "_load1", lambda: 0.0)
+    monkeypatch.setattr(cpu, "load_average", lambda: 0.0)
 
 
 @pytest.fixture(scope="module")

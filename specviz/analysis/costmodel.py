@@ -28,6 +28,8 @@ from typing import Any, Callable, Collection, Iterable, Sequence
 
 import torch
 
+from ..runtime.cpu import load_average
+
 __all__ = ["CostModel", "DraftCost", "machine", "cost_key", "measure", "measure_draft", "load_or_measure", "interpolate", "monotone",
            "latest_on_this_machine"]
 
@@ -268,13 +270,6 @@ def _tokens(model, n: int, seed: int) -> torch.Tensor:
     return torch.randint(3, min(vocab_size(model), 32_000), (n,), generator=gen)  # [n]
 
 
-def _load() -> float | None:
-    try:
-        return os.getloadavg()[0]
-    except (OSError, AttributeError):
-        return None
-
-
 def _why_not_static(model) -> str | None:
     from ..runtime.static_decode import enabled, supports
 
@@ -337,7 +332,7 @@ def measure(target, *, context: int = 256, max_n: int = MAX_N, repeats: int = RE
         dtype=str(target.dtype).removeprefix("torch."), torch=torch.__version__, threads=torch.get_num_threads(),
         context=context, static_decode=_why_not_static(model), target_s=target_s,
         tree_s=monotone({n: _typical(v) for n, v in tree.items()}), step_overhead_s=overhead, prefill_s=prefill,
-        lookup_s=_lookups(context, clock), target_raw_s=raw, load=_load(), cores=os.cpu_count(),
+        lookup_s=_lookups(context, clock), target_raw_s=raw, load=load_average(), cores=os.cpu_count(),
     )
     for d in drafts:
         model_cost = with_draft(model_cost, measure_draft(d, context=context, clock=clock, repeats=repeats,

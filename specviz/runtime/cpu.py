@@ -313,22 +313,23 @@ def plan_head(
         _write_cache(path, key, plan.to_entry())
     elif path is not None:
         log.info("specviz: %s kernel plan measured on a busy machine (load %.1f on %d cores): used, not cached",
-                 f"{shape[0]}x{shape[1]} {dtype}", _load1(), os.cpu_count() or 1)
+                 f"{shape[0]}x{shape[1]} {dtype}", load_average() or 0.0, os.cpu_count() or 1)
     return plan
 
 
-def _load1() -> float:
+def load_average() -> float | None:
+    """The 1-minute load average (None where the platform has none)."""
     try:
         return os.getloadavg()[0]
     except (OSError, AttributeError):
-        return 0.0
+        return None
 
 
 def busy() -> bool:
     """Whether other work is running beside this process (the 1-minute load average above the cores
     plus one): a plan measured then is used but not cached, so the next load measures it again. Two
     jobs on 2 cores doubled every kernel's time and turned a 2 ms pass into 113 ms at some widths."""
-    return _load1() > (os.cpu_count() or 1) + 1
+    return (load_average() or 0.0) > (os.cpu_count() or 1) + 1
 
 
 # -- the wrapped head --------------------------------------------------------------------------
@@ -404,6 +405,12 @@ class PlannedLinear(torch.nn.Module):
         # a bf16 weight's oneDNN layout (:func:`pack`), which oneDNN reads; a buffer, so a trace takes it as one
         self.register_buffer("packed", None, persistent=False)
 
+    def pack(self) -> torch.Tensor | None:
+        """The packed copy oneDNN reads (:func:`pack`), made on the first call."""
+        if self.packed is None:
+            self.packed = pack(self.weight)
+        return self.packed
+
     def uniform(self) -> bool:
         """Whether every width runs the same kernel (then one graph serves every width)."""
         return len(set(self.onednn_at[1:] or (False,))) == 1
@@ -451,11 +458,9 @@ def plan_projections(
             continue  # layers of different shapes: not one plan
         layers = [PlannedLinear(g) for g in groups]
         weights = [p.weight.detach() for p in layers]
-        for p in layers:
-            p.packed = pack(p.weight)
 
         def time_all(_weight: torch.Tensor, rows: int, weights=weights, layers=layers) -> tuple[float, float]:
-            packed = [p.packed for p in layers]
+            packed = [p.pack() for p in layers]
             return time_weights(weights, rows, BODY_REPEATS, early=False, stat=min, packed=packed)  # min: the quiet cost
         try:
             plan = plan_head(weights[0], cache_dir, time_width=time_all, count=len(weights))
@@ -463,8 +468,7 @@ def plan_projections(
             continue
         for p in layers:
             p.onednn_at = plan.onednn_at
-            if not any(plan.onednn_at):
-                p.packed = None  # never read: free it
+            p.packed = p.pack() if any(plan.onednn_at) else None  # packed only where oneDNN reads it
         planned[kind] = (layers, plan)
     return planned
 
@@ -492,17 +496,18 @@ def speed_up_lm_head(
         return False
     if head.weight.numel() < MIN_HEAD_ELEMENTS or not torch.backends.mkldnn.is_available():
         return False
-    packed = pack(head.weight)
-    if packed is not None and time_width is None:
+    packed: list[torch.Tensor | None] = []  # packed once, when first needed: to time oneDNN, or to run it
+    if head.weight.dtype == torch.bfloat16 and time_width is None:
         def time_width(w: torch.Tensor, rows: int) -> tuple[float, float]:  # oneDNN on the packed copy
-            return time_weights((w,), rows, HEAD_REPEATS, stat=min, packed=(packed,))
+            packed[:] = packed or [pack(w)]
+            return time_weights((w,), rows, HEAD_REPEATS, stat=min, packed=packed)
     try:
         plan = plan_head(head.weight.detach(), cache_dir, time_width=time_width)
     except (RuntimeError, AttributeError):  # an op missing from this build
         return False
     wrap = any(plan.onednn_at)
     if wrap:
-        model.set_output_embeddings(RowAdaptiveLinear(head, plan.onednn_at, packed))
+        model.set_output_embeddings(RowAdaptiveLinear(head, plan.onednn_at, packed[0] if packed else pack(head.weight)))
     with _PLANS_LOCK:
         _PLANS[model] = (plan, wrap)
     return wrap

@@ -33,14 +33,14 @@ otherwise one serves all.
 The output head stays outside the body (a vocab=N draft's head reads its session's context
 rows; a large target head keeps its measured kernel switch, :mod:`specviz.runtime.cpu`), so the logits are
 the model's own head applied to the body's hidden states. A prompt is prefilled by the
-model's own batched forward and its keys and values copied in.
+model's own batched decoder (its keys and values copied in), then that head on its last rows.
 
 Only Llama- and Gemma-3-text-architecture models in float32 or bfloat16 on the CPU are served (the
 built-in models and the tests' tiny models). A bfloat16 body computes as the ``transformers`` bf16
 forward does: products, rotary and the residual stream in bf16, RMSNorm and softmax in float32
 (rounded back to bf16), so its logits match that forward to bf16 rounding (tests/test_static_bf16.py).
-Anything else, the draft tree's own draft (fed level by level on top of slots already fed), or ``SPECVIZ_STATIC_DECODE=0`` keeps the ``transformers`` forward
-and its DynamicCache. A token tree's verify pass runs here too (:meth:`StaticDecoder.run_tree`). The logits
+Anything else, the draft tree's own draft (fed level by level on top of slots already fed), or
+``SPECVIZ_STATIC_DECODE=0`` keeps the ``transformers`` forward and its DynamicCache. A token tree's verify pass runs here too (:meth:`StaticDecoder.run_tree`). The logits
 match the ``transformers`` forward to float rounding (tests/test_static_decode.py); greedy output
 stays the target's own token for token (tested), and ``python benchmarks/draft_cost.py`` measures
 both steps side by side.
