@@ -27,12 +27,6 @@ class Timer:
         return self.table[rows]
 
 
-@pytest.fixture(autouse=True)
-def quiet_machine(monkeypatch):
-    """The tests' own workers keep the load average up: plans here are cached as on a quiet machine."""
-    monkeypatch.setattr(cpu, "load_average", lambda: 0.0)
-
-
 @pytest.fixture
 def big_head(monkeypatch, tiny_target):
     """The tiny target counted as a large head; its own head put back afterwards (shared fixture)."""

@@ -36,14 +36,6 @@ def tiny_gemma(vocab_size: int, seed: int = 0, sliding_window: int = 4):
     return model
 
 
-@pytest.fixture(autouse=True)
-def quiet_machine(monkeypatch):
-    """The tests' own workers keep the load average up: kernel plans here are cached as on a quiet machine."""
-    from specviz.runtime import cpu
-
-    monkeypatch.setattr(cpu, "load_average", lambda: 0.0)
-
-
 @pytest.fixture(scope="module")
 def gemma(tokenizer):
     return loaded(tiny_gemma(len(tokenizer)), tokenizer, "tiny-gemma")
