@@ -106,11 +106,18 @@ def test_build_decoder_waits_for_the_preparation_of_its_models(tokenizer, fresh_
 
 def test_the_app_prepares_the_default_configuration(monkeypatch):
     """ui.warm_up hands the defaults' models (the target; the draft only when the default proposer
-    uses one) to the preparation."""
+    uses one) to the preparation, and the rejection tour's draft to prepare after them."""
     from specviz import ui
 
     seen: list[list[str]] = []
-    monkeypatch.setattr(warmup, "prepare", lambda names, rehearse=None: seen.append(list(names)) or rehearse)
+    later_seen: list = []
+
+    def prepare(names, rehearse=None, later=None):
+        seen.append(list(names))
+        later_seen.append(later)
+        return rehearse
+
+    monkeypatch.setattr(warmup, "prepare", prepare)
     monkeypatch.setenv("SPECVIZ_DEFAULT_PROPOSER", "ngram")
     assert ui.warm_up() is not None  # the default configuration is rehearsed too
     monkeypatch.setenv("SPECVIZ_DEFAULT_PROPOSER", "draft")
@@ -118,6 +125,8 @@ def test_the_app_prepares_the_default_configuration(monkeypatch):
     assert ui.warm_up(["some-model"]) is None  # other models: loaded and built only
     d = runs.Defaults.from_env()
     assert seen == [[d.target], [d.target, d.draft], ["some-model"]]
+    tour_draft = runs.tour_settings("rejection", d)["draft"]
+    assert later_seen[0] == {tour_draft: "the rejection tour's draft"} and later_seen[2] is None
 
 
 def test_the_app_rehearses_its_default_configuration_on_tiny_models(tiny_env):
@@ -131,3 +140,100 @@ def test_the_app_rehearses_its_default_configuration_on_tiny_models(tiny_env):
     ui._rehearse(d, said.append)
     target = load_model(d.target)
     assert static_decode.warm(target.model) == 0.0  # built: the first Step has nothing of this left to pay
+
+
+# -- the rejection tour's draft, prepared after the defaults -------------------------------------
+
+
+def test_a_later_model_loads_after_the_defaults_are_ready_at_the_lowest_priority(tokenizer, fresh_startup):
+    """The later model (the app passes the rejection tour's int8 draft) is loaded only once the
+    default configuration is ready, in a thread of its own at nice 19, and its static step built."""
+    import os
+
+    target, draft = _model(tokenizer, "tiny-def", 21), _model(tokenizer, "tiny-def@int8", 22)
+    seen: list[tuple] = []
+
+    def load(name, progress=None):
+        seen.append((name, fresh_startup.running, threading.current_thread().name,
+                     os.getpriority(os.PRIO_PROCESS, threading.get_native_id())))
+        return draft if name.endswith("@int8") else target
+
+    said: list[str] = []
+    thread = warmup.prepare(["tiny-def"], load=load, say=said.append, later={"tiny-def@int8": "the rejection tour's draft"},
+                            fits=lambda name, ready: None)
+    thread.join(120)
+    fresh_startup.later_thread.join(120)
+    assert not fresh_startup.running and not fresh_startup.later_running and not fresh_startup.errors
+    (first, _running, _t, nice_first), (second, running, thread_name, nice) = seen
+    assert (first, second) == ("tiny-def", "tiny-def@int8")
+    assert running is False and thread_name == "specviz-warm-up-later"  # the defaults were ready first
+    assert nice == 19 or not hasattr(os, "setpriority")
+    done = next(i for i, m in enumerate(said) if m.startswith("start-up preparation done"))
+    assert any("tiny-def@int8 (the rejection tour's draft)" in m for m in said[done:])
+    assert "later tiny-def@int8" in fresh_startup.seconds
+    assert static_decode.warm(draft.model) == 0.0  # its fast decode step is built too
+
+
+def test_the_defaults_do_not_wait_for_the_later_model_but_its_run_does_and_says_so(tokenizer, fresh_startup):
+    target, draft = _model(tokenizer, "tiny-d2", 23), _model(tokenizer, "tiny-d2@int8", 24)
+    release = threading.Event()
+
+    def load(name, progress=None):
+        if name.endswith("@int8"):
+            release.wait(60)
+            return draft
+        return target
+
+    thread = fresh_startup.start(["tiny-d2"], load, lambda msg: None, later={"tiny-d2@int8": "the rejection tour's draft"},
+                                 fits=lambda name, ready: None)
+    thread.join(120)
+    for _ in range(200):  # the later thread has started loading
+        if fresh_startup.later_stage:
+            break
+        threading.Event().wait(0.05)
+    assert fresh_startup.later_running and not fresh_startup.running
+    assert fresh_startup.wait(["tiny-d2"], lambda msg: None) == 0.0  # the default configuration is ready now
+    said: list[str] = []
+    waiter = threading.Thread(target=fresh_startup.wait, args=(["tiny-d2", "tiny-d2@int8"], said.append, 0.05))
+    waiter.start()
+    for _ in range(200):
+        if said:
+            break
+        threading.Event().wait(0.05)
+    release.set()
+    waiter.join(120)
+    fresh_startup.later_thread.join(120)
+    assert not waiter.is_alive() and not fresh_startup.later_running
+    assert said and said[0].startswith("Waiting for the start-up preparation of the rejection tour's draft, after the "
+                                       "default configuration's: loading tiny-d2@int8")
+
+
+def test_a_later_model_the_limits_cannot_hold_is_skipped_with_a_log_line(tokenizer, fresh_startup, monkeypatch):
+    target = _model(tokenizer, "tiny-d3", 25)
+    loads: list[str] = []
+    said: list[str] = []
+    monkeypatch.setenv("SPECVIZ_MODEL_MEMORY_GB", "0.000001")  # a byte budget the defaults alone fill
+    thread = warmup.prepare(["tiny-d3"], load=lambda name, progress=None: loads.append(name) or target, say=said.append,
+                            later={"tiny-d3@int8": "the rejection tour's draft"})
+    thread.join(120)
+    fresh_startup.later_thread.join(120)
+    assert loads == ["tiny-d3"] and "tiny-d3@int8" in fresh_startup.skipped
+    (line,) = [m for m in said if "skipping" in m]
+    assert "tiny-d3@int8 (the rejection tour's draft)" in line and "SPECVIZ_MODEL_MEMORY_GB" in line
+
+
+def test_room_for_reads_the_hosting_limits(tokenizer, monkeypatch):
+    from specviz.app.limits import Limits
+    from specviz.models import model_bytes
+
+    target = _model(tokenizer, "tiny-r", 26)
+    ready = [("tiny-r", target)]
+    size = model_bytes(target)
+    monkeypatch.delenv("SPECVIZ_MODEL_CACHE_SIZE", raising=False)
+    assert warmup.room_for("tiny-r@int8", ready, Limits()) is None  # no byte budget, room in the count
+    assert warmup.estimate_bytes("tiny-r@int8", ready) == size  # an int8 copy: at most its float model
+    assert warmup.room_for("tiny-r@int8", ready, Limits(model_memory_gb=2.5 * size / 2**30)) is None
+    assert "SPECVIZ_MODEL_MEMORY_GB" in warmup.room_for("tiny-r@int8", ready, Limits(model_memory_gb=1.5 * size / 2**30))
+    assert "unknown" in warmup.room_for("owner/some-model", ready, Limits(model_memory_gb=100.0))
+    monkeypatch.setenv("SPECVIZ_MODEL_CACHE_SIZE", "1")  # one more model would drop the target
+    assert "SPECVIZ_MODEL_CACHE_SIZE=1" in warmup.room_for("tiny-r@int8", ready, Limits())

@@ -8,22 +8,30 @@ does all of it in a daemon thread as soon as the app starts (the last as one sho
 the default configuration); a run that needs one of
 those models while it is still at work waits for it *and says so* (:meth:`StartUp.wait` reports
 the stage in the status line), so no wait is hidden, it has only moved to before the first click.
+
+Once the default configuration is ready, models named ``later`` (the app passes *Show me a
+rejection*'s int8 draft) are loaded and built too, in a thread of their own at the lowest CPU
+priority (:func:`lowest_priority`), so they never delay the defaults; one that the hosting limits'
+model budget could not hold beside the defaults (:func:`room_for`) is skipped with a log line.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 import weakref
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Mapping
 
 import torch
 
 from ..runtime import static_decode
+from .limits import Limits
 
-__all__ = ["STARTUP", "StartUp", "prepare", "warm_static_steps"]
+__all__ = ["STARTUP", "StartUp", "estimate_bytes", "lowest_priority", "prepare", "room_for", "warm_static_steps"]
 
 Progress = Callable[[str], None]
+Fits = Callable[[str, list], "str | None"]  # (name, [(name, LoadedModel)] ready) -> why it must be skipped, or None
 
 _warmed: "weakref.WeakSet[torch.nn.Module]" = weakref.WeakSet()  # models whose static step this process built
 _warmed_lock = threading.Lock()
@@ -48,9 +56,62 @@ def warm_static_steps(models: Iterable[tuple[str, Any]], progress: Progress | No
     return spent
 
 
+def lowest_priority() -> bool:
+    """Give the calling thread (and the threads it starts, torch's workers among them) the lowest
+    CPU priority (nice 19; Linux: a thread's own nice value). -> whether it could."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+        return True
+    except (AttributeError, OSError):
+        return False
+
+
+def estimate_bytes(name: str, ready: list[tuple[str, Any]]) -> int | None:
+    """The weights' bytes ``name`` would add to the model cache, at most: an ``@int8`` copy holds no
+    more than its float model (its embedding and norms are the float ones, its projections int8), so
+    the float model's own bytes when it is loaded, else a built-in's parameter count in float32;
+    None when unknown before loading (a hub id, a local directory)."""
+    from ..models import BUILTIN_MODELS, model_bytes
+
+    base = name[: -len("@int8")] if name.endswith("@int8") else name
+    for ready_name, loaded in ready:
+        if ready_name == base and isinstance(getattr(loaded, "model", None), torch.nn.Module):
+            return model_bytes(loaded)
+    builtin = BUILTIN_MODELS.get(base)
+    return builtin.approx_params * 4 if builtin is not None else None
+
+
+def room_for(name: str, ready: list[tuple[str, Any]], limits: Limits | None = None) -> str | None:
+    """Why the hosting limits leave no room to keep ``name`` loaded beside the ``ready`` models
+    (the default configuration's), or None when they do: its bytes must fit the model cache's
+    memory budget (``SPECVIZ_MODEL_MEMORY_GB``) with the defaults', and one more model its count
+    (``SPECVIZ_MODEL_CACHE_SIZE``); else the cache would drop a default model to hold it."""
+    from ..models import cache as model_cache
+    from ..models import model_bytes
+
+    lim = limits or Limits.from_env()
+    held = [lm for _n, lm in ready if isinstance(getattr(lm, "model", None), torch.nn.Module)]
+    size = model_cache._cache_size()  # the cache's own reading of SPECVIZ_MODEL_CACHE_SIZE
+    if len(held) + 1 > size:
+        return f"SPECVIZ_MODEL_CACHE_SIZE={size} keeps {size} model(s) loaded and the default configuration holds {len(held)}"
+    if lim.model_memory_gb is None:
+        return None
+    budget = lim.model_memory_gb * (1 << 30)
+    extra = estimate_bytes(name, ready)
+    if extra is None:
+        return (f"its size is unknown before loading and SPECVIZ_MODEL_MEMORY_GB={lim.model_memory_gb:g} "
+                "bounds the loaded models")
+    used = sum(model_bytes(lm) for lm in held)
+    if used + extra > budget:
+        return (f"SPECVIZ_MODEL_MEMORY_GB={lim.model_memory_gb:g} would not hold it (about {extra / 2**30:.2f} GB) "
+                f"beside the default configuration's {used / 2**30:.2f} GB")
+    return None
+
+
 class StartUp:
     """What the start-up preparation is doing: its models, the current stage (None when idle or
-    done), and the seconds each stage took."""
+    done), and the seconds each stage took; then the models prepared after them (``later``: name
+    -> what for), their stage and the ones skipped (name -> why)."""
 
     def __init__(self) -> None:
         self.names: tuple[str, ...] = ()
@@ -58,30 +119,57 @@ class StartUp:
         self.started: float | None = None
         self.seconds: dict[str, float] = {}
         self.errors: dict[str, str] = {}
+        self.later: dict[str, str] = {}
+        self.later_stage: str | None = None
+        self.later_started: float | None = None
+        self.skipped: dict[str, str] = {}
         self._done = threading.Event()
         self._done.set()
+        self._later_done = threading.Event()
+        self._later_done.set()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
+        self.later_thread: threading.Thread | None = None
 
     @property
     def running(self) -> bool:
         return not self._done.is_set()
 
+    @property
+    def later_running(self) -> bool:
+        return not self._later_done.is_set()
+
     def line(self) -> str | None:
         """The status line's words while it runs ("… (4 s so far)"), else None."""
         stage, started = self.stage, self.started
-        if not self.running or stage is None or started is None:
-            return None
-        return (f"Waiting for the start-up preparation of the default configuration: {stage} "
-                f"({time.perf_counter() - started:.0f} s since the app started it)…")
+        if self.running and stage is not None and started is not None:
+            return (f"Waiting for the start-up preparation of the default configuration: {stage} "
+                    f"({time.perf_counter() - started:.0f} s since the app started it)…")
+        stage, started = self.later_stage, self.later_started
+        if self.later_running and stage is not None and started is not None:
+            what = " and ".join(dict.fromkeys(self.later.values())) or "other models"
+            return (f"Waiting for the start-up preparation of {what}, after the default configuration's: {stage} "
+                    f"({time.perf_counter() - started:.0f} s since it started)…")
+        return None
+
+    def _pending(self, names: set[str]) -> threading.Event | None:
+        """The preparation ``names`` must wait for (the defaults', then the later models'), or None."""
+        if self.running and names & set(self.names):
+            return self._done
+        if self.later_running and names & set(self.later):
+            return self._later_done
+        return None
 
     def wait(self, names: Iterable[str], progress: Progress | None = None, poll_s: float = 0.5) -> float:
         """If the preparation is still at work on any of ``names``, wait for it to end, reporting
         each of its stages through ``progress``. -> seconds waited."""
-        if not self.running or not set(names) & set(self.names) or threading.current_thread() is self._thread:
+        wanted = set(names)
+        if threading.current_thread() in (self._thread, self.later_thread) or self._pending(wanted) is None:
             return 0.0  # (the preparation's own rehearsal does not wait for itself)
         t, said = time.perf_counter(), None
-        while not self._done.wait(poll_s if progress is not None else None):
+        while (event := self._pending(wanted)) is not None:
+            if event.wait(poll_s if progress is not None else None):
+                continue
             line = self.line()
             if line and line.split(" (")[0] != said and progress is not None:
                 said = line.split(" (")[0]
@@ -89,13 +177,13 @@ class StartUp:
         return time.perf_counter() - t
 
     def _run(self, names: tuple[str, ...], load: Callable[..., Any], say: Progress,
-             rehearse: Callable[[Progress], Any] | None) -> None:
+             rehearse: Callable[[Progress], Any] | None, fits: Fits | None = None) -> None:
         def stage(text: str) -> None:
             self.stage = text
             say(text)
 
+        loaded: list[tuple[str, Any]] = []
         try:
-            loaded = []
             for name in names:
                 t = time.perf_counter()
                 stage(f"loading {name}")
@@ -128,19 +216,61 @@ class StartUp:
             self._done.set()
             say(f"start-up preparation done in {time.perf_counter() - (self.started or 0.0):.1f} s "
                 f"({', '.join(f'{k} {v:.1f} s' for k, v in self.seconds.items())})")
+            if self.later_running:  # the defaults are ready: the later models in a thread of their own
+                self.later_thread = threading.Thread(target=self._run_later, args=(loaded, load, say, fits or room_for),
+                                                     name="specviz-warm-up-later", daemon=True)
+                self.later_thread.start()
+
+    def _run_later(self, ready: list[tuple[str, Any]], load: Callable[..., Any], say: Progress, fits: Fits) -> None:
+        """Load and build each later model that the limits leave room for, at the lowest priority
+        (a fresh thread, so torch's worker threads it starts are lowered with it)."""
+        def stage(text: str) -> None:
+            self.later_stage = text
+            say(text)
+
+        try:
+            lowest_priority()
+            self.later_started = time.perf_counter()
+            for name, purpose in self.later.items():
+                why = fits(name, ready)
+                if why is not None:
+                    self.skipped[name] = why
+                    say(f"start-up preparation: skipping {name} ({purpose}): {why}; it loads when a run asks for it")
+                    continue
+                t = time.perf_counter()
+                say(f"start-up preparation, now that the default configuration is ready: {name} ({purpose})")
+                stage(f"loading {name}, at the lowest priority")
+                try:
+                    model = load(name, progress=say)
+                    stage(f"building {name}'s fast decode step and measuring its runner")
+                    warm_static_steps([(name, model)])
+                except Exception as e:  # noqa: BLE001 - the run that needs it loads it again and says what failed
+                    self.errors[name] = f"{type(e).__name__}: {e}"
+                    say(f"could not prepare {name} ({purpose}): {e}")
+                self.seconds[f"later {name}"] = time.perf_counter() - t
+        finally:
+            self.later_stage = None
+            self._later_done.set()
 
     def start(self, names: Iterable[str], load: Callable[..., Any], say: Progress,
-              rehearse: Callable[[Progress], Any] | None = None) -> threading.Thread | None:
+              rehearse: Callable[[Progress], Any] | None = None, later: Mapping[str, str] | None = None,
+              fits: Fits | None = None) -> threading.Thread | None:
         """Prepare ``names`` (load, then build each one's static step, then ``rehearse(say)``: one
-        short untimed run of the configuration) in a daemon thread; None when a preparation is
-        already running."""
+        short untimed run of the configuration) in a daemon thread; then, once they are ready, the
+        ``later`` models (name -> what for; not one of ``names``) at the lowest priority in another,
+        each unless ``fits(name, ready)`` (default :func:`room_for`) gives a reason to skip it.
+        None when a preparation is already running."""
         with self._lock:
-            if self.running:
+            if self.running or self.later_running:
                 return None
             self.names, self.seconds, self.errors = tuple(dict.fromkeys(names)), {}, {}
+            self.later = {n: what for n, what in (later or {}).items() if n not in self.names}
+            self.skipped, self.later_thread = {}, None
             self.started, self.stage = time.perf_counter(), "starting"
             self._done.clear()
-        thread = self._thread = threading.Thread(target=self._run, args=(self.names, load, say, rehearse),
+            if self.later:
+                self._later_done.clear()
+        thread = self._thread = threading.Thread(target=self._run, args=(self.names, load, say, rehearse, fits),
                                                  name="specviz-warm-up", daemon=True)
         thread.start()
         return thread
@@ -150,10 +280,13 @@ STARTUP = StartUp()
 
 
 def prepare(names: Iterable[str], load: Callable[..., Any] | None = None, say: Progress | None = None,
-            rehearse: Callable[[Progress], Any] | None = None) -> threading.Thread | None:
+            rehearse: Callable[[Progress], Any] | None = None, later: Mapping[str, str] | None = None,
+            fits: Fits | None = None) -> threading.Thread | None:
     """Start preparing ``names`` (the default configuration's models; ``rehearse``: one short
-    untimed run of it) in the background: :data:`STARTUP` says what it is doing; a run that needs
-    them waits for it and says so."""
+    untimed run of it) in the background, then the ``later`` models (name -> what for) at the
+    lowest priority where the hosting limits leave room (``fits``, default :func:`room_for`):
+    :data:`STARTUP` says what it is doing; a run that needs them waits for it and says so."""
     if load is None:
         from ..models import load_model as load
-    return STARTUP.start(names, load, say or (lambda msg: print(f"[specviz] {msg}", flush=True)), rehearse)
+    return STARTUP.start(names, load, say or (lambda msg: print(f"[specviz] {msg}", flush=True)), rehearse,
+                         later=later, fits=fits)

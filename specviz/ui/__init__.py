@@ -127,18 +127,34 @@ def warm_up(names: list[str] | None = None) -> threading.Thread | None:
     load (and on the first run convert) its models, build each one's static decode step and
     choose its runner, then run it once for a few tokens, untimed, logging each stage
     (``specviz.app.warmup``). A run that needs those models meanwhile waits and its status line
-    says what is being prepared. ``names``: other models, loaded and built only. Returns the
-    thread (None when a preparation is already running)."""
+    says what is being prepared. Once the defaults are ready, *Show me a rejection*'s draft (the
+    int8 copy, read from its disk cache) follows at the lowest priority, unless the hosting limits
+    leave no room for it beside them (then a log line says so). ``names``: other models, loaded
+    and built only. Returns the thread (None when a preparation is already running)."""
     from ..app import warmup
     from .playground import Defaults
     from .state import USES_DRAFT_MODEL
 
-    rehearse = None
+    rehearse, later = None, None
     if names is None:
         d = Defaults.from_env()
         names = [d.target] + ([d.draft] if d.proposer in USES_DRAFT_MODEL else [])
         rehearse = functools.partial(_rehearse, d)
-    return warmup.prepare(names, rehearse=rehearse)
+        later = tour_drafts(d)
+    return warmup.prepare(names, rehearse=rehearse, later=later)
+
+
+def tour_drafts(d: Any) -> dict[str, str]:
+    """The draft models the tours run that the defaults do not load: {name: what for} (the
+    rejection tour's draft; on a GPU its float model, the target itself when they are one)."""
+    import torch
+
+    from ..app import runs
+    from .state import USES_DRAFT_MODEL
+
+    values = runs.tour_settings("rejection", d, cuda=torch.cuda.is_available())
+    draft = values["draft"] if values["proposer"] in USES_DRAFT_MODEL else None
+    return {draft: "the rejection tour's draft"} if draft and draft != values["target"] else {}
 
 
 def _rehearse(d: Any, say: Callable[[str], None]) -> None:
