@@ -45,13 +45,14 @@ def test_per_token_rows_equal_single_rows_whatever_their_neighbours():
     assert _rel_err(together[1:], ref[1:]) < 0.05 < _rel_err(shared[1:], ref[1:])
 
 
-def test_a_packed_layer_runs_a_prefill_in_one_call_per_token_and_close_to_its_row_loop():
+def test_a_packed_layer_runs_a_prefill_in_one_call_per_token_and_close_to_its_row_loop(monkeypatch):
     """A packed int8 layer given PREFILL_ROWS rows or more (a prompt's prefill) runs them in one
     _int_mm call on its own int8 weight: per token (a huge row does not drown the small ones, and
     a row's output does not depend on its neighbours) and as close to the float product as the row
     loop it replaces; fewer rows keep the loop."""
     from specviz.runtime import quantize
 
+    monkeypatch.setattr(quantize, "_int_mm_probe", {"pays": True})  # as on a CPU with VNNI
     lin = _linear()
     layer = quantize.PackedInt8Linear(lin, None, Int8Options(smooth_alpha=None))
     n = quantize.PREFILL_ROWS
@@ -65,6 +66,25 @@ def test_a_packed_layer_runs_a_prefill_in_one_call_per_token_and_close_to_its_ro
     assert torch.equal(together, alone)
     assert _rel_err(together[1:], ref[1:]) < 0.05 and _rel_err(together[1:], ref[1:]) < 2 * _rel_err(looped[1:], ref[1:])
     assert "_unpacked" in layer.__dict__ and copy.deepcopy(layer).__dict__.get("_unpacked") is None  # a copy rebuilds it
+
+
+def test_a_prefill_keeps_the_row_loop_where_int_mm_measures_slower(monkeypatch):
+    """Where one _int_mm call is slower than the loop (an AVX2-only CPU: 55x on a Zen 1 EPYC), a
+    prefill's rows run through the packed kernel one by one: the same outputs as row by row."""
+    from specviz.runtime import quantize
+
+    monkeypatch.setattr(quantize, "_int_mm_probe", {})
+    assert quantize.int_mm_pays(lambda: (0.150, 0.003)) is False
+    assert quantize.int_mm_pays(lambda: (0.001, 0.003)) is False  # measured once per process
+    layer = quantize.PackedInt8Linear(_linear(), None, Int8Options(smooth_alpha=None))
+    x = torch.randn(quantize.PREFILL_ROWS + 2, 64)
+    with torch.inference_mode():
+        assert torch.equal(layer(x), torch.cat([layer(x[i : i + 1]) for i in range(len(x))]))
+    assert "_unpacked" not in layer.__dict__  # no second int8 copy for _int_mm
+    monkeypatch.setattr(quantize, "_int_mm_probe", {})
+    assert quantize.int_mm_pays(lambda: (0.001, 0.003)) is True
+    monkeypatch.setattr(quantize, "_int_mm_probe", {})
+    assert isinstance(quantize.int_mm_pays(), bool)  # this machine's own measurement runs
 
 
 def test_smoothing_keeps_the_product_and_cuts_the_error_of_outlier_channels():

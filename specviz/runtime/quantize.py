@@ -38,16 +38,15 @@ Two kernels (``Int8Options.kernel``):
 
 Calibration text is the bundled Spec-Bench dev prompts (offline, deterministic).
 
-Measured on gemma-3-270m (12 held-out prompts x 5 positions after a batched prefill / 4 prompts
-fed token by token; mean next-token overlap with float32), on the earlier asymmetric-activation
-kernel: quantize_dynamic as before 0.77 / 0.81; per-channel 0.80 / 0.84; + per-token 0.88 / 0.84;
-+ 8-bit 0.93 / 0.92; + smoothing (alpha 0.5), the default here, 0.95 / 0.94. Leaving
-``down_proj`` in float reaches 0.97 / 0.97 for ~70 MB more weights read per token; leaving the LM
-head in float gains only 0.005. The int_mm kernel's symmetric activations: docs/benchmarks.md.
+Mean next-token overlap with float32 on gemma-3-270m (12 held-out prompts x 5 positions after a
+batched prefill / 4 prompts fed token by token), then asymmetric activations: quantize_dynamic 0.77 /
+0.81; per-channel 0.80 / 0.84; + per-token 0.88 / 0.84; + 8-bit 0.93 / 0.92; + smoothing (alpha 0.5,
+the default) 0.95 / 0.94; ``down_proj`` in float 0.97 / 0.97 (~70 MB more read per token).
 """
 
 from __future__ import annotations
 
+import time
 import warnings
 import weakref
 from dataclasses import dataclass
@@ -57,7 +56,7 @@ from typing import Any
 
 import torch
 
-PREFILL_ROWS = 16  # a packed layer given this many rows at once runs them in one _int_mm call, not a loop over rows
+PREFILL_ROWS = 16  # a packed layer given this many rows at once may run them in one _int_mm call (int_mm_pays)
 KERNELS = ("packed", "int_mm")  # Int8Options.kernel: PackedInt8Linear, Int8Linear
 HEAD_KERNELS = ("_int_mm", "oneDNN")  # the int_mm head's two kernels (speed_up_int8_head)
 # torch's UserWarning (recent releases) on creating a quantized tensor (the packed kernel)
@@ -219,11 +218,11 @@ class Int8Linear(torch.nn.Module):
 
 class PackedInt8Linear(Int8Linear):
     """``Int8Options(kernel="packed")``: y = dynamic_int8(x / s) @ int8(W * s)^T (+ bias) on
-    ``torch.ops.quantized.linear_dynamic`` with packed quantized weights (deprecated upstream, and
-    its per-token scales loop over rows in Python, so a graph of it serves one width), asymmetric
-    8-bit activations per token. Kept while it measures faster than :class:`Int8Linear` on the
-    body's small products (docs/benchmarks.md). From :data:`PREFILL_ROWS` rows at once (a prompt's
-    prefill) the rows run in one ``torch._int_mm`` call on the same int8 weight, per-token symmetric."""
+    ``torch.ops.quantized.linear_dynamic`` (deprecated upstream; per-token scales loop over rows in
+    Python, so a graph of it serves one width), asymmetric 8-bit activations per token; kept while it
+    measures faster than :class:`Int8Linear` on the body's products (docs/benchmarks.md). From
+    :data:`PREFILL_ROWS` rows (a prefill) one ``torch._int_mm`` call, per-token symmetric, where
+    that measures faster than the loop (:func:`int_mm_pays`)."""
 
     group: tuple = ()
     onednn_at: tuple[bool, ...] = (False,)
@@ -250,7 +249,7 @@ class PackedInt8Linear(Int8Linear):
         if self.inv_smooth is not None:
             x2 = x2 * self.inv_smooth  # [rows, in]
         op = torch.ops.quantized.linear_dynamic
-        if self.per_token and x2.shape[0] >= PREFILL_ROWS:
+        if self.per_token and x2.shape[0] >= PREFILL_ROWS and int_mm_pays():
             y = self._all_rows(x2)  # [rows, out]
         elif self.per_token and x2.shape[0] > 1:
             y = torch.cat([op(x2[i : i + 1], self._packed_params, self.reduce_range) for i in range(x2.shape[0])])
@@ -325,6 +324,37 @@ def _pack(weight: torch.Tensor, bias: torch.Tensor | None, per_channel: bool):
 
 
 _saturates: dict[str, bool] = {}
+_int_mm_probe: dict[str, bool] = {}  # int_mm_pays's one measurement
+_onednn_probe: dict[str, bool] = {}  # onednn_exact's
+
+
+def int_mm_pays(time_both=None) -> bool:
+    """Whether one ``torch._int_mm`` call on :data:`PREFILL_ROWS` rows beats the packed kernel's
+    loop over them here; measured once per process (1024 x 640, min of 3 after a warm round).
+    With VNNI ``_int_mm`` is oneDNN's kernel and wins; on an AVX2-only AMD EPYC (Zen 1) it ran 55x
+    slower (16 rows through 4096 x 640: 151 ms against 2.8 ms) and made the int8 draft's prefill
+    cost seconds. ``time_both() -> (int_mm s, loop s)`` stands in for the timing in tests."""
+    if "pays" not in _int_mm_probe:
+        try:
+            int_mm_s, loop_s = (time_both or _time_int_mm_and_loop)()
+        except (RuntimeError, AttributeError):  # no _int_mm in this build: the loop
+            int_mm_s, loop_s = 1.0, 0.0
+        _int_mm_probe["pays"] = int_mm_s < loop_s
+    return _int_mm_probe["pays"]
+
+
+def _time_int_mm_and_loop() -> tuple[float, float]:
+    w, x = torch.randn(1024, 640), torch.randn(PREFILL_ROWS, 640)  # [out, in], [rows, in]
+    packed, ints_t = _pack(w, None, per_channel=True), quantize_weight(w, True)[0].t().contiguous()
+    xq, op = quantize_rows(x, True, 127.0)[0], torch.ops.quantized.linear_dynamic
+    both = (lambda: torch._int_mm(xq, ints_t), lambda: [op(x[i : i + 1], packed, False) for i in range(len(x))])
+    times: tuple[list[float], list[float]] = ([], [])
+    for _ in range(4):
+        for f, ts in zip(both, times):
+            t = time.perf_counter()
+            f()
+            ts.append(time.perf_counter() - t)
+    return min(times[0][1:]), min(times[1][1:])
 
 
 def kernel_saturates() -> bool:
@@ -366,9 +396,6 @@ def onednn_exact() -> bool:
         except (RuntimeError, AttributeError):
             _onednn_probe["exact"] = False
     return _onednn_probe["exact"]
-
-
-_onednn_probe: dict[str, bool] = {}
 
 
 def time_int8_head(layer: Int8Linear, repeats: int = 3):
