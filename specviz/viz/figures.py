@@ -41,6 +41,7 @@ _BR = '<br><span style="font-size:11.5px">'  # the chart title's second, smaller
 LEGEND_BELOW = dict(orientation="h", x=0, xanchor="left", yref="container", y=0.0, yanchor="bottom", font=dict(size=10),
                     bgcolor="rgba(0,0,0,0)")
 MARGIN_BELOW = 96  # the bottom margin that leaves room for the tick labels, the axis title and two legend rows
+TICK_ANGLES = (0, 30, 60, 90)  # the top-10 chart's token labels: the first of these angles at which none overlap
 
 
 def _axis(**kw) -> dict:
@@ -250,8 +251,11 @@ def topk_figure(record: StepRecord | None, position: int | None = None, shown: R
                            hovertemplate=f"{name}: %{{x}}<extra></extra>"))
     return _spec(
         traces, title, height=320, barmode="group", bargap=0.25, bargroupgap=0.05, margin=dict(t=96),
-        # "3" is a token, not a number: a category axis in the bars' own order
-        xaxis=dict(type="category", categoryorder="array", categoryarray=labels, tickangle=-35, tickfont=dict(size=11)),
+        # "3" is a token, not a number: a category axis in the bars' own order. The labels turn only as far as
+        # they must not to overlap (Plotly measures them at the drawn width): level on a wide chart, up to
+        # upright on a phone, where a fixed -35 degrees laid the top-10 tokens over each other at 390 px
+        xaxis=dict(type="category", categoryorder="array", categoryarray=labels,  # tickangle unset: "auto"
+                   autotickangles=list(TICK_ANGLES), tickfont=dict(size=11)),
         yaxis=dict(range=[0, ymax * 1.22], tickformat=".0%" if ymax > 0.2 else ".2f"),
     )
 
