@@ -189,7 +189,7 @@ def guess_outputs(state: PlaygroundState) -> dict[str, Any]:
     rec = state.shown_step()
     view, shown = (chain_view(rec) if rec is not None else None), shown_of(state)
     can = next_to_guess(view, shown) is not None
-    return {"guess": guess_html(view, shown, state.guesses), "guess_accept": gr.update(interactive=can),
+    return {"guess": guess_html(view, shown, state.guesses, lesson=state.lesson_mode), "guess_accept": gr.update(interactive=can),
             "guess_reject": gr.update(interactive=can)}
 
 

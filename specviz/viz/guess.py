@@ -104,8 +104,8 @@ def guess_question(record: StepRecord, d: DraftDecision) -> str:
         what = f"Path node {d.position + 1} (depth {d.position + 1}) {token_label(d.text)!r}"
     rule = rule_of(record)
     if rule == "greedy":
-        return (f"{what}: p = {fmt_prob(d.p)}. Greedy (T = 0) keeps it only if it is the argmax of p (the chart shows "
-                "p's top 10). Is it?")
+        return (f"{what}: p = {fmt_prob(d.p)}. Greedy (T = 0) keeps it only if it is the argmax of p (its row charts "
+                f"p's top 10 at position {d.position + 1}). Is it?")
     if rule == "typical":
         thr = f" against the threshold {fmt_prob(d.threshold)}" if d.threshold is not None else ""
         return f"{what}: p = {fmt_prob(d.p)}{thr}. Typical acceptance (LOSSY) keeps it if p is above it. Will it?"
@@ -126,10 +126,11 @@ def _score(book: GuessBook) -> str:
     return f"score {book.right} of {book.total} right · {book.good_bets} of {book.total} good bets"
 
 
-def guess_html(record: StepRecord | None, shown: Reveal | None, book: GuessBook) -> str:
+def guess_html(record: StepRecord | None, shown: Reveal | None, book: GuessBook, lesson: bool = False) -> str:
     """The guess panel: the latest judged guess (on the shown step), the question on the next draft
     (when one can be guessed), this step's guesses and the session's score. ``data-open`` is 1 while a guess
-    can be made, ``data-right`` / ``data-total`` carry the score."""
+    can be made, ``data-right`` / ``data-total`` carry the score. ``lesson``: lesson mode is on (the hint
+    at commit then points to the next step, not to the switch)."""
     d = next_to_guess(record, shown)
     parts = []
     last = book.last if record is not None and book.last is not None and book.last.step == record.index else None
@@ -141,8 +142,9 @@ def guess_html(record: StepRecord | None, shown: Reveal | None, book: GuessBook)
     elif record is None:
         parts.append('<div class="sv-muted">Run a step, then guess each draft\'s verdict before it is revealed.</div>')
     elif shown is None or not shown.p:
-        why = ("step back with ◀ phase (or turn on lesson mode)" if shown is None
-               else "press phase ▶: the guess needs the target's p")
+        why = ("press phase ▶: the guess needs the target's p" if shown is not None
+               else "phase ▶ opens the next step in its draft phase, or step back with ◀ phase" if lesson
+               else "step back with ◀ phase (or turn on lesson mode)")
         parts.append(f'<div class="sv-muted">Guess first: before a verdict is shown, bet accept or reject from q and '
                      f'p ({why}).</div>')
     mine = book.of_step(record.index) if record is not None else []

@@ -20,7 +20,7 @@ from typing import Sequence
 from ..core.records import DraftDecision, Stats, StepRecord, TreeNode
 from ..core.stepwords import StepCounts, run_counts, step_counts
 from .labels import GLYPHS, token_label
-from .numbers import Reveal, decision_cell, decision_line, draft_columns, fmt_prob, ratio_note, rule_of
+from .numbers import Reveal, decision_cell, decision_line, draft_columns, fmt_pair, fmt_prob, ratio_note, rule_of
 from .theme import COLORS, KIND_LABELS
 
 __all__ = [
@@ -361,7 +361,12 @@ def draft_table_rows(record: StepRecord | None, shown: Reveal | None = None) -> 
             verdict += " · cut off"
         # typical: the threshold replaces min(1, p/q); greedy: "argmax p?" replaces u (viz.numbers)
         ratio = _fmt(d.threshold) if is_typical(record) else _fmt(_real_ratio(d))
-        rows.append([str(d.position + 1), token_label(d.text), _fmt(d.q), _fmt(d.p), ratio, decision_cell(record, d), verdict])
+        cell = decision_cell(record, d)
+        if d.u is not None and not is_typical(record) and d.verdict != "discarded":
+            # u against min(1, p/q) as the chart title, the phase box and the guess print them (viz.numbers.fmt_pair):
+            # two different numbers never print the same beside a verdict that tells them apart
+            cell, ratio = fmt_pair(d.u, d.ratio)
+        rows.append([str(d.position + 1), token_label(d.text), _fmt(d.q), _fmt(d.p), ratio, cell, verdict])
     if shown is not None:
         return rows
     how = {
