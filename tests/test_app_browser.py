@@ -37,9 +37,10 @@ def test_step_handler_streams_status_then_the_step(tiny_env):
     st = PlaygroundState()
     frames = list(pg.on_step(st, *_raw(tiny_env)))
     assert all(set(f) <= set(OUTPUTS) for f in frames)  # the view and the lesson (specviz.ui.lesson_view), by name
-    text, charts = frames[-2], frames[-1]  # the step's text first, then its charts
+    text, charts = frames[-2], frames[-1]  # the step's text and its p/q chart first, then the run plots
     assert len(st.steps) == 1 and 'data-steps="1"' in text["tokens"] and "sv-table" in text["table"]
-    assert "tokens" not in charts and charts["topk"] is not None and charts["download"]["value"]
+    assert text["topk"] is not None and "topk" not in charts  # the chart title goes with the table it names
+    assert "tokens" not in charts and charts["timeline"] is not None and charts["download"]["value"]
     frames = list(pg.on_step(st, *_raw(tiny_env)))
     assert len(st.steps) == 2
     # a new setting starts a new run

@@ -164,7 +164,7 @@ def on_guess(state: PlaygroundState, said: str) -> Frame:
         if d is None:
             state.message = ("Nothing to guess here: guess in the verify or decide phase, before a draft's verdict "
                              "is shown.", "info")
-            return render(state, run=False, chart=False, plots=False)
+            return render(state, run=False, plots=False)
         guess = state.guesses.add(judge_guess(view, d, said))
         state.phase, state.selected_pos = ("decide", d.position), d.position
         book = state.guesses

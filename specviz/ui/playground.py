@@ -123,11 +123,11 @@ def on_step(state: PlaygroundState, *raw) -> Iterator[Frame]:
             if stepped:
                 record = state.step()
                 state.message = _step_message(state, record)
-                frame = render(state, chart=False, plots=False)
+                frame = render(state, plots=False)  # the text, the inspector and its p/q chart: one step, one frame
             else:
                 state.message = (FINISHED, "info")
                 frame = status_only(state)
-        yield frame  # the step's text first: the browser shows it while the charts are built
+        yield frame  # the browser shows the step (its chart title included) while the run plots are built
         if stepped:
             yield on_charts(state)
     except Exception as e:  # noqa: BLE001 - shown in the page, never a traceback
@@ -136,9 +136,12 @@ def on_step(state: PlaygroundState, *raw) -> Iterator[Frame]:
 
 
 def on_charts(state: PlaygroundState) -> Frame:
-    """The second frame of a Step: the p/q chart, the run plots and the trace download."""
+    """The second frame of a Step: the run plots and the trace download. The p/q chart went with
+    the step's text (its title names the step and position the table shows: sent later, it named
+    the previous step for about half a second)."""
     with state.lock:
-        return render(state, run=False, inspector=False, download=state.mode == "live" and bool(state.steps))
+        return render(state, run=False, inspector=False, chart=False,
+                      download=state.mode == "live" and bool(state.steps))
 
 
 def _step_message(state: PlaygroundState, record) -> tuple[str, str]:
@@ -188,7 +191,7 @@ def on_play(state: PlaygroundState, *raw) -> Iterator[Frame]:
                 frame = None
                 if redraw.due(force=state.done):
                     charts = redraw_charts.due(force=state.play_delay_s > 0)
-                    frame = render(state, chart=charts, plots=charts)
+                    frame = render(state, inspector=charts, chart=charts, plots=charts)  # the inspector with its chart
             if state.play_delay_s > 0:  # the Play speed control
                 time.sleep(state.play_delay_s)
             elif state.mode == "trace":

@@ -64,7 +64,9 @@ def render(
 
     run: status-independent text (tokens, metrics); inspector: step slider, positions, summary and
     draft table; chart: the p/q chart; plots: the three run plots. The charts are the expensive
-    part in the browser (Plotly redraws each twice), so a Step sends them in a second event.
+    part in the browser (Plotly redraws each twice), so a Step sends the run plots in a second
+    event; the p/q chart goes with the inspector whose step and position its title names (a
+    handler asks for both or neither), so no panel names another step than the table.
     """
     out: dict[str, Any] = status_only(state)
     steps = [chain_view(s) for s in state.steps]  # a tree step as its committed path (chain views)

@@ -1,0 +1,269 @@
+"""The lesson on a phone, told at one moment: the p/q chart's title names the step and phase the
+table shows in every drawn frame (after a Step, in "animate"), the top-10 chart's token labels do
+not overlap at 390 px, and a guess-first walk at T > 0 where nothing on the page contradicts
+anything else (the score, the verdicts, u, min(1, p/q), the chart title, the status line).
+
+Handlers first (no browser), then headless Chromium on the tiny models (tests/support/app_server.py).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from tests.support import app_server
+from tests.support.browser import open_page
+
+TIMEOUT_MS = 120_000
+PHONE = dict(width=390, height=844)
+SHOTS = __import__("os").environ.get("SPECVIZ_TEST_SHOTS", "")  # a folder: the walk's last frame is saved there
+
+
+def _raw(env, **change):
+    args = dict(target=env["SPECVIZ_DEFAULT_TARGET"], proposer="draft", draft=env["SPECVIZ_DEFAULT_DRAFT"], k=4,
+                temperature=1.0, top_p=1.0, top_k=0, seed=0, max_new_tokens=12, prompt=app_server.TINY_PROMPT, chat=True,
+                schedule="constant", layers=1)
+    args.update(change)
+    return tuple(args.values())
+
+
+def _chart_title(frame) -> str:
+    return json.loads(frame["topk"].plot)["layout"]["title"]["text"]
+
+
+def _table_step(frame) -> int:
+    return int(re.search(r'data-step="(\d+)"', frame["table"]).group(1))
+
+
+# -- 1. the chart goes with the table it names ------------------------------------------------------
+
+
+def test_every_frame_that_shows_a_step_carries_its_chart(tiny_env):
+    """Step, Play, a phase move, animate and a guess: a frame that redraws the draft table also
+    redraws the p/q chart, whose title names the same step (sent a frame later, it named the
+    previous step for about half a second)."""
+    from specviz.ui import lesson
+    from specviz.ui import playground as pg
+    from specviz.ui.state import PlaygroundState
+
+    st = PlaygroundState()
+    frames = list(pg.on_step(st, *_raw(tiny_env)))
+    frames += list(pg.on_step(st, *_raw(tiny_env)))
+    frames.append(lesson.on_lesson_mode(st, True))
+    frames.append(lesson.on_phase(st, +1))
+    frames.append(lesson.on_guess(st, "accept"))
+    frames += list(lesson.on_animate(st))
+    frames += list(pg.on_play(st, *_raw(tiny_env)))
+    shown = [f for f in frames if "table" in f and "data-step" in f["table"]]
+    assert len(shown) >= 8
+    for f in shown:
+        assert "topk" in f, sorted(f)
+        assert _chart_title(f).startswith(f"Step {_table_step(f) + 1} "), (_chart_title(f), _table_step(f))
+    st.close()
+
+
+def _page(browser, url):
+    return open_page(browser, url, "#sv-step-btn", timeout_ms=TIMEOUT_MS, **PHONE)
+
+
+# Runs in the page: once per drawn frame, the summary's step and phase against the chart's title;
+# a frame where they disagree is kept (the chart being redrawn, with no title, is not a disagreement).
+_WATCH = """() => { const m = window.__sv_watch = {frames: 0, bad: []};
+  const tick = () => {
+    const s = document.querySelector('#sv-summary .sv-step-summary');
+    const title = document.querySelector('#sv-topk .gtitle')?.textContent || '';
+    const step = /^Step (\\d+)/.exec(s?.innerText || '')?.[1], shown = /^Step (\\d+)/.exec(title)?.[1];
+    const phase = s?.dataset.phase || 'commit';
+    m.frames += 1;
+    if (step && shown) {
+      const early = title.includes('not scored yet') ? 'draft' : title.includes('not judged yet') ? 'verify' : null;
+      if (step !== shown || (phase === 'draft') !== (early === 'draft') || (phase === 'commit' && early))
+        m.bad.push([step, phase, title]);
+    }
+    if (!m.stop) requestAnimationFrame(tick);
+  };
+  requestAnimationFrame(tick); }"""
+
+
+@pytest.mark.browser
+def test_the_chart_title_never_names_another_step_or_phase_than_the_table(browser, app_url):
+    page = _page(browser, app_url)
+    page.click("#sv-step-btn")
+    page.wait_for_function("document.querySelector('#sv-tokens .sv-tokens')?.dataset.steps === '1'")
+    page.wait_for_function("(document.querySelector('#sv-topk .gtitle')?.textContent || '').startsWith('Step 1 ')")
+    page.evaluate(_WATCH)
+    for i in (2, 3):
+        page.click("#sv-step-btn")
+        page.wait_for_function(f"document.querySelector('#sv-tokens .sv-tokens')?.dataset.steps === '{i}'")
+        page.wait_for_timeout(800)  # the run plots' second frame too
+    page.click("#sv-animate")  # draft, verify, each decide, commit: one frame each, with no click
+    page.wait_for_function("document.querySelector('#sv-summary .sv-step-summary')?.dataset.phase === 'draft'")
+    page.wait_for_function("!document.querySelector('#sv-summary .sv-step-summary')?.dataset.phase", timeout=TIMEOUT_MS)
+    page.wait_for_timeout(500)
+    watch = page.evaluate("(() => { window.__sv_watch.stop = true; return window.__sv_watch; })()")
+    assert watch["frames"] > 10 and not watch["bad"], watch["bad"][:5]
+    assert "sv-msg-error" not in page.inner_html("#sv-status") and not page.js_errors
+    page.context.close()
+
+
+# -- 3. the top-10 chart's labels on a phone -------------------------------------------------------
+
+
+# Runs in the page: draws figure f with the page's own Plotly at the width of the p/q chart (or
+# measures that chart itself when f is null), then tests every two tick labels' rotated boxes for
+# overlap (separating axes: along the text and across it). -> {n, overlaps, angle}
+_LABELS = """(f) => {
+  let div = document.querySelector('#sv-topk .js-plotly-plot');
+  if (f) {
+    div = document.getElementById('sv-labels-probe') || document.createElement('div');
+    div.id = 'sv-labels-probe';
+    div.style.width = document.querySelector('#sv-topk').getBoundingClientRect().width + 'px';
+    document.body.appendChild(div);
+    window.Plotly.newPlot(div, f.data, f.layout, {responsive: false});
+  }
+  const boxes = [...div.querySelectorAll('g.xtick text')].filter((t) => t.textContent).map((t) => {
+    const bb = t.getBBox(), r = t.getBoundingClientRect();
+    const a = +(/rotate\\(([-\\d.e]+)/.exec(t.getAttribute('transform') || '')?.[1] || 0);
+    return {x: r.left + r.width / 2, y: r.top + r.height / 2, w: bb.width, h: bb.height, a, text: t.textContent}; });
+  const overlaps = [];
+  boxes.forEach((A, i) => boxes.slice(i + 1).forEach((B) => {
+    const th = A.a * Math.PI / 180, dx = B.x - A.x, dy = B.y - A.y;
+    const along = Math.abs(dx * Math.cos(th) + dy * Math.sin(th)), across = Math.abs(-dx * Math.sin(th) + dy * Math.cos(th));
+    if (along < (A.w + B.w) / 2 - 0.5 && across < (A.h + B.h) / 2 - 0.5) overlaps.push([A.text, B.text]);
+  }));
+  return {n: boxes.length, overlaps, angle: boxes[0]?.a ?? null, texts: boxes.map((b) => b.text)};
+}"""
+
+# Code tokens as a real model's top 10 has them: a wide label each.
+CODE_TOKENS = [" function", " return", "    ", " self", "def", " the", " import", "print", " value", " result",
+               " None", " class"]
+
+
+def _code_figure() -> dict:
+    from specviz import viz
+    from tests.test_lesson_viz import _d, _step
+
+    top_p = tuple((100 + i, t, 0.3 / (i + 1)) for i, t in enumerate(CODE_TOKENS))
+    top_q = tuple((100 + i, t, 0.25 / (12 - i)) for i, t in enumerate(CODE_TOKENS))
+    rec = _step(0, [_d(0, 100, " function", 0.2, 0.3, 0.5, "rejected", top_p=top_p, top_q=top_q)], 0,
+                next_text=" return", top_residual=tuple((100 + i, t, 0.2 / (i + 1)) for i, t in enumerate(CODE_TOKENS)))
+    return json.loads(viz.figure_json(viz.topk_figure.spec(rec, 0)))
+
+
+@pytest.mark.browser
+def test_the_top10_labels_do_not_overlap_on_a_phone(browser, app_url):
+    page = _page(browser, app_url)
+    page.click("#sv-step-btn")
+    page.wait_for_function("!!window.Plotly && !!document.querySelector('#sv-topk .js-plotly-plot g.xtick text')")
+    live = page.evaluate(_LABELS, None)  # the app's own chart (the tiny models' one-letter tokens)
+    assert live["n"] >= 2 and not live["overlaps"], live
+    code = page.evaluate(_LABELS, _code_figure())  # a code prompt's wide tokens, in the app's Plotly at its width
+    assert code["n"] >= 10 and not code["overlaps"], code
+    assert "␣function" in code["texts"]  # every label is drawn (none dropped to make room)
+    page.context.close()
+
+
+# -- 4. guess first at T > 0 on a phone -------------------------------------------------------------
+
+
+_READ = """() => {
+  const cell = (tr, label) => tr?.querySelector(`td[data-label="${label}"]`)?.innerText.trim() ?? null;
+  const rows = [...document.querySelectorAll('#sv-draft-table tbody tr')].map((tr) => ({
+    pos: +tr.dataset.pos, kind: [...tr.classList].find((c) => c.startsWith('sv-row-'))?.slice(7),
+    q: cell(tr, 'q(x)'), p: cell(tr, 'p(x)'), ratio: cell(tr, 'min(1, p/q)'), u: cell(tr, 'u'), verdict: cell(tr, 'verdict')}));
+  const g = document.querySelector('#sv-guess .sv-guess');
+  return {rows, open: g?.dataset.open, right: +g?.dataset.right, total: +g?.dataset.total,
+          guess: document.querySelector('#sv-guess').innerText, status: document.querySelector('#sv-status').innerText,
+          phase: document.querySelector('#sv-phase .sv-phase')?.dataset.phase,
+          title: document.querySelector('#sv-topk .gtitle')?.textContent || '',
+          summary: document.querySelector('#sv-summary').innerText};
+}"""
+
+
+def _num(text: str) -> float:
+    return float(text.replace("−", "-"))
+
+
+def _check_reveal(page, said: str, expected_total: int, book: list) -> dict:
+    """After a guess: the reveal agrees with itself everywhere on the page."""
+    s = page.evaluate(_READ)
+    m = re.search(r"You said (accept|reject): (right|wrong)[^.]*\. u = ([\d.e-]+) ([≤>]) ([\d.e-]+)\s+→\s+(accepted|rejected)",
+                  s["guess"])
+    assert m, s["guess"]
+    _said, right, u, sign, ratio, verdict = m.groups()
+    assert _said == said and (sign == "≤") == (verdict == "accepted") and (_num(u) <= _num(ratio)) == (sign == "≤")
+    assert (right == "right") == ((said == "accept") == (verdict == "accepted"))
+    book.append((said, verdict, _num(ratio)))
+    row = next(r for r in s["rows"] if r["kind"] in ("accepted", "rejected") and r["u"] == u)  # the table prints u as the panel
+    assert row["ratio"] == ratio and verdict[:4] in row["verdict"]  # ... and min(1, p/q) and the verdict
+    assert (_num(row["u"]) <= _num(row["ratio"])) == (verdict == "accepted")  # the table's own numbers decide it
+    assert _num(row["ratio"]) == pytest.approx(min(1.0, _num(row["p"]) / _num(row["q"])), rel=0.01, abs=2e-3)
+    assert f"position {row['pos'] + 1}" in s["title"] and verdict in s["title"], s["title"]
+    assert f"u {u} {sign} min(1, p/q) {ratio}" in s["title"], s["title"]
+    assert s["phase"] == "decide" and s["total"] == expected_total == len(book)
+    rights = sum((a == "accept") == (v == "accepted") for a, v, _r in book)
+    goods = sum((a == "accept") == (r >= 0.5) for a, _v, r in book)
+    assert s["right"] == rights and f"Score {rights} of {len(book)}" in s["status"]
+    assert f"score {rights} of {len(book)} right · {goods} of {len(book)} good bets" in s["guess"]
+    return s
+
+
+@pytest.mark.browser
+def test_a_guess_first_walk_at_t_above_0_on_a_phone_never_contradicts_itself(browser, app_url):
+    page = _page(browser, app_url)  # the tiny defaults: the draft proposer at T = 1, k = 4
+    page.click("#sv-lesson-mode input")
+    book: list = []
+    for step in (1, 2):
+        if step == 1:
+            page.click("#sv-step-btn")
+        else:
+            page.click("#sv-next-phase")  # lesson mode: phase ▶ at commit opens the next step in draft
+        page.wait_for_function(f"document.querySelector('#sv-summary').innerText.startsWith('Step {step}')"
+                               " && document.querySelector('#sv-phase .sv-phase')?.dataset.phase === 'draft'")
+        s = page.evaluate(_READ)
+        assert all(not r["p"] and not r["u"] for r in s["rows"]), s["rows"]  # draft: q only
+        assert "not scored yet" in s["title"] and page.is_disabled("#sv-guess-accept")
+        page.click("#sv-next-phase")  # verify: p is known, no u, no verdict
+        page.wait_for_selector("#sv-guess .sv-guess[data-open='1']")
+        while page.evaluate(_READ)["open"] == "1":
+            s = page.evaluate(_READ)
+            q = re.search(r"q = ([\d.e-]+), p = ([\d.e-]+), p/q = ([\d.e-]+|∞)", s["guess"])
+            assert q, s["guess"]
+            pending = [r for r in s["rows"] if r["kind"] == "pending"]
+            assert pending and pending[0]["q"] == q.group(1) and pending[0]["p"] == q.group(2)
+            assert all(not r["u"] for r in pending)  # no u before the bet, in the table or in a chart of that draft
+            assert f"position {pending[0]['pos'] + 1}" not in s["title"] or "not judged yet" in s["title"], s["title"]
+            said = "accept" if len(book) % 2 == 0 else "reject"
+            page.click(f"#sv-guess-{said}")
+            page.wait_for_selector(f"#sv-guess .sv-guess[data-total='{len(book) + 1}']")
+            page.wait_for_function("(document.querySelector('#sv-topk .gtitle')?.textContent || '').includes('u ')")
+            _check_reveal(page, said, len(book) + 1, book)
+        page.click("#sv-next-phase")  # commit: every verdict and the step's outcome
+        page.wait_for_function("document.querySelector('#sv-phase .sv-phase')?.dataset.phase === 'commit'")
+        s = page.evaluate(_READ)
+        judged = [r for r in s["rows"] if r["kind"] in ("accepted", "rejected")]
+        assert [r["kind"] for r in judged] == [v for _a, v, _r in book[-len(judged):]]
+        assert f"score {s['right']} of {len(book)} right" in s["guess"]
+        assert "turn on lesson mode" not in s["guess"] and page.is_checked("#sv-lesson-mode input")  # it is on
+        assert not re.search(r"\bnot (scored|judged) yet\b", s["title"])
+    assert any(v == "rejected" for _a, v, _r in book)  # the walk met a rejection (seed 0: step 1)
+    wide = page.evaluate("document.documentElement.scrollWidth")
+    assert wide <= PHONE["width"] + 1, wide
+    if SHOTS:
+        page.screenshot(path=SHOTS + "/guess-phone.png", full_page=True)
+    assert "sv-msg-error" not in page.inner_html("#sv-status") and not page.js_errors
+    page.context.close()
+
+
+def test_the_table_prints_u_and_its_ratio_apart_as_the_chart_title_does():
+    """u = 0.40812 against min(1, p/q) = 0.40809, rejected: the table printed both as 0.408 beside
+    "✗ rejected" while the chart title and the guess said "u = 0.40812 > 0.40809"."""
+    from specviz import viz
+    from tests.test_lesson_viz import _d, _step
+
+    rec = _step(0, [_d(0, 10, " the", 0.5, 0.5 * 0.40809, 0.40812, "rejected")], 0)
+    row = viz.draft_table_rows(rec)[0]
+    assert row[4:6] == ["0.40809", "0.40812"]  # min(1, p/q), u
+    assert "u 0.40812 > min(1, p/q) 0.40809" in viz.topk_figure.spec(rec, 0)["layout"]["title"]["text"]
