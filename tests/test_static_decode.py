@@ -393,15 +393,19 @@ def test_the_setting(monkeypatch, value, mode):
 
 
 def _timings(kind: str):
-    """A stand-in for cpu.time_weights: (F.linear s, oneDNN s) by width. "mixed": F.linear at one
-    row, oneDNN from two (what gemma-3-270m's q/k/v measured on a Zen 4); "onednn": oneDNN at every width."""
-    def time_weights(weights, rows, *args, **kwargs):
-        return (1.0, 2.0) if kind == "mixed" and rows == 1 else (2.0, 1.0)
+    """A stand-in for cpu.time_weights: (F.linear s, oneDNN s[, oneDNN packed s]) by width. "mixed":
+    F.linear at one row, oneDNN from two (what gemma-3-270m's q/k/v measured on a Zen 4); "onednn":
+    oneDNN at every width; "packed": F.linear at one row, oneDNN on the packed copies from two (its
+    fp32 head on a Zen 1)."""
+    def time_weights(weights, rows, *args, third=None, **kwargs):
+        if kind == "packed" and third is not None:
+            return (1.0, 2.0, 3.0) if rows == 1 else (2.0, 1.5, 1.0)
+        return (1.0, 2.0) if kind != "onednn" and rows == 1 else (2.0, 1.0)
     return time_weights
 
 
 @pytest.mark.parametrize("runner", RUNNERS)
-@pytest.mark.parametrize("timing", ["mixed", "onednn"])
+@pytest.mark.parametrize("timing", ["mixed", "onednn", "packed"])
 def test_planned_projections_give_the_transformers_logits(runner, timing, tiny_target, tokenizer, monkeypatch, tmp_path):
     """q/k/v and gate/up fused, and every projection kind on the kernel its plan picks per width
     (oneDNN at some widths, F.linear at others, or oneDNN everywhere): the same logits as the
@@ -439,10 +443,12 @@ def test_planned_projections_give_the_transformers_logits(runner, timing, tiny_t
         assert attn.k_proj.weight.untyped_storage().data_ptr() == fused.weight.untyped_storage().data_ptr()
         assert body.any_width is (timing == "onednn") and body.rows_at_once
         assert calls and (timing == "onednn" or 1 not in calls)  # one row: F.linear in the mixed plan
-        export_mixed = runner == "export" and timing == "mixed"  # one graph of symbolic width: eager, said once
+        export_mixed = runner == "export" and timing != "onednn"  # one graph of symbolic width: eager, said once
         assert cache.decoder.runner == ("eager" if export_mixed else runner)
         if runner == "trace":
-            assert len(cache.decoder._steps) == (2 if timing == "mixed" else 1)  # one row, and every wider width; or one for all
+            assert len(cache.decoder._steps) == (1 if timing == "onednn" else 2)  # one row, and every wider width; or one for all
+        if cpu.pack(fused.weight) is not None:  # a second copy only where a plan reads it
+            assert all((f.packed is not None and f.packed.is_mkldnn) is (timing == "packed") for f in body.fused)
         calls.clear()
 
 

@@ -60,16 +60,17 @@ MIN_HEAD_ELEMENTS = 8_000_000  # smaller heads are fast either way
 # wider passes use the widest measured width's choice.
 MEASURED_ROWS = 9
 HEAD_REPEATS = 4  # rounds per width at most (fewer when one kernel is clearly the faster)
-BUDGET_S = 4.0  # no new width is started past this much measuring; the rest take the widest choice
+BUDGET_S = 6.0  # no new width is started past this much measuring; the rest take the widest choice
 FASTER = 0.9  # oneDNN replaces F.linear at a width only when it takes under 90% of F.linear's time
 CLEAR_GAP = 2.0  # one round decides a width when one kernel takes over twice the other's time
 AGREED_GAP = 1.25  # two rounds decide it when both favour the same kernel by this much
 CACHE_FILE = "lm_head_kernels.json"
-CACHE_FORMAT = 2  # 2: a bf16 weight's oneDNN timing is on its packed copy (:func:`pack`)
-KERNELS = ("F.linear", "oneDNN")
+CACHE_FORMAT = 3  # 2: a bf16 weight's oneDNN timing is on its packed copy (:func:`pack`); 3: fp32's packed copy timed too
+KERNELS = ("F.linear", "oneDNN", "oneDNN packed")  # by code: a plan's onednn_at holds these indices
+PACK_ROWS = {torch.bfloat16: 1, torch.float32: 16}  # the rows oneDNN lays a packed copy out for (see pack)
 DTYPES = (torch.float32, torch.bfloat16)  # the weights whose kernels are measured
 
-TimeWidth = Callable[[torch.Tensor, int], tuple[float, float]]  # (weight [out, in], rows) -> (F.linear s, oneDNN s)
+TimeWidth = Callable[[torch.Tensor, int], tuple[float, ...]]  # (weight [out, in], rows) -> (F.linear s, oneDNN s[, packed s])
 
 
 def _onednn_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
@@ -78,15 +79,17 @@ def _onednn_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | N
 
 
 def pack(weight: torch.Tensor) -> torch.Tensor | None:
-    """A bf16 weight [out, in] reordered once into oneDNN's own blocked layout (an mkldnn tensor,
-    as many bytes again), which oneDNN's linear then reads without reordering it on every call:
+    """A weight [out, in] reordered once into oneDNN's own blocked layout for :data:`PACK_ROWS`
+    rows (an mkldnn tensor, as many bytes again), which oneDNN's linear reads without reordering it
+    on every call. bf16: oneDNN's only way (a plain bf16 weight is reordered on every call):
     gemma-3-270m's bf16 matrices at 1 row, all read in turn, 36 ms plain against 24 ms packed on an
-    AMX Xeon (2 threads), and flat to 9 rows. None for other dtypes (an fp32 weight packed this way
-    measured slower there) or where this build lacks the op."""
-    if weight.dtype != torch.bfloat16 or weight.device.type != "cpu":
+    AMX Xeon (2 threads), flat to 9 rows. fp32: a third kernel, timed beside the other two (its
+    262,144 x 640 head on an AVX2 Zen 1 EPYC: 2 rows 80 ms plain, 39 ms packed; 1 row 39 ms plain,
+    45 ms packed), where it costs a second copy of the weight. None where this build lacks the op."""
+    if weight.dtype not in PACK_ROWS or weight.device.type != "cpu":
         return None
     try:
-        return torch.ops.mkldnn._reorder_linear_weight(weight.detach(), 1)
+        return torch.ops.mkldnn._reorder_linear_weight(weight.detach(), PACK_ROWS[weight.dtype])
     except (RuntimeError, AttributeError):
         return None
 
@@ -106,20 +109,26 @@ def _(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch
 
 @dataclass(frozen=True)
 class WidthTiming:
-    """Both kernels' median seconds on the head at one width (``rows`` rows at once)."""
+    """The kernels' seconds on the head at one width (``rows`` rows at once); ``packed_s``: oneDNN
+    on an fp32 weight's packed copy (None where not timed)."""
 
     rows: int
     f_linear_s: float
     onednn_s: float
+    packed_s: float | None = None
 
     @property
     def kernel(self) -> str:
-        """The kernel this width uses: oneDNN only where it is clearly the faster one."""
-        return choose_kernel(self.f_linear_s, self.onednn_s)
+        """The kernel this width uses: another than F.linear only where it is clearly the faster."""
+        return choose_kernel(self.f_linear_s, self.onednn_s, self.packed_s)
 
 
-def choose_kernel(f_linear_s: float, onednn_s: float) -> str:
-    """``"oneDNN"`` when it takes under ``FASTER`` of F.linear's time, else ``"F.linear"``."""
+def choose_kernel(f_linear_s: float, onednn_s: float, packed_s: float | None = None) -> str:
+    """``"oneDNN"`` when it takes under ``FASTER`` of F.linear's time, else ``"F.linear"``;
+    ``"oneDNN packed"`` over both when it takes under ``FASTER`` of the faster one's (it costs a
+    second copy of the weight)."""
+    if packed_s is not None and packed_s < min(f_linear_s, onednn_s) * FASTER:
+        return KERNELS[2]
     return KERNELS[1] if onednn_s < f_linear_s * FASTER else KERNELS[0]
 
 
@@ -141,9 +150,10 @@ class HeadKernelPlan:
         return self.widths[min(max(rows, 1), len(self.widths)) - 1].kernel
 
     @property
-    def onednn_at(self) -> tuple[bool, ...]:
-        """Whether oneDNN runs at each row count, indexed by rows (index 0: no rows, F.linear)."""
-        return (False,) + tuple(w.kernel == KERNELS[1] for w in self.widths)
+    def onednn_at(self) -> tuple[int, ...]:
+        """The kernel (an index into :data:`KERNELS`: 0 F.linear, 1 oneDNN, 2 oneDNN on the packed
+        copy) at each row count, indexed by rows (index 0: no rows, F.linear); truthy where oneDNN runs."""
+        return (0,) + tuple(KERNELS.index(w.kernel) for w in self.widths)
 
     def to_entry(self) -> dict[str, Any]:
         """The JSON-able cache entry (everything but ``cached``)."""
@@ -154,7 +164,8 @@ class HeadKernelPlan:
 
 
 def _plan_from_entry(entry: dict[str, Any]) -> HeadKernelPlan:
-    widths = tuple(WidthTiming(int(w["rows"]), float(w["f_linear_s"]), float(w["onednn_s"])) for w in entry["widths"])
+    widths = tuple(WidthTiming(int(w["rows"]), float(w["f_linear_s"]), float(w["onednn_s"]),
+                               None if w.get("packed_s") is None else float(w["packed_s"])) for w in entry["widths"])
     if not widths or [w.rows for w in widths] != list(range(1, len(widths) + 1)):
         raise ValueError("widths must be rows 1, 2, ... in order")
     return HeadKernelPlan(
@@ -183,29 +194,37 @@ def time_head(
 def time_weights(
     weights: Sequence[torch.Tensor], rows: int, repeats: int = 3, *, early: bool = True,
     clock: Callable[[], float] = time.perf_counter, stat: Callable[[list[float]], float] = statistics.median,
-    packed: Sequence[torch.Tensor | None] | None = None,
-) -> tuple[float, float]:
+    packed: Sequence[torch.Tensor | None] | None = None, third: Sequence[torch.Tensor] | None = None,
+) -> tuple[float, ...]:
     """:func:`time_head` over several weights of one shape read one after another, as a forward
     reads one projection per layer: seconds of (F.linear, oneDNN) for one pass over all of them.
     A layer's weight is then no longer in the cache when the next pass reads it, as in a real
     forward (one small matrix timed alone sits in the cache and favours another kernel). oneDNN
-    reads ``packed[i]`` in place of ``weights[i]`` where given (:func:`pack`), as the layers will."""
+    reads ``packed[i]`` in place of ``weights[i]`` where given (bf16, :func:`pack`), as the layers
+    will; ``third``: packed copies timed as a third kernel (fp32), its seconds appended. With
+    ``early``, a kernel over ``CLEAR_GAP`` times the fastest after a round is timed no more."""
     x = torch.randn(rows, weights[0].shape[1], dtype=weights[0].dtype)  # [rows, in]
     theirs = [p if p is not None else w for w, p in zip(weights, packed or [None] * len(weights))]
-    kernels = (lambda: [F.linear(x, w) for w in weights], lambda: [_onednn_linear(x, w, None) for w in theirs])
+    kernels = [lambda: [F.linear(x, w) for w in weights], lambda: [_onednn_linear(x, w, None) for w in theirs]]
+    if third is not None:
+        kernels.append(lambda: [_onednn_linear(x, w, None) for w in third])
     if len(weights) > 1:  # a pass over many weights is cheap: warm this width (oneDNN builds a plan per shape)
         with torch.inference_mode():
-            kernels[0](), kernels[1]()
-    times: tuple[list[float], list[float]] = ([], [])
+            [k() for k in kernels]
+    times: list[list[float]] = [[] for _ in kernels]
+    live = list(range(len(kernels)))
     with torch.inference_mode():
         for r in range(repeats):
-            for i in ((0, 1) if r % 2 == 0 else (1, 0)):
+            for i in (live if r % 2 == 0 else live[::-1]):
                 t = clock()
                 kernels[i]()
                 times[i].append(clock() - t)
-            if early and _decided(times[0], times[1]):
+            if early and len(live) > 2:
+                fastest = min(min(times[i]) for i in live)
+                live = [i for i in live if min(times[i]) <= CLEAR_GAP * fastest]
+            if early and (len(live) == 1 or (len(live) == 2 and _decided(times[live[0]], times[live[1]]))):
                 break
-    return stat(times[0]), stat(times[1])
+    return tuple(stat(ts) for ts in times)
 
 
 def _decided(plain: list[float], onednn: list[float]) -> bool:
@@ -233,8 +252,7 @@ def measure_head(
             F.linear(x, weight), _onednn_linear(x, weight, None)  # warm both once
     widths = []
     for rows in range(1, max_rows + 1):
-        plain, onednn = time_width(weight, rows)
-        widths.append(WidthTiming(rows, float(plain), float(onednn)))
+        widths.append(WidthTiming(rows, *(float(t) for t in time_width(weight, rows))))
         if clock() - start > budget_s:
             break
     return tuple(widths)
@@ -340,11 +358,11 @@ class RowAdaptiveLinear(torch.nn.Module):
     entry beyond its end), ``F.linear`` elsewhere. Holds the same weight (tied embeddings stay tied);
     behaves as the wrapped layer otherwise."""
 
-    def __init__(self, linear: torch.nn.Linear, onednn_at: Sequence[bool], packed: torch.Tensor | None = None):
+    def __init__(self, linear: torch.nn.Linear, onednn_at: Sequence[int], packed: torch.Tensor | None = None):
         super().__init__()
         self.linear = linear
-        self.onednn_at = tuple(bool(b) for b in onednn_at) or (False,)
-        self.packed = packed  # a bf16 weight's oneDNN layout (:func:`pack`), read by oneDNN in place of the weight
+        self.onednn_at = tuple(int(b) for b in onednn_at) or (0,)
+        self.packed = packed  # the weight's oneDNN layout (:func:`pack`): bf16's oneDNN, fp32's third kernel
 
     @property
     def weight(self) -> torch.Tensor:  # HF code may read lm_head.weight
@@ -356,17 +374,27 @@ class RowAdaptiveLinear(torch.nn.Module):
 
     def kernel(self, rows: int) -> str:
         """The kernel ``rows`` rows run on."""
-        return KERNELS[1] if self.onednn_at[min(rows, len(self.onednn_at) - 1)] else KERNELS[0]
+        return KERNELS[self.onednn_at[min(rows, len(self.onednn_at) - 1)]]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # [..., in] -> [..., out]
         lin = self.linear
         rows = x.numel() // max(1, x.shape[-1])
-        wide = self.onednn_at[min(rows, len(self.onednn_at) - 1)]
-        if not wide or type(lin) is not torch.nn.Linear or lin.weight.dtype not in DTYPES:
+        code = self.onednn_at[min(rows, len(self.onednn_at) - 1)]
+        if not code or type(lin) is not torch.nn.Linear or lin.weight.dtype not in DTYPES:
             return lin(x)
-        weight = self.packed if self.packed is not None else lin.weight
-        y = _onednn_linear(x.reshape(rows, x.shape[-1]), weight, lin.bias)  # [rows, out]
+        y = _onednn_linear(x.reshape(rows, x.shape[-1]), _read_by(code, lin.weight, self.packed), lin.bias)  # [rows, out]
         return y.reshape(*x.shape[:-1], y.shape[-1])
+
+
+def _read_by(code: int, weight: torch.Tensor, packed: torch.Tensor | None) -> torch.Tensor:
+    """The tensor oneDNN reads for kernel ``code``: the packed copy for "oneDNN packed" and for any
+    bf16 oneDNN (never the plain bf16 weight), else the weight itself."""
+    return packed if packed is not None and (code == 2 or weight.dtype == torch.bfloat16) else weight
+
+
+def _needs_packed(codes: Sequence[int], dtype: torch.dtype) -> bool:
+    """Whether a plan's kernels read a packed copy (so one is kept)."""
+    return any(codes) if dtype == torch.bfloat16 else 2 in codes
 
 
 # -- the body's projections ----------------------------------------------------------------------
@@ -401,8 +429,8 @@ class PlannedLinear(torch.nn.Module):
         self.weight = torch.nn.Parameter(weight, requires_grad=False)  # [out, in]
         self.bias = None if bias is None else torch.nn.Parameter(bias, requires_grad=False)
         self.in_features, self.out_features = int(weight.shape[1]), int(weight.shape[0])
-        self.onednn_at: tuple[bool, ...] = (False,)
-        # a bf16 weight's oneDNN layout (:func:`pack`), which oneDNN reads; a buffer, so a trace takes it as one
+        self.onednn_at: tuple[int, ...] = (0,)  # kernel codes by rows (HeadKernelPlan.onednn_at)
+        # the weight's oneDNN layout (:func:`pack`), which oneDNN reads; a buffer, so a trace takes it as one
         self.register_buffer("packed", None, persistent=False)
 
     def pack(self) -> torch.Tensor | None:
@@ -413,14 +441,14 @@ class PlannedLinear(torch.nn.Module):
 
     def uniform(self) -> bool:
         """Whether every width runs the same kernel (then one graph serves every width)."""
-        return len(set(self.onednn_at[1:] or (False,))) == 1
+        return len(set(self.onednn_at[1:] or (0,))) == 1
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # [n, in] -> [n, out]
         at = self.onednn_at
-        wide = at[-1] if self.uniform() else at[min(int(x.shape[0]), len(at) - 1)]
-        if not wide:
+        code = at[-1] if self.uniform() else at[min(int(x.shape[0]), len(at) - 1)]
+        if not code:
             return F.linear(x, self.weight, self.bias)
-        weight = self.packed if self.packed is not None else self.weight
+        weight = _read_by(code, self.weight, self.packed)
         if torch.jit.is_tracing() or torch.compiler.is_compiling():  # a graph that cannot hold oneDNN's op itself
             return torch.ops.specviz.onednn_linear(x, weight, self.bias)
         return _onednn_linear(x, weight, self.bias)
@@ -459,16 +487,18 @@ def plan_projections(
         layers = [PlannedLinear(g) for g in groups]
         weights = [p.weight.detach() for p in layers]
 
-        def time_all(_weight: torch.Tensor, rows: int, weights=weights, layers=layers) -> tuple[float, float]:
+        def time_all(_weight: torch.Tensor, rows: int, weights=weights, layers=layers) -> tuple[float, ...]:
             packed = [p.pack() for p in layers]
-            return time_weights(weights, rows, BODY_REPEATS, early=False, stat=min, packed=packed)  # min: the quiet cost
+            bf16, whole = weights[0].dtype == torch.bfloat16, None not in packed
+            return time_weights(weights, rows, BODY_REPEATS, early=False, stat=min,  # min: the quiet cost
+                                packed=packed if bf16 else None, third=packed if whole and not bf16 else None)
         try:
             plan = plan_head(weights[0], cache_dir, time_width=time_all, count=len(weights))
         except (RuntimeError, AttributeError):  # an op missing from this build: F.linear, as before
             continue
         for p in layers:
             p.onednn_at = plan.onednn_at
-            p.packed = p.pack() if any(plan.onednn_at) else None  # packed only where oneDNN reads it
+            p.packed = p.pack() if _needs_packed(plan.onednn_at, p.weight.dtype) else None  # only where read
         planned[kind] = (layers, plan)
     return planned
 
@@ -497,17 +527,20 @@ def speed_up_lm_head(
     if head.weight.numel() < MIN_HEAD_ELEMENTS or not torch.backends.mkldnn.is_available():
         return False
     packed: list[torch.Tensor | None] = []  # packed once, when first needed: to time oneDNN, or to run it
-    if head.weight.dtype == torch.bfloat16 and time_width is None:
-        def time_width(w: torch.Tensor, rows: int) -> tuple[float, float]:  # oneDNN on the packed copy
+    if time_width is None:
+        def time_width(w: torch.Tensor, rows: int) -> tuple[float, ...]:  # bf16: oneDNN on the packed copy
             packed[:] = packed or [pack(w)]
-            return time_weights((w,), rows, HEAD_REPEATS, stat=min, packed=packed)
+            if w.dtype == torch.bfloat16:
+                return time_weights((w,), rows, HEAD_REPEATS, stat=min, packed=packed)
+            return time_weights((w,), rows, HEAD_REPEATS, stat=min, third=None if packed[0] is None else packed)
     try:
         plan = plan_head(head.weight.detach(), cache_dir, time_width=time_width)
     except (RuntimeError, AttributeError):  # an op missing from this build
         return False
     wrap = any(plan.onednn_at)
     if wrap:
-        model.set_output_embeddings(RowAdaptiveLinear(head, plan.onednn_at, packed[0] if packed else pack(head.weight)))
+        copy = (packed[0] if packed else pack(head.weight)) if _needs_packed(plan.onednn_at, head.weight.dtype) else None
+        model.set_output_embeddings(RowAdaptiveLinear(head, plan.onednn_at, copy))
     with _PLANS_LOCK:
         _PLANS[model] = (plan, wrap)
     return wrap
@@ -536,6 +569,7 @@ def plan_report(plan: HeadKernelPlan, wrapped: bool) -> dict[str, Any]:
         "by_rows": [
             {"rows": w.rows, "kernel": w.kernel, "f_linear_ms": round(w.f_linear_s * 1e3, 2),
              "onednn_ms": round(w.onednn_s * 1e3, 2)}
+            | ({} if w.packed_s is None else {"packed_ms": round(w.packed_s * 1e3, 2)})
             for w in plan.widths
         ],
         "wider": plan.widths[-1].kernel,  # rows beyond the measured ones

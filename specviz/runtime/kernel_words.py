@@ -52,6 +52,9 @@ def _span(group: list[dict[str, Any]]) -> str:
     return f"{first}-{last} rows" if len(group) > 1 else f"{first} row{'s' if first > 1 else ''}"
 
 
+_MS = {KERNELS[0]: "f_linear_ms", KERNELS[1]: "onednn_ms", KERNELS[2]: "packed_ms"}  # plan_report's columns
+
+
 def describe_head_kernels(report: dict[str, Any] | None, label: str = "LM head") -> str:
     """One line for a person: "LM head 262144x640, 2 threads: F.linear at 1-3 rows (34-36 ms vs
     oneDNN 44-45 ms), oneDNN at 4-9 rows (...) ..." ("" for None). ``label`` names the weight
@@ -61,10 +64,10 @@ def describe_head_kernels(report: dict[str, Any] | None, label: str = "LM head")
     rows = report["by_rows"]
     parts = []
     for g in _runs_of_one_kernel(rows):
-        onednn = g[0]["kernel"] == KERNELS[1]
-        mine, other = ("onednn_ms", "f_linear_ms") if onednn else ("f_linear_ms", "onednn_ms")
-        parts.append(f"{g[0]['kernel']} at {_span(g)} ({_ms_range(g, mine)} ms vs {_ms_range(g, other)} ms "
-                     f"for {KERNELS[0] if onednn else KERNELS[1]})")
+        others = [k for k in KERNELS if k != g[0]["kernel"] and all(_MS[k] in w for w in g)]
+        versus = ", ".join(f"{_ms_range(g, _MS[k])} ms for {k}" for k in others)
+        mine = _MS.get(g[0]["kernel"], "onednn_ms")
+        parts.append(f"{g[0]['kernel']} at {_span(g)} ({_ms_range(g, mine)} ms vs {versus})")
     shape = "x".join(str(n) for n in report.get("shape", []))
     layers = f" x {report['layers']} layers" if report.get("layers", 1) > 1 else ""
     how = "cached" if report.get("cached") else f"measured in {report.get('measure_s', 0.0):.1f} s"
