@@ -192,3 +192,23 @@ def test_a_sweep_names_every_kernel_it_chose_with_both_timings():
     assert o.startswith("o projections 640x1024 x 18 layers, 2 threads: F.linear at 1 row (3.7 ms vs 3.5 ms for oneDNN)")
     assert kernel_words.kernel_summary(meta) == "LM head: oneDNN at 1-3 rows; o: F.linear at 1 row, oneDNN at 2-3 rows"
     assert kernel_words.describe_kernels({}) == [] and kernel_words.kernel_summary(None) == ""
+
+
+def test_a_copy_of_a_layer_with_a_packed_copy_drops_it_and_gives_the_same_products():
+    """An opaque packed oneDNN tensor cannot be deep-copied (the int8 draft is a copy of the float
+    target's modules): the copy leaves it out and its oneDNN reads the plain weight, same products."""
+    import copy
+
+    lin = torch.nn.Linear(32, 48, bias=False)
+    planned = cpu.PlannedLinear([torch.nn.Linear(32, 24, bias=False), torch.nn.Linear(32, 24, bias=False)])
+    planned.onednn_at = (0, 2)
+    wrapped = cpu.RowAdaptiveLinear(lin, (0, 2), cpu.pack(lin.weight))
+    if planned.pack() is None:
+        pytest.skip("this torch build cannot reorder weights for oneDNN")
+    x = torch.randn(3, 32)
+    for layer in (planned, wrapped):
+        twin = copy.deepcopy(layer)
+        assert twin.packed is None and layer.packed is not None
+        with torch.inference_mode():
+            torch.testing.assert_close(twin(x), layer(x), atol=1e-5, rtol=1e-5)
+        assert getattr(twin, "kernel", lambda rows: "oneDNN packed")(3) == "oneDNN packed"

@@ -94,7 +94,7 @@ def decode_bytes(model: torch.nn.Module, precision: str | None = None, kv_positi
         linear_weights.add(id(head_weight))
     total = 0
     for t in list(model.parameters()) + list(model.buffers()):
-        if id(t) in seen:
+        if id(t) in seen or t.is_mkldnn:  # a packed copy (runtime.cpu.pack) stands for a weight counted already
             continue
         seen.add(id(t))
         if embed_weight is not None and t is embed_weight and (head_weight is None or head_weight is not t):

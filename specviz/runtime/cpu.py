@@ -23,16 +23,14 @@ quiet, all 18 layers per pass: q/k/v 6.1 ms (F.linear) vs 8.3 (oneDNN) at 1 row,
 gate/up 16.7 vs 9.7 at 1 row, 36.9 vs 11.9 at 2; so its target-only step went from 73 to 55 ms and a
 2-token verify pass from 119 to 68 ms (v(2) 1.63 -> 1.25).
 
-The same holds in bfloat16 (:data:`DTYPES`), where oneDNN runs AMX tiles on CPUs that have them: on
-a Sapphire-Rapids-class Xeon (AMX), 2 threads, all of gemma-3-270m's bf16 body at 9 rows took
-39.9 ms through ``F.linear`` and 15.1 through oneDNN, while 1 row took about the same on both.
-
-Only float32 and bfloat16 on the CPU; ``SPECVIZ_CPU_HEAD=0`` leaves the head alone, ``SPECVIZ_CPU_KERNELS=0`` the
+The same holds in bfloat16 (:data:`DTYPES`; oneDNN runs AMX tiles where the CPU has them). A third
+kernel, oneDNN on a packed copy (:func:`pack`), is timed for fp32 weights. Only float32 and bfloat16 on the CPU; ``SPECVIZ_CPU_HEAD=0`` leaves the head alone, ``SPECVIZ_CPU_KERNELS=0`` the
 body's projections.
 """
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import logging
@@ -364,6 +362,9 @@ class RowAdaptiveLinear(torch.nn.Module):
         self.onednn_at = tuple(int(b) for b in onednn_at) or (0,)
         self.packed = packed  # the weight's oneDNN layout (:func:`pack`): bf16's oneDNN, fp32's third kernel
 
+    def __deepcopy__(self, memo: dict) -> "RowAdaptiveLinear":
+        return _copy_without_packed(self, memo)
+
     @property
     def weight(self) -> torch.Tensor:  # HF code may read lm_head.weight
         return self.linear.weight
@@ -390,6 +391,18 @@ def _read_by(code: int, weight: torch.Tensor, packed: torch.Tensor | None) -> to
     """The tensor oneDNN reads for kernel ``code``: the packed copy for "oneDNN packed" and for any
     bf16 oneDNN (never the plain bf16 weight), else the weight itself."""
     return packed if packed is not None and (code == 2 or weight.dtype == torch.bfloat16) else weight
+
+
+def _copy_without_packed(module: torch.nn.Module, memo: dict) -> torch.nn.Module:
+    """A deep copy of ``module`` without its packed copy (an opaque oneDNN tensor cannot be copied);
+    the copy's oneDNN reads its plain weight until it is packed again (same products)."""
+    new = module.__class__.__new__(module.__class__)
+    memo[id(module)] = new
+    for k, v in module.__dict__.items():
+        if k == "_buffers":
+            v = {n: (None if n == "packed" else b) for n, b in v.items()}
+        new.__dict__[k] = None if k == "packed" else copy.deepcopy(v, memo)
+    return new
 
 
 def _needs_packed(codes: Sequence[int], dtype: torch.dtype) -> bool:
@@ -432,6 +445,9 @@ class PlannedLinear(torch.nn.Module):
         self.onednn_at: tuple[int, ...] = (0,)  # kernel codes by rows (HeadKernelPlan.onednn_at)
         # the weight's oneDNN layout (:func:`pack`), which oneDNN reads; a buffer, so a trace takes it as one
         self.register_buffer("packed", None, persistent=False)
+
+    def __deepcopy__(self, memo: dict) -> "PlannedLinear":
+        return _copy_without_packed(self, memo)
 
     def pack(self) -> torch.Tensor | None:
         """The packed copy oneDNN reads (:func:`pack`), made on the first call."""
