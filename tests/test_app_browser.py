@@ -22,11 +22,7 @@ TIMEOUT_MS = 120_000
 
 
 def _raw(env, **change):
-    args = dict(target=env["SPECVIZ_DEFAULT_TARGET"], proposer="draft", draft=env["SPECVIZ_DEFAULT_DRAFT"], k=4,
-                temperature=1.0, top_p=1.0, top_k=0, seed=0, max_new_tokens=12, prompt=app_server.TINY_PROMPT, chat=True,
-                schedule="constant", layers=1)
-    args.update(change)
-    return tuple(args.values())
+    return app_server.raw_step_args(env, **change)
 
 
 def test_step_handler_streams_status_then_the_step(tiny_env):

@@ -52,15 +52,7 @@ def test_a_run_during_the_preparation_waits_and_says_what_is_being_prepared(toke
     fresh_startup.start(["tiny-slow"], slow_load, lambda msg: None)
     assert fresh_startup.running and "loading tiny-slow" in fresh_startup.line()
     assert fresh_startup.wait(["another-model"], lambda msg: None) == 0.0  # a run of other models does not wait
-    said: list[str] = []
-    waiter = threading.Thread(target=fresh_startup.wait, args=(["tiny-slow"], said.append, 0.05))
-    waiter.start()
-    for _ in range(200):
-        if said:
-            break
-        threading.Event().wait(0.05)
-    release.set()
-    waiter.join(120)
+    said, waiter = _wait_until_it_speaks(fresh_startup, ["tiny-slow"], release)
     assert not waiter.is_alive() and not fresh_startup.running
     assert said and said[0].startswith("Waiting for the start-up preparation of the default configuration: loading tiny-slow")
     assert fresh_startup.line() is None
@@ -193,15 +185,7 @@ def test_the_defaults_do_not_wait_for_the_later_model_but_its_run_does_and_says_
         threading.Event().wait(0.05)
     assert fresh_startup.later_running and not fresh_startup.running
     assert fresh_startup.wait(["tiny-d2"], lambda msg: None) == 0.0  # the default configuration is ready now
-    said: list[str] = []
-    waiter = threading.Thread(target=fresh_startup.wait, args=(["tiny-d2", "tiny-d2@int8"], said.append, 0.05))
-    waiter.start()
-    for _ in range(200):
-        if said:
-            break
-        threading.Event().wait(0.05)
-    release.set()
-    waiter.join(120)
+    said, waiter = _wait_until_it_speaks(fresh_startup, ["tiny-d2", "tiny-d2@int8"], release)
     fresh_startup.later_thread.join(120)
     assert not waiter.is_alive() and not fresh_startup.later_running
     assert said and said[0].startswith("Waiting for the start-up preparation of the rejection tour's draft, after the "
@@ -237,3 +221,18 @@ def test_room_for_reads_the_hosting_limits(tokenizer, monkeypatch):
     assert "unknown" in warmup.room_for("owner/some-model", ready, Limits(model_memory_gb=100.0))
     monkeypatch.setenv("SPECVIZ_MODEL_CACHE_SIZE", "1")  # one more model would drop the target
     assert "SPECVIZ_MODEL_CACHE_SIZE=1" in warmup.room_for("tiny-r@int8", ready, Limits())
+
+
+def _wait_until_it_speaks(startup, names: list[str], release: threading.Event) -> tuple[list[str], threading.Thread]:
+    """A run waiting for ``names`` in a thread; once it has said what it waits for, the slow load is
+    released and the run joined. -> (what it said, its thread)."""
+    said: list[str] = []
+    waiter = threading.Thread(target=startup.wait, args=(names, said.append, 0.05))
+    waiter.start()
+    for _ in range(200):
+        if said:
+            break
+        threading.Event().wait(0.05)
+    release.set()
+    waiter.join(120)
+    return said, waiter

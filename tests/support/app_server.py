@@ -27,6 +27,16 @@ from pathlib import Path
 from .tiny import TINY_PROMPT, make_tiny_models
 
 
+def raw_step_args(env: dict[str, str], **change) -> tuple:
+    """The playground's raw control values in handler order (target, proposer, draft, k, T, top-p,
+    top-k, seed, max new tokens, prompt, chat, schedule, layers) on the tiny env's models."""
+    args = dict(target=env["SPECVIZ_DEFAULT_TARGET"], proposer="draft", draft=env["SPECVIZ_DEFAULT_DRAFT"], k=4,
+                temperature=1.0, top_p=1.0, top_k=0, seed=0, max_new_tokens=12, prompt=TINY_PROMPT, chat=True,
+                schedule="constant", layers=1)
+    args.update(change)
+    return tuple(args.values())
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
