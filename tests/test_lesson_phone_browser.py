@@ -161,6 +161,17 @@ def test_the_top10_labels_do_not_overlap_on_a_phone(browser, app_url):
     page.context.close()
 
 
+@pytest.mark.browser
+def test_the_play_speed_choice_reads_whole_on_a_phone(browser, app_url):
+    """The Play speed menu takes its own row on a phone, so its longest choice is not cut off."""
+    page = _page(browser, app_url)
+    box = page.locator("#sv-speed input").first
+    width, shown = box.evaluate("e => [e.scrollWidth, e.clientWidth]")
+    assert width <= shown, (width, shown)
+    assert box.input_value() == "as fast as it runs"
+    page.context.close()
+
+
 # -- 4. guess first at T > 0 on a phone -------------------------------------------------------------
 
 
