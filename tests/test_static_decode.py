@@ -397,8 +397,8 @@ def _timings(kind: str):
     F.linear at one row, oneDNN from two (what gemma-3-270m's q/k/v measured on a Zen 4); "onednn":
     oneDNN at every width; "packed": F.linear at one row, oneDNN on the packed copies from two (its
     fp32 head on a Zen 1)."""
-    def time_weights(weights, rows, *args, third=None, **kwargs):
-        if kind == "packed" and third is not None:
+    def time_weights(weights, rows, *args, packed=None, **kwargs):
+        if kind == "packed" and packed is not None and None not in packed:
             return (1.0, 2.0, 3.0) if rows == 1 else (2.0, 1.5, 1.0)
         return (1.0, 2.0) if kind != "onednn" and rows == 1 else (2.0, 1.0)
     return time_weights

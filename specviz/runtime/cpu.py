@@ -23,9 +23,9 @@ quiet, all 18 layers per pass: q/k/v 6.1 ms (F.linear) vs 8.3 (oneDNN) at 1 row,
 gate/up 16.7 vs 9.7 at 1 row, 36.9 vs 11.9 at 2; so its target-only step went from 73 to 55 ms and a
 2-token verify pass from 119 to 68 ms (v(2) 1.63 -> 1.25).
 
-The same holds in bfloat16 (:data:`DTYPES`; oneDNN runs AMX tiles where the CPU has them). A third
-kernel, oneDNN on a packed copy (:func:`pack`), is timed for fp32 weights. Only float32 and bfloat16 on the CPU; ``SPECVIZ_CPU_HEAD=0`` leaves the head alone, ``SPECVIZ_CPU_KERNELS=0`` the
-body's projections.
+The same holds in bfloat16 (:data:`DTYPES`; oneDNN runs AMX tiles where the CPU has them); for fp32
+a third kernel, oneDNN on a packed copy (:func:`pack`), is timed too. ``SPECVIZ_CPU_HEAD=0`` leaves
+the head alone, ``SPECVIZ_CPU_KERNELS=0`` the body's projections.
 """
 
 from __future__ import annotations
@@ -192,20 +192,23 @@ def time_head(
 def time_weights(
     weights: Sequence[torch.Tensor], rows: int, repeats: int = 3, *, early: bool = True,
     clock: Callable[[], float] = time.perf_counter, stat: Callable[[list[float]], float] = statistics.median,
-    packed: Sequence[torch.Tensor | None] | None = None, third: Sequence[torch.Tensor] | None = None,
+    packed: Sequence[torch.Tensor | None] | None = None,
 ) -> tuple[float, ...]:
     """:func:`time_head` over several weights of one shape read one after another, as a forward
     reads one projection per layer: seconds of (F.linear, oneDNN) for one pass over all of them.
     A layer's weight is then no longer in the cache when the next pass reads it, as in a real
-    forward (one small matrix timed alone sits in the cache and favours another kernel). oneDNN
-    reads ``packed[i]`` in place of ``weights[i]`` where given (bf16, :func:`pack`), as the layers
-    will; ``third``: packed copies timed as a third kernel (fp32), its seconds appended. With
-    ``early``, a kernel over ``CLEAR_GAP`` times the fastest after a round is timed no more."""
+    forward (one small matrix timed alone sits in the cache and favours another kernel). ``packed``:
+    the weights' packed copies (:func:`pack`), read as the layers will read them: bf16's oneDNN
+    reads them in place of the weights; fp32's are timed as a third kernel (when every weight has
+    one), its seconds appended. With ``early``, a kernel over ``CLEAR_GAP`` times the fastest after
+    a round is timed no more."""
     x = torch.randn(rows, weights[0].shape[1], dtype=weights[0].dtype)  # [rows, in]
-    theirs = [p if p is not None else w for w, p in zip(weights, packed or [None] * len(weights))]
+    copies = list(packed or [None] * len(weights))
+    bf16 = weights[0].dtype == torch.bfloat16
+    theirs = [p if p is not None and bf16 else w for w, p in zip(weights, copies)]
     kernels = [lambda: [F.linear(x, w) for w in weights], lambda: [_onednn_linear(x, w, None) for w in theirs]]
-    if third is not None:
-        kernels.append(lambda: [_onednn_linear(x, w, None) for w in third])
+    if not bf16 and None not in copies:
+        kernels.append(lambda: [_onednn_linear(x, w, None) for w in copies])
     if len(weights) > 1:  # a pass over many weights is cheap: warm this width (oneDNN builds a plan per shape)
         with torch.inference_mode():
             [k() for k in kernels]
@@ -504,10 +507,8 @@ def plan_projections(
         weights = [p.weight.detach() for p in layers]
 
         def time_all(_weight: torch.Tensor, rows: int, weights=weights, layers=layers) -> tuple[float, ...]:
-            packed = [p.pack() for p in layers]
-            bf16, whole = weights[0].dtype == torch.bfloat16, None not in packed
-            return time_weights(weights, rows, BODY_REPEATS, early=False, stat=min,  # min: the quiet cost
-                                packed=packed if bf16 else None, third=packed if whole and not bf16 else None)
+            packed = [p.pack() for p in layers]  # min: the quiet cost
+            return time_weights(weights, rows, BODY_REPEATS, early=False, stat=min, packed=packed)
         try:
             plan = plan_head(weights[0], cache_dir, time_width=time_all, count=len(weights))
         except (RuntimeError, AttributeError):  # an op missing from this build: F.linear, as before
@@ -544,19 +545,17 @@ def speed_up_lm_head(
         return False
     packed: list[torch.Tensor | None] = []  # packed once, when first needed: to time oneDNN, or to run it
     if time_width is None:
-        def time_width(w: torch.Tensor, rows: int) -> tuple[float, ...]:  # bf16: oneDNN on the packed copy
+        def time_width(w: torch.Tensor, rows: int) -> tuple[float, ...]:  # the kernels as they would run
             packed[:] = packed or [pack(w)]
-            if w.dtype == torch.bfloat16:
-                return time_weights((w,), rows, HEAD_REPEATS, stat=min, packed=packed)
-            return time_weights((w,), rows, HEAD_REPEATS, stat=min, third=None if packed[0] is None else packed)
+            return time_weights((w,), rows, HEAD_REPEATS, stat=min, packed=packed)
     try:
         plan = plan_head(head.weight.detach(), cache_dir, time_width=time_width)
     except (RuntimeError, AttributeError):  # an op missing from this build
         return False
     wrap = any(plan.onednn_at)
     if wrap:
-        copy = (packed[0] if packed else pack(head.weight)) if _needs_packed(plan.onednn_at, head.weight.dtype) else None
-        model.set_output_embeddings(RowAdaptiveLinear(head, plan.onednn_at, copy))
+        kept = (packed[0] if packed else pack(head.weight)) if _needs_packed(plan.onednn_at, head.weight.dtype) else None
+        model.set_output_embeddings(RowAdaptiveLinear(head, plan.onednn_at, kept))
     with _PLANS_LOCK:
         _PLANS[model] = (plan, wrap)
     return wrap
