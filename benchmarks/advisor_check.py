@@ -154,11 +154,11 @@ def _tree_inputs(advice, spec: str):
 
 def predicted_tree(advice, spec: str, shape: str) -> A.Forecast:
     """The advisor's forecast for ``spec`` with a fixed ``shape`` (``advisor.predict_tree``; after a
-    greedy replay, with the shape's own replayed tau, as the advisor's ranking has it)."""
+    greedy replay, with the shape's own replayed tau and tree sizes, as the advisor's ranking has it)."""
     cand, cal, draft, lookup = _tree_inputs(advice, spec)
     f = A.predict_tree(cal, advice.cost, T.decode(shape), cand.kind, f"{cand.base},shape={shape}", draft, lookup)
-    if advice.tree_tau is not None:
-        f = A.with_tau(f, advice.tree_tau(cand, shape, f.k), advice.cost.base_step_s)
+    if advice.tree_replay is not None:
+        f = A.with_replay(f, advice.tree_replay(cand, shape, f.k), advice.cost)
     return f
 
 

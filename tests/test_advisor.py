@@ -129,7 +129,9 @@ def test_chain_counts_and_the_per_position_prediction():
     f2 = A.predict_chain(cal, cost, 2, "ngram")
     assert f2.tau == pytest.approx(1 + 0.75 + 0.25)  # 1 + 3/4 + (3/4)(2/3)(1/2)
     assert f2.drafted_per_step == pytest.approx(1.75)
-    assert f2.speedup == pytest.approx(2.0 * 0.010 / 0.012)
+    # the verify pass scores what was drafted: 2 rows on every step, a third on the 3 of 4 that drafted 2
+    assert f2.step_s == pytest.approx(0.010 + 1.0 * 0.001 + 0.75 * 0.001)
+    assert f2.speedup == pytest.approx(2.0 * 0.010 / 0.01175)
     assert f2.speedup_lo < f2.speedup < f2.speedup_hi
     with pytest.raises(ValueError, match="calibrated"):
         A.predict_chain(cal, cost, 3, "ngram")
@@ -143,6 +145,35 @@ def test_a_perfect_draft_on_flat_costs_gains_k_plus_one_less_its_drafting():
     # every step: the catch-up feed of x_k and the bonus (2 tokens), then k - 1 one-token steps
     assert f.draft_s == pytest.approx(0.0024 + 3 * 0.002)
     assert f.speedup == pytest.approx(5 * 0.010 / (0.0084 + 0.010))
+
+
+def test_the_verify_pass_is_priced_at_what_was_drafted():
+    t = {1: 1.0, 2: 1.5, 3: 1.7, 4: 2.5, 5: 2.6}.__getitem__
+    assert A.mean_pass_s(t, [1.0] * 4) == 2.6  # every step drafted 4: t(5)
+    assert A.mean_pass_s(t, []) == 1.0  # nothing drafted: a plain step
+    assert A.mean_pass_s(t, [0.5, 0.5, 0.25, 0.0]) == pytest.approx(0.5 * 1.0 + 0.25 * 1.7 + 0.25 * 2.5)
+    # an n-gram that finds nothing on half its steps costs a plain step there, not a k = 2 pass
+    half = A.chain_calibration("ngram", [[step(2, 1), step(0, 0)] * 5], 2)
+    cost = cost_model()
+    assert A.predict_chain(half, cost, 2, "ngram").step_s == pytest.approx(0.010 + 0.5 * 0.001 + 0.5 * 0.001)
+    full = A.chain_calibration("draft:d", [[step(2, 1)] * 10], 2)  # a draft model always drafts k: t(k + 1)
+    f = A.predict_chain(full, cost, 2, "draft", "d")
+    assert f.step_s - f.draft_s == pytest.approx(cost.t(3))
+
+
+def test_a_tree_forecast_takes_its_replayed_tau_and_tree_sizes():
+    cal = A.RankCalibration("ngram-tree:3", (100, 50, 25), ((50, 20), (25, 5), (10, 2)))
+    cost = cost_model(slope=0.001)
+    f = A.predict_tree(cal, cost, decode("211"), "ngram-tree", "ngram-tree:3,shape=211")
+    assert f.step_s == pytest.approx(cost.t_tree(5))  # the whole shape, 4 nodes
+    assert A.with_replay(f, None, cost) == f
+    # the trie offered 4 nodes on one step, 2 on two, none on one: the pass is priced on those
+    g = A.with_replay(f, A.Replayed(2.0, (4, 2, 2, 0)), cost)
+    want = (cost.t_tree(5) + 2 * cost.t_tree(3) + cost.t(1)) / 4
+    assert g.step_s == pytest.approx(want) and g.step_s < f.step_s
+    assert g.tau == 2.0 and g.speedup == pytest.approx(2.0 * cost.base_step_s / want)
+    assert g.extra["tau_model"] == f.tau and g.extra["step_model_s"] == f.step_s
+    assert g.tau_lo <= 2.0 <= g.tau_hi
 
 
 def test_steps_cut_short_by_the_end_of_the_run_are_left_out():

@@ -13,13 +13,15 @@ Acceptance (counted from the calibration's step records, each share with a Wilso
   (the root: depth 0) whose rank-(r+1) child the target kept; tau(tree) =
   ``treeshape.expected_tokens``.
 
-Speed: a step costs ``draft_s + t(k + 1) + overhead`` seconds (a tree: ``t_tree(n + 1)``) and a
-target-only step ``t(1) + overhead`` (:mod:`specviz.analysis.costmodel`), so
+Speed: a step costs ``draft_s + E[t(j + 1)] + overhead`` seconds, j the drafts the step actually
+made (the engine verifies only those: an n-gram may find fewer than k, or none; a tree: its
+realised nodes, ``t_tree``), and a target-only step ``t(1) + overhead``
+(:mod:`specviz.analysis.costmodel`), so
 
-    speedup = tau (t(1) + overhead) / (draft_s + t(k + 1) + overhead)
+    speedup = tau (t(1) + overhead) / (draft_s + E[t(j + 1)] + overhead)
 
 the brief's tau t(1) / (k' c t(1) + t(k+1) + overhead) with the engine's bookkeeping on both
-sides. The interval takes every rate at its Wilson bounds at once (tau is increasing in each
+sides and the pass priced at what was drafted. The interval takes every rate at its Wilson bounds at once (tau is increasing in each
 rate), so it is conservative. A configuration "does not pay" when even its best k predicts a
 speedup below 1.
 """
@@ -28,7 +30,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from . import theory
 from .costmodel import CostModel
@@ -37,7 +39,8 @@ from .treeshape import TreeShape, best_per_budget, best_shape, encode, expected_
 __all__ = [
     "Rate", "wilson", "ChainCalibration", "RankCalibration", "chain_calibration", "rank_calibration_from_tree",
     "rank_calibration_from_chain", "Forecast", "predict_chain", "predict_tree", "tree_step_seconds", "forecast_trees",
-    "rank", "verdicts", "run_speedup", "BudgetPoint", "TreeBudget", "tree_budget", "replayed_tau", "with_tau",
+    "rank", "verdicts", "run_speedup", "BudgetPoint", "TreeBudget", "tree_budget", "replayed_tau", "Replayed",
+    "replayed", "mean_pass_s", "with_replay",
 ]
 
 Z = 1.96  # 95% Wilson intervals
@@ -217,6 +220,27 @@ def replayed_tau(runs: Sequence[Sequence[Any]], k: int, max_new_tokens: int | No
     return 1.0 + sum(kept) / len(kept) if kept else 1.0
 
 
+@dataclass(frozen=True)
+class Replayed:
+    """A configuration's own greedy replay: its tokens per step, and the drafts (a tree: its
+    nodes) each of its steps actually offered, which is what that step's verify pass scored."""
+
+    tau: float
+    drafted: tuple[int, ...]  # per step that could draft the full k
+
+
+def replayed(runs: Sequence[Sequence[Any]], k: int, max_new_tokens: int | None = None) -> Replayed:
+    drafted = tuple(s.k for steps in runs for s, _ in _counted(steps, k, max_new_tokens))
+    return Replayed(replayed_tau(runs, k, max_new_tokens), drafted)
+
+
+def mean_pass_s(pass_s: Callable[[int], float], at_least: Sequence[float]) -> float:
+    """The verify pass's expected seconds when a step drafts j tokens (or nodes) with
+    P(j >= i) = at_least[i - 1]: the engine scores what was drafted (an n-gram may find fewer
+    than k, or none: a plain step), so E[pass(j + 1)] = pass(1) + sum_i P(j >= i) (pass(i + 1) - pass(i))."""
+    return pass_s(1) + sum(p * (pass_s(i + 2) - pass_s(i + 1)) for i, p in enumerate(at_least))
+
+
 # -- forecasts ------------------------------------------------------------------------------------
 
 
@@ -277,7 +301,7 @@ def predict_chain(cal: ChainCalibration, cost: CostModel, k: int, kind: str, dra
     else:
         per_token = (cal.draft_ms / 1e3 / cal.drafted_tokens) if cal.drafted_tokens else 0.0
         draft_s = kprime * per_token
-    step = draft_s + cost.t(k + 1) + cost.step_overhead_s
+    step = draft_s + mean_pass_s(cost.t, [cal.reach(i) for i in range(k)] if cal.steps else [1.0] * k) + cost.step_overhead_s
     base = cost.base_step_s
     lo, hi = _chain_tau(cal, k, "lo"), _chain_tau(cal, k, "hi")
     note = "" if cal.drafted_tokens else "the calibration drafted nothing"
@@ -381,15 +405,23 @@ def tree_budget(cal: RankCalibration, cost: CostModel, kind: str, proposer: str,
     return TreeBudget(proposer, points)
 
 
-def with_tau(f: Forecast, tau: float | None, base_step_s: float) -> Forecast:
-    """``f`` with its tau replaced (the per-rank model's kept as ``extra["tau_model"]``), the
-    interval widened to hold it and the speedups recomputed on the same step time; None: unchanged."""
-    if tau is None:
+def with_replay(f: Forecast, rep: Replayed | None, cost: CostModel) -> Forecast:
+    """A tree forecast ``f`` with its shape's own replay: its tau (the per-rank model's kept as
+    ``extra["tau_model"]``, the interval widened to hold it) and its pass priced at the trees the
+    steps actually offered (an n-gram trie often has fewer continuations than the shape; the
+    whole shape's price kept as ``extra["step_model_s"]``); None: unchanged."""
+    if rep is None:
         return f
+    tau = rep.tau
     lo, hi = min(f.tau_lo, tau), max(f.tau_hi, tau)
-    per = base_step_s / f.step_s
-    return replace(f, tau=tau, tau_lo=lo, tau_hi=hi, speedup=tau * per, speedup_lo=lo * per, speedup_hi=hi * per,
-                   extra={**f.extra, "tau_model": f.tau})
+    step = f.step_s
+    if rep.drafted:
+        n = len(rep.drafted)
+        at_least = [sum(d >= i for d in rep.drafted) / n for i in range(1, max(rep.drafted) + 1)]
+        step = f.draft_s + mean_pass_s(cost.t_tree, at_least) + cost.step_overhead_s
+    per = cost.base_step_s / step
+    return replace(f, tau=tau, tau_lo=lo, tau_hi=hi, step_s=step, speedup=tau * per, speedup_lo=lo * per,
+                   speedup_hi=hi * per, extra={**f.extra, "tau_model": f.tau, "step_model_s": f.step_s})
 
 
 def rank(forecasts: Sequence[Forecast]) -> list[Forecast]:

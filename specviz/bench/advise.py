@@ -85,7 +85,7 @@ class Advice:
     by_k: dict[str, dict[int, A.ChainCalibration]] = field(default_factory=dict)  # replay: a chain's counts at each k
     method: str = "runs"  # "replay" (greedy: every proposer replayed on one decode) or "runs" (a calibration run each)
     replay: dict[str, Any] = field(default_factory=dict)  # the replay's decodes: proposer, prompts, seconds, self-check
-    tree_tau: Callable[[Candidate, str, int], float | None] | None = None  # replay: (tree, shape, k) -> its exact tau
+    tree_replay: Callable[[Candidate, str, int], A.Replayed | None] | None = None  # replay: (tree, shape, k) -> its exact run
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -301,11 +301,11 @@ def _hybrid_costed(runs, cost: CostModel, draft):
     return out
 
 
-def _exact_tree_tau(target, rep: Replayed, prompts, run_prompts, max_new_tokens: int, load=None):
-    """(candidate, shape, k) -> the tau a static tree of that shape has on the replayed decodes
-    (exact for greedy), or None where the replay has no decodes for it."""
+def _exact_tree_replay(target, rep: Replayed, prompts, run_prompts, max_new_tokens: int, load=None):
+    """(candidate, shape, k) -> a static tree of that shape replayed on the decodes (exact for
+    greedy): its tau and the nodes each step offered; None where the replay has no decodes for it."""
 
-    def tau(cand: Candidate, shape: str, k: int) -> float | None:
+    def run(cand: Candidate, shape: str, k: int) -> A.Replayed | None:
         key = id(_prompts_for(cand, prompts, run_prompts))
         if key not in rep.runs or not R.replayable(cand.proposer):
             return None
@@ -314,9 +314,9 @@ def _exact_tree_tau(target, rep: Replayed, prompts, run_prompts, max_new_tokens:
         else:
             steps = R.replay_draft_tree(rep.draft_rows(cand.proposer.model, key), rep.runs[key],
                                         decode_shape(shape).rank_paths(), k)
-        return A.replayed_tau(steps, k, max_new_tokens)
+        return A.replayed(steps, k, max_new_tokens)
 
-    return tau
+    return run
 
 
 def _positions(s) -> int:
@@ -330,7 +330,7 @@ def _shape_spec(cand: Candidate, shape: str) -> str:
 
 def _forecast(cand: Candidate, cal, cost: CostModel, ks: Sequence[int], notes: list[str], shapes: dict[str, str],
               budgets: dict[str, A.TreeBudget], by_k: dict[int, A.ChainCalibration] | None = None,
-              tree_tau=None) -> list[A.Forecast]:
+              tree_replay=None) -> list[A.Forecast]:
     draft = str(cand.draft.name) if cand.draft is not None else None
     if cand.kind in ("ngram-tree", "draft-tree"):
         if not any(any(row) for row in cal.kept):
@@ -338,8 +338,8 @@ def _forecast(cand: Candidate, cal, cost: CostModel, ks: Sequence[int], notes: l
                          "so it predicts no tokens beyond the target's own.")
         lookup = (cal.draft_ms / 1e3 / cal.steps) if cand.kind == "ngram-tree" and cal.steps else None
         fs, best = A.forecast_trees(cal, cost, cand.kind, lambda s: _shape_spec(cand, s), ks, MAX_TREE_NODES, draft, lookup)
-        if tree_tau is not None:  # greedy replay: each forecast shape's own tau on the decodes, not the per-rank model's
-            fs = [A.with_tau(f, tree_tau(cand, f.shape, f.k), cost.base_step_s) for f in fs]
+        if tree_replay is not None:  # greedy replay: each shape's own tau and tree sizes on the decodes, not the models'
+            fs = [A.with_replay(f, tree_replay(cand, f.shape, f.k), cost) for f in fs]
             top = A.rank(fs)[0] if fs else None  # shape=auto: the fastest of them, if it beats target-only
             best = decode_shape(top.shape) if top is not None and top.speedup > 1.0 else decode_shape("0")
         shapes[cand.base] = best.text if best.nodes else "0"
@@ -391,12 +391,12 @@ def advise(target, specs: Sequence[str], prompts: Sequence[PromptRow], *, cache_
         say(f"cost model {'read from the cache' if cached else 'measured'} in {time.perf_counter() - t0:.1f} s")
     notes: list[str] = [n for n in (cost.static_decode, cost.busy) if n]
     by_k: dict[str, dict[int, A.ChainCalibration]] = {}
-    tree_tau, info = None, []
+    tree_replay, info = None, []
     if replay:
         cals, by_k, rep = calibrate_by_replay(target, candidates, prompts, cost, ks=ks, min_drafted=min_drafted,
                                               max_new_tokens=max_new_tokens, chat=chat, seed=seed, say=say,
                                               run_prompts=run_prompts)
-        tree_tau, info = _exact_tree_tau(target, rep, prompts, run_prompts, max_new_tokens, load), rep.info
+        tree_replay, info = _exact_tree_replay(target, rep, prompts, run_prompts, max_new_tokens, load), rep.info
         notes += [_replay_note(i) for i in info]
     else:
         cals = calibrate(target, candidates, prompts, k=max(ks), min_drafted=min_drafted, max_new_tokens=max_new_tokens,
@@ -405,11 +405,11 @@ def advise(target, specs: Sequence[str], prompts: Sequence[PromptRow], *, cache_
     budgets: dict[str, A.TreeBudget] = {}
     forecasts: list[A.Forecast] = []
     for cand in candidates:
-        forecasts += _forecast(cand, cals[cand.spec], cost, ks, notes, shapes, budgets, by_k.get(cand.spec), tree_tau)
+        forecasts += _forecast(cand, cals[cand.spec], cost, ks, notes, shapes, budgets, by_k.get(cand.spec), tree_replay)
     ranked = A.rank(forecasts)
     return Advice(str(target.name), cost, cached, candidates, cals, ranked, A.verdicts(ranked), notes, shapes, budgets,
                   len(ran), statistics.mean(lengths), max_new_tokens, by_k, "replay" if replay else "runs",
-                  {"decodes": info}, tree_tau)
+                  {"decodes": info}, tree_replay)
 
 
 def _replay_note(info: dict[str, Any]) -> str:
