@@ -11,7 +11,7 @@ import torch
 from specviz import SpeculativeDecoder
 from specviz.proposers import DraftModel
 from specviz.runtime import static_decode
-from specviz.runtime.kv import forward_logits, new_cache, rollback
+from specviz.runtime.kv import forward_logits, new_cache, rollback, session_cache
 from specviz.runtime.static_decode import StaticKV, static_cache, supports
 from tests.support.tiny import loaded, perturbed
 from tests.test_engine import PROMPTS, hf_greedy
@@ -450,6 +450,29 @@ def test_planned_projections_give_the_transformers_logits(runner, timing, tiny_t
         if cpu.pack(fused.weight) is not None:  # a second copy only where a plan reads it
             assert all((f.packed is not None and f.packed.is_mkldnn) is (timing == "packed") for f in body.fused)
         calls.clear()
+
+
+def test_warm_builds_a_graph_for_every_width_asked(tiny_target, monkeypatch, tmp_path):
+    """warm(model, widths) builds, before any session, the step of every width asked (widths on the
+    same kernels share one), so no later call of those widths builds anything."""
+    from specviz.runtime import cpu, runners
+
+    monkeypatch.setenv("SPECVIZ_STATIC_DECODE", "trace")
+    monkeypatch.setenv("SPECVIZ_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(cpu, "MIN_BODY_ELEMENTS", 0)
+    monkeypatch.setattr(cpu, "time_weights", _timings("mixed"))  # F.linear at one row, oneDNN from two
+    model = copy.deepcopy(tiny_target.model)
+    decoder = static_cache(model).decoder
+    assert not any(decoder.has_graph(n) for n in range(1, 6))
+    assert static_decode.warm(model, range(1, 6)) > 0
+    assert all(decoder.has_graph(n) for n in range(1, 6)) and len(decoder._steps) == 2
+    assert static_decode.warm(model, range(1, 6)) == 0.0
+    built = runners.build_seconds()
+    cache = session_cache(model)
+    forward_logits(model, torch.tensor([1, 5, 9, 2]), cache, 1)
+    for n in (1, 3, 5, 2):
+        forward_logits(model, torch.arange(3, 3 + n), cache, n)
+    assert runners.build_seconds() == built
 
 
 def test_a_projection_plan_is_measured_once_per_machine_and_cached(tiny_target, monkeypatch, tmp_path):

@@ -362,6 +362,19 @@ class Choice:
             self._fall_back(e)
             return self.body(*example)
 
+    def has_step(self, n: int) -> bool:
+        """Whether a call of n tokens finds its step built (the runner chosen, its graph made)."""
+        if self.runner is None:
+            return False
+        if self.runner.any_width(self.body):
+            return None in self.steps
+        key = getattr(self.body, "graph_key", None)
+        return (n if key is None else key(n)) in self.steps
+
+    def prepare(self, example: tuple) -> None:
+        """Choose the runner (on this example) and build the step that serves its width, now."""
+        self._step(example)
+
     def _width(self, example: tuple) -> object:
         """The key of the step that serves ``example``: None (one for every width), or what the
         body's ``graph_key(n)`` says tells graphs apart (the kernels its projections run at width

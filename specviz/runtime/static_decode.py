@@ -54,6 +54,7 @@ import threading
 import time
 import warnings
 import weakref
+from collections.abc import Iterable
 from pathlib import Path
 
 import torch
@@ -429,6 +430,14 @@ class StaticDecoder:
         rot = [t[positions, None] for t in (cos, sin, cos_l, sin_l)]  # each [n, 1, hd]
         return (tokens, slots, *rot, mask, mask_local, cache.keys, cache.values)  # buffers [layers, kv, C, hd]
 
+    def has_graph(self, n: int) -> bool:
+        """Whether the step for n tokens is built (its runner chosen, its graph made)."""
+        return self._runner.has_step(n)
+
+    def prepare(self, example: tuple) -> None:
+        """Choose the runner and build the step for ``example``'s width, without running it."""
+        self._runner.prepare(example)
+
     def _call(self, example: tuple) -> torch.Tensor:
         """The body on ``example`` through the runner this model keeps (chosen on its first call)."""
         return self._runner(example)
@@ -485,18 +494,21 @@ class StaticDecoder:
         return self._head(out.last_hidden_state[0, -keep:])  # [keep, V]
 
 
-def warm(model: torch.nn.Module) -> float:
-    """Build ``model``'s static step and choose its runner now, with one untimed one-token call on
-    a scratch cache, so that a session's first timed step does not pay that one-off cost. ->
-    seconds spent (0.0 when the step was built already or the model is not served)."""
+def warm(model: torch.nn.Module, widths: Iterable[int] = (1,)) -> float:
+    """Build ``model``'s static step and choose its runner now (with one untimed one-token call on
+    a scratch cache), and its graph for each of ``widths`` tokens (widths whose kernels agree share
+    one), so that a session's first timed step of those widths does not pay that one-off cost. ->
+    seconds spent (0.0 when all of it was built already or the model is not served)."""
     cache = static_cache(model)
-    if cache is None or cache.decoder.runner is not None:
+    decoder = cache.decoder if cache is not None else None
+    todo = [n for n in sorted(set(widths)) if decoder is not None and not decoder.has_graph(n)]
+    if not todo:
         return 0.0
     t = time.perf_counter()
     with torch.inference_mode():
-        cache.reserve(1)
-        decoder = cache.decoder
-        decoder._call(decoder._inputs(cache, torch.zeros(1, dtype=torch.long), 0))  # token 0 at slot 0, the body only
+        cache.reserve(todo[-1])
+        for n in todo:  # tokens 0 at slots 0..n-1, the body only
+            decoder.prepare(decoder._inputs(cache, torch.zeros(n, dtype=torch.long), 0))
     return time.perf_counter() - t
 
 
