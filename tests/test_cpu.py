@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from specviz.core.bounds import ENGINE_MAX_K
-from specviz.runtime import cpu, kernel_words
+from specviz.runtime import cpu, kernel_words, projections
 
 pytestmark = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="no oneDNN in this torch build")
 
@@ -200,7 +200,7 @@ def test_a_copy_of_a_layer_with_a_packed_copy_drops_it_and_gives_the_same_produc
     import copy
 
     lin = torch.nn.Linear(32, 48, bias=False)
-    planned = cpu.PlannedLinear([torch.nn.Linear(32, 24, bias=False), torch.nn.Linear(32, 24, bias=False)])
+    planned = projections.PlannedLinear([torch.nn.Linear(32, 24, bias=False), torch.nn.Linear(32, 24, bias=False)])
     planned.onednn_at = (0, 2)
     wrapped = cpu.RowAdaptiveLinear(lin, (0, 2), cpu.pack(lin.weight))
     if planned.pack() is None:

@@ -12,7 +12,7 @@ import torch
 from specviz import SpeculativeDecoder, autoregressive
 from specviz.models import LoadedModel
 from specviz.proposers import NGram, NGramTree
-from specviz.runtime import static_decode
+from specviz.runtime import projections, static_decode
 from specviz.runtime.kv import forward_logits, keep_path, new_cache, rollback, score_tree
 from specviz.runtime.static_decode import StaticKV, static_cache, supports
 from tests.test_engine import PROMPTS
@@ -103,7 +103,7 @@ def test_planned_bf16_projections_give_the_same_logits(timing, pair, monkeypatch
         pytest.skip("this CPU's oneDNN has no bf16 inner product: the plan keeps F.linear (test_cpu)")
     monkeypatch.setenv("SPECVIZ_STATIC_DECODE", "trace")
     monkeypatch.setenv("SPECVIZ_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(cpu, "MIN_BODY_ELEMENTS", 0)  # tiny models' projections planned too
+    monkeypatch.setattr(projections, "MIN_BODY_ELEMENTS", 0)  # tiny models' projections planned too
     monkeypatch.setattr(cpu, "time_weights", _timings(timing))
     cache = chains_and_tree_match(*pair)
     body = cache.decoder.body

@@ -10,7 +10,7 @@ import torch
 
 from specviz import SpeculativeDecoder
 from specviz.proposers import DraftModel
-from specviz.runtime import static_decode
+from specviz.runtime import projections, static_decode
 from specviz.runtime.kv import forward_logits, new_cache, rollback, session_cache
 from specviz.runtime.static_decode import StaticKV, static_cache, supports
 from tests.support.tiny import loaded, perturbed
@@ -389,7 +389,7 @@ def test_the_setting(monkeypatch, value, mode):
     assert static_decode.mode() == mode and static_decode.enabled() == (mode != "off")
 
 
-# -- the projections' kernels (specviz.runtime.cpu.plan_projections) ---------------------------------
+# -- the projections' kernels (specviz.runtime.projections.plan_projections) ---------------------------------
 
 
 def _timings(kind: str):
@@ -419,7 +419,7 @@ def test_planned_projections_give_the_transformers_logits(runner, timing, tiny_t
     monkeypatch.setattr(cpu, "_onednn_linear", lambda *a: calls.append(a[0].shape[0]) or onednn(*a))
     monkeypatch.setenv("SPECVIZ_STATIC_DECODE", runner)
     monkeypatch.setenv("SPECVIZ_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(cpu, "MIN_BODY_ELEMENTS", 0)  # tiny models' projections planned too
+    monkeypatch.setattr(projections, "MIN_BODY_ELEMENTS", 0)  # tiny models' projections planned too
     monkeypatch.setattr(cpu, "time_weights", _timings(timing))
     monkeypatch.setattr(static_decode, "MIN_CAPACITY", 16)
     monkeypatch.setattr(static_decode, "SPAN", 8)
@@ -459,7 +459,7 @@ def test_warm_builds_a_graph_for_every_width_asked(tiny_target, monkeypatch, tmp
 
     monkeypatch.setenv("SPECVIZ_STATIC_DECODE", "trace")
     monkeypatch.setenv("SPECVIZ_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(cpu, "MIN_BODY_ELEMENTS", 0)
+    monkeypatch.setattr(projections, "MIN_BODY_ELEMENTS", 0)
     monkeypatch.setattr(cpu, "time_weights", _timings("mixed"))  # F.linear at one row, oneDNN from two
     model = copy.deepcopy(tiny_target.model)
     decoder = static_cache(model).decoder
@@ -481,7 +481,7 @@ def test_a_projection_plan_is_measured_once_per_machine_and_cached(tiny_target, 
     from specviz.runtime import cpu
 
     monkeypatch.setenv("SPECVIZ_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(cpu, "MIN_BODY_ELEMENTS", 0)
+    monkeypatch.setattr(projections, "MIN_BODY_ELEMENTS", 0)
     timed = []
     monkeypatch.setattr(cpu, "time_weights", lambda weights, rows, *a, **k: timed.append(rows) or (2.0, 1.0))
     first = static_decode.StaticDecoder(copy.deepcopy(tiny_target.model)).body

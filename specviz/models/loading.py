@@ -84,7 +84,7 @@ def _load_int8(spec: _Spec, report: Progress) -> LoadedModel:
         # never touch the shared fp32 model: a copy of its modules, sharing its (read-only) float
         # tensors: the Linear layers' are replaced and only the embedding and norms stay, no 1 GB clone
         memo: dict[int, object] = {id(p): p for p in base.model.parameters()}
-        for m in base.model.modules():  # fused float projections (runtime.cpu.PlannedLinear), not submodules
+        for m in base.model.modules():  # fused float projections (runtime.projections.PlannedLinear), not submodules
             for g in getattr(m, "group", ()) or ():
                 if isinstance(g, torch.nn.Module):
                     memo.update({id(p): p for p in g.parameters()})

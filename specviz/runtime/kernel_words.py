@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .cpu import KERNELS, KIND_NAMES
+from .cpu import KERNELS
+from .projections import KIND_NAMES
 
 __all__ = ["describe_head_kernels", "describe_kernels", "kernel_summary"]
 

@@ -26,7 +26,7 @@ target-only decoding; n = k + 1: the target's verify pass):
   at a time through a one-token graph, and a tree gets a graph per width.
 
 A float32 or bfloat16 body's projections run fused (q/k/v, gate/up) on the kernel measured faster at each
-width on this machine (:func:`specviz.runtime.cpu.plan_projections`, cached): when one kind changes kernel with
+width on this machine (:func:`specviz.runtime.projections.plan_projections`, cached): when one kind changes kernel with
 the width, the widths that run the same kernels share a graph (and there is no exported one);
 otherwise one serves all.
 
@@ -60,7 +60,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from . import cpu, runners
+from . import cpu, projections, runners
 
 log = logging.getLogger(__name__)
 
@@ -139,7 +139,7 @@ def supports(model: torch.nn.Module) -> str | None:
 def fused_of(*members: torch.nn.Module) -> torch.nn.Module | None:
     """The one layer whose rows ``members`` are, in order, or None: an int8 copy's q/k/v or gate/up
     (:func:`specviz.runtime.quantize.shared_input_groups`), or a float32 body's planned projection
-    kind, a single layer included (:class:`specviz.runtime.cpu.PlannedLinear`)."""
+    kind, a single layer included (:class:`specviz.runtime.projections.PlannedLinear`)."""
     group = getattr(members[0], "group", ())
     if not group or any(getattr(m, "group", ()) != group for m in members):
         return None
@@ -189,14 +189,15 @@ class _Body(torch.nn.Module):
                 self.register_buffer(f"norm_{i}_{j}", w, persistent=False)
             self.norms.append([f"norm_{i}_{j}" for j in range(len(scales))])
         self.register_buffer("final", scale(body.norm), persistent=False)
-        projections = [m for layer in self.layers for m in (
+        linears = [m for layer in self.layers for m in (
             layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj, layer.self_attn.o_proj,
             layer.mlp.gate_proj, layer.mlp.up_proj, layer.mlp.down_proj)]
         # all n tokens in one call: plain Linears, or int8 ones (specviz.runtime.quantize: no row loop)
-        self.rows_at_once = all(type(m) is torch.nn.Linear or getattr(m, "any_width", False) is True for m in projections)
-        # fp32 or bf16 projections: q/k/v and gate/up fused, each kind on the kernel measured faster per width (cpu.py)
+        self.rows_at_once = all(type(m) is torch.nn.Linear or getattr(m, "any_width", False) is True for m in linears)
+        # fp32 or bf16 projections: q/k/v and gate/up fused, each kind on the kernel measured faster per width
+        # (projections.py)
         attns, mlps = [layer.self_attn for layer in self.layers], [layer.mlp for layer in self.layers]
-        self.kernel_plans = {kind: plan for kind, (_, plan) in cpu.plan_projections({
+        self.kernel_plans = {kind: plan for kind, (_, plan) in projections.plan_projections({
             "qkv": [(a.q_proj, a.k_proj, a.v_proj) for a in attns], "o": [(a.o_proj,) for a in attns],
             "gate_up": [(m.gate_proj, m.up_proj) for m in mlps], "down": [(m.down_proj,) for m in mlps],
         }, kernel_dir).items()} if self.rows_at_once else {}

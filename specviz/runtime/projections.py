@@ -1,0 +1,128 @@
+"""The decoder body's projections on the kernel measured fastest at each width.
+
+:func:`plan_projections` (used by :mod:`specviz.runtime.static_decode`) makes the choice that
+:mod:`specviz.runtime.cpu` makes for the LM head, per projection kind (q/k/v fused, o, gate/up
+fused, down): the kernels are timed on all the layers' weights read in turn, as a forward reads
+them (one small matrix timed alone stays in the cache and favours another kernel). gemma-3-270m
+on a Zen 4 EPYC, 2 threads, quiet, all 18 layers per pass: q/k/v 6.1 ms (F.linear) vs 8.3
+(oneDNN) at 1 row, 11.7 vs 4.5 at 2 rows; gate/up 16.7 vs 9.7 at 1 row, 36.9 vs 11.9 at 2; so its
+target-only step went from 73 to 55 ms and a 2-token verify pass from 119 to 68 ms (v(2) 1.63 ->
+1.25). ``SPECVIZ_CPU_KERNELS=0`` leaves the projections alone.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from . import cpu
+
+__all__ = ["MIN_BODY_ELEMENTS", "BODY_REPEATS", "KIND_NAMES", "PlannedLinear", "fusable", "plan_projections"]
+
+MIN_BODY_ELEMENTS = 4_000_000  # a projection kind whose layers hold fewer weights in all is left as it is
+BODY_REPEATS = 5  # rounds per width (a pass over a body's layers takes milliseconds, not a head's tens)
+KIND_NAMES = {"qkv": "q/k/v", "o": "o", "gate_up": "gate/up", "down": "down"}  # projection kinds, as a person reads them
+
+
+class PlannedLinear(torch.nn.Module):
+    """Several fp32 or bf16 ``nn.Linear`` layers that read the same input (a layer's q/k/v, or gate/up), or
+    one, as one weight [out, in] whose rows are theirs, run on the kernel measured faster at each
+    width: oneDNN where ``onednn_at[rows]`` (the widest entry beyond its end), ``F.linear``
+    elsewhere. The members' weights become views of its rows (no second copy), so the model's own
+    forward still runs them as before."""
+
+    any_width = True  # [n, in] -> [n, out] for any n (specviz.runtime.static_decode)
+
+    def __init__(self, members: Sequence[torch.nn.Linear]):
+        super().__init__()
+        with torch.no_grad():
+            weight = torch.cat([m.weight.detach() for m in members]) if len(members) > 1 else members[0].weight.detach()
+            bias = None if members[0].bias is None else torch.cat([m.bias.detach() for m in members])
+            start = 0
+            for m in members:  # each member: a view of its rows
+                rows = m.out_features
+                m.weight = torch.nn.Parameter(weight[start : start + rows], requires_grad=False)
+                if bias is not None:
+                    m.bias = torch.nn.Parameter(bias[start : start + rows], requires_grad=False)
+                m.group = (self,)  # a tuple: not a submodule of the member (see static_decode.fused_of)
+                start += rows
+        self.weight = torch.nn.Parameter(weight, requires_grad=False)  # [out, in]
+        self.bias = None if bias is None else torch.nn.Parameter(bias, requires_grad=False)
+        self.in_features, self.out_features = int(weight.shape[1]), int(weight.shape[0])
+        self.onednn_at: tuple[int, ...] = (0,)  # kernel codes by rows (HeadKernelPlan.onednn_at)
+        # the weight's oneDNN layout (:func:`pack`), which oneDNN reads; a buffer, so a trace takes it as one
+        self.register_buffer("packed", None, persistent=False)
+
+    def __deepcopy__(self, memo: dict) -> "PlannedLinear":
+        return cpu._copy_without_packed(self, memo)
+
+    def pack(self) -> torch.Tensor | None:
+        """The packed copy oneDNN reads (:func:`pack`), made on the first call."""
+        if self.packed is None:
+            self.packed = cpu.pack(self.weight)
+        return self.packed
+
+    def uniform(self) -> bool:
+        """Whether every width runs the same kernel (then one graph serves every width)."""
+        return len(set(self.onednn_at[1:] or (0,))) == 1
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # [n, in] -> [n, out]
+        at = self.onednn_at
+        code = at[-1] if self.uniform() else at[min(int(x.shape[0]), len(at) - 1)]
+        if not code:
+            return F.linear(x, self.weight, self.bias)
+        weight = cpu._read_by(code, self.weight, self.packed)
+        if torch.jit.is_tracing() or torch.compiler.is_compiling():  # a graph that cannot hold oneDNN's op itself
+            return torch.ops.specviz.onednn_linear(x, weight, self.bias)
+        return cpu._onednn_linear(x, weight, self.bias)
+
+
+def fusable(members: Sequence[torch.nn.Module]) -> bool:
+    """Whether ``members`` are plain fp32 or bf16 ``nn.Linear`` layers on the CPU with one input size,
+    one dtype and all or none biased (what :class:`PlannedLinear` can take)."""
+    return (all(type(m) is torch.nn.Linear and m.weight.dtype in cpu.DTYPES and m.weight.device.type == "cpu"
+                for m in members)
+            and len({m.in_features for m in members}) == 1 and len({m.bias is None for m in members}) == 1
+            and len({m.weight.dtype for m in members}) == 1)
+
+
+def plan_projections(
+    kinds: dict[str, list[Sequence[torch.nn.Linear]]], cache_dir: str | Path | None = None,
+) -> dict[str, tuple[list[PlannedLinear], cpu.HeadKernelPlan]]:
+    """Each projection kind of a decoder body (``{"qkv": [(q, k, v) per layer], "o": [(o,) per
+    layer], ...}``) as one :class:`PlannedLinear` per layer, with the kernel per width measured on
+    all its layers' weights read in turn (:func:`time_weights`; cached like the head's plan, keyed
+    by the count of layers too). Kinds that are not plain fp32 or bf16 Linears, or too small to matter
+    (under :data:`MIN_BODY_ELEMENTS` weights in all), are left out and keep their own layers.
+    Nothing is done with ``SPECVIZ_CPU_KERNELS=0`` or without oneDNN."""
+    if os.environ.get("SPECVIZ_CPU_KERNELS", "").strip().lower() in ("0", "false", "no", "off"):
+        return {}
+    if not torch.backends.mkldnn.is_available():
+        return {}
+    planned = {}
+    for kind, groups in kinds.items():
+        if not groups or not all(fusable(g) for g in groups):
+            continue
+        if sum(m.weight.numel() for g in groups for m in g) < MIN_BODY_ELEMENTS:
+            continue
+        if len({(sum(m.out_features for m in g), g[0].in_features) for g in groups}) != 1:
+            continue  # layers of different shapes: not one plan
+        layers = [PlannedLinear(g) for g in groups]
+        weights = [p.weight.detach() for p in layers]
+
+        def time_all(_weight: torch.Tensor, rows: int, weights=weights, layers=layers) -> tuple[float, ...]:
+            packed = [p.pack() for p in layers]  # min: the quiet cost
+            return cpu.time_weights(weights, rows, BODY_REPEATS, early=False, stat=min, packed=packed)
+        try:
+            plan = cpu.plan_head(weights[0], cache_dir, time_width=time_all, count=len(weights))
+        except (RuntimeError, AttributeError):  # an op missing from this build: F.linear, as before
+            continue
+        for p in layers:
+            p.onednn_at = plan.onednn_at
+            p.packed = p.pack() if cpu._needs_packed(plan.onednn_at, p.weight.dtype) else None  # only where read
+        planned[kind] = (layers, plan)
+    return planned
