@@ -212,3 +212,47 @@ def test_a_copy_of_a_layer_with_a_packed_copy_drops_it_and_gives_the_same_produc
         with torch.inference_mode():
             torch.testing.assert_close(twin(x), layer(x), atol=1e-5, rtol=1e-5)
         assert getattr(twin, "kernel", lambda rows: "oneDNN packed")(3) == "oneDNN packed"
+
+
+def test_the_k_major_copy_is_a_one_row_kernel_chosen_only_when_clearly_faster():
+    """The fourth kernel: F.linear through an fp32 weight stored K-major ([in, out]). It wins a
+    width only under FASTER of every other kernel timed there; it is timed at one row only (from
+    two rows it is slower everywhere measured), so the timer gives None for a packed copy not timed."""
+    assert cpu.choose_kernel(1.0, 1.2, None, 0.8) == "F.linear K-major"
+    assert cpu.choose_kernel(1.0, 1.2, 0.85, 0.8) == "oneDNN packed"  # 0.8 is not under 0.9 x 0.85
+    assert cpu.choose_kernel(1.0, 1.2, None, 0.95) == "F.linear"
+    assert cpu.kmajor(torch.zeros(3, 2, dtype=torch.bfloat16)) is None
+    w = torch.randn(48, 32)
+    t = cpu.kmajor(w)
+    assert t.shape == (32, 48) and t.is_contiguous() and torch.equal(t.t(), w)
+    times = cpu.time_weights((w,), 1, 1, kmajor=[t])
+    assert len(times) == 4 and times[2] is None and times[3] > 0  # (F.linear, oneDNN, packed: not timed, K-major)
+    assert len(cpu.time_weights((w,), 1, 1)) == 2
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_layers_on_the_k_major_copy_give_the_plain_products_and_copies_drop_it(bias):
+    """RowAdaptiveLinear and PlannedLinear at code 3 (one row) read the K-major copy: the same
+    products as F.linear to float rounding; a deep copy leaves the copy out and runs F.linear; the
+    bytes a decode step reads count the weight once, not its copy."""
+    import copy
+
+    from specviz.analysis.hardware import decode_bytes
+
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(32, 48, bias=bias)
+    wrapped = cpu.RowAdaptiveLinear(lin, (0, 3, 0), kmajor=cpu.kmajor(lin.weight))
+    planned = projections.PlannedLinear([torch.nn.Linear(32, 24, bias=bias), torch.nn.Linear(32, 24, bias=bias)])
+    planned.onednn_at = (0, 3, 0)
+    planned.kmajor = cpu.kmajor(planned.weight)
+    for layer, plain in ((wrapped, lin), (planned, lambda x: torch.nn.functional.linear(x, planned.weight, planned.bias))):
+        twin = copy.deepcopy(layer)
+        assert twin.kmajor is None and layer.kmajor is not None
+        with torch.inference_mode():
+            for rows in (1, 2, 3):
+                x = torch.randn(rows, 32)
+                torch.testing.assert_close(layer(x), plain(x), atol=1e-5, rtol=1e-5)
+                torch.testing.assert_close(twin(x), plain(x), atol=1e-5, rtol=1e-5)
+    assert wrapped.kernel(1) == "F.linear K-major" and wrapped.kernel(2) == "F.linear"
+    holder = torch.nn.Sequential(planned)
+    assert decode_bytes(holder) == sum(p.numel() * 4 for p in planned.parameters())

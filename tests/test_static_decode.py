@@ -396,16 +396,19 @@ def _timings(kind: str):
     """A stand-in for cpu.time_weights: (F.linear s, oneDNN s[, oneDNN packed s]) by width. "mixed":
     F.linear at one row, oneDNN from two (what gemma-3-270m's q/k/v measured on a Zen 4); "onednn":
     oneDNN at every width; "packed": F.linear at one row, oneDNN on the packed copies from two (its
-    fp32 head on a Zen 1)."""
-    def time_weights(weights, rows, *args, packed=None, **kwargs):
+    fp32 head on a Zen 1); "kmajor": F.linear on the K-major copies at one row, oneDNN from two
+    (fp32's head and gate/up on an AMX Xeon)."""
+    def time_weights(weights, rows, *args, packed=None, kmajor=None, **kwargs):
         if kind == "packed" and packed is not None and None not in packed:
             return (1.0, 2.0, 3.0) if rows == 1 else (2.0, 1.5, 1.0)
-        return (1.0, 2.0) if kind != "onednn" and rows == 1 else (2.0, 1.0)
+        if kind == "kmajor" and kmajor is not None:
+            return (2.0, 2.0, None, 1.0)
+        return (1.0, 2.0) if kind not in ("onednn", "kmajor") and rows == 1 else (2.0, 1.0)
     return time_weights
 
 
 @pytest.mark.parametrize("runner", RUNNERS)
-@pytest.mark.parametrize("timing", ["mixed", "onednn", "packed"])
+@pytest.mark.parametrize("timing", ["mixed", "onednn", "packed", "kmajor"])
 def test_planned_projections_give_the_transformers_logits(runner, timing, tiny_target, tokenizer, monkeypatch, tmp_path):
     """q/k/v and gate/up fused, and every projection kind on the kernel its plan picks per width
     (oneDNN at some widths, F.linear at others, or oneDNN everywhere): the same logits as the
@@ -414,6 +417,8 @@ def test_planned_projections_give_the_transformers_logits(runner, timing, tiny_t
     of kernels (here two: one row, and every wider width), not per width."""
     from specviz.runtime import cpu
 
+    if runner == "compile":  # dynamo counts recompiles of the body's code across this process's tests (limit 64)
+        torch._dynamo.reset()
     calls = []
     onednn = cpu._onednn_linear
     monkeypatch.setattr(cpu, "_onednn_linear", lambda *a: calls.append(a[0].shape[0]) or onednn(*a))
@@ -449,6 +454,7 @@ def test_planned_projections_give_the_transformers_logits(runner, timing, tiny_t
             assert len(cache.decoder._steps) == (1 if timing == "onednn" else 2)  # one row, and every wider width; or one for all
         if cpu.pack(fused.weight) is not None:  # a second copy only where a plan reads it
             assert all((f.packed is not None and f.packed.is_mkldnn) is (timing == "packed") for f in body.fused)
+        assert all((f.kmajor is not None) is (timing == "kmajor") for f in body.fused)
         calls.clear()
 
 

@@ -58,8 +58,8 @@ FASTER = 0.9  # oneDNN replaces F.linear at a width only when it takes under 90%
 CLEAR_GAP = 2.0  # one round decides a width when one kernel takes over twice the other's time
 AGREED_GAP = 1.25  # two rounds decide it when both favour the same kernel by this much
 CACHE_FILE = "lm_head_kernels.json"
-CACHE_FORMAT = 3  # 2: a bf16 weight's oneDNN timing is on its packed copy (:func:`pack`); 3: fp32's packed copy timed too
-KERNELS = ("F.linear", "oneDNN", "oneDNN packed")  # by code: a plan's onednn_at holds these indices
+CACHE_FORMAT = 4  # 2: bf16's oneDNN timed on its packed copy (:func:`pack`); 3: fp32's too; 4: fp32's K-major copy
+KERNELS = ("F.linear", "oneDNN", "oneDNN packed", "F.linear K-major")  # by code: a plan's onednn_at holds these indices
 PACK_ROWS = {torch.bfloat16: 1, torch.float32: 16}  # the rows oneDNN lays a packed copy out for (see pack)
 DTYPES = (torch.float32, torch.bfloat16)  # the weights whose kernels are measured
 
@@ -87,6 +87,22 @@ def pack(weight: torch.Tensor) -> torch.Tensor | None:
         return None
 
 
+def kmajor(weight: torch.Tensor) -> torch.Tensor | None:
+    """A copy of an fp32 weight [out, in] stored K-major, [in, out] (as many bytes again): one row
+    times it, ``x @ copy``, streams each input feature's long row of outputs, which on an AMX Xeon
+    (2 threads) read gemma-3-270m's 262,144 x 640 head in 25 ms against 33 for ``F.linear`` on the
+    weight, and its gate/up in 5.9 ms against 8.7; from two rows it is twice as slow, so it is a
+    one-row kernel, timed there only. None for other dtypes or devices."""
+    if weight.dtype != torch.float32 or weight.device.type != "cpu":
+        return None
+    return weight.detach().t().contiguous()  # [in, out]
+
+
+def _kmajor_linear(x: torch.Tensor, t: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """F.linear through a K-major copy: [rows, in] @ [in, out] (+ bias) -> [rows, out]."""
+    return x @ t if bias is None else torch.addmm(bias, x, t)
+
+
 @torch.library.custom_op("specviz::onednn_linear", mutates_args=())
 def onednn_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     """:func:`_onednn_linear` as an operator of its own, for a TorchScript trace, which cannot
@@ -109,17 +125,20 @@ class WidthTiming:
     f_linear_s: float
     onednn_s: float
     packed_s: float | None = None
+    kmajor_s: float | None = None  # F.linear on fp32's K-major copy (one row only; None where not timed)
 
     @property
     def kernel(self) -> str:
         """The kernel this width uses: another than F.linear only where it is clearly the faster."""
-        return choose_kernel(self.f_linear_s, self.onednn_s, self.packed_s)
+        return choose_kernel(self.f_linear_s, self.onednn_s, self.packed_s, self.kmajor_s)
 
 
-def choose_kernel(f_linear_s: float, onednn_s: float, packed_s: float | None = None) -> str:
+def choose_kernel(f_linear_s: float, onednn_s: float, packed_s: float | None = None, kmajor_s: float | None = None) -> str:
     """``"oneDNN"`` when it takes under ``FASTER`` of F.linear's time, else ``"F.linear"``;
-    ``"oneDNN packed"`` over both when it takes under ``FASTER`` of the faster one's (it costs a
-    second copy of the weight)."""
+    ``"oneDNN packed"`` or ``"F.linear K-major"`` over them when it takes under ``FASTER`` of the
+    fastest other's (each costs a second copy of the weight)."""
+    if kmajor_s is not None and kmajor_s < min(t for t in (f_linear_s, onednn_s, packed_s) if t is not None) * FASTER:
+        return KERNELS[3]
     if packed_s is not None and packed_s < min(f_linear_s, onednn_s) * FASTER:
         return KERNELS[2]
     return KERNELS[1] if onednn_s < f_linear_s * FASTER else KERNELS[0]
@@ -145,7 +164,8 @@ class HeadKernelPlan:
     @property
     def onednn_at(self) -> tuple[int, ...]:
         """The kernel (an index into :data:`KERNELS`: 0 F.linear, 1 oneDNN, 2 oneDNN on the packed
-        copy) at each row count, indexed by rows (index 0: no rows, F.linear); truthy where oneDNN runs."""
+        copy, 3 F.linear on the K-major copy) at each row count, indexed by rows (index 0: no rows,
+        F.linear); truthy where another kernel than F.linear on the weight runs."""
         return (0,) + tuple(KERNELS.index(w.kernel) for w in self.widths)
 
     def to_entry(self) -> dict[str, Any]:
@@ -157,8 +177,9 @@ class HeadKernelPlan:
 
 
 def _plan_from_entry(entry: dict[str, Any]) -> HeadKernelPlan:
-    widths = tuple(WidthTiming(int(w["rows"]), float(w["f_linear_s"]), float(w["onednn_s"]),
-                               None if w.get("packed_s") is None else float(w["packed_s"])) for w in entry["widths"])
+    opt = lambda w, key: None if w.get(key) is None else float(w[key])  # noqa: E731
+    widths = tuple(WidthTiming(int(w["rows"]), float(w["f_linear_s"]), float(w["onednn_s"]), opt(w, "packed_s"),
+                               opt(w, "kmajor_s")) for w in entry["widths"])
     if not widths or [w.rows for w in widths] != list(range(1, len(widths) + 1)):
         raise ValueError("widths must be rows 1, 2, ... in order")
     return HeadKernelPlan(
@@ -187,23 +208,28 @@ def time_head(
 def time_weights(
     weights: Sequence[torch.Tensor], rows: int, repeats: int = 3, *, early: bool = True,
     clock: Callable[[], float] = time.perf_counter, stat: Callable[[list[float]], float] = statistics.median,
-    packed: Sequence[torch.Tensor | None] | None = None,
-) -> tuple[float, ...]:
+    packed: Sequence[torch.Tensor | None] | None = None, kmajor: Sequence[torch.Tensor | None] | None = None,
+) -> tuple[float | None, ...]:
     """:func:`time_head` over several weights of one shape read one after another, as a forward
     reads one projection per layer: seconds of (F.linear, oneDNN) for one pass over all of them.
     A layer's weight is then no longer in the cache when the next pass reads it, as in a real
     forward (one small matrix timed alone sits in the cache and favours another kernel). ``packed``:
     the weights' packed copies (:func:`pack`), read as the layers will read them: bf16's oneDNN
     reads them in place of the weights; fp32's are timed as a third kernel (when every weight has
-    one), its seconds appended. With ``early``, a kernel over ``CLEAR_GAP`` times the fastest after
-    a round is timed no more."""
+    one), its seconds appended. ``kmajor``: fp32's K-major copies (:func:`kmajor`), timed as a
+    fourth kernel (after the packed copies' seconds, None there where those were not timed). With
+    ``early``, a kernel over ``CLEAR_GAP`` times the fastest after a round is timed no more."""
     x = torch.randn(rows, weights[0].shape[1], dtype=weights[0].dtype)  # [rows, in]
     copies = list(packed or [None] * len(weights))
     bf16 = weights[0].dtype == torch.bfloat16
     theirs = [p if p is not None and bf16 else w for w, p in zip(weights, copies)]
     kernels = [lambda: [F.linear(x, w) for w in weights], lambda: [_onednn_linear(x, w, None) for w in theirs]]
-    if not bf16 and None not in copies:
+    third = not bf16 and None not in copies
+    if third:
         kernels.append(lambda: [_onednn_linear(x, w, None) for w in copies])
+    fourth = not bf16 and kmajor is not None and len(kmajor) == len(weights) and None not in kmajor
+    if fourth:
+        kernels.append(lambda: [x @ t for t in kmajor])
     if len(weights) > 1:  # a pass over many weights is cheap: warm this width (oneDNN builds a plan per shape)
         with torch.inference_mode():
             [k() for k in kernels]
@@ -220,7 +246,8 @@ def time_weights(
                 live = [i for i in live if min(times[i]) <= CLEAR_GAP * fastest]
             if early and (len(live) == 1 or (len(live) == 2 and _decided(times[live[0]], times[live[1]]))):
                 break
-    return tuple(stat(ts) for ts in times)
+    out: list[float | None] = [stat(ts) for ts in times]
+    return tuple(out[:2] + [out[2] if third else None, out[-1]]) if fourth else tuple(out)
 
 
 def _decided(plain: list[float], onednn: list[float]) -> bool:
@@ -248,7 +275,7 @@ def measure_head(
             F.linear(x, weight), _onednn_linear(x, weight, None)  # warm both once
     widths = []
     for rows in range(1, max_rows + 1):
-        widths.append(WidthTiming(rows, *(float(t) for t in time_width(weight, rows))))
+        widths.append(WidthTiming(rows, *(None if t is None else float(t) for t in time_width(weight, rows))))
         if clock() - start > budget_s:
             break
     return tuple(widths)
@@ -354,11 +381,13 @@ class RowAdaptiveLinear(torch.nn.Module):
     entry beyond its end), ``F.linear`` elsewhere. Holds the same weight (tied embeddings stay tied);
     behaves as the wrapped layer otherwise."""
 
-    def __init__(self, linear: torch.nn.Linear, onednn_at: Sequence[int], packed: torch.Tensor | None = None):
+    def __init__(self, linear: torch.nn.Linear, onednn_at: Sequence[int], packed: torch.Tensor | None = None,
+                 kmajor: torch.Tensor | None = None):
         super().__init__()
         self.linear = linear
         self.onednn_at = tuple(int(b) for b in onednn_at) or (0,)
         self.packed = packed  # the weight's oneDNN layout (:func:`pack`): bf16's oneDNN, fp32's third kernel
+        self.kmajor = kmajor  # fp32's K-major copy (:func:`kmajor`): the fourth kernel, one row
 
     def __deepcopy__(self, memo: dict) -> "RowAdaptiveLinear":
         return _copy_without_packed(self, memo)
@@ -379,8 +408,11 @@ class RowAdaptiveLinear(torch.nn.Module):
         lin = self.linear
         rows = x.numel() // max(1, x.shape[-1])
         code = self.onednn_at[min(rows, len(self.onednn_at) - 1)]
-        if not code or type(lin) is not torch.nn.Linear or lin.weight.dtype not in DTYPES:
+        if not code or type(lin) is not torch.nn.Linear or lin.weight.dtype not in DTYPES or (code == 3 and self.kmajor is None):
             return lin(x)
+        if code == 3:
+            y = _kmajor_linear(x.reshape(rows, x.shape[-1]), self.kmajor, lin.bias)  # [rows, out]
+            return y.reshape(*x.shape[:-1], y.shape[-1])
         y = _onednn_linear(x.reshape(rows, x.shape[-1]), _read_by(code, lin.weight, self.packed), lin.bias)  # [rows, out]
         return y.reshape(*x.shape[:-1], y.shape[-1])
 
@@ -392,20 +424,29 @@ def _read_by(code: int, weight: torch.Tensor, packed: torch.Tensor | None) -> to
 
 
 def _copy_without_packed(module: torch.nn.Module, memo: dict) -> torch.nn.Module:
-    """A deep copy of ``module`` without its packed copy (an opaque oneDNN tensor cannot be copied);
-    the copy's oneDNN reads its plain weight until it is packed again (same products)."""
+    """A deep copy of ``module`` without its packed and K-major copies (an opaque oneDNN tensor
+    cannot be copied; a K-major one would double the copy); the copy's oneDNN reads its plain
+    weight until it is packed again, and its K-major rows run F.linear (same products)."""
     new = module.__class__.__new__(module.__class__)
     memo[id(module)] = new
     for k, v in module.__dict__.items():
         if k == "_buffers":
-            v = {n: (None if n == "packed" else b) for n, b in v.items()}
-        new.__dict__[k] = None if k == "packed" else copy.deepcopy(v, memo)
+            v = {n: (None if n in COPIES else b) for n, b in v.items()}
+        new.__dict__[k] = None if k in COPIES else copy.deepcopy(v, memo)
     return new
+
+
+COPIES = ("packed", "kmajor")  # a layer's second copies of its weight: each read in place of it, never beside it
 
 
 def _needs_packed(codes: Sequence[int], dtype: torch.dtype) -> bool:
     """Whether a plan's kernels read a packed copy (so one is kept)."""
     return any(codes) if dtype == torch.bfloat16 else 2 in codes
+
+
+def _needs_kmajor(codes: Sequence[int]) -> bool:
+    """Whether a plan's kernels read a K-major copy (so one is kept)."""
+    return 3 in codes
 
 
 _PLANS: weakref.WeakKeyDictionary[torch.nn.Module, tuple[HeadKernelPlan, bool]] = weakref.WeakKeyDictionary()
@@ -432,10 +473,12 @@ def speed_up_lm_head(
     if head.weight.numel() < MIN_HEAD_ELEMENTS or not torch.backends.mkldnn.is_available():
         return False
     packed: list[torch.Tensor | None] = []  # packed once, when first needed: to time oneDNN, or to run it
+    kcopy: list[torch.Tensor | None] = []  # fp32's K-major copy, made to time one row
     if time_width is None:
-        def time_width(w: torch.Tensor, rows: int) -> tuple[float, ...]:  # the kernels as they would run
+        def time_width(w: torch.Tensor, rows: int) -> tuple[float | None, ...]:  # the kernels as they would run
             packed[:] = packed or [pack(w)]
-            return time_weights((w,), rows, HEAD_REPEATS, stat=min, packed=packed)
+            kcopy[:] = kcopy or [kmajor(w)]
+            return time_weights((w,), rows, HEAD_REPEATS, stat=min, packed=packed, kmajor=kcopy if rows == 1 else None)
     try:
         plan = plan_head(head.weight.detach(), cache_dir, time_width=time_width)
     except (RuntimeError, AttributeError):  # an op missing from this build
@@ -443,7 +486,8 @@ def speed_up_lm_head(
     wrap = any(plan.onednn_at)
     if wrap:
         kept = (packed[0] if packed else pack(head.weight)) if _needs_packed(plan.onednn_at, head.weight.dtype) else None
-        model.set_output_embeddings(RowAdaptiveLinear(head, plan.onednn_at, kept))
+        rows1 = (kcopy[0] if kcopy else kmajor(head.weight)) if _needs_kmajor(plan.onednn_at) else None
+        model.set_output_embeddings(RowAdaptiveLinear(head, plan.onednn_at, kept, rows1))
     with _PLANS_LOCK:
         _PLANS[model] = (plan, wrap)
     return wrap
@@ -473,6 +517,7 @@ def plan_report(plan: HeadKernelPlan, wrapped: bool) -> dict[str, Any]:
             {"rows": w.rows, "kernel": w.kernel, "f_linear_ms": round(w.f_linear_s * 1e3, 2),
              "onednn_ms": round(w.onednn_s * 1e3, 2)}
             | ({} if w.packed_s is None else {"packed_ms": round(w.packed_s * 1e3, 2)})
+            | ({} if w.kmajor_s is None else {"kmajor_ms": round(w.kmajor_s * 1e3, 2)})
             for w in plan.widths
         ],
         "wider": plan.widths[-1].kernel,  # rows beyond the measured ones

@@ -56,6 +56,7 @@ class PlannedLinear(torch.nn.Module):
         self.onednn_at: tuple[int, ...] = (0,)  # kernel codes by rows (HeadKernelPlan.onednn_at)
         # the weight's oneDNN layout (:func:`pack`), which oneDNN reads; a buffer, so a trace takes it as one
         self.register_buffer("packed", None, persistent=False)
+        self.register_buffer("kmajor", None, persistent=False)  # fp32's K-major copy (:func:`cpu.kmajor`), one row
 
     def __deepcopy__(self, memo: dict) -> "PlannedLinear":
         return cpu._copy_without_packed(self, memo)
@@ -73,8 +74,10 @@ class PlannedLinear(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # [n, in] -> [n, out]
         at = self.onednn_at
         code = at[-1] if self.uniform() else at[min(int(x.shape[0]), len(at) - 1)]
-        if not code:
+        if not code or (code == 3 and self.kmajor is None):
             return F.linear(x, self.weight, self.bias)
+        if code == 3:
+            return cpu._kmajor_linear(x, self.kmajor, self.bias)
         weight = cpu._read_by(code, self.weight, self.packed)
         if torch.jit.is_tracing() or torch.compiler.is_compiling():  # a graph that cannot hold oneDNN's op itself
             return torch.ops.specviz.onednn_linear(x, weight, self.bias)
@@ -116,7 +119,8 @@ def plan_projections(
 
         def time_all(_weight: torch.Tensor, rows: int, weights=weights, layers=layers) -> tuple[float, ...]:
             packed = [p.pack() for p in layers]  # min: the quiet cost
-            return cpu.time_weights(weights, rows, BODY_REPEATS, early=False, stat=min, packed=packed)
+            copies = [cpu.kmajor(w) for w in weights] if rows == 1 else None  # dropped after timing
+            return cpu.time_weights(weights, rows, BODY_REPEATS, early=False, stat=min, packed=packed, kmajor=copies)
         try:
             plan = cpu.plan_head(weights[0], cache_dir, time_width=time_all, count=len(weights))
         except (RuntimeError, AttributeError):  # an op missing from this build: F.linear, as before
@@ -124,5 +128,6 @@ def plan_projections(
         for p in layers:
             p.onednn_at = plan.onednn_at
             p.packed = p.pack() if cpu._needs_packed(plan.onednn_at, p.weight.dtype) else None  # only where read
+            p.kmajor = cpu.kmajor(p.weight) if cpu._needs_kmajor(plan.onednn_at) else None
         planned[kind] = (layers, plan)
     return planned
