@@ -91,7 +91,7 @@ SETTINGS: tuple[Setting, ...] = (
             ("specviz/runtime/cpu.py",)),
     Setting("SPECVIZ_CPU_KERNELS", "on",
             "`0`: keep the body's fp32 projections as they are (`F.linear`, unfused) instead of q/k/v and gate/up "
-            "fused, each on the kernel measured faster per width", "engine", ("specviz/runtime/cpu.py",)),
+            "fused, each on the kernel measured faster per width", "engine", ("specviz/runtime/projections.py",)),
     Setting("SPECVIZ_THREADS", "2", "torch CPU threads of `python -m specviz.analysis.hardware` and "
             "`benchmarks/lm_head.py`", "benchmarks", ("specviz/analysis/hardware.py", "benchmarks/lm_head.py")),
     Setting("SPECVIZ_DEBUG", "unset", "set: the CLI raises the full traceback instead of its one-line error",
