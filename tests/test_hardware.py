@@ -91,3 +91,84 @@ def test_roofline_lines_name_target_only_and_the_best_speculative_row(monkeypatc
     assert "10.0 GB/s" in lines[0]
     assert f"{10.0 / limit:.2f} of the limit" in lines[1] and lines[1].lstrip().startswith("target-only")
     assert "ngram, k=2" in lines[2] and "2.00 tokens per target forward" in lines[2]
+
+
+def _ticking_clock(step_s: float):
+    """A stand-in clock that advances ``step_s`` on every read."""
+    now = [0.0]
+
+    def clock() -> float:
+        now[0] += step_s
+        return now[0]
+
+    return clock
+
+
+def test_compute_rates_on_a_stand_in_clock_are_flops_over_time_and_cached():
+    from specviz.analysis import hardware as H
+
+    rates = H.compute_rates((1, 3), repeats=2, refresh=True, clock=_ticking_clock(1e-3))
+    out_f, in_f = H.RATE_SHAPE
+    per_call = 1e-3 / 20  # one clock step spread over the 20 calls of a timing
+    assert rates.flops_per_s[1] == pytest.approx(2 * out_f * in_f / per_call)
+    assert rates.flops_per_s[3] == pytest.approx(3 * rates.flops_per_s[1])
+    assert rates.at(2) == rates.flops_per_s[3] and rates.at(9) == rates.flops_per_s[3]  # nearest above, else widest
+    assert H.compute_rates((1, 3), repeats=2) is rates
+    with pytest.raises(ValueError, match="rows"):
+        H.compute_rates((0, 2))
+    big = H.compute_rates((2,), repeats=1, shapes={(4096, 640): 2}, refresh=True, clock=_ticking_clock(1e-3))
+    kept = H.CACHED_BYTES // (4 * 640)  # the rows of a 4096 x 640 weight that are timed in cache
+    assert big.flops_per_s[2] == pytest.approx(2 * 2 * kept * 640 / per_call)  # scaled to all rows and both copies
+
+
+def test_linear_shapes_count_each_product_weight_once():
+    from specviz.analysis.hardware import linear_shapes
+
+    model = make_llama(vocab_size=64, hidden=16, layers=2, seed=0, tie_word_embeddings=False)
+    shapes = linear_shapes(model)
+    assert shapes[(64, 16)] == 1  # the head
+    assert sum(shapes.values()) == sum(1 for m in model.modules() if isinstance(m, torch.nn.Linear))
+
+
+def test_matmul_weights_count_linear_and_head_weights_once():
+    from specviz.analysis.hardware import matmul_weights
+
+    tied = make_llama(vocab_size=64, hidden=16, layers=1, seed=0, tie_word_embeddings=True)
+    linears = sum(m.weight.numel() for m in tied.modules() if isinstance(m, torch.nn.Linear))
+    assert matmul_weights(tied) == linears  # the tied head is one of the Linear layers, counted once
+    untied = make_llama(vocab_size=64, hidden=16, layers=1, seed=0, tie_word_embeddings=False)
+    assert matmul_weights(untied) == sum(m.weight.numel() for m in untied.modules() if isinstance(m, torch.nn.Linear))
+
+
+def test_verify_floor_is_memory_bound_at_one_row_and_compute_bound_where_the_rate_stays_low():
+    from specviz.analysis.hardware import ComputeRate, verify_floor
+
+    rates = ComputeRate({1: 20e9, 9: 60e9}, threads=2, shapes=((1024, 512),))
+    one = verify_floor(1_000_000_000, 250_000_000, 1, 25e9, rates)  # 1 GB of fp32 weights at 25 GB/s
+    assert one.bound == "memory" and one.seconds == pytest.approx(0.04) and one.compute_s == pytest.approx(0.025)
+    nine = verify_floor(1_000_000_000, 250_000_000, 9, 25e9, rates)
+    assert nine.bound == "compute" and nine.seconds == pytest.approx(2 * 250e6 * 9 / 60e9)  # 75 ms: v(9) >= 1.875
+    assert nine.seconds / one.seconds == pytest.approx(1.875)
+    assert nine.serial_s / one.serial_s == pytest.approx((0.04 + 0.075) / (0.04 + 0.025))  # not overlapped
+    with pytest.raises(ValueError, match="positive"):
+        verify_floor(0, 1, 1, 1e9, rates)
+
+
+def test_roofline_lines_add_decode_steps_alone_and_the_verify_floor(monkeypatch):
+    from specviz.analysis import hardware as H
+
+    monkeypatch.setattr(H, "bandwidth", lambda: H.Bandwidth(bytes_per_s=10e9, threads=2, size_bytes=1 << 30))
+    monkeypatch.setattr(H, "compute_rates", lambda **_: H.ComputeRate({1: 1e9, 3: 2e9}, threads=2, shapes=((8, 8),)))
+    model = make_llama(vocab_size=64, hidden=16, layers=1, seed=0)
+    rows = [
+        {"impl": "specviz", "proposer": "target-only", "k": 0, "tokens_per_s": 10.0, "new_tokens": 64, "steps": 64,
+         "step_ms": 80.0},
+        {"impl": "specviz", "proposer": "ngram", "k": 2, "tokens_per_s": 15.0, "new_tokens": 64, "steps": 32, "v": 1.4},
+    ]
+    lines = H.roofline_lines(rows, model)
+    limit = 10e9 / H.decode_bytes(model)
+    assert "prefill left out" in lines[2] and f"{12.5 / limit:.2f} of the limit" in lines[2]
+    floor = [ln for ln in lines if "verify pass of 3 positions" in ln]
+    assert floor and "v(3) >= " in floor[0] and "measured v = 1.40" in floor[0] and "compute-bound" in floor[0]
+    assert "one after the other" in floor[0]
+    assert not [ln for ln in H.roofline_lines(rows, model.to(torch.bfloat16)) if "verify pass" in ln]  # fp32 rates only

@@ -11,7 +11,10 @@ limit (how close each forward ran to the bound).
 
 :func:`verify_costs` measures t(n), the time of one forward of n new positions on top of a KV
 cache of a realistic prompt, and v(n) = t(n) / t(1): the cost of verifying k = n - 1 drafts
-(Leviathan et al. assume v(n) = 1; on a CPU it is not).
+(Leviathan et al. assume v(n) = 1; on a CPU it is not). :func:`compute_rates` measures why: the
+products' rate at n rows with the weight in cache (a small-row GEMM runs far below the CPU's peak),
+and :func:`verify_floor` combines it with the bandwidth into the least a verify pass of n positions
+can cost here, max(bytes / bandwidth, 2 x weights x n / rate(n)).
 
     python -m specviz.analysis.hardware            # bandwidth and the limit for each built-in model
 """
@@ -22,6 +25,7 @@ import functools
 import statistics
 import time
 from dataclasses import dataclass
+from typing import Callable, Sequence
 
 import torch
 
@@ -182,12 +186,15 @@ def roofline_lines(rows: list[dict], model: torch.nn.Module, precision: str | No
     """The physical limit beside a benchmark's rows (specviz's own target-only and its fastest
     speculative configuration): tokens/s as a fraction of bandwidth / bytes read per decode step,
     and, for the speculative row, its target forwards/s as a fraction (each forward reads the
-    weights once, so a speculative run may pass 1.0 in tokens but not in forwards)."""
+    weights once, so a speculative run may pass 1.0 in tokens but not in forwards). Then, for
+    target-only, its decode steps alone (a run's tokens/s counts its prefills too), and for a float32
+    target the floor of the speculative row's v at its width (:func:`verify_floor`)."""
     bw = bandwidth()
     limit = roofline(decode_bytes(model, precision), bw.bytes_per_s)
     ours = [r for r in rows if r.get("impl") == "specviz" and r.get("steps")]
     base = [r for r in ours if r.get("proposer") == "target-only"]
     spec = [r for r in ours if r.get("proposer") != "target-only"]
+    fp32 = precision in (None, "float32") and next(model.parameters()).dtype == torch.float32  # rates are float32's
     lines = [f"Physical limit: {bw.gb_per_s:.1f} GB/s read bandwidth ({bw.threads} threads, read by {bw.read}) / "
              f"{limit.bytes_per_token / 1e6:.0f} MB of weights per decode step = {limit.tokens_per_s:.1f} tokens/s"]
     for label, row in (("target-only", base[0] if base else None),
@@ -198,7 +205,150 @@ def roofline_lines(rows: list[dict], model: torch.nn.Module, precision: str | No
         name = "" if label == "target-only" else f" ({row['proposer']}, k={row['k']})"
         lines.append(f"  {label}{name}: {row['tokens_per_s']:.2f} tokens/s = {f.tokens_fraction:.2f} of the limit; "
                      f"{f.tokens_per_forward:.2f} tokens per target forward, forwards at {f.forwards_fraction:.2f} of it")
+        if label == "target-only" and row.get("step_ms"):
+            steps = 1e3 / row["step_ms"]  # decode steps per second, prefill left out
+            lines.append(f"    its decode steps alone (prefill left out): {row['step_ms']:.1f} ms each, "
+                         f"{steps:.2f} per second = {steps / limit.tokens_per_s:.2f} of the limit")
+        elif label != "target-only" and fp32:
+            lines.append(_floor_line(row, model, limit.bytes_per_token, bw.bytes_per_s))
     return lines
+
+
+def _positions(row: dict) -> int:
+    """Positions one verify pass of a benchmark row scores: k + 1 for a chain, the mean nodes
+    per step + 1 (rounded) for a tree."""
+    nodes = row.get("nodes_per_step") if row.get("tree") else None
+    return max(1, round(nodes) + 1) if nodes else int(row["k"]) + 1
+
+
+def _floor_line(row: dict, model: torch.nn.Module, bytes_per_pass: int, bytes_per_s: float) -> str:
+    """Why the best row's verify pass costs what it does: the floor of v at its width."""
+    n, rates, weights = _positions(row), compute_rates(shapes=linear_shapes(model)), matmul_weights(model)
+    one, wide = (verify_floor(bytes_per_pass, weights, m, bytes_per_s, rates) for m in (1, n))
+    measured = f"; measured v = {row['v']:.2f}" if isinstance(row.get("v"), (int, float)) else ""
+    return (f"    its verify pass of {n} positions: at least {wide.seconds * 1e3:.0f} ms here, {wide.bound}-bound "
+            f"(weights read once {wide.memory_s * 1e3:.0f} ms; products {wide.compute_s * 1e3:.0f} ms at the "
+            f"{wide.rate / 1e9:.0f} GFLOP/s this CPU's BLAS reaches on {n} rows in cache, against {rates.at(1) / 1e9:.0f} on 1), "
+            f"so v({n}) >= {wide.seconds / one.seconds:.2f} where reading and products overlap, "
+            f"{wide.serial_s / one.serial_s:.2f} where they run one after the other{measured}")
+
+
+@dataclass(frozen=True)
+class ComputeRate:
+    flops_per_s: dict[int, float]  # rows -> multiply-adds x 2 per second, the weight in cache
+    threads: int  # torch.get_num_threads() when measured
+    shapes: tuple[tuple[int, int], ...]  # the weights timed, [out, in] each
+
+    def at(self, rows: int) -> float:
+        """The rate at ``rows`` (the nearest measured row count at or above it, else the widest)."""
+        above = [r for r in self.flops_per_s if r >= rows]
+        return self.flops_per_s[min(above) if above else max(self.flops_per_s)]
+
+
+_rates: dict[tuple, ComputeRate] = {}
+RATE_SHAPE = (1024, 512)  # [out, in] float32: 2 MiB, in cache on the CPUs measured, so the products, not memory, set the time
+CACHED_BYTES = 2 << 20  # a model's shape is timed on at most this many bytes of its rows
+
+
+def linear_shapes(model: torch.nn.Module) -> dict[tuple[int, int], int]:
+    """[out, in] -> how many of the model's product weights have it (each ``nn.Linear`` and the
+    LM head once), the shapes :func:`compute_rates` times for that model."""
+    shapes: dict[tuple[int, int], int] = {}
+    for w in _product_weights(model):
+        shape = (int(w.shape[0]), int(w.shape[1]))
+        shapes[shape] = shapes.get(shape, 0) + 1
+    return shapes
+
+
+def compute_rates(rows: Sequence[int] = tuple(range(1, 18)), repeats: int = 5, *, shapes: dict[tuple[int, int], int] | None = None,
+                  refresh: bool = False, clock: Callable[[], float] = time.perf_counter) -> ComputeRate:
+    """How fast float32 products of ``rows`` rows run here once the weight is in cache: for each
+    row count and each [out, in] of ``shapes`` (a model's, :func:`linear_shapes`, with their counts;
+    default one 2 MiB probe, :data:`RATE_SHAPE`), its first rows up to :data:`CACHED_BYTES` timed
+    through the faster of ``F.linear`` and a K-major copy (``x @ W^T``), the median of ``repeats``
+    timings of 20 calls; the rate is all the shapes' flops over their summed times, scaled to their
+    full rows and counts. A decode step's one-row products are bound by memory; a verify pass of n
+    rows does n times the arithmetic on the same bytes, and a BLAS reaches its peak only from some
+    rows on (on an AMX Xeon, 2 threads, the probe: 25-45 GFLOP/s at one row, 90-190 at nine).
+    Measured once per (rows, shapes, threads) per process."""
+    rows = tuple(sorted({int(r) for r in rows}))
+    if not rows or rows[0] < 1 or repeats < 1:
+        raise ValueError(f"rows must be whole numbers >= 1 and repeats >= 1 (got {list(rows)}, {repeats})")
+    shapes = dict(shapes or {RATE_SHAPE: 1})
+    key = (rows, tuple(sorted(shapes.items())), torch.get_num_threads())
+    if not refresh and key in _rates:
+        return _rates[key]
+    gen = torch.Generator().manual_seed(0)
+    calls, flops, seconds = 20, dict.fromkeys(rows, 0.0), dict.fromkeys(rows, 0.0)
+    with torch.inference_mode():
+        for (out_f, in_f), count in shapes.items():
+            kept = max(1, min(out_f, CACHED_BYTES // (4 * in_f)))  # rows of the weight that stay in cache
+            weight = torch.randn(kept, in_f, generator=gen)  # [kept, in]
+            kmajor = weight.t().contiguous()  # [in, kept]
+            for r in rows:
+                x = torch.randn(r, in_f, generator=gen)  # [r, in]
+                best = float("inf")
+                for fn in (functools.partial(torch.nn.functional.linear, x, weight), functools.partial(torch.matmul, x, kmajor)):
+                    fn()  # warm (and the weight into cache)
+                    times = []
+                    for _ in range(repeats):
+                        t = clock()
+                        for _ in range(calls):
+                            fn()
+                        times.append((clock() - t) / calls)
+                    best = min(best, statistics.median(times))
+                flops[r] += 2.0 * r * out_f * in_f * count
+                seconds[r] += max(best, 1e-12) * (out_f / kept) * count
+    result = ComputeRate({r: flops[r] / seconds[r] for r in rows}, key[2], tuple(shapes))
+    _rates[key] = result
+    return result
+
+
+def _product_weights(model: torch.nn.Module) -> list[torch.Tensor]:
+    """Every ``nn.Linear`` weight and the LM head's, each tensor once."""
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    weights = [m.weight for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    weights += [head.weight] if isinstance(getattr(head, "weight", None), torch.Tensor) else []
+    seen: set[int] = set()
+    return [w for w in weights if isinstance(w, torch.Tensor) and w.dim() == 2 and not (id(w) in seen or seen.add(id(w)))]
+
+
+def matmul_weights(model: torch.nn.Module) -> int:
+    """Weights each position multiplies once in a forward: every ``nn.Linear``'s (and an untied or
+    tied LM head's) elements, counted once; the input embedding is a lookup, not a product."""
+    return sum(w.numel() for w in _product_weights(model))
+
+
+@dataclass(frozen=True)
+class VerifyFloor:
+    n: int  # positions scored in one pass
+    memory_s: float  # every weight read once at the measured bandwidth
+    compute_s: float  # 2 x weights x n flops at the rate measured for n rows
+    rate: float  # that rate, flops per second
+
+    @property
+    def seconds(self) -> float:
+        return max(self.memory_s, self.compute_s)
+
+    @property
+    def bound(self) -> str:
+        return "compute" if self.compute_s > self.memory_s else "memory"
+
+    @property
+    def serial_s(self) -> float:
+        """The reading and the products one after the other, not overlapped (what a kernel that
+        stalls on memory while it multiplies costs)."""
+        return self.memory_s + self.compute_s
+
+
+def verify_floor(bytes_per_pass: int, weights: int, n: int, bytes_per_s: float, rates: ComputeRate) -> VerifyFloor:
+    """The least one forward of n positions can cost here: its weights read once, its products at
+    the rate this machine's BLAS reaches at n rows (pure arithmetic on measured inputs). The
+    floor of v(n) is ``verify_floor(n).seconds / verify_floor(1).seconds``."""
+    if bytes_per_pass <= 0 or weights <= 0 or n < 1 or bytes_per_s <= 0:
+        raise ValueError(f"bytes, weights, n and bandwidth must be positive (got {bytes_per_pass}, {weights}, {n}, {bytes_per_s})")
+    rate = rates.at(n)
+    return VerifyFloor(n, bytes_per_pass / bytes_per_s, 2.0 * weights * n / rate, rate)
 
 
 @dataclass(frozen=True)
@@ -263,6 +413,10 @@ def _main() -> None:
     torch.set_num_threads(int(os.environ.get("SPECVIZ_THREADS", "2")))
     bw = bandwidth()
     print(f"memory read bandwidth: {bw.gb_per_s:.1f} GB/s ({bw.threads} threads, {bw.size_bytes >> 20} MiB float32, read by {bw.read})")
+    rates = compute_rates()
+    print(f"float32 products with the weight in cache ({rates.threads} threads), GFLOP/s by rows: "
+          + ", ".join(f"{r}: {rates.flops_per_s[r] / 1e9:.0f}" for r in (1, 2, 3, 5, 9, 17)))
+    floors: list[tuple[str, torch.nn.Module]] = []
     print(f"{'model':<16} {'precision':<9} {'MB/token':>9} {'limit tok/s':>11} {'ms/token':>9}")
     for info in list_models():
         if not info["available"]:
@@ -272,6 +426,13 @@ def _main() -> None:
         for precision in ("float32", "bfloat16", "int8"):
             r = roofline(decode_bytes(model, precision), bw.bytes_per_s)
             print(f"{name:<16} {precision:<9} {r.bytes_per_token / 1e6:>9.1f} {r.tokens_per_s:>11.1f} {r.ms_per_token:>9.1f}")
+        floors.append((name, model))
+    for name, model in floors:  # after the table: the floor of a float32 verify pass of n positions
+        rates, weights, nbytes = compute_rates(shapes=linear_shapes(model)), matmul_weights(model), decode_bytes(model)
+        one = verify_floor(nbytes, weights, 1, bw.bytes_per_s, rates).seconds
+        print(f"{name} float32, its shapes in cache: " + ", ".join(
+            f"n={n}: {rates.at(n) / 1e9:.0f} GFLOP/s, t(n) >= {verify_floor(nbytes, weights, n, bw.bytes_per_s, rates).seconds * 1e3:.0f} ms "
+            f"(v >= {verify_floor(nbytes, weights, n, bw.bytes_per_s, rates).seconds / one:.2f})" for n in (1, 2, 5, 9, 17)))
 
 
 if __name__ == "__main__":
