@@ -160,11 +160,14 @@ def test_parse_request_expands_tree_shapes(allow_local, models_dir):
 
 
 def test_verify_button_measures_and_attaches_the_curve(allow_local, models_dir, monkeypatch):
+    from specviz.analysis import hardware
     from specviz.bench import verify_cost
     from specviz.ui import bench_tab as bt
 
     real = verify_cost.measure_verify_cost
     monkeypatch.setattr(bt, "measure_verify_cost", lambda t, ns, context_len, reps: real(t, (1, 2, 3), 8, 1))
+    monkeypatch.setattr(bt, "DEFAULT_NS", (1, 2, 3))
+    monkeypatch.setattr(hardware, "bandwidth", lambda: hardware.Bandwidth(bytes_per_s=20e9, threads=2, size_bytes=1 << 30))
     state = bt.BenchState()
     frames = list(bt.on_verify(state, models_dir["target"]))
     last = frames[-1]
@@ -173,8 +176,13 @@ def test_verify_button_measures_and_attaches_the_curve(allow_local, models_dir, 
     assert 'data-kind="ok"' in msg and "t(1) =" in msg, msg
     assert [n for n, _ in state.verify_cost] == [1, 2, 3] and state.verify_target == models_dir["target"]
     assert list(vfig.data[0].x) == [1, 2, 3]
+    assert [n for n, *_ in state.verify_floor] == [1, 2, 3] and state.verify_floor[0][1:] == (1.0, 1.0)
+    assert all(over <= serial + 1e-9 or over >= 1.0 for _, over, serial in state.verify_floor)
+    assert [t.name for t in vfig.data][-2:] == ["least v(n) here: reading and products overlapped",
+                                               "least v(n) here: one after the other"]
     report = bt.with_verify_cost(state, {"meta": {"target": models_dir["target"]}, "rows": []})
     assert report["verify_cost"] == [[n, ms] for n, ms in state.verify_cost]
+    assert report["verify_floor"] == [list(p) for p in state.verify_floor]
     other = bt.with_verify_cost(state, {"meta": {"target": "another"}, "rows": []})
     assert "verify_cost" not in other  # a curve belongs to the target it was measured on
     msg = list(bt.on_verify(state, ""))[-1]["verify_msg"]

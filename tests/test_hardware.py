@@ -172,3 +172,20 @@ def test_roofline_lines_add_decode_steps_alone_and_the_verify_floor(monkeypatch)
     assert floor and "v(3) >= " in floor[0] and "measured v = 1.40" in floor[0] and "compute-bound" in floor[0]
     assert "one after the other" in floor[0]
     assert not [ln for ln in H.roofline_lines(rows, model.to(torch.bfloat16)) if "verify pass" in ln]  # fp32 rates only
+
+
+def test_verify_floor_curve_is_float32_cpu_only_and_starts_at_one(monkeypatch):
+    from specviz.analysis import hardware as H
+    from specviz.bench.verify_cost import verify_floor_curve
+
+    monkeypatch.setattr(H, "bandwidth", lambda: H.Bandwidth(bytes_per_s=1e6, threads=2, size_bytes=1 << 30))
+    monkeypatch.setattr(H, "compute_rates", lambda rows, shapes: H.ComputeRate({1: 1e6, 2: 1e6, 4: 4e6}, 2, tuple(shapes)))
+    model = make_llama(vocab_size=64, hidden=16, layers=1, seed=0)
+    loaded = type("Loaded", (), {"model": model, "quantize": None})()
+    curve = verify_floor_curve(loaded, (1, 2, 4))
+    assert [n for n, _, _ in curve] == [1, 2, 4] and curve[0][1:] == (1.0, 1.0)
+    nbytes, weights = H.decode_bytes(model), H.matmul_weights(model)
+    one = max(nbytes / 1e6, 2 * weights / 1e6)
+    assert curve[1][1] == pytest.approx(max(nbytes / 1e6, 4 * weights / 1e6) / one)  # 2 rows at 1 MFLOP/s
+    assert curve[2][2] == pytest.approx((nbytes / 1e6 + 8 * weights / 4e6) / (nbytes / 1e6 + 2 * weights / 1e6))
+    assert verify_floor_curve(type("Loaded", (), {"model": model.to(torch.bfloat16), "quantize": None})()) is None

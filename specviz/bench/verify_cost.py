@@ -15,9 +15,11 @@ from __future__ import annotations
 
 from typing import Sequence
 
+import torch
+
 from ..analysis import theory
 
-__all__ = ["DEFAULT_NS", "measure_verify_cost", "verify_curve", "v_at", "best_k_with_curve", "curve_speedups"]
+__all__ = ["DEFAULT_NS", "measure_verify_cost", "verify_floor_curve", "verify_curve", "v_at", "best_k_with_curve", "curve_speedups"]
 
 DEFAULT_NS = tuple(range(1, 18))  # n = 1..17: k + 1 positions for k = 0..16
 
@@ -36,6 +38,25 @@ def measure_verify_cost(target, ns: Sequence[int] = DEFAULT_NS, context_len: int
         raise ValueError("context_len and reps must be >= 1 and warmup >= 0")
     costs = verify_costs(target.model, context=context_len, max_n=max(ns), repeats=reps, warmup=warmup)
     return [(n, 1e3 * costs.seconds[n]) for n in ns]
+
+
+def verify_floor_curve(target, ns: Sequence[int] = DEFAULT_NS) -> list[tuple[int, float, float]] | None:
+    """[(n, least v(n) where reading the weights and the products overlap, least v(n) where they
+    run one after the other)] for a float32 target on the CPU, from this machine's bandwidth and
+    the rate its BLAS reaches on n rows of the target's shapes in cache
+    (``specviz.analysis.hardware.verify_floor``); None for other precisions and devices (the
+    rates are float32 CPU products). target: a LoadedModel."""
+    from ..analysis import hardware
+
+    model = target.model
+    first = next(model.parameters(), None)
+    if first is None or first.device.type != "cpu" or first.dtype != torch.float32 or getattr(target, "quantize", None):
+        return None
+    ns = sorted({int(n) for n in ns} | {1})
+    rates = hardware.compute_rates(tuple(ns), shapes=hardware.linear_shapes(model))
+    nbytes, weights, bw = hardware.decode_bytes(model), hardware.matmul_weights(model), hardware.bandwidth().bytes_per_s
+    floors = {n: hardware.verify_floor(nbytes, weights, n, bw, rates) for n in ns}
+    return [(n, f.seconds / floors[1].seconds, f.serial_s / floors[1].serial_s) for n, f in floors.items()]
 
 
 def verify_curve(points: Sequence[Sequence[float]]) -> list[tuple[int, float]]:

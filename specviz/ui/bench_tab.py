@@ -24,7 +24,7 @@ from ..analysis.prediction import ASSUMPTIONS
 from ..app import runs
 from ..app.limits import Limits
 from ..bench.shapes import expand_tree_shapes, parse_tree_nodes
-from ..bench.verify_cost import DEFAULT_NS, measure_verify_cost
+from ..bench.verify_cost import DEFAULT_NS, measure_verify_cost, verify_floor_curve
 from ..core.records import Sampling
 from ..viz import bench as V
 from ..viz.bench import progress_html
@@ -196,12 +196,14 @@ def on_run(state: BenchState, *raw) -> Iterator[dict[str, Any]]:
         yield render(state, None, progress_html(0, 0, _friendly(e), "error"))
 
 
-def verify_cost_points(target_name: str) -> list[tuple[int, float]]:
+def verify_cost_points(target_name: str) -> tuple[list[tuple[int, float]], list[tuple[int, float, float]] | None]:
     """Load the target and time one forward of n = 1..17 new tokens on a 256-token cached context
-    (median of 5 after a warm-up): this machine's t(n), pure (runs in the ZeroGPU worker too)."""
+    (median of 5 after a warm-up): this machine's t(n), and the floor of v(n) for a float32 target
+    on the CPU (else None); pure (runs in the ZeroGPU worker too)."""
     from ..app.limits import load_checked
 
-    return measure_verify_cost(load_checked(target_name), DEFAULT_NS, context_len=256, reps=5)
+    target = load_checked(target_name)
+    return measure_verify_cost(target, DEFAULT_NS, context_len=256, reps=5), verify_floor_curve(target, DEFAULT_NS)
 
 
 verify_cost_points.gpu_seconds = 120  # type: ignore[attr-defined]
@@ -220,8 +222,8 @@ def on_verify(state: BenchState, target: str) -> Iterator[dict[str, Any]]:
         check_model_name(target)
         yield {"verify_msg": progress_html(0, 0, f"Timing {target}: one forward of n = 1..17 new tokens on a 256-token "
                                                  "context…")}
-        points = zerogpu.on_gpu(verify_cost_points, target)
-        state.verify_cost, state.verify_target = points, target
+        points, floor = zerogpu.on_gpu(verify_cost_points, target)
+        state.verify_cost, state.verify_floor, state.verify_target = points, floor, target
         report = state.report if state.report and (state.report.get("meta") or {}).get("target") == target else {"rows": []}
         report = with_verify_cost(state, {**report, "meta": {**(report.get("meta") or {}), "target": target}})
         t1 = dict(points)[1]

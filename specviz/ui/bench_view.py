@@ -40,6 +40,7 @@ class BenchState:
         self.stop = threading.Event()
         self.report: dict[str, Any] | None = None
         self.verify_cost: list[tuple[int, float]] | None = None  # this machine's t(n), when measured
+        self.verify_floor: list[tuple[int, float, float]] | None = None  # the least v(n), overlapped and not (fp32 CPU)
         self.verify_target: str | None = None  # the target it was measured on
         self._dir: str | None = None
 
@@ -162,7 +163,8 @@ def with_verify_cost(state: BenchState, report: dict[str, Any]) -> dict[str, Any
     on the report's target), so the figures, the readout and the downloads show it."""
     target = (report.get("meta") or {}).get("target")
     if state.verify_cost and (target is None or target == state.verify_target) and not report.get("verify_cost"):
-        return {**report, "verify_cost": [list(p) for p in state.verify_cost], "verify_cost_target": state.verify_target}
+        floor = {"verify_floor": [list(p) for p in state.verify_floor]} if state.verify_floor else {}
+        return {**report, "verify_cost": [list(p) for p in state.verify_cost], "verify_cost_target": state.verify_target, **floor}
     return report
 
 

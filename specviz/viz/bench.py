@@ -370,9 +370,12 @@ def tree_speedup_figure(rows: Sequence[Row], curve: Sequence[Sequence[float]] | 
                          (1.0, "target-only = 1.0"))
 
 
-def verify_cost_figure(rows: Sequence[Row], curve: Sequence[Sequence[float]] | None = None) -> go.Figure:
+def verify_cost_figure(rows: Sequence[Row], curve: Sequence[Sequence[float]] | None = None,
+                       floor: Sequence[Sequence[float]] | None = None) -> go.Figure:
     """This machine's verify cost v(n) = t(n) / t(1) for n positions, beside the paper's v = 1,
-    with the theory's best k at the chains' measured a and c (when the rows have them)."""
+    with the theory's best k at the chains' measured a and c (when the rows have them), and, when
+    given, the least v(n) this CPU allows ([(n, overlapped, one after the other)]: the weights read
+    once and the products at the rate its BLAS reaches on n rows)."""
     title = "Verify cost v(n) = t(n) / t(1) on this machine"
     if not curve:
         return _empty(title, "No results yet: press “Measure verify cost” to time n = 1..17 positions")
@@ -387,6 +390,12 @@ def verify_cost_figure(rows: Sequence[Row], curve: Sequence[Sequence[float]] | N
         dict(type="scatter", mode="lines", name="paper's idealisation v = 1", x=[vc[0][0], vc[-1][0]], y=[1.0, 1.0],
              line=dict(color=COLORS["muted"], dash="dash", width=1.5), hoverinfo="skip"),
     ]
+    for i, (name, dash) in enumerate((("least v(n) here: reading and products overlapped", "dot"),
+                                      ("least v(n) here: one after the other", "dashdot")), start=1):
+        if floor:
+            traces.append(dict(type="scatter", mode="lines", name=name, x=[int(p[0]) for p in floor],
+                               y=[float(p[i]) for p in floor], line=dict(color=COLORS["ink"], dash=dash, width=1.2),
+                               hovertext=[f"n={int(p[0])}: v >= {float(p[i]):.2f}" for p in floor], hoverinfo="text"))
     notes = []
     a = _chain_a(rows)
     chains = [r for r in rows if r.get("impl") == "specviz" and r.get("k") and not r.get("tree") and r.get("c") is not None]
@@ -417,7 +426,7 @@ FIGURES: dict[str, tuple[str, Callable[[Sequence[Row]], go.Figure], bool]] = {
 
 
 def build_figures(report: Mapping[str, Any] | None) -> dict[str, go.Figure]:
-    """Every figure of a report (``{"rows", "prompt_rows"[, "verify_cost"]}``), keyed as in ``FIGURES``.
+    """Every figure of a report (``{"rows", "prompt_rows"[, "verify_cost", "verify_floor"]}``), keyed as in ``FIGURES``.
     Summary rows carry the per-position prediction; the tree speedup and verify-cost figures use
     the report's measured verify-cost curve when it has one."""
     rows = report_rows(report)
@@ -425,7 +434,9 @@ def build_figures(report: Mapping[str, Any] | None) -> dict[str, go.Figure]:
     curve = (report or {}).get("verify_cost") or None
     out = {}
     for name, (_, fn, per_prompt) in FIGURES.items():
-        if name in ("tree_speedup", "verify_cost"):
+        if name == "verify_cost":
+            out[name] = fn(rows, curve, (report or {}).get("verify_floor") or None)
+        elif name == "tree_speedup":
             out[name] = fn(rows, curve)
         else:
             out[name] = fn(prompt_rows if per_prompt else rows)
