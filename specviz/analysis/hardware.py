@@ -210,7 +210,7 @@ def roofline_lines(rows: list[dict], model: torch.nn.Module, precision: str | No
             lines.append(f"    its decode steps alone (prefill left out): {row['step_ms']:.1f} ms each, "
                          f"{steps:.2f} per second = {steps / limit.tokens_per_s:.2f} of the limit")
         elif label != "target-only" and fp32:
-            lines.append(_floor_line(row, model, limit.bytes_per_token, bw.bytes_per_s))
+            lines.append(_floor_line(row, model, bw.bytes_per_s))
     return lines
 
 
@@ -221,14 +221,15 @@ def _positions(row: dict) -> int:
     return max(1, round(nodes) + 1) if nodes else int(row["k"]) + 1
 
 
-def _floor_line(row: dict, model: torch.nn.Module, bytes_per_pass: int, bytes_per_s: float) -> str:
+def _floor_line(row: dict, model: torch.nn.Module, bytes_per_s: float) -> str:
     """Why the best row's verify pass costs what it does: the floor of v at its width."""
-    n, rates, weights = _positions(row), compute_rates(shapes=linear_shapes(model)), matmul_weights(model)
-    one, wide = (verify_floor(bytes_per_pass, weights, m, bytes_per_s, rates) for m in (1, n))
+    n = _positions(row)
+    floors = verify_floors(model, (n,), bytes_per_s)
+    one, wide = floors[1], floors[n]
     measured = f"; measured v = {row['v']:.2f}" if isinstance(row.get("v"), (int, float)) else ""
     return (f"    its verify pass of {n} positions: at least {wide.seconds * 1e3:.0f} ms here, {wide.bound}-bound "
             f"(weights read once {wide.memory_s * 1e3:.0f} ms; products {wide.compute_s * 1e3:.0f} ms at the "
-            f"{wide.rate / 1e9:.0f} GFLOP/s this CPU's BLAS reaches on {n} rows in cache, against {rates.at(1) / 1e9:.0f} on 1), "
+            f"{wide.rate / 1e9:.0f} GFLOP/s this CPU's BLAS reaches on {n} rows in cache, against {one.rate / 1e9:.0f} on 1), "
             f"so v({n}) >= {wide.seconds / one.seconds:.2f} where reading and products overlap, "
             f"{wide.serial_s / one.serial_s:.2f} where they run one after the other{measured}")
 
@@ -351,6 +352,17 @@ def verify_floor(bytes_per_pass: int, weights: int, n: int, bytes_per_s: float, 
     return VerifyFloor(n, bytes_per_pass / bytes_per_s, 2.0 * weights * n / rate, rate)
 
 
+def verify_floors(model: torch.nn.Module, ns: Sequence[int], bytes_per_s: float | None = None) -> dict[int, VerifyFloor]:
+    """n -> :func:`verify_floor` of a float32 ``model`` for each n of ``ns`` and n = 1 (the unit
+    of v): its bytes per decode step, its product weights, the rates on its own shapes
+    (:func:`compute_rates`) and ``bytes_per_s`` (default: :func:`bandwidth`)."""
+    ns = tuple(sorted({int(n) for n in ns} | {1}))
+    rates = compute_rates(rows=ns, shapes=linear_shapes(model))
+    bw = bandwidth().bytes_per_s if bytes_per_s is None else bytes_per_s
+    nbytes, weights = decode_bytes(model), matmul_weights(model)
+    return {n: verify_floor(nbytes, weights, n, bw, rates) for n in ns}
+
+
 @dataclass(frozen=True)
 class VerifyCosts:
     context: int  # cached positions each forward ran on top of
@@ -428,11 +440,10 @@ def _main() -> None:
             print(f"{name:<16} {precision:<9} {r.bytes_per_token / 1e6:>9.1f} {r.tokens_per_s:>11.1f} {r.ms_per_token:>9.1f}")
         floors.append((name, model))
     for name, model in floors:  # after the table: the floor of a float32 verify pass of n positions
-        rates, weights, nbytes = compute_rates(shapes=linear_shapes(model)), matmul_weights(model), decode_bytes(model)
-        one = verify_floor(nbytes, weights, 1, bw.bytes_per_s, rates).seconds
+        floor = verify_floors(model, (2, 5, 9, 17), bw.bytes_per_s)
         print(f"{name} float32, its shapes in cache: " + ", ".join(
-            f"n={n}: {rates.at(n) / 1e9:.0f} GFLOP/s, t(n) >= {verify_floor(nbytes, weights, n, bw.bytes_per_s, rates).seconds * 1e3:.0f} ms "
-            f"(v >= {verify_floor(nbytes, weights, n, bw.bytes_per_s, rates).seconds / one:.2f})" for n in (1, 2, 5, 9, 17)))
+            f"n={n}: {f.rate / 1e9:.0f} GFLOP/s, t(n) >= {f.seconds * 1e3:.0f} ms (v >= {f.seconds / floor[1].seconds:.2f})"
+            for n, f in floor.items()))
 
 
 if __name__ == "__main__":

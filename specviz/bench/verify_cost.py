@@ -52,10 +52,7 @@ def verify_floor_curve(target, ns: Sequence[int] = DEFAULT_NS) -> list[tuple[int
     first = next(model.parameters(), None)
     if first is None or first.device.type != "cpu" or first.dtype != torch.float32 or getattr(target, "quantize", None):
         return None
-    ns = sorted({int(n) for n in ns} | {1})
-    rates = hardware.compute_rates(tuple(ns), shapes=hardware.linear_shapes(model))
-    nbytes, weights, bw = hardware.decode_bytes(model), hardware.matmul_weights(model), hardware.bandwidth().bytes_per_s
-    floors = {n: hardware.verify_floor(nbytes, weights, n, bw, rates) for n in ns}
+    floors = hardware.verify_floors(model, ns)
     return [(n, f.seconds / floors[1].seconds, f.serial_s / floors[1].serial_s) for n, f in floors.items()]
 
 
