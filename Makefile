@@ -31,12 +31,15 @@ demo: setup
 	GRADIO_ANALYTICS_ENABLED=False $(BIN)/python app.py
 
 # The tests run on every core (pytest-xdist, one test file per worker: module fixtures stay
-# shared); the browser tests, which time what a person sees, run after them one at a time.
+# shared). Then, one at a time: the real llama-server (its thread pool spins at barriers and
+# slowed 30-fold beside busy torch workers on 2 cores) and the browser tests, which time what a
+# person sees.
 JOBS     ?= $(shell nproc 2>/dev/null || echo 2)
 PYTEST   := GRADIO_ANALYTICS_ENABLED=False HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -ra --durations=25
 
 test: setup chromium llama-server-build
-	$(PYTEST) -n $(JOBS) --dist loadfile -m "not browser"
+	$(PYTEST) -n $(JOBS) --dist loadfile -m "not browser and not remote"
+	$(PYTEST) -m remote
 	$(PYTEST) -m browser
 
 test-fast: setup
