@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import random
 from types import SimpleNamespace
 
 import pytest
@@ -13,6 +14,7 @@ import torch
 from specviz import cli
 from specviz.analysis import advisor as A
 from specviz.analysis import costmodel as C
+from specviz.analysis import theory
 from specviz.analysis.treeshape import TreeShape, best_shape, best_trees, chain, decode, encode, expected_tokens
 from specviz.core.engine import SpeculativeDecoder
 from specviz.proposers.draft_tree import parse_draft_tree
@@ -216,6 +218,47 @@ def test_run_speedup_counts_prefill():
     loop = f.speedup
     whole = A.run_speedup(f, cost_model(slope=0.0), 64, 30)
     assert 1 < whole < loop  # the same prefill on both sides pulls the ratio towards 1
+
+
+def test_chain_advance_is_a_law_whose_mean_is_tau():
+    rates = [0.9, 0.7, 0.5, 0.2]
+    law = A.chain_advance(rates, 4)
+    assert len(law) == 5 and abs(sum(law) - 1) < 1e-12
+    assert abs(sum(m * p for m, p in enumerate(law, start=1)) - theory.expected_tokens_per_step_per_position(rates)) < 1e-12
+    assert A.chain_advance(rates, 0) == [1.0]
+
+
+def test_run_steps_price_the_cut_short_end():
+    steps = [1.0, 2.0, 3.0, 4.0]  # a step that drafts j costs j + 1
+    # every draft kept: 8 tokens are two full steps; a 9th costs a target-only step, not a third full step
+    assert A.run_steps_s(steps, [1.0] * 3, 8) == 8.0 and A.run_steps_s(steps, [1.0] * 3, 9) == 9.0
+    # nothing kept: one token a step, drafting 0, 1, 2, 3, 3 as the end allows
+    assert A.run_steps_s(steps, [0.0] * 3, 5) == 1 + 2 + 3 + 4 + 4
+    # against the engine's rule simulated draw by draw
+    rng, rates, n, runs = random.Random(0), [0.8, 0.6, 0.5], 20, 40_000
+    total = 0.0
+    for _ in range(runs):
+        left = n
+        while left:
+            kk = min(3, left - 1)
+            kept = 0
+            while kept < kk and rng.random() < rates[kept]:
+                kept += 1
+            total += steps[kk]
+            left -= kept + 1
+    assert abs(total / runs - A.run_steps_s(steps, rates, n)) < 0.01 * total / runs
+
+
+def test_a_chain_run_is_not_charged_a_full_last_step():
+    cal = A.chain_calibration("draft:d", [[step(4, 4)] * 10], 4)  # every draft kept: 5 tokens a step
+    cost = cost_model(slope=0.0)
+    f = A.predict_chain(cal, cost, 4, "draft", "d")
+    assert len(f.extra["step_ms_by_k"]) == 5 and f.extra["step_ms_by_k"][0] == pytest.approx(1e3 * cost.base_step_s)
+    full = A.run_speedup(f, cost, 1, 11)  # two full steps, then one token: a plain step, not a third full one
+    pre = cost.prefill(1)
+    assert full == pytest.approx((pre + 11 * cost.base_step_s) / (pre + 2 * f.step_s + cost.base_step_s))
+    half = A.run_speedup(f, cost, 1, 10.5)  # a mean run length between two whole ones
+    assert min(full, A.run_speedup(f, cost, 1, 10)) <= half <= max(full, A.run_speedup(f, cost, 1, 10))
 
 
 # -- the cost model with a stand-in clock -----------------------------------------------------------

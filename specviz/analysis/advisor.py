@@ -40,7 +40,7 @@ __all__ = [
     "Rate", "wilson", "ChainCalibration", "RankCalibration", "chain_calibration", "rank_calibration_from_tree",
     "rank_calibration_from_chain", "Forecast", "predict_chain", "predict_tree", "tree_step_seconds", "forecast_trees",
     "rank", "verdicts", "run_speedup", "BudgetPoint", "TreeBudget", "tree_budget", "replayed_tau", "Replayed",
-    "replayed", "mean_pass_s", "with_replay",
+    "replayed", "mean_pass_s", "with_replay", "chain_advance", "run_steps_s",
 ]
 
 Z = 1.96  # 95% Wilson intervals
@@ -279,9 +279,51 @@ class Forecast:
                 "speedup_hi": self.speedup_hi, "shape": self.shape, "note": self.note, **self.extra}
 
 
+def _chain_rates(cal: ChainCalibration, k: int, which: str) -> list[float]:
+    """r_i = g_i a_i for i = 1..k: P(token i is drafted and kept | 1..i-1 kept)."""
+    return [getattr(g, which) * getattr(a, which) for g, a in zip(cal.carry_on[:k], cal.accept[:k])]
+
+
 def _chain_tau(cal: ChainCalibration, k: int, which: str) -> float:
-    rates = [getattr(g, which) * getattr(a, which) for g, a in zip(cal.carry_on[:k], cal.accept[:k])]
-    return theory.expected_tokens_per_step_per_position(rates)
+    return theory.expected_tokens_per_step_per_position(_chain_rates(cal, k, which))
+
+
+def chain_advance(rates: Sequence[float], k: int) -> list[float]:
+    """P(a chain step with k drafts commits m tokens), m = 1..k+1: j drafts kept in a row (the
+    conditional rates r_1..r_k), then one correction or bonus token."""
+    at_least = [1.0]  # P(j >= i), i = 0..k
+    for r in rates[:k]:
+        at_least.append(at_least[-1] * r)
+    at_least.append(0.0)
+    return [at_least[j] - at_least[j + 1] for j in range(k + 1)]
+
+
+def run_steps_s(step_s: Sequence[float], rates: Sequence[float], new_tokens: int) -> float:
+    """Expected seconds of a run's decode steps to new_tokens tokens, the engine drafting
+    k' = min(k, tokens left - 1) (never past the end): T(R) = step(k') + sum_m P_k'(m) T(R - m),
+    T(0) = 0, with step_s[j] a step that drafts j (j = 0..k; 0: a target-only step)."""
+    k = len(step_s) - 1
+    T = [0.0] * (new_tokens + 1)
+    for left in range(1, new_tokens + 1):
+        kk = min(k, left - 1)
+        T[left] = step_s[kk] + sum(p * T[left - m] for m, p in enumerate(chain_advance(rates, kk), start=1))
+    return T[new_tokens]
+
+
+def _chain_step_s(cal: ChainCalibration, cost: CostModel, k: int, kind: str, draft: str | None) -> tuple[float, float]:
+    """(drafting, the whole step) in seconds for a chain step of up to k drafts."""
+    kprime = sum(cal.reach(i) for i in range(k))
+    if kind == "ngram":
+        draft_s = cost.lookup_s.get("ngram", 0.0)
+    elif kind == "draft" and draft in cost.drafts:
+        d = cost.drafts[draft]
+        all_kept = _chain_tau(cal, k, "p") - _chain_tau(cal, k - 1, "p")  # P(drafts 1..k kept): next step feeds x_k and the bonus
+        draft_s = (1 - all_kept) * d.feed(1) + all_kept * d.feed(2) + max(0.0, kprime - 1) * d.step_s
+    else:
+        per_token = (cal.draft_ms / 1e3 / cal.drafted_tokens) if cal.drafted_tokens else 0.0
+        draft_s = kprime * per_token
+    at_least = [cal.reach(i) for i in range(k)] if cal.steps else [1.0] * k
+    return draft_s, draft_s + mean_pass_s(cost.t, at_least) + cost.step_overhead_s
 
 
 def predict_chain(cal: ChainCalibration, cost: CostModel, k: int, kind: str, draft: str | None = None,
@@ -292,21 +334,16 @@ def predict_chain(cal: ChainCalibration, cost: CostModel, k: int, kind: str, dra
         raise ValueError(f"k must be from 1 to the calibrated {cal.k}, got {k}")
     tau = _chain_tau(cal, k, "p")
     kprime = sum(cal.reach(i) for i in range(k))
-    if kind == "ngram":
-        draft_s = cost.lookup_s.get("ngram", 0.0)
-    elif kind == "draft" and draft in cost.drafts:
-        d = cost.drafts[draft]
-        all_kept = tau - _chain_tau(cal, k - 1, "p")  # P(drafts 1..k kept): next step feeds x_k and the bonus
-        draft_s = (1 - all_kept) * d.feed(1) + all_kept * d.feed(2) + max(0.0, kprime - 1) * d.step_s
-    else:
-        per_token = (cal.draft_ms / 1e3 / cal.drafted_tokens) if cal.drafted_tokens else 0.0
-        draft_s = kprime * per_token
-    step = draft_s + mean_pass_s(cost.t, [cal.reach(i) for i in range(k)] if cal.steps else [1.0] * k) + cost.step_overhead_s
+    draft_s, step = _chain_step_s(cal, cost, k, kind, draft)
     base = cost.base_step_s
     lo, hi = _chain_tau(cal, k, "lo"), _chain_tau(cal, k, "hi")
     note = "" if cal.drafted_tokens else "the calibration drafted nothing"
+    # what a whole run needs (run_speedup): the rates, and a step's price at every k' <= k (the
+    # engine drafts fewer than k when the run's end is nearer than k + 1 tokens)
+    shorter = [base] + [_chain_step_s(cal, cost, j, kind, draft)[1] for j in range(1, k + 1)]
+    extra = {"continue_rates": _chain_rates(cal, k, "p"), "step_ms_by_k": [1e3 * x for x in shorter]}
     return Forecast(cal.proposer, spec or cal.proposer, k, tau, lo, hi, kprime, draft_s, step, tau * base / step,
-                    lo * base / step, hi * base / step, note=note)
+                    lo * base / step, hi * base / step, note=note, extra=extra)
 
 
 def tree_step_seconds(cost: CostModel, kind: str, draft: str | None = None, lookup_s: float | None = None):
@@ -457,8 +494,18 @@ def verdicts(forecasts: Sequence[Forecast]) -> list[str]:
 
 def run_speedup(f: Forecast, cost: CostModel, prompt_tokens: float, new_tokens: float, draft_prefill_s: float = 0.0) -> float:
     """The wall-clock speedup of whole runs (what a sweep measures): prefill included (the draft's
-    too), new_tokens / tau steps against new_tokens target-only steps."""
+    too), against new_tokens target-only steps. A chain's decode steps follow ``run_steps_s``
+    (the steps near the end draft fewer, at their own price; a fractional mean run length is
+    interpolated); a tree's are ceil(new_tokens / tau) whole steps."""
     pre = cost.prefill(int(prompt_tokens))
     base = pre + new_tokens * cost.base_step_s
-    spec = pre + draft_prefill_s + math.ceil(new_tokens / max(1.0, f.tau)) * f.step_s
+    if "continue_rates" in f.extra and new_tokens >= 1:
+        steps = [ms / 1e3 for ms in f.extra["step_ms_by_k"]]
+        lo = math.floor(new_tokens)
+        t_lo = run_steps_s(steps, f.extra["continue_rates"], lo)
+        t_hi = run_steps_s(steps, f.extra["continue_rates"], lo + 1) if new_tokens > lo else t_lo
+        decode = t_lo + (new_tokens - lo) * (t_hi - t_lo)
+    else:
+        decode = math.ceil(new_tokens / max(1.0, f.tau)) * f.step_s
+    spec = pre + draft_prefill_s + decode
     return base / spec if spec > 0 else float("nan")
