@@ -15,7 +15,16 @@ from specviz import cli
 from specviz.analysis import advisor as A
 from specviz.analysis import costmodel as C
 from specviz.analysis import theory
-from specviz.analysis.treeshape import TreeShape, best_shape, best_trees, chain, decode, encode, expected_tokens
+from specviz.analysis.treeshape import (
+    TreeShape,
+    best_shape,
+    best_trees,
+    chain,
+    decode,
+    encode,
+    expected_tokens,
+    to_depth,
+)
 from specviz.core.engine import SpeculativeDecoder
 from specviz.proposers.draft_tree import parse_draft_tree
 from specviz.proposers.ngram_tree import parse_ngram_tree
@@ -176,6 +185,28 @@ def test_a_tree_forecast_takes_its_replayed_tau_and_tree_sizes():
     assert g.tau == 2.0 and g.speedup == pytest.approx(2.0 * cost.base_step_s / want)
     assert g.extra["tau_model"] == f.tau and g.extra["step_model_s"] == f.step_s
     assert g.tau_lo <= 2.0 <= g.tau_hi
+
+
+def test_a_tree_run_cuts_the_tree_to_the_tokens_left():
+    assert encode(to_depth(decode("2111"), 1)) == "2" and encode(to_depth(decode("2111"), 2)) == "211"
+    assert to_depth(decode("21"), 0).nodes == 0
+    cal = A.RankCalibration("ngram-tree:3", (100, 50, 25), ((50, 20), (25, 5), (10, 2)))
+    cost = cost_model(slope=0.001)
+    f = A.predict_tree(cal, cost, decode("2111"), "ngram-tree", "ngram-tree:3,shape=2111")
+    law = A.chain_advance(f.extra["continue_rates"], 3)  # the path's length: one node per depth at most
+    assert sum(m * p for m, p in enumerate(law, start=1)) == pytest.approx(f.tau)
+    assert f.extra["step_ms_by_k"] == pytest.approx([1e3 * x for x in (cost.base_step_s, cost.t_tree(3), cost.t_tree(5), cost.t_tree(6))])
+    # the replay's own path lengths replace the model's; its cut steps are priced at the replay's ratio
+    g = A.with_replay(f, A.Replayed(2.0, (5, 5, 5, 5), (0, 1, 2, 1)), cost)
+    law = A.chain_advance(g.extra["continue_rates"], 3)
+    assert sum(m * p for m, p in enumerate(law, start=1)) == pytest.approx(g.tau)
+    assert g.extra["step_ms_by_k"][0] == pytest.approx(1e3 * cost.base_step_s)
+    assert g.extra["step_ms_by_k"][-1] == pytest.approx(1e3 * g.step_s)
+    # every draft kept: 9 tokens at depth 4 (5 a step) are one full step and a cut one of depth 3
+    full = A.RankCalibration("ngram-tree:3", (10, 10, 10, 10), ((10,), (10,), (10,), (10,)))
+    h = A.predict_tree(full, cost, decode("1111"), "ngram-tree", "ngram-tree:3,shape=1111")
+    assert A.run_steps_s([x / 1e3 for x in h.extra["step_ms_by_k"]], h.extra["continue_rates"], 9) == pytest.approx(
+        cost.t_tree(5) + cost.t_tree(4))
 
 
 def test_steps_cut_short_by_the_end_of_the_run_are_left_out():

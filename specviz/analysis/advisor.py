@@ -34,13 +34,13 @@ from typing import Any, Callable, Sequence
 
 from . import theory
 from .costmodel import CostModel
-from .treeshape import TreeShape, best_per_budget, best_shape, encode, expected_tokens
+from .treeshape import TreeShape, best_per_budget, best_shape, encode, expected_tokens, node_reach, to_depth
 
 __all__ = [
     "Rate", "wilson", "ChainCalibration", "RankCalibration", "chain_calibration", "rank_calibration_from_tree",
     "rank_calibration_from_chain", "Forecast", "predict_chain", "predict_tree", "tree_step_seconds", "forecast_trees",
     "rank", "verdicts", "run_speedup", "BudgetPoint", "TreeBudget", "tree_budget", "replayed_tau", "Replayed",
-    "replayed", "mean_pass_s", "with_replay", "chain_advance", "run_steps_s",
+    "replayed", "mean_pass_s", "with_replay", "chain_advance", "run_steps_s", "rates_from_reach",
 ]
 
 Z = 1.96  # 95% Wilson intervals
@@ -227,11 +227,21 @@ class Replayed:
 
     tau: float
     drafted: tuple[int, ...]  # per step that could draft the full k
+    kept: tuple[int, ...] = ()  # per such step: the drafts kept (a tree: its path's length)
 
 
 def replayed(runs: Sequence[Sequence[Any]], k: int, max_new_tokens: int | None = None) -> Replayed:
-    drafted = tuple(s.k for steps in runs for s, _ in _counted(steps, k, max_new_tokens))
-    return Replayed(replayed_tau(runs, k, max_new_tokens), drafted)
+    counted = [(s.k, ok) for steps in runs for s, ok in _counted(steps, k, max_new_tokens)]
+    return Replayed(replayed_tau(runs, k, max_new_tokens), tuple(d for d, _ in counted), tuple(ok for _, ok in counted))
+
+
+def rates_from_reach(at_least: Sequence[float]) -> list[float]:
+    """P(j >= d), d = 1..D -> the conditional rates r_d = P(j >= d) / P(j >= d - 1) (0 past a zero)."""
+    out, before = [], 1.0
+    for p in at_least:
+        out.append(p / before if before > 0 else 0.0)
+        before = p
+    return out
 
 
 def mean_pass_s(pass_s: Callable[[int], float], at_least: Sequence[float]) -> float:
@@ -373,9 +383,14 @@ def predict_tree(cal: RankCalibration, cost: CostModel, shape: TreeShape, kind: 
     tau = expected_tokens(shape, cal.matrix("p"))
     lo, hi = expected_tokens(shape, cal.matrix("lo")), expected_tokens(shape, cal.matrix("hi"))
     base = cost.base_step_s
+    # a whole run (run_speedup): the engine cuts the tree to depth k' = min(k, tokens left - 1);
+    # at most one node per depth is on the kept path, so P(j >= d) sums the depth-d nodes' reach
+    reach = node_reach(shape, cal.matrix("p"))
+    at_least = [sum(r for r, d in zip(reach, shape.depths) if d == depth) for depth in range(1, shape.depth + 1)]
+    by_k = [1e3 * seconds(to_depth(shape, d)) for d in range(shape.depth + 1)]
     return Forecast(cal.proposer, spec, max(1, shape.depth), tau, lo, hi, float(shape.nodes), draft_s, step,
                     tau * base / step, lo * base / step, hi * base / step, shape=encode(shape),
-                    extra={"tree": shape.describe()})
+                    extra={"tree": shape.describe(), "continue_rates": rates_from_reach(at_least), "step_ms_by_k": by_k})
 
 
 def forecast_trees(cal: RankCalibration, cost: CostModel, kind: str, spec_for, ks: Sequence[int], max_nodes: int = 16,
@@ -457,8 +472,13 @@ def with_replay(f: Forecast, rep: Replayed | None, cost: CostModel) -> Forecast:
         at_least = [sum(d >= i for d in rep.drafted) / n for i in range(1, max(rep.drafted) + 1)]
         step = f.draft_s + mean_pass_s(cost.t_tree, at_least) + cost.step_overhead_s
     per = cost.base_step_s / step
+    extra = {**f.extra, "tau_model": f.tau, "step_model_s": f.step_s}
+    if rep.kept and "step_ms_by_k" in f.extra:  # the run's end: the replay's own path lengths, the cut steps priced alike
+        depth = len(f.extra["step_ms_by_k"]) - 1
+        extra["continue_rates"] = rates_from_reach([sum(j >= d for j in rep.kept) / len(rep.kept) for d in range(1, depth + 1)])
+        extra["step_ms_by_k"] = [ms * (step / f.step_s if i else 1.0) for i, ms in enumerate(f.extra["step_ms_by_k"])]
     return replace(f, tau=tau, tau_lo=lo, tau_hi=hi, step_s=step, speedup=tau * per, speedup_lo=lo * per,
-                   speedup_hi=hi * per, extra={**f.extra, "tau_model": f.tau, "step_model_s": f.step_s})
+                   speedup_hi=hi * per, extra=extra)
 
 
 def rank(forecasts: Sequence[Forecast]) -> list[Forecast]:
@@ -494,9 +514,9 @@ def verdicts(forecasts: Sequence[Forecast]) -> list[str]:
 
 def run_speedup(f: Forecast, cost: CostModel, prompt_tokens: float, new_tokens: float, draft_prefill_s: float = 0.0) -> float:
     """The wall-clock speedup of whole runs (what a sweep measures): prefill included (the draft's
-    too), against new_tokens target-only steps. A chain's decode steps follow ``run_steps_s``
+    too), against new_tokens target-only steps. The decode steps follow ``run_steps_s``
     (the steps near the end draft fewer, at their own price; a fractional mean run length is
-    interpolated); a tree's are ceil(new_tokens / tau) whole steps."""
+    interpolated; a tree is cut to depth k' alike); without the rates, ceil(new_tokens / tau) whole steps."""
     pre = cost.prefill(int(prompt_tokens))
     base = pre + new_tokens * cost.base_step_s
     if "continue_rates" in f.extra and new_tokens >= 1:

@@ -29,7 +29,7 @@ from typing import Callable, Sequence
 
 from ..proposers.ngram_tree import decode_shape, encode_shape
 
-__all__ = ["TreeShape", "best_trees", "best_shape", "best_per_budget", "expected_tokens", "encode", "decode", "chain", "EMPTY"]
+__all__ = ["TreeShape", "best_trees", "best_shape", "best_per_budget", "expected_tokens", "node_reach", "to_depth", "encode", "decode", "chain", "EMPTY"]
 
 
 @dataclass(frozen=True)
@@ -138,13 +138,25 @@ def _rate(accept: Sequence[Sequence[float]], d: int, r: int) -> float:
     return p
 
 
+def node_reach(shape: TreeShape, accept: Sequence[Sequence[float]]) -> list[float]:
+    """Per node: P(the path to the node is accepted)."""
+    reach: list[float] = []
+    for a, r, d in zip(shape.parents, shape.ranks, shape.depths):
+        reach.append((1.0 if a < 0 else reach[a]) * _rate(accept, d - 1, r - 1))
+    return reach
+
+
 def expected_tokens(shape: TreeShape, accept: Sequence[Sequence[float]]) -> float:
     """1 + sum over nodes of P(the path to the node is accepted)."""
-    reach: list[float] = []
-    depths = shape.depths
-    for a, r, d in zip(shape.parents, shape.ranks, depths):
-        reach.append((1.0 if a < 0 else reach[a]) * _rate(accept, d - 1, r - 1))
-    return 1.0 + sum(reach)
+    return 1.0 + sum(node_reach(shape, accept))
+
+
+def to_depth(shape: TreeShape, depth: int) -> TreeShape:
+    """The shape cut to its nodes at depth <= ``depth`` (as the engine cuts a tree to k)."""
+    keep = [i for i, d in enumerate(shape.depths) if d <= depth]
+    index = {old: new for new, old in enumerate(keep)}
+    return TreeShape(tuple(-1 if shape.parents[i] < 0 else index[shape.parents[i]] for i in keep),
+                     tuple(shape.ranks[i] for i in keep))
 
 
 def best_trees(accept: Sequence[Sequence[float]], max_nodes: int, max_depth: int) -> dict[int, TreeShape]:
