@@ -331,6 +331,32 @@ def test_cost_model_with_a_stand_in_clock(tiny, tmp_path):
     assert not cached3 and "tiny-draft" in more.drafts and more.target_s == first.target_s
 
 
+class DriftingClock:
+    """Each reading adds 1 ms times the speed of its round (8 readings a round after the prefill's
+    two): a host that slows down and speeds up between rounds."""
+
+    def __init__(self, speeds):
+        self.now, self.reads, self.speeds = 0.0, 0, speeds
+
+    def __call__(self) -> float:
+        rnd = max(0, self.reads - 2) // 8
+        self.reads += 1
+        self.now += 0.001 * self.speeds[min(rnd, len(self.speeds) - 1)]
+        return self.now
+
+
+def test_a_draft_is_measured_against_the_target_round_by_round(tiny):
+    """The host's drift moves the draft and the target's one-token pass alike, so the draft's cost
+    is its ratio to that pass in the same round, times t(1); measured alone it takes the drift."""
+    _, draft = tiny
+    speeds = [1, 3, 3, 1, 3, 3, 1, 3]
+    alone = C.measure_draft(draft, context=32, repeats=8, clock=DriftingClock(speeds), levels=False)
+    assert alone.step_s == pytest.approx(0.003)  # the median of its rounds after the first: the drift in it
+    ours = C.measure_draft(draft, context=32, repeats=8, clock=DriftingClock(speeds), levels=False,
+                           reference=lambda: None, reference_s=0.005)
+    assert ours.step_s == pytest.approx(0.005) and ours.feed_s == {n: pytest.approx(0.005) for n in (1, 2, 3)}
+
+
 def test_draft_tree_levels_only_when_asked(tiny, tmp_path):
     """A draft's tree levels are measured only for the drafts named in ``levels``; one cached
     without them is measured again when a draft tree asks for them."""

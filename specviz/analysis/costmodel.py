@@ -37,6 +37,7 @@ MAX_N = 17  # t(n) for n = 1..17: k + 1 positions for k = 0..16, trees of up to 
 TREE_NS = (2, 3, 5, 9, 13, 17)  # tree passes measured (interpolated between)
 LEVEL_MS = (1, 2, 3, 4)  # draft-tree level widths measured
 REPEATS = 4  # rounds per cost: the first (first calls) left out, the median of the other three
+DRAFT_REPEATS = 8  # a draft's feeds are cheap (a round: about 0.2 s for gemma-3-270m's int8 copy): more rounds
 SCHEMA = 2  # 2: each cost the median of its repeats after the first (1: the fastest)
 
 
@@ -334,9 +335,10 @@ def measure(target, *, context: int = 256, max_n: int = MAX_N, repeats: int = RE
         tree_s=monotone({n: _typical(v) for n, v in tree.items()}), step_overhead_s=overhead, prefill_s=prefill,
         lookup_s=_lookups(context, clock), target_raw_s=raw, load=load_average(), cores=os.cpu_count(),
     )
-    for d in drafts:
-        model_cost = with_draft(model_cost, measure_draft(d, context=context, clock=clock, repeats=repeats,
-                                                          levels=levels is None or str(d.name) in levels))
+    for d in drafts:  # each against the target's one-token pass, round by round (measure_draft)
+        model_cost = with_draft(model_cost, measure_draft(d, context=context, clock=clock, repeats=max(repeats, DRAFT_REPEATS),
+                                                          levels=levels is None or str(d.name) in levels,
+                                                          reference=lambda: chain_pass(1), reference_s=target_s[1]))
     return replace(model_cost, measured_s=clock() - start)
 
 
@@ -374,11 +376,38 @@ def _lookups(context: int, clock, repeats: int = 20) -> dict[str, float]:
 
 
 @torch.inference_mode()
+def one_token_pass(target, context: int) -> Callable[[], None]:
+    """The target's one-token pass after ``context`` tokens, as a callable (a draft's reference)."""
+    from ..runtime.kv import forward_logits, rollback, session_cache
+
+    model = target.model
+    cache = session_cache(model)
+    forward_logits(model, _tokens(model, context, 0).to(target.device), cache, 1)  # [context] prefilled
+    new = _tokens(model, 1, 1).to(target.device)  # [1]
+
+    @torch.inference_mode()
+    def run() -> None:
+        forward_logits(model, new, cache, 1)
+        rollback(cache, context)
+
+    run()
+    return run
+
+
+@torch.inference_mode()
 def measure_draft(draft, *, context: int = 256, repeats: int = REPEATS, clock: Callable[[], float] = time.perf_counter,
-                  levels: bool = True) -> DraftCost:
+                  levels: bool = True, reference: Callable[[], None] | None = None,
+                  reference_s: float | None = None) -> DraftCost:
     """A draft model's one-token step and catch-up feeds on its session cache, its tree levels
     of m nodes on a DynamicCache (as ``draft-tree`` grows them; ``levels=False``: not measured,
-    ``level_s`` left empty) and its prefill."""
+    ``level_s`` left empty) and its prefill.
+
+    ``reference`` (the target's one-token pass) and ``reference_s`` (its cost, t(1)): each round
+    times the reference too, and every draft cost is its typical ratio to the reference in the
+    same round times ``reference_s``. What a forecast uses is that ratio (c = draft / t(1)), and
+    a host that drifts by tens of percent over seconds moves both sides of it alike (a 2-core
+    Xeon: the int8 draft's step read 38 ms in one cost model and 26-30 ms in the next minutes,
+    and the draft's forecast erred by 26%)."""
     from ..runtime.kv import forward_logits, new_cache, rollback, session_cache, tree_forward_logits
 
     model, device = draft.model, draft.device
@@ -409,9 +438,20 @@ def measure_draft(draft, *, context: int = 256, repeats: int = REPEATS, clock: C
         feed(n)
     for m in LEVEL_MS if levels else ():
         level(m)
-    feeds, level_times = _interleaved([(feed, (1, 2, 3)), (level, LEVEL_MS if levels else ())], repeats, clock)
-    feed_s = {n: _typical(v) for n, v in feeds.items()}
-    return DraftCost(str(draft.name), feed_s[1], feed_s, {m: _typical(v) for m, v in level_times.items()}, prefill)
+    passes = [(feed, (1, 2, 3)), (level, LEVEL_MS if levels else ())]
+    relative = reference is not None and bool(reference_s)
+    if relative:
+        passes.append((lambda _n: reference(), (1,)))
+    timed = _interleaved(passes, repeats, clock)
+    feeds, level_times = timed[0], timed[1]
+
+    def cost(xs: list[float]) -> float:
+        if not relative:
+            return _typical(xs)
+        return _typical([x / max(r, 1e-12) for x, r in zip(xs, timed[2][1])]) * reference_s
+
+    feed_s = {n: cost(v) for n, v in feeds.items()}
+    return DraftCost(str(draft.name), feed_s[1], feed_s, {m: cost(v) for m, v in level_times.items()}, prefill)
 
 
 def with_draft(model: CostModel, draft: DraftCost) -> CostModel:
@@ -451,9 +491,11 @@ def load_or_measure(target, cache_dir: str | Path | None, *, context: int = 256,
     else:
         cost = cached
         clock = options.get("clock", time.perf_counter)
+        reference = one_token_pass(target, context)
         for d in missing:
-            cost = with_draft(cost, measure_draft(d, context=context, clock=clock, repeats=options.get("repeats", REPEATS),
-                                                  levels=wants_levels(d)))
+            cost = with_draft(cost, measure_draft(d, context=context, clock=clock,
+                                                  repeats=max(options.get("repeats", REPEATS), DRAFT_REPEATS),
+                                                  levels=wants_levels(d), reference=reference, reference_s=cost.t(1)))
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(cost.to_dict(), indent=1), encoding="utf-8")
