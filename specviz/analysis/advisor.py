@@ -482,8 +482,10 @@ def with_replay(f: Forecast, rep: Replayed | None, cost: CostModel) -> Forecast:
 
 
 def rank(forecasts: Sequence[Forecast]) -> list[Forecast]:
-    """Best predicted speedup first (ties: the lower bound, then fewer drafted tokens)."""
-    return sorted(forecasts, key=lambda f: (-f.speedup, -f.speedup_lo, f.drafted_per_step))
+    """Best predicted speedup first: over whole runs where a forecast has it (``extra["run_speedup"]``:
+    prefills included, a draft's too), else per decode step (ties: the lower bound, then fewer
+    drafted tokens)."""
+    return sorted(forecasts, key=lambda f: (-f.extra.get("run_speedup", f.speedup), -f.speedup_lo, f.drafted_per_step))
 
 
 def verdicts(forecasts: Sequence[Forecast]) -> list[str]:
@@ -508,7 +510,8 @@ def verdicts(forecasts: Sequence[Forecast]) -> list[str]:
     else:
         top = ranked[0]
         sure = "" if top.speedup_lo >= 1.0 else " (its interval reaches below 1x: the calibration is too short to be sure)"
-        lines.append(f"Pick {top.label}: predicted {top.speedup:.2f}x{sure}.")
+        run = f", {top.extra['run_speedup']:.2f}x over whole runs (prefills included)" if "run_speedup" in top.extra else ""
+        lines.append(f"Pick {top.label}: predicted {top.speedup:.2f}x per decode step{run}{sure}.")
     return lines
 
 

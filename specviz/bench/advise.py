@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import statistics
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Sequence
 
 from ..analysis import advisor as A
@@ -282,7 +282,6 @@ def _hybrid_costed(runs, cost: CostModel, draft):
     as timed in the replay, and on a draft step the draft's catch-up feed (the first: its prefill,
     as a calibration run's draft time has it) and k - 1 one-token steps (an estimate: the cost
     model's feeds are of 1-3 tokens, longer ones extrapolated)."""
-    from dataclasses import replace
 
     d = cost.drafts.get(str(draft.name))
     if d is None:
@@ -406,7 +405,10 @@ def advise(target, specs: Sequence[str], prompts: Sequence[PromptRow], *, cache_
     forecasts: list[A.Forecast] = []
     for cand in candidates:
         forecasts += _forecast(cand, cals[cand.spec], cost, ks, notes, shapes, budgets, by_k.get(cand.spec), tree_replay)
-    ranked = A.rank(forecasts)
+    mean_prompt = statistics.mean(lengths)
+    forecasts = [replace(f, extra={**f.extra, "run_speedup": A.run_speedup(
+        f, cost, mean_prompt, max_new_tokens, draft_prefill_s(candidates, cost, f.proposer, mean_prompt))}) for f in forecasts]
+    ranked = A.rank(forecasts)  # by the whole run's prediction: a draft's own prefill is the user's cost too
     return Advice(str(target.name), cost, cached, candidates, cals, ranked, A.verdicts(ranked), notes, shapes, budgets,
                   len(ran), statistics.mean(lengths), max_new_tokens, by_k, "replay" if replay else "runs",
                   {"decodes": info}, tree_replay)
@@ -467,12 +469,15 @@ def save_advice(advice: Advice) -> list[str]:
 def format_advice(advice: Advice, top: int | None = None) -> str:
     """The ranking as a table, then the notes and the verdicts."""
     lines = [f"Predicted on {advice.cost.machine} for {advice.target} (calibrated on {advice.prompts} prompts, "
-             f"{advice.max_new_tokens} new tokens each; 95% intervals from the acceptance counts):",
-             f"  {'#':>3} {'configuration':<44} {'tau':>5} {'tau interval':>13} {'step ms':>8} {'speedup':>8} {'interval':>13}"]
+             f"{advice.max_new_tokens} new tokens each; 95% intervals from the acceptance counts; ranked by 'run': "
+             "whole runs, prefills included; 'speedup': the decode steps alone):",
+             f"  {'#':>3} {'configuration':<44} {'tau':>5} {'tau interval':>13} {'step ms':>8} {'speedup':>8} {'interval':>13}"
+             f" {'run':>7}"]
     for i, f in enumerate(advice.forecasts[:top] if top else advice.forecasts, 1):
         tree = f"  {f.extra['tree']}" if f.extra.get("tree") else ""
+        run = f"{f.extra['run_speedup']:6.2f}x" if "run_speedup" in f.extra else "      -"
         lines.append(f"  {i:>3} {f.label:<44} {f.tau:5.2f} {f.tau_lo:6.2f}-{f.tau_hi:<6.2f} {1e3 * f.step_s:8.2f} "
-                     f"{f.speedup:7.2f}x {f.speedup_lo:6.2f}-{f.speedup_hi:.2f}x{tree}")
+                     f"{f.speedup:7.2f}x {f.speedup_lo:6.2f}-{f.speedup_hi:.2f}x {run}{tree}")
     lines.append(f"  (target-only: {1e3 * advice.cost.base_step_s:.2f} ms per step, 1.00x)")
     for n in advice.notes:
         lines.append(f"Note: {n}")
@@ -508,15 +513,21 @@ def run_top(target, advice: Advice, n: int, prompts: Sequence[PromptRow], config
     return out, report
 
 
+def draft_prefill_s(candidates, cost, proposer: str, prompt_tokens: float) -> float:
+    """The prefill of ``proposer``'s draft model (0 without one) at ``prompt_tokens`` tokens, from
+    the cost model's prefill of its context."""
+    draft = next((c.draft for c in candidates if c.spec == proposer), None)
+    if draft is None or str(draft.name) not in cost.drafts:
+        return 0.0
+    return cost.drafts[str(draft.name)].prefill_s * prompt_tokens / max(1, cost.context)
+
+
 def compare_run(advice: Advice, f: A.Forecast, row: dict[str, Any], mean_prompt: float, name: str = "") -> dict[str, Any]:
     """A forecast against a sweep's summary row of the same configuration (``row``: {} if it did
     not run): the whole-run prediction (both prefills, for the row's mean new tokens and the
     sweep's mean prompt length), the measured speedup and the error (measured - predicted) / predicted."""
-    drafts = f.extra.get("draft_prefill_s", 0.0)
     mean_new = (row.get("new_tokens") or 0) / max(1, row.get("prompts") or 1)
-    draft_model = next((c.draft for c in advice.candidates if c.spec == f.proposer), None)
-    if draft_model is not None and str(draft_model.name) in advice.cost.drafts:
-        drafts = advice.cost.drafts[str(draft_model.name)].prefill_s * mean_prompt / max(1, advice.cost.context)
+    drafts = draft_prefill_s(advice.candidates, advice.cost, f.proposer, mean_prompt)
     predicted = A.run_speedup(f, advice.cost, mean_prompt, mean_new, drafts)
     measured = row.get("speedup")
     return {

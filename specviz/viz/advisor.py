@@ -48,20 +48,22 @@ def pays_words(f: Any) -> str:
 
 def ranking_html(forecasts: Sequence[Any], base_step_s: float, top: int | None = 20) -> str:
     """The ranked forecasts: configuration, predicted tau with its interval, step time, predicted
-    speedup with its interval and the verdict in words; target-only's step last."""
+    speedup with its interval (the decode steps), over whole runs (prefills included: the
+    ranking's order) and the verdict in words; target-only's step last."""
     if not forecasts:
         return '<p class="sv-advisor-empty">No configuration to rank.</p>'
     rows = []
     for i, f in enumerate(forecasts[:top] if top else forecasts, 1):
         color = COLORS["accepted"] if pays_words(f) == "pays" else (COLORS["rejected"] if not f.pays else None)
         tree = f" ({f.extra['tree']})" if f.extra.get("tree") else ""
+        run = f"{f.extra['run_speedup']:.2f}x" if "run_speedup" in f.extra else "-"
         rows.append(_row([f"{i}. {f.label}{tree}", f"{f.tau:.2f}", f"{f.tau_lo:.2f}-{f.tau_hi:.2f}",
                           f"{1e3 * f.step_s:.2f}", f"{f.speedup:.2f}x", f"{f.speedup_lo:.2f}-{f.speedup_hi:.2f}x",
-                          pays_words(f)], color=color))
-    rows.append(_row(["target-only", "1.00", "", f"{1e3 * base_step_s:.2f}", "1.00x", "", "the baseline"]))
+                          run, pays_words(f)], color=color))
+    rows.append(_row(["target-only", "1.00", "", f"{1e3 * base_step_s:.2f}", "1.00x", "", "1.00x", "the baseline"]))
     more = len(forecasts) - len(rows) + 1
     tail = f'<p style="font-size:0.85em">… and {more} more configurations.</p>' if top and more > 0 else ""
-    return _table(["configuration", "tau", "tau 95%", "step ms", "speedup", "speedup 95%", "verdict"], rows,
+    return _table(["configuration", "tau", "tau 95%", "step ms", "speedup", "speedup 95%", "whole runs", "verdict"], rows,
                   "sv-advisor-ranking") + tail
 
 
