@@ -87,6 +87,28 @@ def test_a_prefill_keeps_the_row_loop_where_int_mm_measures_slower(monkeypatch):
     assert isinstance(quantize.int_mm_pays(), bool)  # this machine's own measurement runs
 
 
+def test_a_few_rows_run_in_one_packed_call_and_keep_their_own_scales():
+    """2..PREFILL_ROWS-1 rows (a draft's catch-up feed, a tree level) go through the packed kernel in
+    one call, each row scaled by its own absolute max first: a row 100 times smaller than another
+    keeps its relative error, which one scale for the call would not."""
+    from specviz.runtime import quantize
+
+    lin = _linear()
+    layer = quantize.PackedInt8Linear(lin, None, Int8Options(smooth_alpha=None))
+    assert layer.bias_free == (lin.bias is None)
+    x = torch.randn(3, 64) * torch.tensor([[1.0], [10.0], [0.1]])  # rows of very different sizes
+    with torch.inference_mode():
+        ref, ours = torch.nn.functional.linear(x, lin.weight, lin.bias), layer(x)
+        rows = torch.cat([layer(x[i : i + 1]) for i in range(3)])  # one call per row
+    for i in range(3):
+        scale = ref[i].abs().max()
+        assert (ours[i] - ref[i]).abs().max() < 0.05 * scale  # each row near its float product
+        assert (ours[i] - rows[i]).abs().max() < 0.05 * scale  # and near its own row call
+    with torch.inference_mode():
+        squashed = quantize.torch.ops.quantized.linear_dynamic(x, layer._packed_params, layer.reduce_range)
+    assert (squashed[2] - ref[2]).abs().max() > (ours[2] - ref[2]).abs().max()  # one scale for all: the small row suffers
+
+
 def test_smoothing_keeps_the_product_and_cuts_the_error_of_outlier_channels():
     lin, x = _linear(), _outlier_input()
     stats = x.abs().amax(dim=0)  # [64]

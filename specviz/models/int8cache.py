@@ -186,6 +186,7 @@ def _build(plan: list[dict[str, Any]], tensors: dict[str, torch.Tensor], options
             else:
                 layer.inv_smooth = None
             layer._packed_params = packed
+            layer.bias_free = bias is None
             layer.per_token = options.per_token
             layer.reduce_range = kernel_saturates() if options.reduce_range is None else options.reduce_range
             built[name] = layer

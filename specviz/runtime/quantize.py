@@ -218,8 +218,10 @@ class Int8Linear(torch.nn.Module):
 
 class PackedInt8Linear(Int8Linear):
     """``Int8Options(kernel="packed")``: y = dynamic_int8(x / s) @ int8(W * s)^T (+ bias) on
-    ``torch.ops.quantized.linear_dynamic`` (deprecated upstream; per-token scales loop over rows in
-    Python, so a graph of it serves one width), asymmetric 8-bit activations per token; kept while it
+    ``torch.ops.quantized.linear_dynamic`` (deprecated upstream), asymmetric 8-bit activations per
+    token: one row a call; 2 to PREFILL_ROWS - 1 rows of a bias-free layer in one call, each row
+    scaled to absolute max 1 first and back after (its per-token scale; the rows share one grid),
+    else a loop over rows in Python, so a graph of it serves one width; kept while it
     measures faster than :class:`Int8Linear` on the body's products (docs/benchmarks.md). From
     :data:`PREFILL_ROWS` rows (a prefill) one ``torch._int_mm`` call, per-token symmetric, where
     that measures faster than the loop (:func:`int_mm_pays`)."""
@@ -240,6 +242,7 @@ class PackedInt8Linear(Int8Linear):
         # ``_packed_params`` and the weight()/bias() methods mirror torch's dynamic quantized
         # Linear, so code that counts packed int8 weights (LoadedModel.num_parameters) sees these.
         self._packed_params = _pack(weight, None if linear.bias is None else linear.bias.detach().float(), options.per_channel)
+        self.bias_free = linear.bias is None  # rows scaled into one call need the bias added apart: kept to bias-free layers
         self.per_token = options.per_token
         self.reduce_range = kernel_saturates() if options.reduce_range is None else options.reduce_range
 
@@ -251,6 +254,13 @@ class PackedInt8Linear(Int8Linear):
         op = torch.ops.quantized.linear_dynamic
         if self.per_token and x2.shape[0] >= PREFILL_ROWS and int_mm_pays():
             y = self._all_rows(x2)  # [rows, out]
+        elif self.per_token and 1 < x2.shape[0] < PREFILL_ROWS and getattr(self, "bias_free", False):
+            # a draft's catch-up feed or tree level: every row in one call, each first scaled to
+            # absolute max 1 (its per-token scale) and scaled back after, so the weight is read once,
+            # not once per row; the rows then share one 8-bit grid over [-1, 1] (a row alone would
+            # get its own [min, max]). A prefill keeps the row loop where _int_mm does not pay.
+            amax = x2.abs().amax(dim=1, keepdim=True).clamp_min(1e-12)  # [rows, 1]
+            y = op(x2 / amax, self._packed_params, self.reduce_range) * amax  # [rows, out]
         elif self.per_token and x2.shape[0] > 1:
             y = torch.cat([op(x2[i : i + 1], self._packed_params, self.reduce_range) for i in range(x2.shape[0])])
         else:
@@ -290,7 +300,7 @@ class PackedInt8Linear(Int8Linear):
         else:
             new.inv_smooth = None
         new._packed_params = torch.ops.quantized.linear_prepack(rows, None if bias is None else bias[ids])
-        new.per_token, new.reduce_range = self.per_token, self.reduce_range
+        new.per_token, new.reduce_range, new.bias_free = self.per_token, self.reduce_range, bias is None
         return new.eval()
 
     def dequantized(self) -> torch.Tensor:
