@@ -6,23 +6,18 @@ original: Gemma's hidden states carry a few channels hundreds of times larger th
 a batched prefill shares one scale with the huge first-token (attention-sink) rows. This module
 fixes the inputs the int8 products see (``python benchmarks/int8_quality.py`` measures every
 option):
-
 - per-output-channel symmetric weight scales (``per_channel``);
-- one symmetric activation scale per token (``per_token``), computed for every row at once (a
-  few tensor ops, no loop over rows, so a traced or exported graph serves every width);
+- one activation scale per token (``per_token``), for every row at once;
 - SmoothQuant (Xiao et al., 2023) outlier migration (``smooth_alpha``): per input channel j,
   s_j = max|X_j|^alpha / max|W_:,j|^(1 - alpha) measured on calibration text; the layer computes
   (x / s) @ (W * s)^T, the same product with the activation outliers moved into the weights;
-- full 8-bit activations (the int32 accumulation is exact), or 7 bits (``reduce_range``);
-- optionally some layers left in float (``keep_float``: name suffixes, e.g. ``"down_proj"``).
+- full 8-bit activations (the int32 accumulation is exact), or 7 bits (``reduce_range``); some
+  layers may stay in float (``keep_float``: name suffixes, e.g. ``"down_proj"``).
 
 Two kernels (``Int8Options.kernel``):
-
-- ``"packed"`` (the default, :class:`PackedInt8Linear`): ``torch.ops.quantized.linear_dynamic`` on
-  packed quantized weights, asymmetric 8-bit activations per token, a Python loop over rows (so
-  the static decode step traces a graph per width). PyTorch deprecates quantized tensors; this
-  stays the default only while it measures faster (docs/benchmarks.md: on an AMD EPYC Zen 4 the
-  ``int_mm`` body took 1.5x its time at one token, 1.07x at nine).
+- ``"packed"`` (the default, :class:`PackedInt8Linear`): ``linear_dynamic`` on packed quantized
+  weights, asymmetric 8-bit activations per token (a graph per width). PyTorch deprecates quantized
+  tensors; this stays the default only while it measures faster (docs/benchmarks.md).
 - ``"int_mm"`` (:class:`Int8Linear`): ``torch._int_mm`` (int8 x int8 -> int32; oneDNN's VNNI
   kernel where the CPU has it, an exact integer GEMM elsewhere) on plain int8 tensors with the
   scales applied after it, as torchao's CPU int8 path does: no quantized tensors, no warnings,
@@ -36,12 +31,11 @@ Two kernels (``Int8Options.kernel``):
   ``cpu.MEASURED_ROWS`` and keeps the faster per width (cached per machine like the float head's
   choice, :mod:`specviz.runtime.cpu`); both give the same integers (float rounding ~1e-6).
 
-Calibration text is the bundled Spec-Bench dev prompts (offline, deterministic).
-
-Mean next-token overlap with float32 on gemma-3-270m (12 held-out prompts x 5 positions after a
-batched prefill / 4 prompts fed token by token), then asymmetric activations: quantize_dynamic 0.77 /
-0.81; per-channel 0.80 / 0.84; + per-token 0.88 / 0.84; + 8-bit 0.93 / 0.92; + smoothing (alpha 0.5,
-the default) 0.95 / 0.94; ``down_proj`` in float 0.97 / 0.97 (~70 MB more read per token).
+Calibration text: the bundled Spec-Bench dev prompts (offline, deterministic). Mean next-token
+overlap with float32 on gemma-3-270m (12 held-out prompts x 5 positions after a batched prefill /
+4 prompts fed token by token), asymmetric activations: quantize_dynamic 0.77 / 0.81; per-channel
+0.80 / 0.84; + per-token 0.88 / 0.84; + 8-bit 0.93 / 0.92; + smoothing (alpha 0.5, the default)
+0.95 / 0.94; ``down_proj`` in float 0.97 / 0.97 (~70 MB more read per token).
 """
 
 from __future__ import annotations
@@ -219,12 +213,11 @@ class Int8Linear(torch.nn.Module):
 class PackedInt8Linear(Int8Linear):
     """``Int8Options(kernel="packed")``: y = dynamic_int8(x / s) @ int8(W * s)^T (+ bias) on
     ``torch.ops.quantized.linear_dynamic`` (deprecated upstream), asymmetric 8-bit activations per
-    token: one row a call; 2 to PREFILL_ROWS - 1 rows of a bias-free layer in one call, each row
-    scaled to absolute max 1 first and back after (its per-token scale; the rows share one grid),
-    else a loop over rows in Python, so a graph of it serves one width; kept while it
-    measures faster than :class:`Int8Linear` on the body's products (docs/benchmarks.md). From
-    :data:`PREFILL_ROWS` rows (a prefill) one ``torch._int_mm`` call, per-token symmetric, where
-    that measures faster than the loop (:func:`int_mm_pays`)."""
+    token; kept while it measures faster than :class:`Int8Linear` on the body's products
+    (docs/benchmarks.md). 2 to PREFILL_ROWS - 1 rows of a bias-free layer run in one call, each
+    row scaled to absolute max 1 first and back after (its per-token scale; the rows share one
+    8-bit grid over [-1, 1]); more rows (a prefill) in one ``torch._int_mm`` call, per-token
+    symmetric, where that measures faster (:func:`int_mm_pays`), else one call per row."""
 
     group: tuple = ()
     onednn_at: tuple[bool, ...] = (False,)
@@ -255,10 +248,7 @@ class PackedInt8Linear(Int8Linear):
         if self.per_token and x2.shape[0] >= PREFILL_ROWS and int_mm_pays():
             y = self._all_rows(x2)  # [rows, out]
         elif self.per_token and 1 < x2.shape[0] < PREFILL_ROWS and getattr(self, "bias_free", False):
-            # a draft's catch-up feed or tree level: every row in one call, each first scaled to
-            # absolute max 1 (its per-token scale) and scaled back after, so the weight is read once,
-            # not once per row; the rows then share one 8-bit grid over [-1, 1] (a row alone would
-            # get its own [min, max]). A prefill keeps the row loop where _int_mm does not pay.
+            # a catch-up feed or tree level: one call (one read of the weight), rows at their own scale
             amax = x2.abs().amax(dim=1, keepdim=True).clamp_min(1e-12)  # [rows, 1]
             y = op(x2 / amax, self._packed_params, self.reduce_range) * amax  # [rows, out]
         elif self.per_token and x2.shape[0] > 1:
