@@ -350,7 +350,7 @@ def predict_chain(cal: ChainCalibration, cost: CostModel, k: int, kind: str, dra
     note = "" if cal.drafted_tokens else "the calibration drafted nothing"
     # what a whole run needs (run_speedup): the rates, and a step's price at every k' <= k (the
     # engine drafts fewer than k when the run's end is nearer than k + 1 tokens)
-    shorter = [base] + [_chain_step_s(cal, cost, j, kind, draft)[1] for j in range(1, k + 1)]
+    shorter = [base] + [_chain_step_s(cal, cost, j, kind, draft)[1] for j in range(1, k)] + [step]
     extra = {"continue_rates": _chain_rates(cal, k, "p"), "step_ms_by_k": [1e3 * x for x in shorter]}
     return Forecast(cal.proposer, spec or cal.proposer, k, tau, lo, hi, kprime, draft_s, step, tau * base / step,
                     lo * base / step, hi * base / step, note=note, extra=extra)

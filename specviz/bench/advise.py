@@ -410,7 +410,7 @@ def advise(target, specs: Sequence[str], prompts: Sequence[PromptRow], *, cache_
         f, cost, mean_prompt, max_new_tokens, draft_prefill_s(candidates, cost, f.proposer, mean_prompt))}) for f in forecasts]
     ranked = A.rank(forecasts)  # by the whole run's prediction: a draft's own prefill is the user's cost too
     return Advice(str(target.name), cost, cached, candidates, cals, ranked, A.verdicts(ranked), notes, shapes, budgets,
-                  len(ran), statistics.mean(lengths), max_new_tokens, by_k, "replay" if replay else "runs",
+                  len(ran), mean_prompt, max_new_tokens, by_k, "replay" if replay else "runs",
                   {"decodes": info}, tree_replay)
 
 
