@@ -171,6 +171,10 @@ def test_roofline_lines_add_decode_steps_alone_and_the_verify_floor(monkeypatch)
     floor = [ln for ln in lines if "verify pass of 3 positions" in ln]
     assert floor and "v(3) >= " in floor[0] and "measured v = 1.40" in floor[0] and "compute-bound" in floor[0]
     assert "one after the other" in floor[0]
+    nine = H.verify_floors(model, (3,), 10e9)[3]  # the floor divides by the measured 80 ms step, not by t(1)'s floor
+    assert f"v(3) >= {nine.seconds / 0.080:.2f} where" in floor[0] and "one-token step (80 ms" in floor[0]
+    rows[0].pop("step_ms")
+    assert "against the floor of t(1)" in [ln for ln in H.roofline_lines(rows, model) if "verify pass" in ln][0]
     assert not [ln for ln in H.roofline_lines(rows, model.to(torch.bfloat16)) if "verify pass" in ln]  # fp32 rates only
 
 

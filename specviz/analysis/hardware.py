@@ -210,7 +210,8 @@ def roofline_lines(rows: list[dict], model: torch.nn.Module, precision: str | No
             lines.append(f"    its decode steps alone (prefill left out): {row['step_ms']:.1f} ms each, "
                          f"{steps:.2f} per second = {steps / limit.tokens_per_s:.2f} of the limit")
         elif label != "target-only" and fp32:
-            lines.append(_floor_line(row, model, bw.bytes_per_s))
+            step_ms = base[0].get("step_ms") if base else None
+            lines.append(_floor_line(row, model, bw.bytes_per_s, step_ms / 1e3 if step_ms else None))
     return lines
 
 
@@ -221,17 +222,25 @@ def _positions(row: dict) -> int:
     return max(1, round(nodes) + 1) if nodes else int(row["k"]) + 1
 
 
-def _floor_line(row: dict, model: torch.nn.Module, bytes_per_s: float) -> str:
-    """Why the best row's verify pass costs what it does: the floor of v at its width."""
+def _floor_line(row: dict, model: torch.nn.Module, bytes_per_s: float, t1_s: float | None = None) -> str:
+    """Why the best row's verify pass costs what it does: the floor of t(n) at its width, and of
+    v(n) = t(n) / t(1) against the run's measured one-token step ``t1_s`` (target-only's decode
+    steps; else against the floor of t(1), which a step far from its own floor makes far too high)."""
     n = _positions(row)
     floors = verify_floors(model, (n,), bytes_per_s)
     one, wide = floors[1], floors[n]
     measured = f"; measured v = {row['v']:.2f}" if isinstance(row.get("v"), (int, float)) else ""
+    if t1_s:
+        unit = (f"against this run's one-token step ({t1_s * 1e3:.0f} ms; its own floor {one.seconds * 1e3:.0f} ms) "
+                f"v({n}) >= {wide.seconds / t1_s:.2f} where reading and products overlap, "
+                f"{wide.serial_s / max(t1_s, one.serial_s):.2f} where they run one after the other")
+    else:
+        unit = (f"so v({n}) >= {wide.seconds / one.seconds:.2f} where reading and products overlap, "
+                f"{wide.serial_s / one.serial_s:.2f} where they run one after the other (both against the floor of t(1))")
     return (f"    its verify pass of {n} positions: at least {wide.seconds * 1e3:.0f} ms here, {wide.bound}-bound "
             f"(weights read once {wide.memory_s * 1e3:.0f} ms; products {wide.compute_s * 1e3:.0f} ms at the "
-            f"{wide.rate / 1e9:.0f} GFLOP/s this CPU's BLAS reaches on {n} rows in cache, against {one.rate / 1e9:.0f} on 1), "
-            f"so v({n}) >= {wide.seconds / one.seconds:.2f} where reading and products overlap, "
-            f"{wide.serial_s / one.serial_s:.2f} where they run one after the other{measured}")
+            f"{wide.rate / 1e9:.0f} GFLOP/s this CPU's BLAS reaches on {n} rows in cache, against {one.rate / 1e9:.0f} on 1); "
+            f"{unit}{measured}")
 
 
 @dataclass(frozen=True)
