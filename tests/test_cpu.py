@@ -256,3 +256,44 @@ def test_layers_on_the_k_major_copy_give_the_plain_products_and_copies_drop_it(b
     assert wrapped.kernel(1) == "F.linear K-major" and wrapped.kernel(2) == "F.linear"
     holder = torch.nn.Sequential(planned)
     assert decode_bytes(holder) == sum(p.numel() * 4 for p in planned.parameters())
+
+
+def test_the_weight_first_kernel_wins_a_width_only_when_clearly_faster_and_needs_no_copy():
+    """The fifth kernel: the weight as BLAS's left operand. It is timed at every width (fp32 only,
+    and only when asked: time_head keeps its two kernels) and replaces F.linear or oneDNN only under
+    FASTER of both; a copy-keeping kernel must still beat it by as much."""
+    assert cpu.choose_kernel(1.0, 1.2, None, None, 0.8) == "weight-first"
+    assert cpu.choose_kernel(1.0, 0.85, None, None, 0.8) == "oneDNN"  # 0.8 is not under 0.9 x 0.85
+    assert cpu.choose_kernel(1.0, 1.2, 0.75, None, 0.8) == "weight-first"  # packed: a copy, not 10% faster
+    assert cpu.choose_kernel(1.0, 1.2, 0.7, None, 0.8) == "oneDNN packed"
+    assert cpu.choose_kernel(1.0, 1.2, None, 0.75, 0.8) == "weight-first"  # K-major: a copy, not 10% faster
+    w = torch.randn(48, 32)
+    times = cpu.time_weights((w,), 1, 1, weight_first=True)
+    assert len(times) == 5 and times[2] is None and times[3] is None and times[4] > 0
+    assert len(cpu.time_weights((w.bfloat16(),), 1, 1, weight_first=True)) == 2  # fp32 only
+    assert len(cpu.time_head(w, 1, 1)) == 2
+
+
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("out", [48, 50])  # 50: not a multiple of SPLIT, so one row takes the plain product
+def test_layers_on_the_weight_first_kernel_give_the_plain_products(bias, out):
+    """RowAdaptiveLinear and PlannedLinear at code 4 (here at 1 and 3 rows): the same products as
+    F.linear to float rounding, [rows, out] and contiguous, at one row (the batched blocks) and
+    wider (one product); no second copy of the weight is kept."""
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(32, out, bias=bias)
+    wrapped = cpu.RowAdaptiveLinear(lin, (0, 4, 0, 4))
+    planned = projections.PlannedLinear([torch.nn.Linear(32, out // 2, bias=bias), torch.nn.Linear(32, out // 2, bias=bias)])
+    planned.onednn_at = (0, 4, 0, 4)
+    assert not planned.uniform() and wrapped.kernel(1) == "weight-first" and wrapped.kernel(2) == "F.linear"
+    for layer, plain in ((wrapped, lin), (planned, lambda x: torch.nn.functional.linear(x, planned.weight, planned.bias))):
+        with torch.inference_mode():
+            for rows in (1, 2, 3, 5):
+                x = torch.randn(rows, 32)
+                y = layer(x)
+                assert y.shape == (rows, out) and y.is_contiguous()
+                torch.testing.assert_close(y, plain(x), atol=1e-5, rtol=1e-5)
+    assert wrapped.packed is None and wrapped.kmajor is None and planned.kmajor is None
+    all_wfirst = projections.PlannedLinear([torch.nn.Linear(32, 8)])
+    all_wfirst.onednn_at = (0, 4, 4)
+    assert not all_wfirst.uniform()  # one row runs another product: its own graph

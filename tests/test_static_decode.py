@@ -397,8 +397,11 @@ def _timings(kind: str):
     F.linear at one row, oneDNN from two (what gemma-3-270m's q/k/v measured on a Zen 4); "onednn":
     oneDNN at every width; "packed": F.linear at one row, oneDNN on the packed copies from two (its
     fp32 head on a Zen 1); "kmajor": F.linear on the K-major copies at one row, oneDNN from two
-    (fp32's head and gate/up on an AMX Xeon)."""
-    def time_weights(weights, rows, *args, packed=None, kmajor=None, **kwargs):
+    (fp32's head and gate/up on an AMX Xeon); "wfirst": the weight as the left operand at every
+    width (gemma-3-270m's body on a Zen 4)."""
+    def time_weights(weights, rows, *args, packed=None, kmajor=None, weight_first=False, **kwargs):
+        if kind == "wfirst" and weight_first:
+            return (2.0, 2.0, None, None, 1.0)
         if kind == "packed" and packed is not None and None not in packed:
             return (1.0, 2.0, 3.0) if rows == 1 else (2.0, 1.5, 1.0)
         if kind == "kmajor" and kmajor is not None:
@@ -408,7 +411,7 @@ def _timings(kind: str):
 
 
 @pytest.mark.parametrize("runner", RUNNERS)
-@pytest.mark.parametrize("timing", ["mixed", "onednn", "packed", "kmajor"])
+@pytest.mark.parametrize("timing", ["mixed", "onednn", "packed", "kmajor", "wfirst"])
 def test_planned_projections_give_the_transformers_logits(runner, timing, tiny_target, tokenizer, monkeypatch, tmp_path):
     """q/k/v and gate/up fused, and every projection kind on the kernel its plan picks per width
     (oneDNN at some widths, F.linear at others, or oneDNN everywhere): the same logits as the
@@ -447,7 +450,7 @@ def test_planned_projections_give_the_transformers_logits(runner, timing, tiny_t
         assert fused is not None and attn.q_proj.weight.data_ptr() == fused.weight.data_ptr()
         assert attn.k_proj.weight.untyped_storage().data_ptr() == fused.weight.untyped_storage().data_ptr()
         assert body.any_width is (timing == "onednn") and body.rows_at_once
-        assert calls and (timing == "onednn" or 1 not in calls)  # one row: F.linear in the mixed plan
+        assert (not calls) if timing == "wfirst" else (calls and (timing == "onednn" or 1 not in calls))  # one row: F.linear in the mixed plan
         export_mixed = runner == "export" and timing != "onednn"  # one graph of symbolic width: eager, said once
         assert cache.decoder.runner == ("eager" if export_mixed else runner)
         if runner == "trace":

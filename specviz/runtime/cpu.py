@@ -19,8 +19,9 @@ The same choice is made for the decoder body's projections (:mod:`specviz.runtim
 on these kernels and timers.
 
 The same holds in bfloat16 (:data:`DTYPES`; oneDNN runs AMX tiles where the CPU has them); for fp32
-a third kernel, oneDNN on a packed copy (:func:`pack`), is timed too, and at one row a fourth,
-F.linear on a K-major copy (:func:`kmajor`). ``SPECVIZ_CPU_HEAD=0`` leaves the head alone.
+a third kernel, oneDNN on a packed copy (:func:`pack`), is timed too, at one row a fourth,
+F.linear on a K-major copy (:func:`kmajor`), and at every width a fifth, the weight as BLAS's left
+operand (:func:`_weight_first_linear`, no copy). ``SPECVIZ_CPU_HEAD=0`` leaves the head alone.
 """
 
 from __future__ import annotations
@@ -58,8 +59,9 @@ FASTER = 0.9  # oneDNN replaces F.linear at a width only when it takes under 90%
 CLEAR_GAP = 2.0  # one round decides a width when one kernel takes over twice the other's time
 AGREED_GAP = 1.25  # two rounds decide it when both favour the same kernel by this much
 CACHE_FILE = "lm_head_kernels.json"
-CACHE_FORMAT = 4  # 2: bf16's oneDNN timed on its packed copy (:func:`pack`); 3: fp32's too; 4: fp32's K-major copy
-KERNELS = ("F.linear", "oneDNN", "oneDNN packed", "F.linear K-major")  # by code: a plan's onednn_at holds these indices
+CACHE_FORMAT = 5  # 2: bf16's oneDNN timed on its packed copy (:func:`pack`); 3: fp32's too; 4: fp32's K-major copy; 5: weight-first
+KERNELS = ("F.linear", "oneDNN", "oneDNN packed", "F.linear K-major", "weight-first")  # by code: a plan's onednn_at holds these indices
+SPLIT = 4  # weight-first's one row: the weight's rows in this many blocks, one batched product (see _weight_first_linear)
 PACK_ROWS = {torch.bfloat16: 1, torch.float32: 16}  # the rows oneDNN lays a packed copy out for (see pack)
 DTYPES = (torch.float32, torch.bfloat16)  # the weights whose kernels are measured
 
@@ -103,6 +105,22 @@ def _kmajor_linear(x: torch.Tensor, t: torch.Tensor, bias: torch.Tensor | None) 
     return x @ t if bias is None else torch.addmm(bias, x, t)
 
 
+def _weight_first_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """The product with the weight as BLAS's left operand: y^T = W x^T, [out, in] @ [in, rows], then
+    back to [rows, out] (no second copy of the weight). One row goes as :data:`SPLIT` blocks of the
+    weight's rows in one batched product (``torch.bmm``, [SPLIT, out/SPLIT, in] @ [SPLIT, in, 1]):
+    a plain one-column product takes BLAS's matrix-vector path, as slow as F.linear's. On a Zen 4
+    EPYC (2 threads) gemma-3-270m's 262,144 x 640 head took 17 ms this way at 1 row against 30-37
+    for oneDNN, packed or not, and 27 against 34 at 2 rows (a one-off script, min of 3 rounds)."""
+    rows, out = x.shape[0], weight.shape[0]
+    if rows == 1 and out % SPLIT == 0:
+        y = torch.bmm(weight.view(SPLIT, out // SPLIT, -1), x.t().unsqueeze(0).expand(SPLIT, -1, -1))  # [SPLIT, out/SPLIT, 1]
+        y = y.view(1, out)
+    else:
+        y = (weight @ x.t()).t().contiguous()  # [out, rows] -> [rows, out]
+    return y if bias is None else y + bias
+
+
 @torch.library.custom_op("specviz::onednn_linear", mutates_args=())
 def onednn_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     """:func:`_onednn_linear` as an operator of its own, for a TorchScript trace, which cannot
@@ -126,22 +144,25 @@ class WidthTiming:
     onednn_s: float
     packed_s: float | None = None
     kmajor_s: float | None = None  # F.linear on fp32's K-major copy (one row only; None where not timed)
+    wfirst_s: float | None = None  # the weight as the left operand (fp32; None where not timed)
 
     @property
     def kernel(self) -> str:
         """The kernel this width uses: another than F.linear only where it is clearly the faster."""
-        return choose_kernel(self.f_linear_s, self.onednn_s, self.packed_s, self.kmajor_s)
+        return choose_kernel(self.f_linear_s, self.onednn_s, self.packed_s, self.kmajor_s, self.wfirst_s)
 
 
-def choose_kernel(f_linear_s: float, onednn_s: float, packed_s: float | None = None, kmajor_s: float | None = None) -> str:
-    """``"oneDNN"`` when it takes under ``FASTER`` of F.linear's time, else ``"F.linear"``;
-    ``"oneDNN packed"`` or ``"F.linear K-major"`` over them when it takes under ``FASTER`` of the
-    fastest other's (each costs a second copy of the weight)."""
-    if kmajor_s is not None and kmajor_s < min(t for t in (f_linear_s, onednn_s, packed_s) if t is not None) * FASTER:
-        return KERNELS[3]
-    if packed_s is not None and packed_s < min(f_linear_s, onednn_s) * FASTER:
-        return KERNELS[2]
-    return KERNELS[1] if onednn_s < f_linear_s * FASTER else KERNELS[0]
+def choose_kernel(f_linear_s: float, onednn_s: float, packed_s: float | None = None, kmajor_s: float | None = None,
+                  wfirst_s: float | None = None) -> str:
+    """Each kernel in turn (F.linear, oneDNN, weight-first, oneDNN packed, F.linear K-major) replaces
+    the one chosen so far only when it takes under ``FASTER`` of every earlier one's time: a kernel
+    that needs a second copy of the weight (packed, K-major) comes last, so it must beat all others."""
+    chosen, best = KERNELS[0], f_linear_s
+    for code, t in ((1, onednn_s), (4, wfirst_s), (2, packed_s), (3, kmajor_s)):
+        if t is not None and t < best * FASTER:
+            chosen = KERNELS[code]
+        best = min(best, t) if t is not None else best
+    return chosen
 
 
 @dataclass(frozen=True)
@@ -164,7 +185,7 @@ class HeadKernelPlan:
     @property
     def onednn_at(self) -> tuple[int, ...]:
         """The kernel (an index into :data:`KERNELS`: 0 F.linear, 1 oneDNN, 2 oneDNN on the packed
-        copy, 3 F.linear on the K-major copy) at each row count, indexed by rows (index 0: no rows,
+        copy, 3 F.linear on the K-major copy, 4 weight-first) at each row count, indexed by rows (index 0: no rows,
         F.linear); truthy where another kernel than F.linear on the weight runs."""
         return (0,) + tuple(KERNELS.index(w.kernel) for w in self.widths)
 
@@ -179,7 +200,7 @@ class HeadKernelPlan:
 def _plan_from_entry(entry: dict[str, Any]) -> HeadKernelPlan:
     opt = lambda w, key: None if w.get(key) is None else float(w[key])  # noqa: E731
     widths = tuple(WidthTiming(int(w["rows"]), float(w["f_linear_s"]), float(w["onednn_s"]), opt(w, "packed_s"),
-                               opt(w, "kmajor_s")) for w in entry["widths"])
+                               opt(w, "kmajor_s"), opt(w, "wfirst_s")) for w in entry["widths"])
     if not widths or [w.rows for w in widths] != list(range(1, len(widths) + 1)):
         raise ValueError("widths must be rows 1, 2, ... in order")
     return HeadKernelPlan(
@@ -209,6 +230,7 @@ def time_weights(
     weights: Sequence[torch.Tensor], rows: int, repeats: int = 3, *, early: bool = True,
     clock: Callable[[], float] = time.perf_counter, stat: Callable[[list[float]], float] = statistics.median,
     packed: Sequence[torch.Tensor | None] | None = None, kmajor: Sequence[torch.Tensor | None] | None = None,
+    weight_first: bool = False,
 ) -> tuple[float | None, ...]:
     """:func:`time_head` over several weights of one shape read one after another, as a forward
     reads one projection per layer: seconds of (F.linear, oneDNN) for one pass over all of them.
@@ -217,7 +239,8 @@ def time_weights(
     the weights' packed copies (:func:`pack`), read as the layers will read them: bf16's oneDNN
     reads them in place of the weights; fp32's are timed as a third kernel (when every weight has
     one), its seconds appended. ``kmajor``: fp32's K-major copies (:func:`kmajor`), timed as a
-    fourth kernel (after the packed copies' seconds, None there where those were not timed). With
+    fourth kernel (after the packed copies' seconds, None there where those were not timed);
+    ``weight_first``: fp32's :func:`_weight_first_linear`, a fifth (None in the places before it). With
     ``early``, a kernel over ``CLEAR_GAP`` times the fastest after a round is timed no more."""
     x = torch.randn(rows, weights[0].shape[1], dtype=weights[0].dtype)  # [rows, in]
     copies = list(packed or [None] * len(weights))
@@ -230,6 +253,9 @@ def time_weights(
     fourth = not bf16 and kmajor is not None and len(kmajor) == len(weights) and None not in kmajor
     if fourth:
         kernels.append(lambda: [x @ t for t in kmajor])
+    fifth = weight_first and not bf16
+    if fifth:
+        kernels.append(lambda: [_weight_first_linear(x, w, None) for w in weights])
     if len(weights) > 1:  # a pass over many weights is cheap: warm this width (oneDNN builds a plan per shape)
         with torch.inference_mode():
             [k() for k in kernels]
@@ -246,8 +272,11 @@ def time_weights(
                 live = [i for i in live if min(times[i]) <= CLEAR_GAP * fastest]
             if early and (len(live) == 1 or (len(live) == 2 and _decided(times[live[0]], times[live[1]]))):
                 break
-    out: list[float | None] = [stat(ts) for ts in times]
-    return tuple(out[:2] + [out[2] if third else None, out[-1]]) if fourth else tuple(out)
+    timed = iter(stat(ts) for ts in times)
+    out: list[float | None] = [next(timed), next(timed)] + [next(timed) if on else None for on in (third, fourth, fifth)]
+    while out[-1] is None:
+        out.pop()
+    return tuple(out)
 
 
 def _decided(plain: list[float], onednn: list[float]) -> bool:
@@ -410,6 +439,9 @@ class RowAdaptiveLinear(torch.nn.Module):
         code = self.onednn_at[min(rows, len(self.onednn_at) - 1)]
         if not code or type(lin) is not torch.nn.Linear or lin.weight.dtype not in DTYPES or (code == 3 and self.kmajor is None):
             return lin(x)
+        if code == 4:
+            y = _weight_first_linear(x.reshape(rows, x.shape[-1]), lin.weight, lin.bias)  # [rows, out]
+            return y.reshape(*x.shape[:-1], y.shape[-1])
         if code == 3:
             y = _kmajor_linear(x.reshape(rows, x.shape[-1]), self.kmajor, lin.bias)  # [rows, out]
             return y.reshape(*x.shape[:-1], y.shape[-1])
@@ -478,7 +510,8 @@ def speed_up_lm_head(
         def time_width(w: torch.Tensor, rows: int) -> tuple[float | None, ...]:  # the kernels as they would run
             packed[:] = packed or [pack(w)]
             kcopy[:] = kcopy or [kmajor(w)]
-            return time_weights((w,), rows, HEAD_REPEATS, stat=min, packed=packed, kmajor=kcopy if rows == 1 else None)
+            return time_weights((w,), rows, HEAD_REPEATS, stat=min, packed=packed, kmajor=kcopy if rows == 1 else None,
+                                weight_first=True)
     try:
         plan = plan_head(head.weight.detach(), cache_dir, time_width=time_width)
     except (RuntimeError, AttributeError):  # an op missing from this build
@@ -518,6 +551,7 @@ def plan_report(plan: HeadKernelPlan, wrapped: bool) -> dict[str, Any]:
              "onednn_ms": round(w.onednn_s * 1e3, 2)}
             | ({} if w.packed_s is None else {"packed_ms": round(w.packed_s * 1e3, 2)})
             | ({} if w.kmajor_s is None else {"kmajor_ms": round(w.kmajor_s * 1e3, 2)})
+            | ({} if w.wfirst_s is None else {"wfirst_ms": round(w.wfirst_s * 1e3, 2)})
             for w in plan.widths
         ],
         "wider": plan.widths[-1].kernel,  # rows beyond the measured ones

@@ -53,7 +53,8 @@ def _span(group: list[dict[str, Any]]) -> str:
     return f"{first}-{last} rows" if len(group) > 1 else f"{first} row{'s' if first > 1 else ''}"
 
 
-_MS = {KERNELS[0]: "f_linear_ms", KERNELS[1]: "onednn_ms", KERNELS[2]: "packed_ms", KERNELS[3]: "kmajor_ms"}  # plan_report's columns
+_MS = {KERNELS[0]: "f_linear_ms", KERNELS[1]: "onednn_ms", KERNELS[2]: "packed_ms", KERNELS[3]: "kmajor_ms",
+       KERNELS[4]: "wfirst_ms"}  # plan_report's columns
 
 
 def describe_head_kernels(report: dict[str, Any] | None, label: str = "LM head") -> str:

@@ -68,8 +68,10 @@ class PlannedLinear(torch.nn.Module):
         return self.packed
 
     def uniform(self) -> bool:
-        """Whether every width runs the same kernel (then one graph serves every width)."""
-        return len(set(self.onednn_at[1:] or (0,))) == 1
+        """Whether every width runs the same code (then one graph serves every width): one kernel,
+        and not weight-first, whose one row runs another product than its wider widths."""
+        codes = set(self.onednn_at[1:] or (0,))
+        return len(codes) == 1 and 4 not in codes
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # [n, in] -> [n, out]
         at = self.onednn_at
@@ -78,6 +80,8 @@ class PlannedLinear(torch.nn.Module):
             return F.linear(x, self.weight, self.bias)
         if code == 3:
             return cpu._kmajor_linear(x, self.kmajor, self.bias)
+        if code == 4:
+            return cpu._weight_first_linear(x, self.weight, self.bias)
         weight = cpu._read_by(code, self.weight, self.packed)
         if torch.jit.is_tracing() or torch.compiler.is_compiling():  # a graph that cannot hold oneDNN's op itself
             return torch.ops.specviz.onednn_linear(x, weight, self.bias)
@@ -120,7 +124,8 @@ def plan_projections(
         def time_all(_weight: torch.Tensor, rows: int, weights=weights, layers=layers) -> tuple[float, ...]:
             packed = [p.pack() for p in layers]  # min: the quiet cost
             copies = [cpu.kmajor(w) for w in weights] if rows == 1 else None  # dropped after timing
-            return cpu.time_weights(weights, rows, BODY_REPEATS, early=False, stat=min, packed=packed, kmajor=copies)
+            return cpu.time_weights(weights, rows, BODY_REPEATS, early=False, stat=min, packed=packed, kmajor=copies,
+                                    weight_first=True)
         try:
             plan = cpu.plan_head(weights[0], cache_dir, time_width=time_all, count=len(weights))
         except (RuntimeError, AttributeError):  # an op missing from this build: F.linear, as before

@@ -210,10 +210,12 @@ class _Body(torch.nn.Module):
     def graph_key(self, n: int) -> object:
         """What a graph of this body for n tokens depends on: the kernel each planned projection runs
         at width n (widths that agree share one graph), or n itself for projections that loop over
-        their rows (a packed int8 copy's)."""
+        their rows (a packed int8 copy's). Weight-first (code 4) runs one row through another
+        product than wider widths (cpu._weight_first_linear), so its one row has a graph of its own."""
         if not self.rows_at_once:
             return n
-        return tuple(f.onednn_at[min(n, len(f.onednn_at) - 1)] for f in self.fused if hasattr(f, "onednn_at"))
+        codes = (f.onednn_at[min(n, len(f.onednn_at) - 1)] for f in self.fused if hasattr(f, "onednn_at"))
+        return tuple((c, n == 1) if c == 4 else c for c in codes)
 
     def _norm(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:  # [..., m] -> [..., m]
         """RMSNorm in float32 with scale ``w`` [m], rounded back to x's dtype (a no-op cast in float32)."""
