@@ -259,8 +259,8 @@ def test_layers_on_the_k_major_copy_give_the_plain_products_and_copies_drop_it(b
 
 
 def test_the_weight_first_kernel_wins_a_width_only_when_clearly_faster_and_needs_no_copy():
-    """The fifth kernel: the weight as BLAS's left operand. It is timed at every width (fp32 only,
-    and only when asked: time_head keeps its two kernels) and replaces F.linear or oneDNN only under
+    """The fifth kernel: the weight as BLAS's left operand. It is timed where asked (fp32 only; the
+    head and the body ask at 1-2 rows; time_head keeps its two kernels) and replaces F.linear or oneDNN only under
     FASTER of both; a copy-keeping kernel must still beat it by as much."""
     assert cpu.choose_kernel(1.0, 1.2, None, None, 0.8) == "weight-first"
     assert cpu.choose_kernel(1.0, 0.85, None, None, 0.8) == "oneDNN"  # 0.8 is not under 0.9 x 0.85

@@ -397,8 +397,8 @@ def _timings(kind: str):
     F.linear at one row, oneDNN from two (what gemma-3-270m's q/k/v measured on a Zen 4); "onednn":
     oneDNN at every width; "packed": F.linear at one row, oneDNN on the packed copies from two (its
     fp32 head on a Zen 1); "kmajor": F.linear on the K-major copies at one row, oneDNN from two
-    (fp32's head and gate/up on an AMX Xeon); "wfirst": the weight as the left operand at every
-    width (gemma-3-270m's body on a Zen 4)."""
+    (fp32's head and gate/up on an AMX Xeon); "wfirst": the weight as the left operand wherever it
+    is timed (1-2 rows: gemma-3-270m's body on a Zen 4), oneDNN wider."""
     def time_weights(weights, rows, *args, packed=None, kmajor=None, weight_first=False, **kwargs):
         if kind == "wfirst" and weight_first:
             return (2.0, 2.0, None, None, 1.0)
@@ -450,11 +450,15 @@ def test_planned_projections_give_the_transformers_logits(runner, timing, tiny_t
         assert fused is not None and attn.q_proj.weight.data_ptr() == fused.weight.data_ptr()
         assert attn.k_proj.weight.untyped_storage().data_ptr() == fused.weight.untyped_storage().data_ptr()
         assert body.any_width is (timing == "onednn") and body.rows_at_once
-        assert (not calls) if timing == "wfirst" else (calls and (timing == "onednn" or 1 not in calls))  # one row: F.linear in the mixed plan
+        assert calls and (timing == "onednn" or 1 not in calls)  # one row: F.linear in the mixed plan
+        assert timing != "wfirst" or 2 not in calls  # two rows: weight-first too
         export_mixed = runner == "export" and timing != "onednn"  # one graph of symbolic width: eager, said once
         assert cache.decoder.runner == ("eager" if export_mixed else runner)
         if runner == "trace":
-            assert len(cache.decoder._steps) == (1 if timing == "onednn" else 2)  # one row, and every wider width; or one for all
+            # one row, and every wider width; or one for all; weight-first's one and two rows differ (bmm, mm)
+            assert len(cache.decoder._steps) == (1 if timing == "onednn" else 2)
+        if timing == "wfirst":  # one row (bmm), two (mm) and wider (oneDNN): three graphs where all three widths run
+            assert len({body.graph_key(n) for n in (1, 2, 3, 4, 5)}) == 3
         if cpu.pack(fused.weight) is not None:  # a second copy only where a plan reads it
             assert all((f.packed is not None and f.packed.is_mkldnn) is (timing == "packed") for f in body.fused)
         assert all((f.kmajor is not None) is (timing == "kmajor") for f in body.fused)

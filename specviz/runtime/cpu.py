@@ -20,8 +20,8 @@ on these kernels and timers.
 
 The same holds in bfloat16 (:data:`DTYPES`; oneDNN runs AMX tiles where the CPU has them); for fp32
 a third kernel, oneDNN on a packed copy (:func:`pack`), is timed too, at one row a fourth,
-F.linear on a K-major copy (:func:`kmajor`), and at every width a fifth, the weight as BLAS's left
-operand (:func:`_weight_first_linear`, no copy). ``SPECVIZ_CPU_HEAD=0`` leaves the head alone.
+F.linear on a K-major copy (:func:`kmajor`), and at one and two rows a fifth, the weight as BLAS's
+left operand (:func:`_weight_first_linear`, no copy). ``SPECVIZ_CPU_HEAD=0`` leaves the head alone.
 """
 
 from __future__ import annotations
@@ -61,6 +61,7 @@ AGREED_GAP = 1.25  # two rounds decide it when both favour the same kernel by th
 CACHE_FILE = "lm_head_kernels.json"
 CACHE_FORMAT = 5  # 2: bf16's oneDNN timed on its packed copy (:func:`pack`); 3: fp32's too; 4: fp32's K-major copy; 5: weight-first
 KERNELS = ("F.linear", "oneDNN", "oneDNN packed", "F.linear K-major", "weight-first")  # by code: a plan's onednn_at holds these indices
+WEIGHT_FIRST_ROWS = 2  # weight-first is timed up to this many rows (see _weight_first_linear)
 SPLIT = 4  # weight-first's one row: the weight's rows in this many blocks, one batched product (see _weight_first_linear)
 PACK_ROWS = {torch.bfloat16: 1, torch.float32: 16}  # the rows oneDNN lays a packed copy out for (see pack)
 DTYPES = (torch.float32, torch.bfloat16)  # the weights whose kernels are measured
@@ -111,7 +112,11 @@ def _weight_first_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tens
     weight's rows in one batched product (``torch.bmm``, [SPLIT, out/SPLIT, in] @ [SPLIT, in, 1]):
     a plain one-column product takes BLAS's matrix-vector path, as slow as F.linear's. On a Zen 4
     EPYC (2 threads) gemma-3-270m's 262,144 x 640 head took 17 ms this way at 1 row against 30-37
-    for oneDNN, packed or not, and 27 against 34 at 2 rows (a one-off script, min of 3 rounds)."""
+    for oneDNN, packed or not, and 27 against 34 at 2 rows (a one-off script, min of 3 rounds). From
+    3 rows it was slower than oneDNN on the packed copy in all but one of five runs there (3 rows
+    39-58 ms against 27-41, in a forward 102 against 72; 4-6 rows two to three times as slow),
+    and one lucky round had put it in a plan at 3 rows, so it is timed at 1 and 2 rows only
+    (:data:`WEIGHT_FIRST_ROWS`)."""
     rows, out = x.shape[0], weight.shape[0]
     if rows == 1 and out % SPLIT == 0:
         y = torch.bmm(weight.view(SPLIT, out // SPLIT, -1), x.t().unsqueeze(0).expand(SPLIT, -1, -1))  # [SPLIT, out/SPLIT, 1]
@@ -511,7 +516,7 @@ def speed_up_lm_head(
             packed[:] = packed or [pack(w)]
             kcopy[:] = kcopy or [kmajor(w)]
             return time_weights((w,), rows, HEAD_REPEATS, stat=min, packed=packed, kmajor=kcopy if rows == 1 else None,
-                                weight_first=True)
+                                weight_first=rows <= WEIGHT_FIRST_ROWS)
     try:
         plan = plan_head(head.weight.detach(), cache_dir, time_width=time_width)
     except (RuntimeError, AttributeError):  # an op missing from this build
