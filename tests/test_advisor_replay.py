@@ -234,3 +234,21 @@ def test_a_proposer_the_replay_cannot_follow_runs_its_own_calibration(tiny, numb
     assert dec["for"] == ["ngram"] and set(advice.by_k) == {"ngram"}
     assert advice.calibrations["early-exit:1"].steps > 0  # its own engine run at k = 2
     assert {f.proposer for f in advice.forecasts} == {"ngram", "early-exit:1"}
+
+
+def test_prompt_lookup_replays_every_prompt_that_runs_not_only_enough_drafts(tiny, numbers):
+    """What prompt lookup accepts changes from prompt to prompt, so its greedy decode covers every
+    prompt that will run (up to REPLAY_PROMPTS), however few drafts min_drafted asks for; a draft
+    model's own calibration prompts still stop once it has enough."""
+    from specviz.bench import advise as B
+
+    target, draft = tiny
+    load = lambda name, **kw: draft  # noqa: E731
+    calib, run = rows_of(PROMPTS[2:]), rows_of(PROMPTS)
+    advice = B.advise(target, ["ngram", "draft:tiny-draft"], calib, run_prompts=run, load=load, ks=range(1, 3),
+                      min_drafted=1, max_new_tokens=MAX_NEW, chat=False, cache_dir=numbers)
+    decodes = {tuple(d["for"]): d for d in advice.replay["decodes"]}
+    assert decodes[("ngram",)]["prompts"] == len(PROMPTS) and decodes[("draft:tiny-draft",)]["prompts"] == 1
+    ngram = next(f for f in advice.forecasts if f.spec == "ngram" and f.k == 2)
+    runs, _ = engine_runs(target, from_spec("ngram", target), 2)
+    assert ngram.tau == pytest.approx(A.replayed_tau(runs, 2, MAX_NEW))  # all four prompts' tau
