@@ -272,6 +272,7 @@ def test_the_weight_first_kernel_wins_a_width_only_when_clearly_faster_and_needs
     assert len(times) == 5 and times[2] is None and times[3] is None and times[4] > 0
     assert len(cpu.time_weights((w.bfloat16(),), 1, 1, weight_first=True)) == 2  # fp32 only
     assert len(cpu.time_head(w, 1, 1)) == 2
+    assert len(cpu.time_weights((w,), cpu.WEIGHT_FIRST_ROWS + 1, 1, weight_first=True)) == 2  # not timed wider
 
 
 @pytest.mark.parametrize("bias", [False, True])

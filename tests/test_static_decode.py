@@ -400,7 +400,7 @@ def _timings(kind: str):
     (fp32's head and gate/up on an AMX Xeon); "wfirst": the weight as the left operand wherever it
     is timed (1-2 rows: gemma-3-270m's body on a Zen 4), oneDNN wider."""
     def time_weights(weights, rows, *args, packed=None, kmajor=None, weight_first=False, **kwargs):
-        if kind == "wfirst" and weight_first:
+        if kind == "wfirst" and weight_first and rows <= projections.cpu.WEIGHT_FIRST_ROWS:  # as time_weights bounds it
             return (2.0, 2.0, None, None, 1.0)
         if kind == "packed" and packed is not None and None not in packed:
             return (1.0, 2.0, 3.0) if rows == 1 else (2.0, 1.5, 1.0)

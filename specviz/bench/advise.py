@@ -16,8 +16,8 @@ per-depth/per-rank acceptance) and at every shape it forecasts, draft models thr
 teacher-forced forward. Prompt lookup (``ngram``, ``ngram-tree``, ``ngram+draft``) is replayed on
 the prompts that will run (``run_prompts``, else the prompts given), since what it accepts depends
 on the prompt itself, so each of them is decoded (up to :data:`REPLAY_PROMPTS`), not only enough
-of them for ``min_drafted`` drafts. Sampled (:func:`calibrate`): a calibration run of each candidate at k = 8 on the prompts (prompt
-lookup on ``run_prompts``): chains, per-position acceptance; ``ngram-tree``, its own trees at 64
+of them for ``min_drafted`` drafts. Sampled (:func:`calibrate`): a calibration run of each
+candidate at k = 8 on the prompts (prompt lookup on ``run_prompts``): chains, per-position acceptance; ``ngram-tree``, its own trees at 64
 nodes; ``draft-tree:NAME``, the draft's argmax chain and the rank of the target's token in its
 top-10.
 """

@@ -245,7 +245,8 @@ def time_weights(
     reads them in place of the weights; fp32's are timed as a third kernel (when every weight has
     one), its seconds appended. ``kmajor``: fp32's K-major copies (:func:`kmajor`), timed as a
     fourth kernel (after the packed copies' seconds, None there where those were not timed);
-    ``weight_first``: fp32's :func:`_weight_first_linear`, a fifth (None in the places before it). With
+    ``weight_first``: fp32's :func:`_weight_first_linear` at up to :data:`WEIGHT_FIRST_ROWS` rows, a
+    fifth (None in the places before it). With
     ``early``, a kernel over ``CLEAR_GAP`` times the fastest after a round is timed no more."""
     x = torch.randn(rows, weights[0].shape[1], dtype=weights[0].dtype)  # [rows, in]
     copies = list(packed or [None] * len(weights))
@@ -258,7 +259,7 @@ def time_weights(
     fourth = not bf16 and kmajor is not None and len(kmajor) == len(weights) and None not in kmajor
     if fourth:
         kernels.append(lambda: [x @ t for t in kmajor])
-    fifth = weight_first and not bf16
+    fifth = weight_first and not bf16 and rows <= WEIGHT_FIRST_ROWS
     if fifth:
         kernels.append(lambda: [_weight_first_linear(x, w, None) for w in weights])
     if len(weights) > 1:  # a pass over many weights is cheap: warm this width (oneDNN builds a plan per shape)
@@ -516,7 +517,7 @@ def speed_up_lm_head(
             packed[:] = packed or [pack(w)]
             kcopy[:] = kcopy or [kmajor(w)]
             return time_weights((w,), rows, HEAD_REPEATS, stat=min, packed=packed, kmajor=kcopy if rows == 1 else None,
-                                weight_first=rows <= WEIGHT_FIRST_ROWS)
+                                weight_first=True)
     try:
         plan = plan_head(head.weight.detach(), cache_dir, time_width=time_width)
     except (RuntimeError, AttributeError):  # an op missing from this build

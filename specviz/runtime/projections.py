@@ -125,7 +125,7 @@ def plan_projections(
             packed = [p.pack() for p in layers]  # min: the quiet cost
             copies = [cpu.kmajor(w) for w in weights] if rows == 1 else None  # dropped after timing
             return cpu.time_weights(weights, rows, BODY_REPEATS, early=False, stat=min, packed=packed, kmajor=copies,
-                                    weight_first=rows <= cpu.WEIGHT_FIRST_ROWS)
+                                    weight_first=True)
         try:
             plan = cpu.plan_head(weights[0], cache_dir, time_width=time_all, count=len(weights))
         except (RuntimeError, AttributeError):  # an op missing from this build: F.linear, as before
