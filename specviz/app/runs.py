@@ -370,8 +370,10 @@ def warm_static_steps(target, proposer: Proposer | None, progress: Progress | No
     so that a run's first timed step does not pay that one-off cost (and its speedup card does
     not blame the algorithm for it). -> seconds spent."""
     draft = getattr(proposer, "model", None)  # a draft model's LoadedModel, where the proposer has one
-    models = [(target.name, target)] + ([(draft.name, draft)] if isinstance(getattr(draft, "model", None), torch.nn.Module) else [])
-    return warmup.warm_static_steps(models, progress)
+    spent = warmup.warm_static_steps([(target.name, target)], progress)
+    if isinstance(getattr(draft, "model", None), torch.nn.Module):  # its steps: one token, and the catch-up
+        spent += warmup.warm_static_steps([(draft.name, draft)], progress, widths=(1, 2))  # [x_k, bonus] after a full accept
+    return spent
 
 
 def draft_name(spec: str) -> str | None:

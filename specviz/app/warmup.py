@@ -37,10 +37,11 @@ _warmed: "weakref.WeakSet[torch.nn.Module]" = weakref.WeakSet()  # models whose 
 _warmed_lock = threading.Lock()
 
 
-def warm_static_steps(models: Iterable[tuple[str, Any]], progress: Progress | None = None) -> float:
-    """Build the static decode step of each (name, LoadedModel) not built yet in this process and
-    choose its runner now (``static_decode.warm``), saying so first through ``progress``: the one
-    wait a run's status line used to leave unexplained. -> seconds spent."""
+def warm_static_steps(models: Iterable[tuple[str, Any]], progress: Progress | None = None,
+                      widths: Iterable[int] = (1,)) -> float:
+    """Build the static decode step of each (name, LoadedModel) not built yet in this process for
+    ``widths`` tokens and choose its runner now (``static_decode.warm``), saying so first through
+    ``progress``: the one wait a run's status line used to leave unexplained. -> seconds spent."""
     spent = 0.0
     for name, loaded in models:
         module = getattr(loaded, "model", None)
@@ -50,7 +51,7 @@ def warm_static_steps(models: Iterable[tuple[str, Any]], progress: Progress | No
             fresh = module not in _warmed
         if fresh and progress is not None and static_decode.enabled() and static_decode.supports(module) is None:
             progress(f"Preparing {name}'s fast decode step (built and measured once per start)…")
-        spent += static_decode.warm(module)
+        spent += static_decode.warm(module, widths)
         with _warmed_lock:
             _warmed.add(module)
     return spent

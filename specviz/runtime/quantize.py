@@ -221,7 +221,8 @@ class PackedInt8Linear(Int8Linear):
 
     group: tuple = ()
     onednn_at: tuple[bool, ...] = (False,)
-    any_width = False  # a graph unrolls the row loop
+    any_width = False  # its forward branches on the row count: a graph per width
+    rows_in_one_call = True  # any number of rows in one forward (a catch-up feed: one read of the weight)
 
     def __init__(self, linear: torch.nn.Linear, smooth: torch.Tensor | None, options: Int8Options):
         torch.nn.Module.__init__(self)

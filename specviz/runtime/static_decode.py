@@ -194,6 +194,9 @@ class _Body(torch.nn.Module):
             layer.mlp.gate_proj, layer.mlp.up_proj, layer.mlp.down_proj)]
         # all n tokens in one call: plain Linears, or int8 ones (specviz.runtime.quantize: no row loop)
         self.rows_at_once = all(type(m) is torch.nn.Linear or getattr(m, "any_width", False) is True for m in linears)
+        # a feed of n tokens in one call of the body: those, or packed int8 layers (a graph per width)
+        self.feeds_at_once = all(type(m) is torch.nn.Linear or getattr(m, "any_width", False) is True
+                                 or getattr(m, "rows_in_one_call", False) is True for m in linears)
         # fp32 or bf16 projections: q/k/v and gate/up fused, each kind on the kernel measured faster per width
         # (projections.py)
         attns, mlps = [layer.self_attn for layer in self.layers], [layer.mlp for layer in self.layers]
@@ -454,10 +457,10 @@ class StaticDecoder:
         cache.reserve(start + n)
         if start == 0 and n > 1:
             return self._prefill(cache, input_ids, keep)
-        if self.body.rows_at_once:  # all n tokens in one call
+        if self.body.feeds_at_once:  # all n tokens in one call (a draft's catch-up feed: one read of each weight)
             example = self._inputs(cache, input_ids, start)
             hidden = self._call(example)[n - keep :]  # [keep, d]
-        else:  # one token at a time through the one-token graph (a draft's catch-up feed, any length)
+        else:  # one token at a time through the one-token graph
             hidden = torch.cat([self._call(self._inputs(cache, input_ids[i : i + 1], start + i)) for i in range(n)])[n - keep :]
         cache.length = start + n
         return self._head(hidden)  # [keep, V]
