@@ -89,6 +89,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("SPECVIZ_CPU_HEAD", "on",
             "`0`: keep `F.linear` for a large fp32 LM head instead of the measured oneDNN switch", "engine",
             ("specviz/runtime/cpu.py",)),
+    Setting("SPECVIZ_INDUCTOR_GEMM", "on",
+            "`0`: never compile Inductor's C++ GEMM for a large fp32 LM head (its 6-18 s compile per process); "
+            "a plan that chose it runs the next best measured kernel", "engine", ("specviz/runtime/inductor_gemm.py",)),
     Setting("SPECVIZ_CPU_KERNELS", "on",
             "`0`: keep the body's fp32 projections as they are (`F.linear`, unfused) instead of q/k/v and gate/up "
             "fused, each on the kernel measured faster per width", "engine", ("specviz/runtime/projections.py",)),

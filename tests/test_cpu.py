@@ -1,6 +1,7 @@
 """The CPU LM-head fast path: same numbers as the plain head, each width on the kernel measured
 faster there (a stand-in timer: no timed assertions), the choice cached per machine."""
 
+import copy
 import json
 import os
 
@@ -298,3 +299,85 @@ def test_layers_on_the_weight_first_kernel_give_the_plain_products(bias, out):
     all_wfirst = projections.PlannedLinear([torch.nn.Linear(32, 8)])
     all_wfirst.onednn_at = (0, 4, 4)
     assert not all_wfirst.uniform()  # one row runs another product: its own graph
+
+
+def test_the_inductor_gemm_wins_a_width_only_when_faster_than_every_other_kernel():
+    """The sixth kernel keeps a second (blocked) copy of the weight, so it is weighed last: it must
+    take under FASTER of every other kernel's time; time_weights times it for one weight only."""
+    assert cpu.choose_kernel(1.0, 0.5, 0.45, None, 0.5, 0.4) == "Inductor GEMM"
+    assert cpu.choose_kernel(1.0, 0.5, 0.4, None, 0.5, 0.37) == "oneDNN packed"  # not under 0.9 x 0.4
+    assert cpu.choose_kernel(1.0, 1.2, None, None, 0.8, 0.75) == "weight-first"
+    w = torch.randn(48, 32)
+    calls = []
+
+    def gemm(x):
+        calls.append(x.shape[0])
+        return torch.nn.functional.linear(x, w)
+
+    times = cpu.time_weights((w,), 3, 1, inductor=gemm, early=False)
+    assert len(times) == 6 and times[2:5] == (None, None, None) and times[5] > 0 and calls == [3]
+    assert len(cpu.time_weights((w, w), 3, 1, inductor=gemm, early=False)) == 2  # a head's kernel: one weight
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_a_head_on_the_inductor_gemm_gives_the_plain_products_and_copies_drop_it(bias):
+    """RowAdaptiveLinear at code 5 runs its compiled kernel (a stand-in here) on [rows, in], the
+    same shapes as the plain layer; a bias (never on an LM head) or a copy (no compiled kernel)
+    falls back to F.linear with the same products."""
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(32, 48, bias=bias)
+    calls = []
+
+    def gemm(x):
+        calls.append(tuple(x.shape))
+        return torch.nn.functional.linear(x, lin.weight)
+
+    wrapped = cpu.RowAdaptiveLinear(lin, (0, 4, 5, 5), gemm=gemm)
+    assert wrapped.kernel(2) == wrapped.kernel(9) == "Inductor GEMM"
+    twin = copy.deepcopy(wrapped)
+    assert twin.gemm is None
+    with torch.inference_mode():
+        for rows in (1, 2, 3):
+            x = torch.randn(1, rows, 32)
+            for layer in (wrapped, twin):
+                y = layer(x)
+                assert y.shape == (1, rows, 48)
+                torch.testing.assert_close(y, lin(x), atol=1e-5, rtol=1e-5)
+    assert calls == ([] if bias else [(2, 32), (3, 32)])
+
+
+def test_the_inductor_gemm_compiles_once_and_gives_f_linear_products():
+    """The real compiled kernel on a small fp32 weight: F.linear's products at 1 to 5 rows, inside
+    inference mode and outside it (an ordinary tensor back, as transformers' generate needs), no
+    recompile after its warm-up (one graph for one row, one for wider); none for bf16."""
+    from specviz.runtime import inductor_gemm
+
+    torch.manual_seed(0)
+    weight = torch.nn.Parameter(torch.randn(256, 64) * 0.1, requires_grad=False)
+    gemm = inductor_gemm.frozen_gemm(weight)
+    if gemm is None:
+        pytest.skip("Inductor cannot compile here (no C++ compiler)")
+    assert inductor_gemm.frozen_gemm(weight) is gemm  # built once per weight
+    before = gemm.compile_s
+    for mode in (torch.inference_mode, torch.no_grad):
+        with mode():
+            for rows in (1, 2, 3, 5):
+                x = torch.randn(rows, 64)
+                y = gemm(x)
+                assert y.is_inference() == (mode is torch.inference_mode)
+                torch.testing.assert_close(y, torch.nn.functional.linear(x, weight), atol=1e-5, rtol=1e-5)
+    assert gemm.compile_s == before
+    assert inductor_gemm.frozen_gemm(weight.detach().bfloat16()) is None
+
+
+def test_a_plan_that_chose_the_inductor_gemm_runs_its_next_best_kernels_where_it_is_not_built(big_head, tmp_path, monkeypatch):
+    """A cached plan keeps Inductor's GEMM at a width; on a load where it cannot be built (here
+    turned off) the head runs the kernel that plan's other timings choose, not F.linear."""
+    model, _ = big_head
+    monkeypatch.setenv("SPECVIZ_INDUCTOR_GEMM", "0")
+    timer = Timer({r: (1.0, 0.8, None, None, None, 0.1) for r in range(1, 40)})
+    assert cpu.speed_up_lm_head(model, tmp_path, time_width=timer)
+    head = model.get_output_embeddings()
+    assert head.gemm is None and head.kernel(1) == head.kernel(3) == "oneDNN"
+    report = cpu.head_kernel_report(model)
+    assert report["by_rows"][0]["kernel"] == "oneDNN" and "inductor_ms" not in report["by_rows"][0]

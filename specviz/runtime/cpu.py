@@ -21,7 +21,8 @@ on these kernels and timers.
 The same holds in bfloat16 (:data:`DTYPES`; oneDNN runs AMX tiles where the CPU has them); for fp32
 a third kernel, oneDNN on a packed copy (:func:`pack`), is timed too, at one row a fourth,
 F.linear on a K-major copy (:func:`kmajor`), and at one and two rows a fifth, the weight as BLAS's
-left operand (:func:`_weight_first_linear`, no copy). ``SPECVIZ_CPU_HEAD=0`` leaves the head alone.
+left operand (:func:`_weight_first_linear`, no copy); for a large fp32 head a sixth, Inductor's C++
+GEMM on a frozen copy (:mod:`specviz.runtime.inductor_gemm`). ``SPECVIZ_CPU_HEAD=0`` leaves the head alone.
 """
 
 from __future__ import annotations
@@ -38,12 +39,14 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn.functional as F
+
+from .inductor_gemm import frozen_gemm
 
 log = logging.getLogger(__name__)
 
@@ -59,8 +62,8 @@ FASTER = 0.9  # oneDNN replaces F.linear at a width only when it takes under 90%
 CLEAR_GAP = 2.0  # one round decides a width when one kernel takes over twice the other's time
 AGREED_GAP = 1.25  # two rounds decide it when both favour the same kernel by this much
 CACHE_FILE = "lm_head_kernels.json"
-CACHE_FORMAT = 6  # 2: bf16's oneDNN timed on its packed copy (:func:`pack`); 3: fp32's too; 4: fp32's K-major copy; 5: weight-first; 6: at 1-2 rows only
-KERNELS = ("F.linear", "oneDNN", "oneDNN packed", "F.linear K-major", "weight-first")  # by code: a plan's onednn_at holds these indices
+CACHE_FORMAT = 7  # 2: bf16's oneDNN timed on its packed copy (:func:`pack`); 3: fp32's too; 4: fp32's K-major copy; 5: weight-first; 6: at 1-2 rows only; 7: Inductor GEMM
+KERNELS = ("F.linear", "oneDNN", "oneDNN packed", "F.linear K-major", "weight-first", "Inductor GEMM")  # by code: a plan's onednn_at holds these indices
 WEIGHT_FIRST_ROWS = 2  # weight-first is timed up to this many rows (see _weight_first_linear)
 SPLIT = 4  # weight-first's one row: the weight's rows in this many blocks, one batched product (see _weight_first_linear)
 PACK_ROWS = {torch.bfloat16: 1, torch.float32: 16}  # the rows oneDNN lays a packed copy out for (see pack)
@@ -150,20 +153,22 @@ class WidthTiming:
     packed_s: float | None = None
     kmajor_s: float | None = None  # F.linear on fp32's K-major copy (one row only; None where not timed)
     wfirst_s: float | None = None  # the weight as the left operand (fp32; None where not timed)
+    inductor_s: float | None = None  # Inductor's C++ GEMM on a frozen copy (a large fp32 head; None where not timed)
 
     @property
     def kernel(self) -> str:
         """The kernel this width uses: another than F.linear only where it is clearly the faster."""
-        return choose_kernel(self.f_linear_s, self.onednn_s, self.packed_s, self.kmajor_s, self.wfirst_s)
+        return choose_kernel(self.f_linear_s, self.onednn_s, self.packed_s, self.kmajor_s, self.wfirst_s, self.inductor_s)
 
 
 def choose_kernel(f_linear_s: float, onednn_s: float, packed_s: float | None = None, kmajor_s: float | None = None,
-                  wfirst_s: float | None = None) -> str:
-    """Each kernel in turn (F.linear, oneDNN, weight-first, oneDNN packed, F.linear K-major) replaces
-    the one chosen so far only when it takes under ``FASTER`` of every earlier one's time: a kernel
-    that needs a second copy of the weight (packed, K-major) comes last, so it must beat all others."""
+                  wfirst_s: float | None = None, inductor_s: float | None = None) -> str:
+    """Each kernel in turn (F.linear, oneDNN, weight-first, oneDNN packed, F.linear K-major, Inductor
+    GEMM) replaces the one chosen so far only when it takes under ``FASTER`` of every earlier one's
+    time: a kernel that needs a second copy of the weight (packed, K-major, Inductor's) comes last,
+    so it must beat all others."""
     chosen, best = KERNELS[0], f_linear_s
-    for code, t in ((1, onednn_s), (4, wfirst_s), (2, packed_s), (3, kmajor_s)):
+    for code, t in ((1, onednn_s), (4, wfirst_s), (2, packed_s), (3, kmajor_s), (5, inductor_s)):
         if t is not None and t < best * FASTER:
             chosen = KERNELS[code]
         best = min(best, t) if t is not None else best
@@ -194,6 +199,10 @@ class HeadKernelPlan:
         F.linear); truthy where another kernel than F.linear on the weight runs."""
         return (0,) + tuple(KERNELS.index(w.kernel) for w in self.widths)
 
+    def without_inductor(self) -> "HeadKernelPlan":
+        """This plan as if Inductor's GEMM were never timed (where it cannot be built, or is turned off)."""
+        return replace(self, widths=tuple(replace(w, inductor_s=None) for w in self.widths))
+
     def to_entry(self) -> dict[str, Any]:
         """The JSON-able cache entry (everything but ``cached``)."""
         d = asdict(self)
@@ -205,7 +214,7 @@ class HeadKernelPlan:
 def _plan_from_entry(entry: dict[str, Any]) -> HeadKernelPlan:
     opt = lambda w, key: None if w.get(key) is None else float(w[key])  # noqa: E731
     widths = tuple(WidthTiming(int(w["rows"]), float(w["f_linear_s"]), float(w["onednn_s"]), opt(w, "packed_s"),
-                               opt(w, "kmajor_s"), opt(w, "wfirst_s")) for w in entry["widths"])
+                               opt(w, "kmajor_s"), opt(w, "wfirst_s"), opt(w, "inductor_s")) for w in entry["widths"])
     if not widths or [w.rows for w in widths] != list(range(1, len(widths) + 1)):
         raise ValueError("widths must be rows 1, 2, ... in order")
     return HeadKernelPlan(
@@ -235,7 +244,7 @@ def time_weights(
     weights: Sequence[torch.Tensor], rows: int, repeats: int = 3, *, early: bool = True,
     clock: Callable[[], float] = time.perf_counter, stat: Callable[[list[float]], float] = statistics.median,
     packed: Sequence[torch.Tensor | None] | None = None, kmajor: Sequence[torch.Tensor | None] | None = None,
-    weight_first: bool = False,
+    weight_first: bool = False, inductor: Callable[[torch.Tensor], torch.Tensor] | None = None,
 ) -> tuple[float | None, ...]:
     """:func:`time_head` over several weights of one shape read one after another, as a forward
     reads one projection per layer: seconds of (F.linear, oneDNN) for one pass over all of them.
@@ -246,7 +255,8 @@ def time_weights(
     one), its seconds appended. ``kmajor``: fp32's K-major copies (:func:`kmajor`), timed as a
     fourth kernel (after the packed copies' seconds, None there where those were not timed);
     ``weight_first``: fp32's :func:`_weight_first_linear` at up to :data:`WEIGHT_FIRST_ROWS` rows, a
-    fifth (None in the places before it). With
+    fifth (None in the places before it); ``inductor``: a one-weight head's compiled kernel
+    (:mod:`specviz.runtime.inductor_gemm`), a sixth. With
     ``early``, a kernel over ``CLEAR_GAP`` times the fastest after a round is timed no more."""
     x = torch.randn(rows, weights[0].shape[1], dtype=weights[0].dtype)  # [rows, in]
     copies = list(packed or [None] * len(weights))
@@ -262,6 +272,9 @@ def time_weights(
     fifth = weight_first and not bf16 and rows <= WEIGHT_FIRST_ROWS
     if fifth:
         kernels.append(lambda: [_weight_first_linear(x, w, None) for w in weights])
+    sixth = inductor is not None and not bf16 and len(weights) == 1
+    if sixth:
+        kernels.append(lambda: inductor(x))
     if len(weights) > 1:  # a pass over many weights is cheap: warm this width (oneDNN builds a plan per shape)
         with torch.inference_mode():
             [k() for k in kernels]
@@ -279,7 +292,7 @@ def time_weights(
             if early and (len(live) == 1 or (len(live) == 2 and _decided(times[live[0]], times[live[1]]))):
                 break
     timed = iter(stat(ts) for ts in times)
-    out: list[float | None] = [next(timed), next(timed)] + [next(timed) if on else None for on in (third, fourth, fifth)]
+    out: list[float | None] = [next(timed), next(timed)] + [next(timed) if on else None for on in (third, fourth, fifth, sixth)]
     while out[-1] is None:
         out.pop()
     return tuple(out)
@@ -368,11 +381,12 @@ def _write_cache(path: Path, key: str, entry: dict[str, Any]) -> None:
 
 def plan_head(
     weight: torch.Tensor, cache_dir: str | Path | None = None, *, time_width: TimeWidth | None = None,
-    max_rows: int = MEASURED_ROWS, count: int = 1,
+    max_rows: int = MEASURED_ROWS, count: int = 1, prepare: Callable[[], object] | None = None,
 ) -> HeadKernelPlan:
     """The kernel per width for ``weight`` [out, in] here: from ``cache_dir``'s cache file when it
     has this machine, torch, thread count, shape and dtype, else measured (and then cached).
-    ``count``: how many weights of this shape ``time_width`` times in one pass (a body's layers)."""
+    ``count``: how many weights of this shape ``time_width`` times in one pass (a body's layers);
+    ``prepare``: called before measuring (not on a cache hit), outside the measuring's budget."""
     machine, threads = machine_id(), torch.get_num_threads()
     shape, dtype = (int(weight.shape[0]), int(weight.shape[1])), str(weight.dtype).removeprefix("torch.")
     key = _cache_key(machine, threads, shape, dtype, count)
@@ -382,6 +396,8 @@ def plan_head(
             return _plan_from_entry(entries[key])
         except (KeyError, TypeError, ValueError, IndexError):
             pass  # a damaged entry: measure again
+    if prepare is not None:
+        prepare()
     t0 = time.perf_counter()
     widths = measure_head(weight, max_rows, time_width=time_width)
     plan = HeadKernelPlan(machine, torch.__version__, threads, shape, dtype, widths, time.perf_counter() - t0)
@@ -417,12 +433,13 @@ class RowAdaptiveLinear(torch.nn.Module):
     behaves as the wrapped layer otherwise."""
 
     def __init__(self, linear: torch.nn.Linear, onednn_at: Sequence[int], packed: torch.Tensor | None = None,
-                 kmajor: torch.Tensor | None = None):
+                 kmajor: torch.Tensor | None = None, gemm: Callable[[torch.Tensor], torch.Tensor] | None = None):
         super().__init__()
         self.linear = linear
         self.onednn_at = tuple(int(b) for b in onednn_at) or (0,)
         self.packed = packed  # the weight's oneDNN layout (:func:`pack`): bf16's oneDNN, fp32's third kernel
         self.kmajor = kmajor  # fp32's K-major copy (:func:`kmajor`): the fourth kernel, one row
+        self.gemm = gemm  # the compiled Inductor GEMM (inductor_gemm.FrozenGemm): the sixth kernel
 
     def __deepcopy__(self, memo: dict) -> "RowAdaptiveLinear":
         return _copy_without_packed(self, memo)
@@ -443,8 +460,11 @@ class RowAdaptiveLinear(torch.nn.Module):
         lin = self.linear
         rows = x.numel() // max(1, x.shape[-1])
         code = self.onednn_at[min(rows, len(self.onednn_at) - 1)]
-        if not code or type(lin) is not torch.nn.Linear or lin.weight.dtype not in DTYPES or (code == 3 and self.kmajor is None):
+        if not code or type(lin) is not torch.nn.Linear or lin.weight.dtype not in DTYPES or (code == 3 and self.kmajor is None) \
+                or (code == 5 and (self.gemm is None or lin.bias is not None)):
             return lin(x)
+        if code == 5:
+            return self.gemm(x.reshape(rows, x.shape[-1])).reshape(*x.shape[:-1], -1)
         if code == 4:
             y = _weight_first_linear(x.reshape(rows, x.shape[-1]), lin.weight, lin.bias)  # [rows, out]
             return y.reshape(*x.shape[:-1], y.shape[-1])
@@ -474,16 +494,14 @@ def _copy_without_packed(module: torch.nn.Module, memo: dict) -> torch.nn.Module
     return new
 
 
-COPIES = ("packed", "kmajor")  # a layer's second copies of its weight: each read in place of it, never beside it
+COPIES = ("packed", "kmajor", "gemm")  # a layer's second copies of its weight: each read in place of it, never beside it
 
 
-def _needs_packed(codes: Sequence[int], dtype: torch.dtype) -> bool:
-    """Whether a plan's kernels read a packed copy (so one is kept)."""
+def _needs_packed(codes: Sequence[int], dtype: torch.dtype) -> bool:  # a plan's kernels read a packed copy: keep one
     return any(codes) if dtype == torch.bfloat16 else 2 in codes
 
 
-def _needs_kmajor(codes: Sequence[int]) -> bool:
-    """Whether a plan's kernels read a K-major copy (so one is kept)."""
+def _needs_kmajor(codes: Sequence[int]) -> bool:  # a plan's kernels read a K-major copy: keep one
     return 3 in codes
 
 
@@ -512,21 +530,29 @@ def speed_up_lm_head(
         return False
     packed: list[torch.Tensor | None] = []  # packed once, when first needed: to time oneDNN, or to run it
     kcopy: list[torch.Tensor | None] = []  # fp32's K-major copy, made to time one row
+    gemm: list = []  # fp32's Inductor GEMM, compiled before the measuring (its budget is for timing)
+    prepare = None
     if time_width is None:
+        def prepare():
+            gemm[:] = [frozen_gemm(head.weight)]
+
         def time_width(w: torch.Tensor, rows: int) -> tuple[float | None, ...]:  # the kernels as they would run
             packed[:] = packed or [pack(w)]
             kcopy[:] = kcopy or [kmajor(w)]
             return time_weights((w,), rows, HEAD_REPEATS, stat=min, packed=packed, kmajor=kcopy if rows == 1 else None,
-                                weight_first=True)
+                                weight_first=True, inductor=gemm[0] if gemm else None)
     try:
-        plan = plan_head(head.weight.detach(), cache_dir, time_width=time_width)
+        plan = plan_head(head.weight.detach(), cache_dir, time_width=time_width, prepare=prepare)
     except (RuntimeError, AttributeError):  # an op missing from this build
         return False
+    compiled = (gemm[0] if gemm else frozen_gemm(head.weight)) if 5 in plan.onednn_at else None
+    if 5 in plan.onednn_at and compiled is None:  # not buildable here (or turned off): the next best kernels
+        plan = plan.without_inductor()
     wrap = any(plan.onednn_at)
     if wrap:
         kept = (packed[0] if packed else pack(head.weight)) if _needs_packed(plan.onednn_at, head.weight.dtype) else None
         rows1 = (kcopy[0] if kcopy else kmajor(head.weight)) if _needs_kmajor(plan.onednn_at) else None
-        model.set_output_embeddings(RowAdaptiveLinear(head, plan.onednn_at, kept, rows1))
+        model.set_output_embeddings(RowAdaptiveLinear(head, plan.onednn_at, kept, rows1, compiled))
     with _PLANS_LOCK:
         _PLANS[model] = (plan, wrap)
     return wrap
@@ -558,6 +584,7 @@ def plan_report(plan: HeadKernelPlan, wrapped: bool) -> dict[str, Any]:
             | ({} if w.packed_s is None else {"packed_ms": round(w.packed_s * 1e3, 2)})
             | ({} if w.kmajor_s is None else {"kmajor_ms": round(w.kmajor_s * 1e3, 2)})
             | ({} if w.wfirst_s is None else {"wfirst_ms": round(w.wfirst_s * 1e3, 2)})
+            | ({} if w.inductor_s is None else {"inductor_ms": round(w.inductor_s * 1e3, 2)})
             for w in plan.widths
         ],
         "wider": plan.widths[-1].kernel,  # rows beyond the measured ones

@@ -219,8 +219,7 @@ class PackedInt8Linear(Int8Linear):
     8-bit grid over [-1, 1]); more rows (a prefill) in one ``torch._int_mm`` call, per-token
     symmetric, where that measures faster (:func:`int_mm_pays`), else one call per row."""
 
-    group: tuple = ()
-    onednn_at: tuple[bool, ...] = (False,)
+    group, onednn_at = (), (False,)
     any_width = False  # its forward branches on the row count: a graph per width
     rows_in_one_call = True  # any number of rows in one forward (a catch-up feed: one read of the weight)
 
