@@ -175,13 +175,14 @@ def test_an_int8_body_traces_once_for_every_width(gemma, monkeypatch):
 
 @torch.no_grad()
 def test_a_packed_int8_body_traces_per_width(gemma, monkeypatch):
-    """The packed kernel's forward branches on its row count, which a trace fixes: a feed of n
-    tokens goes through the body in one call (a draft's catch-up reads each weight once), on a
-    graph of its width, with the same distributions as its transformers forward."""
+    """The packed kernel's forward branches on its row count, which a trace fixes: a chain's feed
+    goes through the body FEED_WIDTH (2) tokens a call (a draft's catch-up [x_k, bonus] reads each
+    weight once), so no feed length builds a graph of its own; a tree through a graph of its
+    width; the same distributions as its transformers forward."""
     monkeypatch.setenv("SPECVIZ_STATIC_DECODE", "trace")
     static = int8_matches(gemma.model, "packed")
     assert static.decoder.body.feeds_at_once and not static.decoder.body.rows_at_once
-    assert set(static.decoder._steps) == {1, 2, 3, 5}  # one token, three at once, the 5-wide tree, two more
+    assert set(static.decoder._steps) == {1, 2, 5}  # one token, two (three at once: 2 + 1), the 5-wide tree
 
 
 @torch.no_grad()

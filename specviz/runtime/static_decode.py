@@ -68,6 +68,7 @@ ARCHITECTURES = ("llama", "gemma3_text")
 DTYPES = (torch.float32, torch.bfloat16)  # the weights the body serves
 MIN_CAPACITY = 128  # positions a new cache holds; it doubles when full
 SPAN = 64  # attention reads the buffers up to the position rounded up to a multiple of this
+FEED_WIDTH = 2  # a body with a graph per width (packed int8) takes a feed this many tokens a call at most
 _TRACE_DEPRECATED = r"`torch\.jit\.trace(_method)?` is deprecated"  # torch's DeprecationWarning on tracing
 
 
@@ -457,11 +458,14 @@ class StaticDecoder:
         cache.reserve(start + n)
         if start == 0 and n > 1:
             return self._prefill(cache, input_ids, keep)
-        if self.body.feeds_at_once:  # all n tokens in one call (a draft's catch-up feed: one read of each weight)
-            example = self._inputs(cache, input_ids, start)
-            hidden = self._call(example)[n - keep :]  # [keep, d]
-        else:  # one token at a time through the one-token graph
-            hidden = torch.cat([self._call(self._inputs(cache, input_ids[i : i + 1], start + i)) for i in range(n)])[n - keep :]
+        if self.body.rows_at_once:  # all n tokens in one call
+            hidden = self._call(self._inputs(cache, input_ids, start))[n - keep :]  # [keep, d]
+        else:  # a draft's catch-up feed (usually [x_k, bonus]) in calls of up to FEED_WIDTH tokens: a
+            # packed int8 body reads each weight once per call, on graphs of the widths a draft warms, not
+            # a new graph per feed length (a hybrid's draft catches up on every token the n-gram drafted)
+            width = FEED_WIDTH if self.body.feeds_at_once else 1
+            hidden = torch.cat([self._call(self._inputs(cache, input_ids[i : i + width], start + i))
+                                for i in range(0, n, width)])[n - keep :]  # [keep, d]
         cache.length = start + n
         return self._head(hidden)  # [keep, V]
 
