@@ -149,6 +149,34 @@ def test_quantize_int8_keeps_a_tiny_model_with_outliers_close(outlier_model, tok
     assert ours_overlap > naive_overlap + 0.05
 
 
+def test_packed_siblings_are_one_fused_layer_run_once_per_input(outlier_model, tokenizer):
+    """The packed kernel's q/k/v and gate/up are rows of one fused layer: the model's own forward
+    runs each fused product once per input (the other members slice it), every member equals its
+    rows of the fused product, and the weights are counted once."""
+    from specviz.runtime.quantize import PackedInt8Linear, PackedRows
+
+    q8 = quantize_int8(copy.deepcopy(outlier_model), tokenizer)
+    attn, mlp = q8.model.layers[0].self_attn, q8.model.layers[0].mlp
+    members = (attn.q_proj, attn.k_proj, attn.v_proj)
+    assert all(type(m) is PackedRows for m in (*members, mlp.gate_proj, mlp.up_proj))
+    assert type(attn.o_proj) is PackedInt8Linear and type(mlp.down_proj) is PackedInt8Linear
+    fused = attn.q_proj.group[0]
+    assert all(m.group == (fused,) for m in members) and fused not in list(q8.modules())
+    assert sum(m.out_features for m in members) == fused.out_features
+    assert [m.weight().shape[0] for m in members] == [m.out_features for m in members]
+    calls = []
+    fused.register_forward_hook(lambda *_: calls.append(1))
+    x = _outlier_input(3, width=fused.in_features)
+    with torch.inference_mode():
+        whole = fused(x)  # [3, q + k + v]
+        calls.clear()
+        parts = [m(x) for m in members]
+        assert len(calls) == 1  # one product for the three members
+        assert torch.equal(torch.cat(parts, dim=-1), whole)
+        members[1](x.clone())  # another input: its own product
+        assert len(calls) == 2
+
+
 def test_options_are_checked(outlier_model):
     with pytest.raises(ValueError, match="smooth_alpha"):
         Int8Options(smooth_alpha=1.5)

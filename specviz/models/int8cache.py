@@ -34,7 +34,7 @@ from .device import cache_dir
 
 log = logging.getLogger(__name__)
 
-FORMAT = 1  # this module's file layout; bump when it changes
+FORMAT = 2  # this module's file layout; bump when it changes (2: fused packed layers)
 SUBDIR = "int8"
 _SAMPLES = 4096  # values read per tensor for the weight digest
 
@@ -107,8 +107,8 @@ def _float_targets(model: torch.nn.Module, options: Any) -> dict[str, torch.nn.L
 
 def _dump(model: torch.nn.Module, names: list[str]) -> tuple[dict[str, torch.Tensor], list[dict[str, Any]]]:
     """The replaced layers ``names`` of a quantized ``model`` -> (tensors by key, one plan entry per
-    layer). A fused int_mm layer (q/k/v, gate/up) is stored once, its members as rows of it."""
-    from ..runtime.quantize import Int8Linear, PackedInt8Linear
+    layer). A fused layer (q/k/v, gate/up; int_mm or packed) is stored once, its members as rows of it."""
+    from ..runtime.quantize import Int8Linear, PackedInt8Linear, PackedRows
 
     tensors: dict[str, torch.Tensor] = {}
     plan: list[dict[str, Any]] = []
@@ -123,32 +123,42 @@ def _dump(model: torch.nn.Module, names: list[str]) -> tuple[dict[str, torch.Ten
             tensors[f"{key}.inv_smooth"] = layer.inv_smooth.contiguous()
         return {"in": layer.in_features, "bias": layer.bias is not None, "smooth": layer.inv_smooth is not None}
 
+    def put_packed(key: str, layer: PackedInt8Linear) -> dict[str, Any]:
+        wq, bias = torch.ops.quantized.linear_unpack(layer._packed_params)
+        entry: dict[str, Any] = {"in": layer.in_features, "out": layer.out_features, "bias": bias is not None,
+                                 "smooth": layer.inv_smooth is not None}
+        tensors[f"{key}.ints"] = wq.int_repr().contiguous()
+        if wq.qscheme() in (torch.per_channel_affine, torch.per_channel_symmetric):
+            entry["scheme"] = "channel"
+            tensors[f"{key}.scales"] = wq.q_per_channel_scales().contiguous()
+            tensors[f"{key}.zeros"] = wq.q_per_channel_zero_points().contiguous()
+        else:
+            entry.update(scheme="tensor", scale=float(wq.q_scale()), zero=int(wq.q_zero_point()))
+        if bias is not None:
+            tensors[f"{key}.bias"] = bias.detach().contiguous()
+        if layer.inv_smooth is not None:
+            tensors[f"{key}.inv_smooth"] = layer.inv_smooth.contiguous()
+        return entry
+
+    def fused_key(fused: torch.nn.Module, put: Callable[[str, Any], dict[str, Any]], kind: str) -> str:
+        if id(fused) not in fused_ids:
+            key = fused_ids[id(fused)] = f"fused.{len(fused_ids)}"
+            plan.append({"name": key, "type": kind, **put(key, fused)})
+        return fused_ids[id(fused)]
+
     for name in names:
         layer = model.get_submodule(name)
         if type(layer) is PackedInt8Linear:
-            wq, bias = torch.ops.quantized.linear_unpack(layer._packed_params)
-            entry: dict[str, Any] = {"name": name, "type": "packed", "in": layer.in_features, "out": layer.out_features,
-                                     "bias": bias is not None, "smooth": layer.inv_smooth is not None}
-            tensors[f"{name}.ints"] = wq.int_repr().contiguous()
-            if wq.qscheme() in (torch.per_channel_affine, torch.per_channel_symmetric):
-                entry["scheme"] = "channel"
-                tensors[f"{name}.scales"] = wq.q_per_channel_scales().contiguous()
-                tensors[f"{name}.zeros"] = wq.q_per_channel_zero_points().contiguous()
-            else:
-                entry.update(scheme="tensor", scale=float(wq.q_scale()), zero=int(wq.q_zero_point()))
-            if bias is not None:
-                tensors[f"{name}.bias"] = bias.detach().contiguous()
-            if layer.inv_smooth is not None:
-                tensors[f"{name}.inv_smooth"] = layer.inv_smooth.contiguous()
+            entry = {"name": name, "type": "packed", **put_packed(name, layer)}
+        elif type(layer) is PackedRows:
+            entry = {"name": name, "type": "rows", "of": fused_key(layer.group[0], put_packed, "fused_packed"),
+                     "start": layer.start, "stop": layer.stop}
         elif type(layer) is Int8Linear and layer.group:
             fused = layer.group[0]
-            if id(fused) not in fused_ids:
-                key = f"fused.{len(fused_ids)}"
-                fused_ids[id(fused)] = key
-                plan.append({"name": key, "type": "fused", **put_int_mm(key, fused)})
+            key = fused_key(fused, put_int_mm, "fused")
             offset = layer.qweight.data_ptr() - fused.qweight.data_ptr()
             start = offset // (layer.in_features * layer.qweight.element_size())
-            entry = {"name": name, "type": "rows", "of": fused_ids[id(fused)], "start": int(start),
+            entry = {"name": name, "type": "rows", "of": key, "start": int(start),
                      "stop": int(start + layer.out_features)}
         elif type(layer) is Int8Linear:
             entry = {"name": name, "type": "int_mm", **put_int_mm(name, layer)}
@@ -164,12 +174,12 @@ def _build(plan: list[dict[str, Any]], tensors: dict[str, torch.Tensor], options
     from ..runtime.quantize import _QUANTIZED_DEPRECATED, Int8Linear, PackedInt8Linear, kernel_saturates
 
     built: dict[str, torch.nn.Module] = {}
-    fused: dict[str, Int8Linear] = {}
+    fused: dict[str, torch.nn.Module] = {}  # Int8Linear or PackedInt8Linear
     for e in plan:
         name, kind = e["name"], e["type"]
         smooth = tensors[f"{name}.inv_smooth"] if e.get("smooth") else None
         bias = tensors[f"{name}.bias"] if e.get("bias") else None
-        if kind == "packed":
+        if kind in ("packed", "fused_packed"):
             with warnings.catch_warnings():  # quantized tensors are deprecated upstream, still supported
                 warnings.filterwarnings("ignore", _QUANTIZED_DEPRECATED, UserWarning)
                 ints = tensors[f"{name}.ints"]
@@ -189,7 +199,7 @@ def _build(plan: list[dict[str, Any]], tensors: dict[str, torch.Tensor], options
             layer.bias_free = bias is None
             layer.per_token = options.per_token
             layer.reduce_range = kernel_saturates() if options.reduce_range is None else options.reduce_range
-            built[name] = layer
+            (fused if kind == "fused_packed" else built)[name] = layer
         elif kind in ("int_mm", "fused"):
             proto = Int8Linear.__new__(Int8Linear)  # carries the settings _like copies
             torch.nn.Module.__init__(proto)

@@ -14,20 +14,21 @@ option):
 - full 8-bit activations (the int32 accumulation is exact), or 7 bits (``reduce_range``); some
   layers may stay in float (``keep_float``: name suffixes, e.g. ``"down_proj"``).
 
-Two kernels (``Int8Options.kernel``):
+The projections that read one input (q/k/v, gate/up) share one smoothing and are one fused layer,
+so the static step quantizes that input once and multiplies once (72 products a token for
+gemma-3-270m, not 126; about 2 ms of a 13-20 ms draft token on a Zen 4 EPYC). Two kernels
+(``Int8Options.kernel``):
 - ``"packed"`` (the default, :class:`PackedInt8Linear`): ``linear_dynamic`` on packed quantized
   weights, asymmetric 8-bit activations per token (a graph per width). PyTorch deprecates quantized
   tensors; this stays the default only while it measures faster (docs/benchmarks.md).
 - ``"int_mm"`` (:class:`Int8Linear`): ``torch._int_mm`` (int8 x int8 -> int32; oneDNN's VNNI
   kernel where the CPU has it, an exact integer GEMM elsewhere) on plain int8 tensors with the
   scales applied after it, as torchao's CPU int8 path does: no quantized tensors, no warnings,
-  symmetric activations, every row at once, so one graph serves every width; the projections
-  that read one input (q/k/v, gate/up) share one smoothing and are stored as one fused layer
-  whose rows they view, so the static step quantizes that input once and multiplies once. A large
-  output head (gemma's 262,144 rows) can also run on oneDNN's int8 linear with its weight
-  prepacked once (``torch.ops.onednn.qlinear_pointwise``, the kernel PyTorch's x86 Inductor
-  quantization lowers to): ``_int_mm`` reorders the whole weight on every call, about 1.6x at one
-  row. :func:`speed_up_int8_head` times both on the model's own head at rows 1 to
+  symmetric activations, every row at once, so one graph serves every width. A large output head
+  (gemma's 262,144 rows) can also run on oneDNN's int8 linear with its weight prepacked once
+  (``torch.ops.onednn.qlinear_pointwise``, the kernel PyTorch's x86 Inductor quantization lowers
+  to): ``_int_mm`` reorders the whole weight on every call, about 1.6x at one row.
+  :func:`speed_up_int8_head` times both on the model's own head at rows 1 to
   ``cpu.MEASURED_ROWS`` and keeps the faster per width (cached per machine like the float head's
   choice, :mod:`specviz.runtime.cpu`); both give the same integers (float rounding ~1e-6).
 
@@ -40,6 +41,7 @@ overlap with float32 on gemma-3-270m (12 held-out prompts x 5 positions after a 
 
 from __future__ import annotations
 
+import threading
 import time
 import warnings
 import weakref
@@ -49,6 +51,8 @@ from types import SimpleNamespace
 from typing import Any
 
 import torch
+
+from .smoothing import SHARED_INPUTS, activation_absmax, calibration_token_ids, shared_input_groups, smoothing_scales  # noqa: F401
 
 PREFILL_ROWS = 16  # a packed layer given this many rows at once may run them in one _int_mm call (int_mm_pays)
 KERNELS = ("packed", "int_mm")  # Int8Options.kernel: PackedInt8Linear, Int8Linear
@@ -308,6 +312,53 @@ class PackedInt8Linear(Int8Linear):
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, smoothed={self.inv_smooth is not None}"
 
+    def rows(self, start: int, stop: int) -> "PackedRows":
+        """Output rows start..stop-1 as a layer of their own (:class:`PackedRows`) that runs this
+        one and keeps its slice, remembering this one as its ``group``."""
+        return PackedRows(self, start, stop)
+
+
+_last_product = threading.local()  # per thread: (fused layer, its input, its output), for PackedRows
+
+
+class PackedRows(torch.nn.Module):
+    """Output rows start..stop-1 of a fused :class:`PackedInt8Linear` (a layer's q/k/v or gate/up),
+    as the model's own forward calls them (q_proj(x), k_proj(x), v_proj(x)): the first member
+    called on an input runs the fused product, and the others called on that same tensor next, in
+    the same thread, slice its output instead of running it again. The static step calls the fused
+    layer itself (``group``, :func:`specviz.runtime.static_decode.fused_of`). An input changed in
+    place between two members' calls would be missed: the model's forward never does that."""
+
+    rows_in_one_call, any_width = True, False  # as the fused layer (static_decode._Body)
+
+    def __init__(self, fused: PackedInt8Linear, start: int, stop: int):
+        super().__init__()
+        self.group = (fused,)  # a tuple: not registered as a submodule (the model counts each weight once)
+        self.start, self.stop = start, stop
+        self.in_features, self.out_features = fused.in_features, stop - start
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # [..., in] -> [..., out]
+        fused = self.group[0]
+        last = getattr(_last_product, "entry", None)
+        if last is None or last[0] is not fused or last[1] is not x:
+            last = _last_product.entry = (fused, x, fused(x))
+        return last[2][..., self.start : self.stop]
+
+    @property
+    def _packed_params(self):  # as counted by LoadedModel.num_parameters and the memory estimates
+        return self.group[0]._packed_params
+
+    def weight(self) -> torch.Tensor:
+        """The int8 weight of these rows (quantized tensor [out, in]; smoothing folded in)."""
+        return self.group[0].weight()[self.start : self.stop]
+
+    def bias(self) -> torch.Tensor | None:
+        bias = self.group[0].bias()
+        return None if bias is None else bias[self.start : self.stop]
+
+    def extra_repr(self) -> str:
+        return f"rows {self.start}..{self.stop - 1} of a fused {self.group[0].out_features}-row layer"
+
 
 def _pack(weight: torch.Tensor, bias: torch.Tensor | None, per_channel: bool):
     """Symmetric int8 weight [out, in] (scale per row or per matrix) packed for the CPU kernel."""
@@ -466,70 +517,6 @@ def int8_head_report(model: torch.nn.Module) -> dict[str, Any] | None:
     return report
 
 
-def calibration_token_ids(tokenizer, n_prompts: int = 8, max_tokens: int = 256) -> list[list[int]]:
-    """Token ids of the first ``n_prompts`` bundled Spec-Bench dev prompts (round robin over
-    categories), each cut to ``max_tokens``."""
-    from ..prompts import load_prompts
-
-    rows = load_prompts(limit=n_prompts)
-    return [tokenizer(r.prompt, add_special_tokens=True)["input_ids"][:max_tokens] for r in rows]
-
-
-@torch.inference_mode()
-def activation_absmax(model: torch.nn.Module, batches: list[list[int]]) -> dict[str, torch.Tensor]:
-    """Per-input-channel max |x| seen by every ``nn.Linear`` of ``model`` -> {name: [in]}."""
-    stats: dict[str, torch.Tensor] = {}
-    handles = []
-
-    def observe(name):
-        def hook(_module, args):
-            x = args[0].detach().reshape(-1, args[0].shape[-1]).abs().amax(dim=0).float()  # [in]
-            stats[name] = x if name not in stats else torch.maximum(stats[name], x)
-
-        return hook
-
-    for name, module in model.named_modules():
-        if type(module) is torch.nn.Linear or hasattr(module, "linear") and type(module.linear) is torch.nn.Linear:
-            handles.append(module.register_forward_pre_hook(observe(name)))
-    try:
-        for ids in batches:
-            model(input_ids=torch.tensor([ids]), use_cache=False)
-    finally:
-        for h in handles:
-            h.remove()
-    return stats
-
-
-def smoothing_scales(act_absmax: torch.Tensor, weight: torch.Tensor, alpha: float) -> torch.Tensor:
-    """SmoothQuant's s_j = max|X_j|^alpha / max_i |W_ij|^(1 - alpha) ([in]; 1 where a channel is dead)."""
-    w = weight.detach().float().abs().amax(dim=0)  # [in]
-    a = act_absmax.float()
-    s = a.clamp_min(1e-5).pow(alpha) / w.clamp_min(1e-5).pow(1.0 - alpha)  # [in]
-    dead = (a <= 0) | (w <= 0)
-    return torch.where(dead, torch.ones_like(s), s).clamp(1e-4, 1e4)
-
-
-SHARED_INPUTS = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))  # sibling projections of one input
-
-
-def shared_input_groups(linears: dict[str, torch.nn.Linear]) -> list[tuple[str, ...]]:
-    """Qualified names of the sibling projections that read one input (:data:`SHARED_INPUTS`,
-    all present with the same input width and all with a bias or none), e.g.
-    ("model.layers.0.self_attn.q_proj", "...k_proj", "...v_proj")."""
-    groups = []
-    for name in linears:
-        parent, _, child = name.rpartition(".")
-        for members in SHARED_INPUTS:
-            if child != members[0]:
-                continue
-            names = tuple(f"{parent}.{m}" if parent else m for m in members)
-            lins = [linears.get(n) for n in names]
-            if all(lin is not None for lin in lins) and len({lin.in_features for lin in lins}) == 1 \
-                    and len({lin.bias is None for lin in lins}) == 1:
-                groups.append(names)
-    return groups
-
-
 def _fused(names: tuple[str, ...], lins: list[torch.nn.Linear], stats: dict[str, torch.Tensor],
            options: Int8Options) -> dict[str, Int8Linear]:
     """One :class:`Int8Linear` over the stacked weights of projections that read one input (one
@@ -542,7 +529,7 @@ def _fused(names: tuple[str, ...], lins: list[torch.nn.Linear], stats: dict[str,
     smooth = None
     if options.smooth_alpha is not None and seen:
         smooth = smoothing_scales(torch.stack(seen).amax(dim=0), weight, options.smooth_alpha)
-    fused = Int8Linear(stacked, smooth, options)
+    fused = (Int8Linear if options.kernel == "int_mm" else PackedInt8Linear)(stacked, smooth, options)
     out, start = {}, 0
     for name, lin in zip(names, lins):
         out[name] = fused.rows(start, start + lin.out_features)
@@ -584,7 +571,7 @@ def quantize_int8(model: torch.nn.Module, tokenizer=None, options: Int8Options |
     chosen = {name: lin for name, lin in targets if not any(name.endswith(suffix) for suffix in options.keep_float)}
     replacements = {}
     layer = Int8Linear if options.kernel == "int_mm" else PackedInt8Linear
-    for names in shared_input_groups(chosen) if layer is Int8Linear else ():  # q/k/v, gate/up: one fused layer, each a view of its rows
+    for names in shared_input_groups(chosen):  # q/k/v, gate/up: one fused layer, each its rows
         replacements.update(_fused(names, [chosen[n] for n in names], stats, options))
     for name, lin in chosen.items():
         if name in replacements:
