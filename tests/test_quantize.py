@@ -175,6 +175,8 @@ def test_packed_siblings_are_one_fused_layer_run_once_per_input(outlier_model, t
         assert torch.equal(torch.cat(parts, dim=-1), whole)
         members[1](x.clone())  # another input: its own product
         assert len(calls) == 2
+    apart = quantize_int8(copy.deepcopy(outlier_model), tokenizer, Int8Options(fuse_siblings=False))
+    assert type(apart.model.layers[0].self_attn.q_proj) is PackedInt8Linear
 
 
 def test_options_are_checked(outlier_model):

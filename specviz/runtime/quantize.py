@@ -72,6 +72,7 @@ class Int8Options:
     reduce_range: bool | None = None  # 7-bit activations; None: 8 bits unless the packed kernel saturates here
     calibration_prompts: int = 8  # bundled prompts run through the float model for smoothing
     kernel: str = "packed"  # "packed" (torch.ops.quantized, deprecated upstream) or "int_mm" (maintained)
+    fuse_siblings: bool = True  # q/k/v and gate/up as one fused layer each (one smoothing, one product per input)
 
     def __post_init__(self):
         if self.kernel not in KERNELS:
@@ -571,7 +572,7 @@ def quantize_int8(model: torch.nn.Module, tokenizer=None, options: Int8Options |
     chosen = {name: lin for name, lin in targets if not any(name.endswith(suffix) for suffix in options.keep_float)}
     replacements = {}
     layer = Int8Linear if options.kernel == "int_mm" else PackedInt8Linear
-    for names in shared_input_groups(chosen):  # q/k/v, gate/up: one fused layer, each its rows
+    for names in shared_input_groups(chosen) if options.fuse_siblings else ():  # q/k/v, gate/up: one fused layer each
         replacements.update(_fused(names, [chosen[n] for n in names], stats, options))
     for name, lin in chosen.items():
         if name in replacements:
