@@ -23,6 +23,8 @@ from specviz.analysis.treeshape import (
     decode,
     encode,
     expected_tokens,
+    filled_at_least,
+    node_reach,
     to_depth,
 )
 from specviz.core.engine import SpeculativeDecoder
@@ -221,10 +223,34 @@ def test_tree_and_draft_rank_counts():
     cal = A.rank_calibration_from_tree("ngram-tree:3", runs, 3, ranks=3)
     assert cal.trials == (2, 1, 1) and cal.kept[0] == (0, 1, 0) and cal.kept[1] == (1, 0, 0)
     assert cal.matrix("p")[0][1] == 0.5
+    # drafted children: the root had two on both steps, each depth-1 node one, the depth-2 nodes none
+    assert cal.seen == (2, 4, 4) and cal.has == ((2, 2, 0), (4, 0, 0), (0, 0, 0))
+    assert cal.fill() == [[1.0, 1.0, 0.0], [1.0, 0.0, 0.0], [0.0, 0.0, 0.0]]
     tops = [SimpleNamespace(top_q=((7, "a", 0.6), (8, "b", 0.3))), SimpleNamespace(top_q=((9, "c", 0.5), (5, "d", 0.4)))]
     chain_runs = [[step(2, 1, committed=(7, 5), drafts=tops), step(2, 0, committed=(8,), drafts=tops)]]
     cal = A.rank_calibration_from_chain("draft-tree:d", chain_runs, 2, ranks=2)
     assert cal.trials == (2, 1) and cal.kept == ((1, 1), (0, 1))
+
+
+def test_a_tree_is_priced_on_the_nodes_it_drafts():
+    """An n-gram trie often fills fewer nodes than the shape has room for: the distribution of the
+    nodes drafted, and the pass priced on it as a chain's is (the DP's choice sees the same)."""
+    assert filled_at_least(decode("111"), None) == [1.0, 1.0, 1.0]
+    assert filled_at_least(decode("111"), [[0.5], [0.5], [0.5]]) == pytest.approx([0.5, 0.25, 0.125])
+    assert filled_at_least(decode("2"), [[1.0, 0.5]]) == pytest.approx([1.0, 0.5])
+    shape, fill = decode("2121"), [[0.9, 0.4], [0.7, 0.3], [0.5]]
+    assert sum(filled_at_least(shape, fill)) == pytest.approx(sum(node_reach(shape, fill)))  # E[nodes]
+    at_least = filled_at_least(shape, fill)
+    assert all(a >= b for a, b in zip(at_least, at_least[1:])) and 0 <= at_least[-1] <= at_least[0] <= 1
+    # rank-2 children of the root drafted half the time, everything else always
+    cal = A.RankCalibration("ngram-tree:3", (100, 50, 25), ((50, 20), (25, 5), (10, 2)),
+                            seen=(10, 15, 10), has=((10, 5), (15, 0), (0, 0)))
+    cost = cost_model(slope=0.001)
+    f = A.predict_tree(cal, cost, decode("21"), "ngram-tree", "ngram-tree:3,shape=21")
+    assert f.step_s == pytest.approx(cost.t_tree(3) + 0.5 * (cost.t_tree(4) - cost.t_tree(3)))
+    assert f.drafted_per_step == pytest.approx(2.5) and f.tau == pytest.approx(1 + 0.5 + 0.2 + 0.5 * 0.5)
+    full = A.RankCalibration("ngram-tree:3", cal.trials, cal.kept)
+    assert A.predict_tree(full, cost, decode("21"), "ngram-tree", "x").step_s == pytest.approx(cost.t_tree(4))
 
 
 def test_tree_forecast_and_verdicts():

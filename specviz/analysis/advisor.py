@@ -29,12 +29,22 @@ speedup below 1.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Sequence
 
 from . import theory
 from .costmodel import CostModel
-from .treeshape import TreeShape, best_per_budget, best_shape, encode, expected_tokens, node_reach, to_depth
+from .treeshape import (
+    TreeShape,
+    best_per_budget,
+    best_shape,
+    encode,
+    expected_tokens,
+    filled_at_least,
+    node_reach,
+    to_depth,
+)
 
 __all__ = [
     "Rate", "wilson", "ChainCalibration", "RankCalibration", "chain_calibration", "rank_calibration_from_tree",
@@ -142,7 +152,8 @@ def chain_calibration(proposer: str, runs: Sequence[Sequence[Any]], k: int, max_
 @dataclass(frozen=True)
 class RankCalibration:
     """Per-depth, per-rank counts: ``kept[d][r]`` of ``trials[d]`` kept nodes at depth d (root 0)
-    had their rank-(r+1) child kept."""
+    had their rank-(r+1) child kept; for a proposer whose trees are not always full (an n-gram
+    trie), ``has[d][r]`` of ``seen[d]`` drafted nodes at depth d had a rank-(r+1) child drafted."""
 
     proposer: str
     trials: tuple[int, ...]
@@ -150,14 +161,32 @@ class RankCalibration:
     steps: int = 0
     draft_ms: float = 0.0
     nodes: float = 0.0  # mean nodes per calibration step (the realised tree)
+    seen: tuple[int, ...] = ()  # () : every shape's nodes are always drafted (a draft model's tree)
+    has: tuple[tuple[int, ...], ...] = ()
 
     def matrix(self, which: str = "p") -> list[list[float]]:
         """accept[d][r] at the estimate ("p") or a Wilson bound ("lo", "hi")."""
         return [[getattr(wilson(h, t), which) for h in row] for row, t in zip(self.kept, self.trials)]
 
+    def fill(self) -> list[list[float]] | None:
+        """fill[d][r]: P(a drafted node at depth d has a rank-(r+1) child drafted), 1 where nothing
+        was seen (treeshape.filled_at_least); None: trees always full."""
+        if not self.seen:
+            return None
+        return [[h / n if n else 1.0 for h in row] for row, n in zip(self.has, self.seen)]
+
     def to_dict(self) -> dict[str, Any]:
         return {"proposer": self.proposer, "steps": self.steps, "trials": list(self.trials),
-                "accept": [[wilson(h, t).to_dict() for h in row] for row, t in zip(self.kept, self.trials)]}
+                "accept": [[wilson(h, t).to_dict() for h in row] for row, t in zip(self.kept, self.trials)],
+                "fill": self.fill()}
+
+
+def _depth(v: int, parent: dict[int, int]) -> int:
+    """A tree node's depth (the root, -1: 0)."""
+    d = 0
+    while v != -1:
+        d, v = d + 1, parent[v]
+    return d
 
 
 def _rank_table(depth: int, ranks: int):
@@ -169,6 +198,7 @@ def rank_calibration_from_tree(proposer: str, runs: Sequence[Sequence[Any]], k: 
     """Counts from token-tree step records: at the root and at each kept node at depth d < k, the
     rank (order among its siblings) of the kept child, if any."""
     trials, kept = _rank_table(k, ranks)
+    seen, has = _rank_table(k, ranks)
     n = ms = nodes = 0
     for steps in runs:
         for s, _ in _counted(steps, k, max_new_tokens):
@@ -177,6 +207,14 @@ def rank_calibration_from_tree(proposer: str, runs: Sequence[Sequence[Any]], k: 
             n += 1
             ms += s.draft_ms
             nodes += len(s.tree)
+            parent = {x.index: x.parent for x in s.tree}
+            children = Counter(parent.values())
+            for v in (-1, *parent):  # the root and every drafted node: how many children it got
+                d = _depth(v, parent)
+                if d < k:
+                    seen[d] += 1
+                    for r in range(min(children[v], ranks)):
+                        has[d][r] += 1
             path = list(s.accepted_path)[: s.n_committed]
             parent = -1
             for d in range(k):
@@ -189,7 +227,8 @@ def rank_calibration_from_tree(proposer: str, runs: Sequence[Sequence[Any]], k: 
                 if r < ranks:
                     kept[d][r] += 1
                 parent = child
-    return RankCalibration(proposer, tuple(trials), tuple(map(tuple, kept)), n, ms, nodes / n if n else 0.0)
+    return RankCalibration(proposer, tuple(trials), tuple(map(tuple, kept)), n, ms, nodes / n if n else 0.0,
+                           tuple(seen), tuple(map(tuple, has)))
 
 
 def rank_calibration_from_chain(proposer: str, runs: Sequence[Sequence[Any]], k: int, ranks: int = 8,
@@ -356,10 +395,18 @@ def predict_chain(cal: ChainCalibration, cost: CostModel, k: int, kind: str, dra
                     lo * base / step, hi * base / step, note=note, extra=extra)
 
 
-def tree_step_seconds(cost: CostModel, kind: str, draft: str | None = None, lookup_s: float | None = None):
+def tree_pass_s(cost: CostModel, shape: TreeShape, fill: Sequence[Sequence[float]] | None = None) -> float:
+    """The tree pass's expected seconds: over the nodes a step drafts (``fill``: how often each of
+    the shape's nodes is drafted, RankCalibration.fill; None: always all of them), as a chain's
+    pass is over the tokens it drafts (mean_pass_s)."""
+    return mean_pass_s(cost.t_tree, filled_at_least(shape, fill))
+
+
+def tree_step_seconds(cost: CostModel, kind: str, draft: str | None = None, lookup_s: float | None = None,
+                      fill: Sequence[Sequence[float]] | None = None):
     """shape -> predicted seconds per step: the draft's cost (ngram-tree: one trie; draft-tree: the
-    root's feed and one level forward per depth that grows) + the tree pass + the bookkeeping;
-    the empty shape is a target-only step."""
+    root's feed and one level forward per depth that grows) + the tree pass over the nodes drafted
+    (:func:`tree_pass_s`) + the bookkeeping; the empty shape is a target-only step."""
 
     def seconds(shape: TreeShape) -> float:
         if not shape.nodes:
@@ -369,7 +416,7 @@ def tree_step_seconds(cost: CostModel, kind: str, draft: str | None = None, look
             draft_s = d.level(1) + sum(d.level(w) for w in shape.level_widths())
         else:
             draft_s = cost.lookup_s.get("ngram-tree", 0.0) if lookup_s is None else lookup_s
-        return draft_s + cost.t_tree(shape.nodes + 1) + cost.step_overhead_s
+        return draft_s + tree_pass_s(cost, shape, fill) + cost.step_overhead_s
 
     return seconds
 
@@ -377,9 +424,9 @@ def tree_step_seconds(cost: CostModel, kind: str, draft: str | None = None, look
 def predict_tree(cal: RankCalibration, cost: CostModel, shape: TreeShape, kind: str, spec: str,
                  draft: str | None = None, lookup_s: float | None = None) -> Forecast:
     """A static tree of this shape (its depth is the run's k)."""
-    seconds = tree_step_seconds(cost, kind, draft, lookup_s)
+    seconds = tree_step_seconds(cost, kind, draft, lookup_s, cal.fill())
     step = seconds(shape)
-    draft_s = step - cost.t_tree(shape.nodes + 1) - cost.step_overhead_s
+    draft_s = step - tree_pass_s(cost, shape, cal.fill()) - cost.step_overhead_s
     tau = expected_tokens(shape, cal.matrix("p"))
     lo, hi = expected_tokens(shape, cal.matrix("lo")), expected_tokens(shape, cal.matrix("hi"))
     base = cost.base_step_s
@@ -388,7 +435,8 @@ def predict_tree(cal: RankCalibration, cost: CostModel, shape: TreeShape, kind: 
     reach = node_reach(shape, cal.matrix("p"))
     at_least = [sum(r for r, d in zip(reach, shape.depths) if d == depth) for depth in range(1, shape.depth + 1)]
     by_k = [1e3 * seconds(to_depth(shape, d)) for d in range(shape.depth + 1)]
-    return Forecast(cal.proposer, spec, max(1, shape.depth), tau, lo, hi, float(shape.nodes), draft_s, step,
+    drafted = sum(filled_at_least(shape, cal.fill()))  # E[nodes drafted] = sum_i P(at least i)
+    return Forecast(cal.proposer, spec, max(1, shape.depth), tau, lo, hi, drafted, draft_s, step,
                     tau * base / step, lo * base / step, hi * base / step, shape=encode(shape),
                     extra={"tree": shape.describe(), "continue_rates": rates_from_reach(at_least), "step_ms_by_k": by_k})
 
@@ -397,7 +445,7 @@ def forecast_trees(cal: RankCalibration, cost: CostModel, kind: str, spec_for, k
                    draft: str | None = None, lookup_s: float | None = None) -> tuple[list[Forecast], TreeShape]:
     """(the DP's best shape per depth bound k, as forecasts; the best shape overall, which may be
     the empty tree: no speculation). ``spec_for(shape_text)`` spells the spec that runs a shape."""
-    seconds = tree_step_seconds(cost, kind, draft, lookup_s)
+    seconds = tree_step_seconds(cost, kind, draft, lookup_s, cal.fill())
     accept = cal.matrix("p")
     out: dict[str, Forecast] = {}
     overall = None
@@ -448,7 +496,7 @@ def tree_budget(cal: RankCalibration, cost: CostModel, kind: str, proposer: str,
     """The tree-budget curve of a tree proposer (``treeshape.best_per_budget`` with this machine's
     step times): budget n -> the fastest DP tree of at most n nodes, its tau with the interval and
     its predicted speedup."""
-    seconds = tree_step_seconds(cost, kind, draft, lookup_s)
+    seconds = tree_step_seconds(cost, kind, draft, lookup_s, cal.fill())
     accept, lo, hi = cal.matrix("p"), cal.matrix("lo"), cal.matrix("hi")
     base = cost.base_step_s
     points = tuple(BudgetPoint(n, c.text, c.tau, expected_tokens(c.shape, lo), expected_tokens(c.shape, hi), c.step_s,

@@ -29,7 +29,7 @@ from typing import Callable, Sequence
 
 from ..proposers.ngram_tree import decode_shape, encode_shape
 
-__all__ = ["TreeShape", "best_trees", "best_shape", "best_per_budget", "expected_tokens", "node_reach", "to_depth", "encode", "decode", "chain", "EMPTY"]
+__all__ = ["TreeShape", "best_trees", "best_shape", "best_per_budget", "expected_tokens", "filled_at_least", "node_reach", "to_depth", "encode", "decode", "chain", "EMPTY"]
 
 
 @dataclass(frozen=True)
@@ -144,6 +144,33 @@ def node_reach(shape: TreeShape, accept: Sequence[Sequence[float]]) -> list[floa
     for a, r, d in zip(shape.parents, shape.ranks, shape.depths):
         reach.append((1.0 if a < 0 else reach[a]) * _rate(accept, d - 1, r - 1))
     return reach
+
+
+def filled_at_least(shape: TreeShape, fill: Sequence[Sequence[float]] | None) -> list[float]:
+    """P(a step drafts at least i of the shape's nodes), i = 1..nodes, where ``fill[d][r]`` is the
+    probability that a drafted node at depth d (the root: 0) has a rank-(r+1) child drafted (an
+    n-gram trie often finds fewer continuations than the shape has room for; past the given depths
+    and ranks: 1). The nodes' fills are taken as independent given their parents: the node count's
+    distribution is the product of each subtree's generating function. None: every node is drafted."""
+    if fill is None:
+        return [1.0] * shape.nodes
+
+    def rate(d: int, r: int) -> float:
+        return float(fill[d][r]) if d < len(fill) and r < len(fill[d]) else 1.0
+
+    def count(v: int) -> list[float]:  # P(j nodes drafted below and at v, given v is drafted), j = 0..
+        dist = [1.0] if v < 0 else [0.0, 1.0]
+        depth = 0 if v < 0 else shape.depths[v]
+        for c in shape.children(v):
+            f = rate(depth, shape.ranks[c] - 1)
+            sub = [f * x for x in count(c)]
+            sub[0] += 1.0 - f
+            dist = [sum(dist[i] * sub[j - i] for i in range(len(dist)) if 0 <= j - i < len(sub))
+                    for j in range(len(dist) + len(sub) - 1)]
+        return dist
+
+    dist = count(-1)  # [nodes + 1]
+    return [sum(dist[i:]) for i in range(1, shape.nodes + 1)]
 
 
 def expected_tokens(shape: TreeShape, accept: Sequence[Sequence[float]]) -> float:
