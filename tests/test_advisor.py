@@ -425,6 +425,18 @@ def test_curves_are_monotone_and_interpolated():
     assert C.interpolate({2: 1.0, 4: 3.0}, 3) == 2.0 and C.interpolate({2: 1.0, 4: 3.0}, 6) == 5.0
 
 
+def test_a_tree_pass_follows_the_chain_curve_across_a_kernel_jump():
+    """The chain's t(n) is measured at every width, trees at a few: a head kernel switching at 6
+    rows makes t(6) jump, and a tree of 5 nodes (6 positions) pays that jump too."""
+    ts = {n: 0.010 + 0.001 * (n - 1) + (0.004 if n >= 6 else 0.0) for n in range(1, 18)}
+    trees = {n: ts[n] + 0.002 for n in (2, 3, 5, 9, 13, 17)}
+    cost = C.CostModel("key", "test machine", "t", "float32", torch.__version__, 1, 64, None, ts, trees, 0.0, 0.05,
+                       {}, {})
+    assert cost.t_tree(6) == pytest.approx(ts[6] + 0.002) and cost.t_tree(5) == pytest.approx(trees[5])
+    assert C.interpolate(trees, 6) < cost.t_tree(6)  # the tree's own points alone miss the jump
+    assert cost.t_tree(1) == cost.t(1)
+
+
 def test_a_model_the_static_step_cannot_serve_is_said(monkeypatch, tiny):
     monkeypatch.setenv("SPECVIZ_STATIC_DECODE", "0")
     assert "static decode step is off" in C._why_not_static(tiny[0].model)

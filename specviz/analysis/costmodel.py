@@ -94,8 +94,15 @@ class CostModel:
         return interpolate(self.target_s, n)
 
     def t_tree(self, n: int) -> float:
-        """A tree pass over n positions (n = nodes + 1); t(1) for n = 1 (no tree: a plain step)."""
-        return self.t(1) if n <= 1 else interpolate(self.tree_s, n)
+        """A tree pass over n positions (n = nodes + 1); t(1) for n = 1 (no tree: a plain step).
+        The chain's pass t(n), measured at every n, plus the tree's extra (masks, every row's
+        probabilities) interpolated between the widths where trees were measured: a jump in t(n)
+        where a kernel changes with the width (an LM head from 5 to 6 rows) is a tree's too, and
+        interpolating the tree's own points across it would price the widths past it too low."""
+        if n <= 1:
+            return self.t(1)
+        extra = {m: s - self.t(m) for m, s in self.tree_s.items()}
+        return self.t(n) + max(0.0, interpolate(extra, n))
 
     def v(self, n: int) -> float:
         """v(n) = t(n) / t(1)."""
