@@ -151,8 +151,8 @@ def test_quantize_int8_keeps_a_tiny_model_with_outliers_close(outlier_model, tok
 
 def test_packed_siblings_are_one_fused_layer_run_once_per_input(outlier_model, tokenizer):
     """The packed kernel's q/k/v and gate/up are rows of one fused layer: the model's own forward
-    runs each fused product once per input (the other members slice it), every member equals its
-    rows of the fused product, and the weights are counted once."""
+    runs each fused product once per input (the other members slice it), and every member equals
+    its rows of the fused product."""
     from specviz.runtime.quantize import PackedInt8Linear, PackedRows
 
     q8 = quantize_int8(copy.deepcopy(outlier_model), tokenizer)

@@ -207,10 +207,10 @@ def rank_calibration_from_tree(proposer: str, runs: Sequence[Sequence[Any]], k: 
             n += 1
             ms += s.draft_ms
             nodes += len(s.tree)
-            parent = {x.index: x.parent for x in s.tree}
-            children = Counter(parent.values())
-            for v in (-1, *parent):  # the root and every drafted node: how many children it got
-                d = _depth(v, parent)
+            parents = {x.index: x.parent for x in s.tree}
+            children = Counter(parents.values())
+            for v in (-1, *parents):  # the root and every drafted node: how many children it got
+                d = _depth(v, parents)
                 if d < k:
                     seen[d] += 1
                     for r in range(min(children[v], ranks)):
@@ -424,9 +424,11 @@ def tree_step_seconds(cost: CostModel, kind: str, draft: str | None = None, look
 def predict_tree(cal: RankCalibration, cost: CostModel, shape: TreeShape, kind: str, spec: str,
                  draft: str | None = None, lookup_s: float | None = None) -> Forecast:
     """A static tree of this shape (its depth is the run's k)."""
-    seconds = tree_step_seconds(cost, kind, draft, lookup_s, cal.fill())
+    fill = cal.fill()
+    seconds = tree_step_seconds(cost, kind, draft, lookup_s, fill)
     step = seconds(shape)
-    draft_s = step - tree_pass_s(cost, shape, cal.fill()) - cost.step_overhead_s
+    filled = filled_at_least(shape, fill)  # P(at least i nodes drafted)
+    draft_s = step - mean_pass_s(cost.t_tree, filled) - cost.step_overhead_s
     tau = expected_tokens(shape, cal.matrix("p"))
     lo, hi = expected_tokens(shape, cal.matrix("lo")), expected_tokens(shape, cal.matrix("hi"))
     base = cost.base_step_s
@@ -435,8 +437,7 @@ def predict_tree(cal: RankCalibration, cost: CostModel, shape: TreeShape, kind: 
     reach = node_reach(shape, cal.matrix("p"))
     at_least = [sum(r for r, d in zip(reach, shape.depths) if d == depth) for depth in range(1, shape.depth + 1)]
     by_k = [1e3 * seconds(to_depth(shape, d)) for d in range(shape.depth + 1)]
-    drafted = sum(filled_at_least(shape, cal.fill()))  # E[nodes drafted] = sum_i P(at least i)
-    return Forecast(cal.proposer, spec, max(1, shape.depth), tau, lo, hi, drafted, draft_s, step,
+    return Forecast(cal.proposer, spec, max(1, shape.depth), tau, lo, hi, sum(filled), draft_s, step,  # E[nodes drafted]
                     tau * base / step, lo * base / step, hi * base / step, shape=encode(shape),
                     extra={"tree": shape.describe(), "continue_rates": rates_from_reach(at_least), "step_ms_by_k": by_k})
 

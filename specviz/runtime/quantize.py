@@ -16,7 +16,8 @@ option):
 
 The projections that read one input (q/k/v, gate/up) share one smoothing and are one fused layer,
 so the static step quantizes that input once and multiplies once (72 products a token for
-gemma-3-270m, not 126; about 2 ms of a 13-20 ms draft token on a Zen 4 EPYC). Two kernels
+gemma-3-270m, not 126: on a Zen 4 EPYC, 0.8 ms of a 24 ms full-vocabulary draft token in a
+session, 2 ms of the body alone; docs/benchmarks.md). Two kernels
 (``Int8Options.kernel``):
 - ``"packed"`` (the default, :class:`PackedInt8Linear`): ``linear_dynamic`` on packed quantized
   weights, asymmetric 8-bit activations per token (a graph per width). PyTorch deprecates quantized
@@ -519,10 +520,11 @@ def int8_head_report(model: torch.nn.Module) -> dict[str, Any] | None:
 
 
 def _fused(names: tuple[str, ...], lins: list[torch.nn.Linear], stats: dict[str, torch.Tensor],
-           options: Int8Options) -> dict[str, Int8Linear]:
-    """One :class:`Int8Linear` over the stacked weights of projections that read one input (one
-    smoothing, measured on that input against all their weights; one activation quantization
-    and one int8 product for all of them in the static step) -> {name: a view of its rows}."""
+           options: Int8Options, layer: type[Int8Linear]) -> dict[str, torch.nn.Module]:
+    """One ``layer`` (:class:`Int8Linear` or :class:`PackedInt8Linear`) over the stacked weights of
+    projections that read one input (one smoothing, measured on that input against all their
+    weights; one activation quantization and one int8 product for all of them in the static
+    step) -> {name: its rows}."""
     weight = torch.cat([lin.weight.detach().float() for lin in lins])  # [sum out, in]
     bias = None if lins[0].bias is None else torch.cat([lin.bias.detach().float() for lin in lins])
     stacked = SimpleNamespace(in_features=weight.shape[1], out_features=weight.shape[0], weight=weight, bias=bias)
@@ -530,7 +532,7 @@ def _fused(names: tuple[str, ...], lins: list[torch.nn.Linear], stats: dict[str,
     smooth = None
     if options.smooth_alpha is not None and seen:
         smooth = smoothing_scales(torch.stack(seen).amax(dim=0), weight, options.smooth_alpha)
-    fused = (Int8Linear if options.kernel == "int_mm" else PackedInt8Linear)(stacked, smooth, options)
+    fused = layer(stacked, smooth, options)
     out, start = {}, 0
     for name, lin in zip(names, lins):
         out[name] = fused.rows(start, start + lin.out_features)
@@ -573,7 +575,7 @@ def quantize_int8(model: torch.nn.Module, tokenizer=None, options: Int8Options |
     replacements = {}
     layer = Int8Linear if options.kernel == "int_mm" else PackedInt8Linear
     for names in shared_input_groups(chosen) if options.fuse_siblings else ():  # q/k/v, gate/up: one fused layer each
-        replacements.update(_fused(names, [chosen[n] for n in names], stats, options))
+        replacements.update(_fused(names, [chosen[n] for n in names], stats, options, layer))
     for name, lin in chosen.items():
         if name in replacements:
             continue
