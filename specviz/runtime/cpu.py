@@ -129,19 +129,6 @@ def _weight_first_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tens
     return y if bias is None else y + bias
 
 
-@torch.library.custom_op("specviz::onednn_linear", mutates_args=())
-def onednn_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    """:func:`_onednn_linear` as an operator of its own, for a TorchScript trace, which cannot
-    record oneDNN's op (its list of optional scalars), and for Inductor, which lowers that op only
-    for weights it packed itself; about 12 us more per call than the op."""
-    return _onednn_linear(x, weight, bias)
-
-
-@onednn_linear.register_fake
-def _(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    return x.new_empty(x.shape[0], weight.shape[0])
-
-
 @dataclass(frozen=True)
 class WidthTiming:
     """The kernels' seconds on the head at one width (``rows`` rows at once); ``packed_s``: oneDNN

@@ -28,6 +28,26 @@ BODY_REPEATS = 5  # rounds per width (a pass over a body's layers takes millisec
 KIND_NAMES = {"qkv": "q/k/v", "o": "o", "gate_up": "gate/up", "down": "down"}  # projection kinds, as a person reads them
 
 
+def _onednn_linear_op(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    return cpu._onednn_linear(x, weight, bias)  # looked up per call: a test may wrap _onednn_linear
+
+
+# ``specviz::onednn_linear``: :func:`cpu._onednn_linear` as an operator of its own, for a TorchScript
+# trace, which cannot record oneDNN's op (its list of optional scalars), and for Inductor, which
+# lowers that op only for weights it packed itself. Registered on the dispatcher directly (CPU, and
+# oneDNN's own tensors: a packed weight), not with ``torch.library.custom_op``, whose Python wrapper
+# cost 22 us a call against 11 here (72 calls in a gemma-3-270m verify pass; a one-off script).
+_LIBRARY = torch.library.Library("specviz", "DEF")
+_LIBRARY.define("onednn_linear(Tensor x, Tensor weight, Tensor? bias) -> Tensor")
+for _key in ("CPU", "MkldnnCPU"):
+    _LIBRARY.impl("onednn_linear", _onednn_linear_op, _key)
+
+
+@torch.library.register_fake("specviz::onednn_linear")
+def _(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    return x.new_empty(x.shape[0], weight.shape[0])
+
+
 class PlannedLinear(torch.nn.Module):
     """Several fp32 or bf16 ``nn.Linear`` layers that read the same input (a layer's q/k/v, or gate/up), or
     one, as one weight [out, in] whose rows are theirs, run on the kernel measured faster at each

@@ -184,8 +184,9 @@ class _Body(torch.nn.Module):
             names = ("input_layernorm", "post_attention_layernorm") + (
                 ("pre_feedforward_layernorm", "post_feedforward_layernorm") if self.gemma else ())
             scales = [scale(getattr(layer, n)) for n in names]
-            if self.gemma:
-                scales += [scale(layer.self_attn.q_norm), scale(layer.self_attn.k_norm)]
+            if self.gemma:  # q's and k's heads are normed as one [h + kv, hd] tensor: q's scale per query head, then k's
+                q_scale, k_scale = scale(layer.self_attn.q_norm), scale(layer.self_attn.k_norm)  # each [hd]
+                scales.append(torch.cat([q_scale.expand(self.heads, -1), k_scale.expand(self.kv_heads, -1)]))
             for j, w in enumerate(scales):  # buffers, so an exported graph names them (runners.py)
                 self.register_buffer(f"norm_{i}_{j}", w, persistent=False)
             self.norms.append([f"norm_{i}_{j}" for j in range(len(scales))])
@@ -222,8 +223,12 @@ class _Body(torch.nn.Module):
         return tuple((c, n == 1) if c == 4 else c for c in codes)
 
     def _norm(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:  # [..., m] -> [..., m]
-        """RMSNorm in float32 with scale ``w`` [m], rounded back to x's dtype (a no-op cast in float32)."""
-        return F.rms_norm(x.float(), (x.shape[-1],), w, self.eps).to(x.dtype)
+        """RMSNorm in float32 with scale ``w`` (broadcast over x), rounded back to x's dtype (a no-op
+        cast in float32). Written out as transformers' Gemma and Llama norms write it (the same
+        floats): on a CPU ``F.rms_norm`` runs the same ops one by one with casts around them, about
+        10 us a call in a trace against under 2 written out (109 norms a gemma-3-270m step)."""
+        xf = x.float()
+        return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps) * w).to(x.dtype)
 
     def _rope(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:  # [n, h, hd]
         half = self.head_dim // 2
@@ -253,18 +258,18 @@ class _Body(torch.nn.Module):
         attn, mlp = layer.self_attn, layer.mlp
         x = norm(h, w[0])
         qkv = fused_of(attn.q_proj, attn.k_proj, attn.v_proj)
-        if qkv is not None:  # an int8 copy's q, k and v: one quantization of x, one product
-            q, k, v = qkv(x).split((self.heads * hd, kv * hd, kv * hd), dim=-1)  # [n, h*hd], [n, kv*hd] x 2
+        if qkv is not None:  # q, k and v in one product (fp32/bf16 planned, or an int8 copy's: one quantization of x)
+            qk, v = qkv(x).split(((self.heads + kv) * hd, kv * hd), dim=-1)  # [n, (h+kv)*hd], [n, kv*hd]
         else:
-            q, k, v = attn.q_proj(x), attn.k_proj(x), attn.v_proj(x)
-        q = q.view(-1, self.heads, hd)  # [n, h, hd]
-        k = k.view(-1, kv, hd)  # [n, kv, hd]
+            qk, v = torch.cat((attn.q_proj(x), attn.k_proj(x)), -1), attn.v_proj(x)
+        qk = qk.view(-1, self.heads + kv, hd)  # [n, h+kv, hd]: q's heads, then k's, normed and rotated as one
         if self.gemma:
-            q, k = norm(q, w[4]), norm(k, w[5])
-        q, k = self._rope(q, cos, sin), self._rope(k, cos, sin)
+            qk = norm(qk, w[4])
+        qk = self._rope(qk, cos, sin)
+        q, k = qk[:, : self.heads], qk[:, self.heads :]  # [n, h, hd], [n, kv, hd]
         keys.index_copy_(1, pos, k.transpose(0, 1))  # [kv, n, hd] at the tokens' positions
         values.index_copy_(1, pos, v.view(-1, kv, hd).transpose(0, 1))
-        q = q.view(-1, kv, group, hd).permute(1, 2, 0, 3)  # [kv, g, n, hd]: query head j reads kv head j // g
+        q = q.reshape(-1, kv, group, hd).permute(1, 2, 0, 3)  # [kv, g, n, hd]: query head j reads kv head j // g
         seen_k, seen_v = keys.narrow(1, 0, span), values.narrow(1, 0, span)  # [kv, S, hd]: the slots attention reads
         scores = torch.matmul(q, seen_k.unsqueeze(1).transpose(2, 3)) * self.scaling  # [kv, g, n, S]
         weights = torch.softmax(scores + mask, dim=-1).to(seen_v.dtype)  # [kv, g, n, S] in float32 (mask), then bf16 or not
