@@ -263,7 +263,7 @@ def cmd_bench(args) -> int:
     config = B.BenchConfig(
         ks=ks, max_new_tokens=args.max_new_tokens, sampling=sampling, seed=args.seed, chat=args.chat,
         compare_hf=args.compare_hf, warmup=not args.no_warmup, schedules=tuple(args.schedule or ["constant"]),
-        acceptance=args.acceptance, repeats=args.repeats,
+        acceptance=args.acceptance, repeats=args.repeats, probe_bandwidth=True,
     )
     from .bench.shapes import expand_tree_shapes, parse_tree_nodes
 
@@ -311,7 +311,8 @@ def cmd_bench(args) -> int:
     print("\n" + why)
     from .analysis.hardware import roofline_lines
 
-    print("\n" + "\n".join(roofline_lines(report["rows"], target.model, "int8" if target.quantize == "int8" else None)))
+    print("\n" + "\n".join(roofline_lines(report["rows"], target.model, "int8" if target.quantize == "int8" else None,
+                                           m.get("bandwidth_gb_s") or ())))
     for line in B.write_reports(report, args.json, args.csv, args.html, html_renderer=_report_html):
         _say(args, line)
     return 0

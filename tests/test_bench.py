@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
@@ -267,6 +268,31 @@ def test_repeats_run_every_prompt_again_in_a_new_rotation(tiny_target):
     assert rep["meta"]["static_decode"] is True  # the default: chain drafts on the traced step
     assert rep["meta"]["static_decode_trace_s"] == 0.0  # an n-gram traces nothing
     assert [(r["proposer"], r["prompts"], r["new_tokens"]) for r in rep["rows"]] == [("target-only", 2, 8), ("ngram", 2, 8)]
+
+
+def test_bandwidth_is_read_beside_each_target_only_run_only_when_asked(tiny_target, monkeypatch):
+    from specviz.analysis import hardware
+    from specviz.bench import sweep as sweep_module
+
+    reads = []
+
+    def fake_bandwidth(size_bytes, repeats, refresh):  # a stand-in read, its order noted
+        reads.append(len(reads))
+        return hardware.Bandwidth(bytes_per_s=(20 + len(reads)) * 1e9, threads=2, size_bytes=size_bytes)
+
+    monkeypatch.setattr(sweep_module, "bandwidth", fake_bandwidth)
+    cfg = B.BenchConfig(ks=(1,), max_new_tokens=4, warmup=False, repeats=2, probe_bandwidth=True)
+    s = B.Sweep(tiny_target, {"ngram": NGram()}, ["the cat sat on the mat, the cat"], cfg)
+    ran = []
+    for event in s:
+        if event.kind == "run":
+            ran.append((event.row.proposer, len(reads)))
+    # two reads per target-only run (before and after it), none around the n-gram's
+    assert ran == [("target-only", 2), ("ngram", 2), ("ngram", 2), ("target-only", 4)]
+    assert s.report()["meta"]["bandwidth_gb_s"] == [21.0, 22.0, 23.0, 24.0]
+    reads.clear()
+    rep = B.run_sweep(tiny_target, {"ngram": NGram()}, ["the cat"], replace(cfg, probe_bandwidth=False, repeats=1))
+    assert reads == [] and rep["meta"]["bandwidth_gb_s"] == []  # off by default (the app's lab)
 
 
 def test_the_report_shows_the_static_steps_trace_time(tiny_target):

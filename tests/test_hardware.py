@@ -91,6 +91,9 @@ def test_roofline_lines_name_target_only_and_the_best_speculative_row(monkeypatc
     assert "10.0 GB/s" in lines[0]
     assert f"{10.0 / limit:.2f} of the limit" in lines[1] and lines[1].lstrip().startswith("target-only")
     assert "ngram, k=2" in lines[2] and "2.00 tokens per target forward" in lines[2]
+    probed = H.roofline_lines(rows, model, probes_gb_s=[30.0, 20.0, 40.0, 24.0, 26.0])  # reads beside the runs
+    assert "26.0 GB/s" in probed[0] and "the median of 5 reads beside target-only's runs" in probed[0]
+    assert "20.0-40.0 GB/s" in probed[0] and f"{10.0 / (limit * 2.6):.2f} of the limit" in probed[1]
 
 
 def _ticking_clock(step_s: float):

@@ -182,20 +182,31 @@ def limit_fraction(tokens_per_s: float, new_tokens: int, target_forwards: int, l
     return LimitFraction(tokens_per_s / limit_tokens_per_s, forwards_per_s / limit_tokens_per_s, per_forward)
 
 
-def roofline_lines(rows: list[dict], model: torch.nn.Module, precision: str | None = None) -> list[str]:
+def roofline_lines(rows: list[dict], model: torch.nn.Module, precision: str | None = None,
+                   probes_gb_s: Sequence[float] = ()) -> list[str]:
     """The physical limit beside a benchmark's rows (specviz's own target-only and its fastest
     speculative configuration): tokens/s as a fraction of bandwidth / bytes read per decode step,
     and, for the speculative row, its target forwards/s as a fraction (each forward reads the
     weights once, so a speculative run may pass 1.0 in tokens but not in forwards). Then, for
     target-only, its decode steps alone (a run's tokens/s counts its prefills too), and for a float32
-    target the floor of the speculative row's v at its width (:func:`verify_floor`)."""
+    target the floor of the speculative row's v at its width (:func:`verify_floor`).
+
+    The bandwidth is the median of ``probes_gb_s``, reads taken beside target-only's runs (the
+    sweep's ``probe_bandwidth``), where there are some: on a shared host one read can be far from
+    the minutes a benchmark ran in (24-41 GB/s a second apart on a 2-vCPU Zen 4 EPYC). Else one
+    read of this process (:func:`bandwidth`)."""
     bw = bandwidth()
+    if probes_gb_s:
+        bw = Bandwidth(bytes_per_s=statistics.median(probes_gb_s) * 1e9, threads=bw.threads, size_bytes=1 << 28,
+                       read=f"the median of {len(probes_gb_s)} reads beside target-only's runs, which ranged "
+                            f"{min(probes_gb_s):.1f}-{max(probes_gb_s):.1f} GB/s")
     limit = roofline(decode_bytes(model, precision), bw.bytes_per_s)
     ours = [r for r in rows if r.get("impl") == "specviz" and r.get("steps")]
     base = [r for r in ours if r.get("proposer") == "target-only"]
     spec = [r for r in ours if r.get("proposer") != "target-only"]
     fp32 = precision in (None, "float32") and next(model.parameters()).dtype == torch.float32  # rates are float32's
-    lines = [f"Physical limit: {bw.gb_per_s:.1f} GB/s read bandwidth ({bw.threads} threads, read by {bw.read}) / "
+    how = bw.read if probes_gb_s else f"read by {bw.read}"
+    lines = [f"Physical limit: {bw.gb_per_s:.1f} GB/s read bandwidth ({bw.threads} threads, {how}) / "
              f"{limit.bytes_per_token / 1e6:.0f} MB of weights per decode step = {limit.tokens_per_s:.1f} tokens/s"]
     for label, row in (("target-only", base[0] if base else None),
                        ("best speculative", max(spec, key=lambda r: r["tokens_per_s"]) if spec else None)):

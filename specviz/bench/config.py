@@ -59,6 +59,9 @@ class BenchConfig:
     schedules: tuple[str, ...] = ("constant",)  # k schedules to sweep beside each k: constant, heuristic, confidence:T
     acceptance: str = "exact"  # "exact" or "typical" (LOSSY)
     repeats: int = 1  # passes over the prompts (each pass rotates the order again): noisy machines need more
+    # read the memory bandwidth (a 256 MB read) before and after each of specviz's target-only runs on a
+    # CPU, so a roofline compares decoding with the bandwidth of the same minutes (it varies on a shared host)
+    probe_bandwidth: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "ks", parse_ks(self.ks))

@@ -9,6 +9,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import torch
 
+from ..analysis.hardware import bandwidth
 from ..analysis.metrics import definitions
 from ..core.algorithm import Acceptance
 from ..core.engine import SpeculativeDecoder, encode_prompt, eos_token_ids
@@ -81,6 +82,7 @@ class Sweep:
         self._started: float | None = None
         self._ids: list[list[int]] | None = None
         self._out_ids: dict[RunSpec, list[int]] = {}  # the current prompt's outputs, for same_as_target
+        self.bandwidth_probes: list[float] = []  # GB/s read beside target-only's runs (config.probe_bandwidth)
         self.started_at = time.strftime("%Y-%m-%dT%H:%M:%S")
 
     @property
@@ -116,7 +118,9 @@ class Sweep:
                         self.stopped = True
                         yield BenchEvent("stopped", done, self.total, "stopped")
                         return
+                    probe = self._probes(spec)
                     out = self._run(spec, ids, cfg.max_new_tokens)
+                    probe()
                     self.timed_s += out["wall_s"]
                     self._out_ids[spec] = out.pop("token_ids")
                     row = self._prompt_row(spec, i, prompt, ids, out)
@@ -130,6 +134,19 @@ class Sweep:
             yield BenchEvent("done", done, self.total, "done")
         finally:
             self.wall_s = time.perf_counter() - self._started
+
+    def _probes(self, spec: RunSpec) -> Callable[[], None]:
+        """With ``config.probe_bandwidth``, before specviz's target-only run on a CPU: one read of
+        the memory bandwidth now, and the function that reads it again after the run."""
+        if not (self.config.probe_bandwidth and spec == RunSpec(TARGET_ONLY, 0, "specviz")
+                and torch.device(self.target.device).type == "cpu"):
+            return lambda: None
+
+        def probe() -> None:
+            self.bandwidth_probes.append(bandwidth(1 << 28, repeats=2, refresh=True).gb_per_s)
+
+        probe()
+        return probe
 
     def _run(self, spec: RunSpec, ids: list[int], max_new_tokens: int) -> dict[str, Any]:
         if spec.impl == "specviz":
@@ -219,6 +236,7 @@ class Sweep:
             "python": platform.python_version(),
             "machine": platform.machine(),
             "threads": torch.get_num_threads(),
+            "bandwidth_gb_s": [round(b, 2) for b in self.bandwidth_probes],  # read beside target-only's runs
             "static_decode": static_decode_enabled(),  # chain steps (drafts and the target) on the traced step (specviz.runtime.static_decode)
             "static_decode_trace_s": trace_seconds() - self._traced_before,  # tracing it, once per model
             "static_decode_runner": runners_kept(),  # the runner(s) it kept: trace, export, compile, eager (runtime.runners)
