@@ -224,9 +224,10 @@ class _Body(torch.nn.Module):
 
     def _norm(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:  # [..., m] -> [..., m]
         """RMSNorm in float32 with scale ``w`` (broadcast over x), rounded back to x's dtype (a no-op
-        cast in float32). Written out as transformers' Gemma and Llama norms write it (the same
-        floats): on a CPU ``F.rms_norm`` runs the same ops one by one with casts around them, about
-        10 us a call in a trace against under 2 written out (109 norms a gemma-3-270m step)."""
+        cast in float32), written out as transformers' Gemma norm writes it (Llama's, in bf16, scales
+        after rounding back: one rounding apart, as ``F.rms_norm`` was). The same floats as
+        ``F.rms_norm``, which on a CPU runs these ops one by one with casts around them: about 10 us
+        a call in a trace against under 2 written out (109 norms a gemma-3-270m step)."""
         xf = x.float()
         return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps) * w).to(x.dtype)
 
