@@ -218,7 +218,7 @@ def test_steps_cut_short_by_the_end_of_the_run_are_left_out():
 
 
 def test_tree_and_draft_rank_counts():
-    nodes = [SimpleNamespace(index=i, parent=p) for i, p in enumerate([-1, -1, 0, 1])]
+    nodes = [SimpleNamespace(index=i, parent=p, depth=d) for i, (p, d) in enumerate([(-1, 1), (-1, 1), (0, 2), (1, 2)])]
     runs = [[step(4, 2, tree=nodes, path=(1, 3)), step(4, 0, tree=nodes, path=())]]
     cal = A.rank_calibration_from_tree("ngram-tree:3", runs, 3, ranks=3)
     assert cal.trials == (2, 1, 1) and cal.kept[0] == (0, 1, 0) and cal.kept[1] == (1, 0, 0)

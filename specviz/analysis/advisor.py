@@ -181,14 +181,6 @@ class RankCalibration:
                 "fill": self.fill()}
 
 
-def _depth(v: int, parent: dict[int, int]) -> int:
-    """A tree node's depth (the root, -1: 0)."""
-    d = 0
-    while v != -1:
-        d, v = d + 1, parent[v]
-    return d
-
-
 def _rank_table(depth: int, ranks: int):
     return [0] * depth, [[0] * ranks for _ in range(depth)]
 
@@ -207,11 +199,9 @@ def rank_calibration_from_tree(proposer: str, runs: Sequence[Sequence[Any]], k: 
             n += 1
             ms += s.draft_ms
             nodes += len(s.tree)
-            parents = {x.index: x.parent for x in s.tree}
-            children = Counter(parents.values())
-            for v in (-1, *parents):  # the root and every drafted node: how many children it got
-                d = _depth(v, parents)
-                if d < k:
+            children = Counter(x.parent for x in s.tree)
+            for v, d in ((-1, 0), *((x.index, x.depth) for x in s.tree)):  # the root and every drafted node
+                if d < k:  # how many children it got
                     seen[d] += 1
                     for r in range(min(children[v], ranks)):
                         has[d][r] += 1
