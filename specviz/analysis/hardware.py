@@ -195,11 +195,12 @@ def roofline_lines(rows: list[dict], model: torch.nn.Module, precision: str | No
     sweep's ``probe_bandwidth``), where there are some: on a shared host one read can be far from
     the minutes a benchmark ran in (24-41 GB/s a second apart on a 2-vCPU Zen 4 EPYC). Else one
     read of this process (:func:`bandwidth`)."""
-    bw = bandwidth()
-    if probes_gb_s:
-        bw = Bandwidth(bytes_per_s=statistics.median(probes_gb_s) * 1e9, threads=bw.threads, size_bytes=1 << 28,
-                       read=f"the median of {len(probes_gb_s)} reads beside target-only's runs, which ranged "
-                            f"{min(probes_gb_s):.1f}-{max(probes_gb_s):.1f} GB/s")
+    if probes_gb_s:  # no read of its own: the 1 GiB one would only stand beside them
+        bw = Bandwidth(bytes_per_s=statistics.median(probes_gb_s) * 1e9, threads=torch.get_num_threads(),
+                       size_bytes=1 << 28, read=f"the median of {len(probes_gb_s)} reads beside target-only's runs, "
+                                                f"which ranged {min(probes_gb_s):.1f}-{max(probes_gb_s):.1f} GB/s")
+    else:
+        bw = bandwidth()
     limit = roofline(decode_bytes(model, precision), bw.bytes_per_s)
     ours = [r for r in rows if r.get("impl") == "specviz" and r.get("steps")]
     base = [r for r in ours if r.get("proposer") == "target-only"]
