@@ -144,27 +144,28 @@ def test_packed_copies_give_the_same_products(dtype):
     torch.testing.assert_close(cpu._onednn_linear(x, packed, None), torch.nn.functional.linear(x, w), atol=tol, rtol=tol)
 
 
-def test_a_planned_bf16_product_rounds_each_row_alike_at_every_width():
-    """A token's row of a bf16 verify pass holds the same floats as its one-token step: planned
-    bf16 projections run each width on 2+ rows (oneDNN's one-row product sums a long input in
-    another order: gemma-3-270m's down projection, 2,048 inputs, on a Zen 4 EPYC)."""
-    from specviz.runtime import cpu
-
+def test_a_bf16_product_of_the_static_body_rounds_each_row_alike_at_every_width():
+    """A token's row of a bf16 verify pass holds the same floats as its one-token step: the static
+    body runs every bf16 product on 2+ rows (a one-row product sums a long input in another order:
+    gemma-3-270m's down projection, 2,048 inputs, on a Zen 4 EPYC), planned or plain."""
     if not _onednn_runs_bf16():
         pytest.skip("this CPU's oneDNN has no bf16 inner product")
     torch.manual_seed(0)
     down = torch.nn.Linear(2048, 640, bias=False).to(torch.bfloat16)
-    planned = projections.PlannedLinear([down])
+    planned = projections.PlannedLinear([copy.deepcopy(down)])
     planned.onednn_at = (2,)  # oneDNN on the packed copy at every width, as the bf16 plans run
     planned.packed = planned.pack()
+    assert planned.packed is not None
     x = torch.randn(9, 2048).to(torch.bfloat16)
     with torch.inference_mode():
-        wide = planned(x)  # [9, 640]
-        for n in (1, 2, 3, 5):
-            rows = torch.cat([planned(x[i : i + n])[:1] for i in range(9 - n + 1)])  # each row as the first of n
-            assert torch.equal(rows, wide[: 9 - n + 1]), n
-        torch.testing.assert_close(wide, torch.nn.functional.linear(x, down.weight), atol=1e-2, rtol=1e-2)
-    assert cpu.pack(down.weight) is not None
+        for layer in (planned, down):
+            wide = static_decode._rows(layer, x)  # [9, 640]
+            for n in (1, 2, 3, 5):
+                rows = torch.cat([static_decode._rows(layer, x[i : i + n])[:1] for i in range(9 - n + 1)])
+                assert torch.equal(rows, wide[: 9 - n + 1]), (type(layer).__name__, n)
+            torch.testing.assert_close(wide, torch.nn.functional.linear(x, down.weight), atol=1e-2, rtol=1e-2)
+    fp32 = torch.nn.Linear(8, 4)
+    assert static_decode._rows(fp32, torch.ones(1, 8)).shape == (1, 4)  # other dtypes: as they are
 
 
 def test_greedy_speculation_in_bf16_is_the_bf16_targets_own_output(tiny_target, tokenizer):

@@ -94,16 +94,6 @@ class PlannedLinear(torch.nn.Module):
         return len(codes) == 1 and 4 not in codes
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # [n, in] -> [n, out]
-        """bf16: the rows and one more (the first again), so that every width rounds alike. oneDNN's
-        bf16 product of one row sums a long input in another order than its products of 2+ rows do
-        (gemma-3-270m's down projection, 2,048 inputs, on a Zen 4): a one-token step then rounds
-        apart from the same token's row of a verify pass, and greedy decoding parts from target-only's
-        at near-ties. With one more row, 2+ rows every time, the two give the same floats."""
-        if self.weight.dtype == torch.bfloat16:
-            return self._product(torch.cat((x, x[:1])))[:-1]  # [n + 1, out] -> [n, out]
-        return self._product(x)
-
-    def _product(self, x: torch.Tensor) -> torch.Tensor:  # [n, in] -> [n, out]
         at = self.onednn_at
         code = at[-1] if self.uniform() else at[min(int(x.shape[0]), len(at) - 1)]
         if not code or (code == 3 and self.kmajor is None):
