@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.support import app_server
+from tests.support.browser import boxes as page_boxes
 
 TIMEOUT_MS = 120_000
 # Fixtures from conftest.py: tiny_env (the tiny models as the app's defaults), app_url (the app
@@ -362,11 +363,12 @@ def test_layout_has_no_overlaps(browser, app_url, width, height):
     parts = ["#sv-settings", "#sv-prompt", "#sv-buttons", "#sv-status", "#sv-metrics", "#sv-legend", "#sv-tokens",
              "#sv-step-slider", "#sv-draft-table", "#sv-topk", "#sv-plot-acceptance", "#sv-plot-timeline",
              "#sv-plot-tokens", "#sv-download"]
-    boxes = [pg.locator(sel).bounding_box() for sel in parts]
+    boxes = page_boxes(pg, parts)
     assert all(b and b["width"] > 0 for b in boxes), dict(zip(parts, boxes))
     assert not _overlaps(boxes), [(parts[i], parts[j]) for i, j in _overlaps(boxes)]
     for group in ("#sv-buttons button", "#sv-metrics .sv-card"):
-        items = [pg.locator(group).nth(i).bounding_box() for i in range(pg.locator(group).count())]
+        items = pg.evaluate("(g) => [...document.querySelectorAll(g)].map((el) => el.getBoundingClientRect())"
+                            ".map((r) => ({x: r.x, y: r.y, width: r.width, height: r.height}))", group)
         assert not _overlaps(items), group
         assert all(b["x"] >= 0 and b["x"] + b["width"] <= width + 1 for b in items), group
     pg.context.close()

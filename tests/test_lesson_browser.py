@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from tests.support import app_server
-from tests.support.browser import open_page
+from tests.support.browser import boxes, open_page
 
 TIMEOUT_MS = 120_000
 SHOTS = __import__("os").environ.get("SPECVIZ_TEST_SHOTS", "")  # a folder: the guess and what-if tests save their panels there
@@ -163,7 +163,7 @@ def test_phone_width_nothing_wider_than_the_screen(browser, app_url):
     assert page.evaluate("document.documentElement.scrollWidth") <= 390
     assert page.evaluate(_TOO_WIDE, 390) == []
     assert page.evaluate(_CUT_TEXT) == []  # the cards' labels and notes wrap (they ended in "…" on a phone)
-    guess, bets = (page.locator(sel).bounding_box() for sel in ("#sv-guess", "#sv-guess-buttons"))
+    guess, bets = boxes(page, ["#sv-guess", "#sv-guess-buttons"])  # one frame: the tour may still scroll
     assert guess["width"] >= 300 and bets["y"] >= guess["y"] + guess["height"] - 1  # the question full width, the bets under it
     page.wait_for_timeout(1500)  # the charts' second frame
     assert [c for c in page.evaluate(_TITLE_OVER_LEGEND) if c[1]] == []  # the race, what-if, run plots

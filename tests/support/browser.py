@@ -27,6 +27,14 @@ def missing_browser() -> str | None:
     return None
 
 
+def boxes(page, selectors: list[str]) -> list[dict | None]:
+    """The boxes of ``selectors`` (each its first match, or None) as Playwright's ``bounding_box`` gives
+    them, read in one frame: reads one by one would straddle a scroll the page is still making."""
+    return page.evaluate("""(sels) => sels.map((sel) => {
+      const el = document.querySelector(sel); if (!el) return null;
+      const r = el.getBoundingClientRect(); return {x: r.x, y: r.y, width: r.width, height: r.height}; })""", selectors)
+
+
 def launch_chromium(playwright):
     """Debian's headless Chromium (never a downloaded browser) through a started Playwright."""
     return playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
