@@ -490,6 +490,33 @@ def test_warm_builds_a_graph_for_every_width_asked(tiny_target, monkeypatch, tmp
     assert runners.build_seconds() == built
 
 
+def test_a_second_decoder_on_a_model_reuses_its_planned_layers(tiny_target, monkeypatch, tmp_path):
+    """A second StaticDecoder on the same model (runners timed side by side) takes the first's
+    planned layers instead of planning its own. Its graphs reach them through the model's own
+    projections, so planning anew took them from the first body: the first's trace of a new width
+    then read a packed weight from outside its modules, failed ("Unsupported value kind: Tensor")
+    and ran eagerly from then on."""
+    from specviz.runtime import cpu
+
+    monkeypatch.setenv("SPECVIZ_STATIC_DECODE", "trace")
+    monkeypatch.setenv("SPECVIZ_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(projections, "MIN_BODY_ELEMENTS", 0)
+    monkeypatch.setattr(cpu, "time_weights", _timings("packed"))  # oneDNN on the packed copies from two rows
+    model = copy.deepcopy(tiny_target.model)
+    ids = [1] + [(11 * i + 2) % 30 + 3 for i in range(9)]
+    want = reference_logits(model, ids)  # [10, V]
+    first = static_decode.StaticDecoder(model).new_cache()
+    forward_logits(model, torch.tensor(ids[:3]), first, 1)  # prefilled by the model's own forward: no graph yet
+    second = static_decode.StaticDecoder(model)
+    if cpu.pack(second.body.fused[0].weight) is None:
+        pytest.skip("no packed oneDNN weights in this build")
+    assert list(second.body.fused) == list(first.decoder.body.fused)  # the same layers, one copy of the weights
+    forward_logits(model, torch.tensor(ids[:3]), second.new_cache(), 1)
+    got = forward_logits(model, torch.tensor(ids[3:8]), first, 5)  # the first body's first graph: 5 rows, packed
+    torch.testing.assert_close(got, want[3:8], atol=2e-4, rtol=1e-4)
+    assert first.decoder.runner == "trace"
+
+
 def test_a_projection_plan_is_measured_once_per_machine_and_cached(tiny_target, monkeypatch, tmp_path):
     """The plan of each projection kind is measured on the first model and read from the cache file
     for the next model of the same shapes; SPECVIZ_CPU_KERNELS=0 leaves the projections alone."""

@@ -74,6 +74,7 @@ class PlannedLinear(torch.nn.Module):
         self.bias = None if bias is None else torch.nn.Parameter(bias, requires_grad=False)
         self.in_features, self.out_features = int(weight.shape[1]), int(weight.shape[0])
         self.onednn_at: tuple[int, ...] = (0,)  # kernel codes by rows (HeadKernelPlan.onednn_at)
+        self.plan: cpu.HeadKernelPlan | None = None  # the measured plan those codes come from (plan_projections)
         # the weight's oneDNN layout (:func:`pack`), which oneDNN reads; a buffer, so a trace takes it as one
         self.register_buffer("packed", None, persistent=False)
         self.register_buffer("kmajor", None, persistent=False)  # fp32's K-major copy (:func:`cpu.kmajor`), one row
@@ -108,6 +109,18 @@ class PlannedLinear(torch.nn.Module):
         return cpu._onednn_linear(x, weight, self.bias)
 
 
+def _planned_of(members: Sequence[torch.nn.Linear]) -> "PlannedLinear | None":
+    """The planned layer ``members`` already are the rows of (all of them, in order), or None. A
+    body's graphs reach the planned layer through its members (``static_decode.fused_of``), so a
+    second body planning them anew would take them from the first: a trace of the first would then
+    read a packed weight from outside its own modules (TorchScript: "Unsupported value kind")."""
+    group = getattr(members[0], "group", ())
+    fused = group[0] if group and isinstance(group[0], PlannedLinear) else None
+    if fused is None or any(getattr(m, "group", ()) != group for m in members):
+        return None
+    return fused if sum(m.out_features for m in members) == fused.out_features and fused.plan is not None else None
+
+
 def fusable(members: Sequence[torch.nn.Module]) -> bool:
     """Whether ``members`` are plain fp32 or bf16 ``nn.Linear`` layers on the CPU with one input size,
     one dtype and all or none biased (what :class:`PlannedLinear` can take)."""
@@ -132,6 +145,10 @@ def plan_projections(
         return {}
     planned = {}
     for kind, groups in kinds.items():
+        done = [_planned_of(g) for g in groups]
+        if groups and all(done):  # planned for an earlier body of this model: the same layers, not a second copy
+            planned[kind] = (done, done[0].plan)
+            continue
         if not groups or not all(fusable(g) for g in groups):
             continue
         if sum(m.weight.numel() for g in groups for m in g) < MIN_BODY_ELEMENTS:
@@ -151,7 +168,7 @@ def plan_projections(
         except (RuntimeError, AttributeError):  # an op missing from this build: F.linear, as before
             continue
         for p in layers:
-            p.onednn_at = plan.onednn_at
+            p.plan, p.onednn_at = plan, plan.onednn_at
             p.packed = p.pack() if cpu._needs_packed(plan.onednn_at, p.weight.dtype) else None  # only where read
             p.kmajor = cpu.kmajor(p.weight) if cpu._needs_kmajor(plan.onednn_at) else None
         planned[kind] = (layers, plan)
