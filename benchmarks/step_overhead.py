@@ -2,7 +2,7 @@
 
 For each proposer spec and k it runs --steps greedy steps on one prompt and reports, per step,
 the median wall time, the median time inside the model forwards (forward hooks on every
-nn.Module the proposer and the target own at top level) and their difference, "outside": the
+nn.Module the proposer and the target own at top level, and their static decode steps) and their difference, "outside": the
 engine's own cost. ``--records`` picks what a run pays for its records: "lean" (nobody reads
 them), "full" (the default: fields nobody read are computed when the next step starts) or
 "read" (a hook reads every field of every record, as the UI or a trace does). Works with older
@@ -29,6 +29,7 @@ from specviz.core import engine
 from specviz.core.records import Sampling
 from specviz.models import load_model
 from specviz.proposers.registry import from_spec
+from specviz.runtime.static_decode import StaticDecoder
 
 PROMPT = ("Write a Python function that parses a CSV file of orders (id, customer, amount, date), "
           "groups the orders by customer and returns the total amount per customer, sorted from the "
@@ -36,25 +37,43 @@ PROMPT = ("Write a Python function that parses a CSV file of orders (id, custome
 
 
 class ForwardClock:
-    """Wall time spent inside the top-level forward of the given models (forward pre/post hooks)."""
+    """Wall time spent inside the given models' forwards: their top-level forward (hooks: the
+    ``transformers`` forward, a prefill) and their static decode step (``StaticDecoder.run`` and
+    ``run_tree``, wrapped while the clock runs: a static step never calls the module's forward, so
+    the hooks alone counted 0 ms for it). Nested calls count once."""
 
     def __init__(self, models):
-        self.seconds, self._t, self.handles = 0.0, None, []
+        self.seconds, self._t, self._depth, self.handles = 0.0, None, 0, []
         for m in models:
             self.handles += [m.register_forward_pre_hook(self._pre), m.register_forward_hook(self._post)]
+        ours = {id(m) for m in models}
+        self._wrapped = {name: getattr(StaticDecoder, name) for name in ("run", "run_tree")}
+        for name, original in self._wrapped.items():
+            def timed(decoder, *args, _original=original, **kwargs):
+                if id(decoder.model) not in ours:
+                    return _original(decoder, *args, **kwargs)
+                self._pre()
+                try:
+                    return _original(decoder, *args, **kwargs)
+                finally:
+                    self._post()
+            setattr(StaticDecoder, name, timed)
 
     def _pre(self, *_):
-        if self._t is None:
+        if self._depth == 0:
             self._t = time.perf_counter()
+        self._depth += 1
 
     def _post(self, *_):
-        if self._t is not None:
+        self._depth -= 1
+        if self._depth == 0:
             self.seconds += time.perf_counter() - self._t
-            self._t = None
 
     def close(self):
         for h in self.handles:
             h.remove()
+        for name, original in self._wrapped.items():
+            setattr(StaticDecoder, name, original)
 
 
 class ReadAll(Hook):
