@@ -12,10 +12,12 @@ import torch
 from ..analysis.hardware import bandwidth
 from ..analysis.metrics import definitions
 from ..core.algorithm import Acceptance
+from ..core.bounds import ENGINE_MAX_K as MAX_K
 from ..core.engine import SpeculativeDecoder, encode_prompt, eos_token_ids
 from ..core.stats import step_position_counts
 from ..prompts import PromptRow
 from ..proposers import Proposer
+from ..runtime import static_decode
 from ..runtime.cpu import head_kernel_report
 from ..runtime.static_decode import enabled as static_decode_enabled
 from ..runtime.static_decode import projection_kernel_report, runners_kept, trace_seconds
@@ -90,6 +92,29 @@ class Sweep:
         return len(self.runs) * len(self.prompts)
 
     # -- running ----------------------------------------------------------------------------
+    def verify_widths(self) -> range:
+        """Every width a verify pass of this sweep can have: 1 (target-only, a last step with no
+        room to draft) to the widest chain (k + 1; a heuristic schedule may climb to the engine's
+        largest k) or tree (its nodes + 1)."""
+        most = 1
+        for decoder in self._decoders.values():
+            if decoder.proposer is None:
+                continue
+            k = MAX_K if decoder.schedule.name == "heuristic" else decoder.k
+            nodes = getattr(decoder.proposer, "max_nodes", None)
+            most = max(most, k + 1, (nodes or 0) + 1)
+        return range(1, most + 1)
+
+    def _warm_widths(self) -> None:
+        """Build the static step of every width the timed runs can use, now: the warm-up's short
+        runs need not meet them all (a last step's shorter draft, a draft's two-token catch-up), and
+        a graph built inside a timed run costs about a second there."""
+        static_decode.warm(self.target.model, self.verify_widths())
+        for prop in self.proposers.values():
+            draft = getattr(getattr(prop, "draft", prop), "model", None)  # a draft model's LoadedModel, if any
+            if isinstance(getattr(draft, "model", None), torch.nn.Module):
+                static_decode.warm(draft.model, range(1, static_decode.FEED_WIDTH + 1))
+
     def __iter__(self) -> Iterator[BenchEvent]:
         return self.events()
 
@@ -109,6 +134,8 @@ class Sweep:
                         self.stopped = True
                         break
                     self._run(spec, self._ids[0], warm_tokens)
+                if not self.stopped:
+                    self._warm_widths()
                 self.warmup_s = time.perf_counter() - t0
             done = 0
             for i, (prompt, ids) in enumerate(zip(self.prompts, self._ids)):
