@@ -448,7 +448,7 @@ def test_planned_projections_give_the_transformers_logits(runner, timing, tiny_t
         body = cache.decoder.body
         assert sorted(body.kernel_plans) == ["down", "gate_up", "o", "qkv"]
         attn = model.model.layers[0].self_attn
-        fused = static_decode.fused_of(attn.q_proj, attn.k_proj, attn.v_proj)
+        fused = projections.fused_of(attn.q_proj, attn.k_proj, attn.v_proj)
         assert fused is not None and attn.q_proj.weight.data_ptr() == fused.weight.data_ptr()
         assert attn.k_proj.weight.untyped_storage().data_ptr() == fused.weight.untyped_storage().data_ptr()
         assert body.any_width is (timing == "onednn") and body.rows_at_once

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 
 from . import cpu
 
-__all__ = ["MIN_BODY_ELEMENTS", "BODY_REPEATS", "KIND_NAMES", "PlannedLinear", "fusable", "plan_projections"]
+__all__ = ["MIN_BODY_ELEMENTS", "BODY_REPEATS", "KIND_NAMES", "PlannedLinear", "fusable", "fused_of", "plan_projections"]
 
 MIN_BODY_ELEMENTS = 4_000_000  # a projection kind whose layers hold fewer weights in all is left as it is
 BODY_REPEATS = 5  # rounds per width (a pass over a body's layers takes milliseconds, not a head's tens)
@@ -68,7 +68,7 @@ class PlannedLinear(torch.nn.Module):
                 m.weight = torch.nn.Parameter(weight[start : start + rows], requires_grad=False)
                 if bias is not None:
                     m.bias = torch.nn.Parameter(bias[start : start + rows], requires_grad=False)
-                m.group = (self,)  # a tuple: not a submodule of the member (see static_decode.fused_of)
+                m.group = (self,)  # a tuple: not a submodule of the member (see fused_of)
                 start += rows
         self.weight = torch.nn.Parameter(weight, requires_grad=False)  # [out, in]
         self.bias = None if bias is None else torch.nn.Parameter(bias, requires_grad=False)
@@ -109,16 +109,24 @@ class PlannedLinear(torch.nn.Module):
         return cpu._onednn_linear(x, weight, self.bias)
 
 
-def _planned_of(members: Sequence[torch.nn.Linear]) -> "PlannedLinear | None":
-    """The planned layer ``members`` already are the rows of (all of them, in order), or None. A
-    body's graphs reach the planned layer through its members (``static_decode.fused_of``), so a
-    second body planning them anew would take them from the first: a trace of the first would then
-    read a packed weight from outside its own modules (TorchScript: "Unsupported value kind")."""
+def fused_of(*members: torch.nn.Module) -> torch.nn.Module | None:
+    """The one layer whose rows ``members`` are, in order, or None: an int8 copy's q/k/v or gate/up
+    (:func:`specviz.runtime.quantize.shared_input_groups`), or a float32 body's planned projection
+    kind, a single layer included (:class:`PlannedLinear`)."""
     group = getattr(members[0], "group", ())
-    fused = group[0] if group and isinstance(group[0], PlannedLinear) else None
-    if fused is None or any(getattr(m, "group", ()) != group for m in members):
+    if not group or any(getattr(m, "group", ()) != group for m in members):
         return None
-    return fused if sum(m.out_features for m in members) == fused.out_features and fused.plan is not None else None
+    fused = group[0]
+    return fused if sum(m.out_features for m in members) == fused.out_features else None
+
+
+def _planned_of(members: Sequence[torch.nn.Linear]) -> "PlannedLinear | None":
+    """The planned layer ``members`` already are the rows of, or None. A body's graphs reach the
+    planned layer through its members (:func:`fused_of`), so a second body planning them anew would
+    take them from the first: a trace of the first would then read a packed weight from outside its
+    own modules (TorchScript: "Unsupported value kind")."""
+    fused = fused_of(*members)
+    return fused if isinstance(fused, PlannedLinear) and fused.plan is not None else None
 
 
 def fusable(members: Sequence[torch.nn.Module]) -> bool:

@@ -328,7 +328,7 @@ class PackedRows(torch.nn.Module):
     as the model's own forward calls them (q_proj(x), k_proj(x), v_proj(x)): the first member
     called on an input runs the fused product, and the others called on that same tensor next, in
     the same thread, slice its output instead of running it again. The static step calls the fused
-    layer itself (``group``, :func:`specviz.runtime.static_decode.fused_of`). An input changed in
+    layer itself (``group``, :func:`specviz.runtime.projections.fused_of`). An input changed in
     place between two members' calls would be missed: the model's forward never does that."""
 
     rows_in_one_call, any_width = True, False  # as the fused layer (static_decode._Body)

@@ -61,6 +61,7 @@ import torch
 import torch.nn.functional as F
 
 from . import cpu, projections, runners
+from .projections import fused_of
 
 log = logging.getLogger(__name__)
 
@@ -135,17 +136,6 @@ def supports(model: torch.nn.Module) -> str | None:
     if len(body.layers) != text.num_hidden_layers:
         return "the layer list and the config disagree"
     return None
-
-
-def fused_of(*members: torch.nn.Module) -> torch.nn.Module | None:
-    """The one layer whose rows ``members`` are, in order, or None: an int8 copy's q/k/v or gate/up
-    (:func:`specviz.runtime.quantize.shared_input_groups`), or a float32 body's planned projection
-    kind, a single layer included (:class:`specviz.runtime.projections.PlannedLinear`)."""
-    group = getattr(members[0], "group", ())
-    if not group or any(getattr(m, "group", ()) != group for m in members):
-        return None
-    fused = group[0]
-    return fused if sum(m.out_features for m in members) == fused.out_features else None
 
 
 def _rows(module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
