@@ -281,6 +281,8 @@ def cmd_bench(args) -> int:
         if p is not None:
             proposers[p.name] = p
     sweep = B.Sweep(target, proposers, prompts, config, prompt_source=args.prompts or "bundled:specbench-dev")
+    for skipped in sweep.schedule_skipped:
+        _say(args, f"skipped {skipped}")
     passes = f" x {config.repeats} passes" if config.repeats > 1 else ""
     _say(args, f"{len(prompts)} prompts{passes} x {len(sweep.runs)} configurations = {sweep.total} timed runs"
                + (" after a warm-up" if config.warmup else ""))

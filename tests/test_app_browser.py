@@ -121,6 +121,7 @@ def test_handler_errors_are_messages_and_the_session_survives(tiny_env):
         (dict(target="no-such-owner/no-such-model-xyz"), "no-such-owner/no-such-model-xyz"),
         (dict(prompt="  "), "prompt is empty"),
         (dict(k=40), "from 1 to 16"),
+        (dict(proposer="ngram", schedule="confidence"), "exactly as constant k"),
         (dict(draft=str(Path(tiny_env["SPECVIZ_DEFAULT_TARGET"]).parent / "missing")), "missing"),
     ]:
         frames = list(pg.on_step(st, *_raw(tiny_env, **bad)))

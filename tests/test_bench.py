@@ -520,3 +520,15 @@ def test_the_warm_up_builds_every_width_the_timed_runs_use(tiny_target, monkeypa
     assert all(decoder.has_graph(n) for n in sweep.verify_widths()) and len(decoder._steps) == 2
     assert static_decode.static_cache(draft.model).decoder.has_graph(2)
     assert runners.build_seconds() == built_at["first run"]
+
+
+def test_a_schedule_that_changes_nothing_is_skipped_and_said(tiny_target, proposers):
+    """confidence:T never stops an n-gram (its drafts carry no q): its rows would be constant k's
+    again under another name, so the sweep leaves them out and says why."""
+    cfg = B.BenchConfig(ks=(2, 4), schedules=("constant", "confidence:0.3"), max_new_tokens=4, warmup=False)
+    sweep = B.Sweep(tiny_target, proposers, PROMPTS[:1], cfg)
+    names = {(r.proposer, r.k) for r in sweep.runs}
+    assert ("draft:tiny-near [confidence:0.3]", 4) in names and ("ngram", 4) in names
+    assert not any(name.startswith("ngram [") for name, _ in names)
+    assert len(sweep.schedule_skipped) == 1 and sweep.schedule_skipped[0].startswith("ngram [confidence:0.3]: ")
+    assert "exactly as constant k" in sweep.report()["meta"]["schedule_skipped"][0]

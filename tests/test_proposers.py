@@ -6,8 +6,8 @@ import torch
 from specviz import Sampling, SpeculativeDecoder
 from specviz.analysis import checks
 from specviz.core.algorithm import Acceptance, typical_threshold, verify
-from specviz.core.schedules import ConfidenceK, HeuristicK, make_schedule
-from specviz.proposers import CrossTokenizerDraft, DraftModel, EarlyExit, NGram, NGramOrDraft
+from specviz.core.schedules import ConfidenceK, HeuristicK, changes_nothing, make_schedule
+from specviz.proposers import CrossTokenizerDraft, DraftModel, EarlyExit, NGram, NGramOrDraft, NGramTree
 from specviz.proposers.cross_tokenizer import text_to_target_tokens
 from tests.test_engine import PROMPTS, hf_greedy
 
@@ -90,6 +90,18 @@ def test_confidence_schedule_stops_drafting_early(tiny_target, near_draft):
     res = SpeculativeDecoder(tiny_target, DraftModel(near_draft), k=6, schedule=never).generate(PROMPTS[0], max_new_tokens=20)
     assert res.steps[0].k == 6
     assert list(res.token_ids) == hf_greedy(tiny_target, PROMPTS[0], 20)
+
+
+def test_a_confidence_stop_a_proposer_never_reads_is_refused(tiny_target, near_draft):
+    """n-gram drafts carry no q: a confidence schedule would rerun constant k under another name
+    (a bench once ranked two such identical runs 15% apart)."""
+    for proposer in (NGram(), NGramTree()):
+        with pytest.raises(ValueError, match="exactly as constant k. Use constant or heuristic"):
+            SpeculativeDecoder(tiny_target, proposer, k=4, schedule="confidence:0.3")
+        SpeculativeDecoder(tiny_target, proposer, k=4, schedule="heuristic")
+    for proposer in (DraftModel(near_draft), NGramOrDraft(DraftModel(near_draft))):
+        SpeculativeDecoder(tiny_target, proposer, k=4, schedule="confidence:0.3")  # both stop on the draft's q
+    assert changes_nothing(ConfidenceK(0.3), None) is None and changes_nothing(HeuristicK(), NGram()) is None
 
 
 def test_make_schedule():

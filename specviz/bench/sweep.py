@@ -14,6 +14,7 @@ from ..analysis.metrics import definitions
 from ..core.algorithm import Acceptance
 from ..core.bounds import ENGINE_MAX_K as MAX_K
 from ..core.engine import SpeculativeDecoder, encode_prompt, eos_token_ids
+from ..core.schedules import changes_nothing, make_schedule
 from ..core.stats import step_position_counts
 from ..prompts import PromptRow
 from ..proposers import Proposer
@@ -56,9 +57,17 @@ class Sweep:
         # Decoders are built once: building one checks the proposer can draft for this target.
         self._decoders: dict[RunSpec, SpeculativeDecoder] = {RunSpec(TARGET_ONLY, 0, "specviz"): SpeculativeDecoder(target, None, sampling=sampling)}
         acceptance = Acceptance(config.acceptance)
+        self.schedule_skipped: list[str] = []  # "proposer [schedule]: why" for pairs that would rerun constant k
         for name, prop in self.proposers.items():
+            schedules = []
+            for schedule in config.schedules:
+                why = changes_nothing(make_schedule(schedule), prop)
+                if why is None:
+                    schedules.append(schedule)
+                else:
+                    self.schedule_skipped.append(f"{name} [{schedule}]: {why}")
             for k in config.ks:
-                for schedule in config.schedules:
+                for schedule in schedules:
                     self._decoders[RunSpec(_run_name(name, schedule, acceptance), k, "specviz")] = SpeculativeDecoder(
                         target, prop, k=k, sampling=sampling, schedule=schedule, acceptance=acceptance
                     )
@@ -245,6 +254,7 @@ class Sweep:
             "chat": cfg.chat,
             "compare_hf": cfg.compare_hf,
             "hf_skipped": self.hf_skipped,
+            "schedule_skipped": self.schedule_skipped,
             "prompts": len(self.prompts) // cfg.repeats,
             "repeats": cfg.repeats,
             "prompt_source": self.prompt_source,

@@ -19,7 +19,7 @@ from .hooks import Hook, HookList
 from .lazyrec import RECORD_MODES, LazyProbs, chain_record
 from .proposer import Proposer, empty_proposal
 from .records import GenerationResult, Proposal, Sampling, Stats, StepRecord, TopToken, evolve
-from .schedules import ConstantK, HeuristicK, make_schedule
+from .schedules import changes_nothing, make_schedule, stops_early
 from .stats import accepted_positions, drafted_positions, step_position_counts
 from .trees import prune_tree, tree_record
 
@@ -117,6 +117,8 @@ class SpeculativeDecoder:
         self.proposer = proposer
         self.k = _check_k(k) if proposer is not None else 0  # the first (and, by default, every) step's k
         self.schedule = make_schedule(schedule)  # constant | heuristic | confidence
+        if (why := changes_nothing(self.schedule, proposer)) is not None:
+            raise ValueError(why)
         if not isinstance(acceptance, Acceptance):
             raise ValueError("acceptance must be a specviz.core.algorithm.Acceptance('exact' | 'typical')")
         self.acceptance = acceptance
@@ -399,9 +401,7 @@ class Session:
 def _stop_rule(schedule):
     """The schedule's stop_drafting, or None when it never stops (then a greedy draft need not
     compute q per token)."""
-    if type(schedule).stop_drafting in (ConstantK.stop_drafting, HeuristicK.stop_drafting):
-        return None
-    return schedule.stop_drafting
+    return schedule.stop_drafting if stops_early(schedule) else None
 
 
 class _PendingQ:

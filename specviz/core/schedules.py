@@ -61,6 +61,24 @@ class ConfidenceK:
 SCHEDULES = {"constant": ConstantK, "heuristic": HeuristicK, "confidence": ConfidenceK}
 
 
+def stops_early(schedule) -> bool:
+    """Whether ``schedule`` may end a proposal before k (a stop rule of its own, not the never-stop
+    of :class:`ConstantK` and :class:`HeuristicK`)."""
+    return type(schedule).stop_drafting not in (ConstantK.stop_drafting, HeuristicK.stop_drafting)
+
+
+def changes_nothing(schedule, proposer) -> str | None:
+    """Why ``schedule`` would run exactly as constant k with ``proposer`` (None: it can change the
+    run). A stop rule reads each draft's distribution q as it is drafted; a proposer that never ends
+    a proposal on it says so with ``stops_on_q = False`` (an n-gram's drafts carry no q; a token
+    tree is grown to its node budget)."""
+    if proposer is None or not stops_early(schedule) or getattr(proposer, "stops_on_q", True):
+        return None
+    return (f"the {schedule.name} schedule stops drafting when the draft's top probability is low, and "
+            f"{proposer.name} never ends a proposal on it (n-gram drafts carry no probabilities; a token tree "
+            f"is grown to its node budget): it would run exactly as constant k. Use constant or heuristic.")
+
+
 def make_schedule(spec: str | object | None):
     """"constant" | "heuristic" | "confidence" | "confidence:0.6" | a schedule object -> schedule."""
     if spec is None:

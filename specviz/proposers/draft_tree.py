@@ -107,6 +107,8 @@ class _TreeDraftState:
 class DraftTree:
     """EAGLE-2-style dynamic draft trees from a same-tokenizer draft model."""
 
+    stops_on_q = False  # a tree is grown to its node budget: a confidence stop changes nothing (schedules.changes_nothing)
+
     def __init__(self, model, nodes: int = 12, width: int = 2, name: str | None = None, shape: str | None = None):
         for what, v in (("nodes", nodes), ("width", width)):
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:

@@ -19,6 +19,7 @@ class NGram:
     max_ngram: int = 3  # longest suffix to look up
     min_ngram: int = 1  # shortest suffix to fall back to
     name: str = "ngram"
+    stops_on_q = False  # no draft probabilities: a confidence stop changes nothing (schedules.changes_nothing)
 
     def __post_init__(self) -> None:
         if not 1 <= self.min_ngram <= self.max_ngram:

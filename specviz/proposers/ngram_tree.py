@@ -153,6 +153,7 @@ class NGramTree:
     min_ngram: int = 1  # shortest suffix to fall back to
     nodes: int = 16  # node budget per step
     name: str = "ngram-tree"
+    stops_on_q = False  # no draft probabilities: a confidence stop changes nothing (schedules.changes_nothing)
     shape: str | None = None  # a static tree's BFS child counts ("auto" is resolved by the registry's builder)
 
     def __post_init__(self) -> None:
