@@ -245,6 +245,7 @@ def cmd_bench(args) -> int:
 
     from . import bench as B
     from .analysis.metrics import why_no_speedup
+    from .analysis.prediction import augment_rows
     from .proposers import check_spec, from_spec
 
     if args.limit is not None and args.limit < 1:
@@ -309,7 +310,8 @@ def cmd_bench(args) -> int:
 
     for line in describe_kernels(m):  # the target's kernels per width (head, projections), measured or cached
         print(line)
-    why = why_no_speedup(report["rows"])["markdown"].replace("**", "")
+    # the rows' per-position predictions, as the HTML report and the Benchmark tab explain them
+    why = why_no_speedup(augment_rows(report["rows"], report["prompt_rows"]))["markdown"].replace("**", "")
     print("\n" + why)
     from .analysis.hardware import roofline_lines
 

@@ -68,3 +68,17 @@ def test_a_real_report_gives_each_configuration_one_prediction_and_no_tau_predic
         assert f"predicted {float(predicted):.2f}" in note  # the headline and its note give the same prediction
         assert "a check, not a prediction" in note and "predicts" in note  # tau's rebuild is not a prediction
         assert "tau: measured" in note
+
+
+def test_the_summary_sentences_follow_the_per_position_tau_where_the_row_has_it():
+    """A draft model's acceptance comes in runs: an i.i.d. E(a, k) called a bench's best row
+    (tau 5.07 measured) "3.00 tokens a step" and put its limit on acceptance; the sentences and
+    the limit now use the row's per-position tau, as its headline prediction does."""
+    from specviz.analysis import metrics
+
+    row = {**_chain("ngram+draft:x", 8, 0.68, 0.2, 1.78, v=1.49), "predicted_tau_positional": 5.07, "predicted_speedup_positional": 1.88}
+    e = metrics.explain_row(row)
+    assert "commits 5.07 of the 9 tokens" in e["sentences"]["a"] and "i.i.d. draft at this a: 3.03" in e["sentences"]["a"]
+    assert e["limit"] == "c" and "predicted 1.88x from its per-position acceptance" in e["summary"]
+    iid = metrics.explain_row(_chain("ngram+draft:x", 8, 0.68, 0.2, 1.78, v=1.49))
+    assert "expected to commit 3.03 of the 9 tokens" in iid["sentences"]["a"] and iid["limit"] == "a"

@@ -206,14 +206,19 @@ def explain_row(row: Mapping[str, Any]) -> dict[str, Any]:
     if a is None or c is None or v is None or k < 1:
         out["summary"] = f"{label}: a, c or v could not be measured (no drafts or no target-only baseline)."
         return out
-    e = expected_tokens_per_step(a, k)
-    gains = ideal_gains(e, k, c, v)  # the i.i.d. case: tau = E(a, k), k drafts every step (= ideal_speedups)
+    iid = expected_tokens_per_step(a, k)
+    tau = row.get("predicted_tau_positional")
+    positional = isinstance(tau, (int, float))
+    # tau per step: the row's per-position prediction where it has one (acceptance comes in runs: a
+    # draft that agrees once tends to agree again), else the i.i.d. case, E(a, k); k drafts every step
+    e = tau if positional else iid
+    gains = ideal_gains(e, k, c, v)
+    strength = "a weak" if a < 0.5 else "a fair" if a < 0.8 else "a strong"
+    commits = (f"a = {_fmt(a)} ({strength} draft): each step commits {_fmt(e)} of the {k + 1} tokens it could, "
+               f"by its per-position acceptance (an i.i.d. draft at this a: {_fmt(iid)})" if positional
+               else f"a = {_fmt(a)}: each step is expected to commit {_fmt(e)} of the {k + 1} tokens it could ({strength} draft)")
     out["sentences"] = {
-        "a": (
-            f"a = {_fmt(a)}: each step is expected to commit {_fmt(e)} of the {k + 1} tokens it could "
-            f"({'a weak' if a < 0.5 else 'a fair' if a < 0.8 else 'a strong'} draft); "
-            f"with every draft accepted the predicted speedup would be {_fmt(gains['a'])}x."
-        ),
+        "a": f"{commits}; with every draft accepted the predicted speedup would be {_fmt(gains['a'])}x.",
         "c": (
             f"c = {_fmt(c)}: drafting {k} token{'s' if k > 1 else ''} costs {_fmt(k * c)} target steps per round"
             + (f"; a free draft would give {_fmt(gains['c'])}x." if c > 0.005 else ", next to nothing.")
@@ -232,9 +237,9 @@ def explain_row(row: Mapping[str, Any]) -> dict[str, Any]:
     }[limit]
     speed = row.get("speedup")
     speed_txt = f"measured {_fmt(speed)}x" if isinstance(speed, (int, float)) else "not measured"
-    positional = row.get("predicted_speedup_positional")
-    predicted = positional if isinstance(positional, (int, float)) else gains["now"]
-    how = "from its per-position acceptance" if isinstance(positional, (int, float)) else "i.i.d."
+    speedup_positional = row.get("predicted_speedup_positional")
+    predicted = speedup_positional if isinstance(speedup_positional, (int, float)) else gains["now"]
+    how = "from its per-position acceptance" if isinstance(speedup_positional, (int, float)) else "i.i.d."
     out["predicted"] = predicted
     out["summary"] = f"{label} ({speed_txt}, predicted {_fmt(predicted)}x {how}): {why}."
     return out
