@@ -299,7 +299,8 @@ def cmd_bench(args) -> int:
             sweep.stopped = True
             _say(args, f"interrupted after {len(sweep.prompt_rows)} of {sweep.total} runs: reporting those")
     report = sweep.report()
-    print(B.format_table(report["rows"]))
+    rows = augment_rows(report["rows"], report["prompt_rows"])  # each row's per-position prediction
+    print(B.format_table(rows))
     m = report["meta"]
     print(
         f"\n{m['runs_done']} runs, sweep {m['wall_s']:.1f} s: timed decoding {m['timed_s']:.1f} s, warm-up "
@@ -310,8 +311,7 @@ def cmd_bench(args) -> int:
 
     for line in describe_kernels(m):  # the target's kernels per width (head, projections), measured or cached
         print(line)
-    # the rows' per-position predictions, as the HTML report and the Benchmark tab explain them
-    why = why_no_speedup(augment_rows(report["rows"], report["prompt_rows"]))["markdown"].replace("**", "")
+    why = why_no_speedup(rows)["markdown"].replace("**", "")  # as the HTML report and the Benchmark tab explain them
     print("\n" + why)
     from .analysis.hardware import roofline_lines
 

@@ -376,7 +376,7 @@ def test_format_table(report):
     text = B.format_table(report["rows"])
     lines = text.splitlines()
     assert len(lines) == 2 + 10
-    assert lines[0].split()[:3] == ["proposer", "k", "impl"]
+    assert lines[0].split()[:3] == ["proposer", "k", "impl"] and lines[0].split()[-2:] == ["predicted", "iid"]
     assert "target-only" in lines[2] and "1.00x" in lines[2]
 
 

@@ -101,16 +101,19 @@ def _f(v: Any, fmt: str) -> str:
 
 
 def format_table(rows: Sequence[Row | Mapping[str, Any]]) -> str:
-    """A plain-text table of summary rows (typed or records)."""
+    """A plain-text table of summary rows (typed or records): "predicted" is a row's per-position
+    prediction where it has one (``analysis.prediction.augment_rows``), "iid" the i.i.d. formula's."""
     rows = [to_record(r) for r in rows]
-    head = ["proposer", "k", "impl", "prompts", "tokens", "tok/s", "ms/tok", "speedup", "vs specviz", "accept", "tau", "c", "v", "predicted"]
+    head = ["proposer", "k", "impl", "prompts", "tokens", "tok/s", "ms/tok", "speedup", "vs specviz", "accept", "tau", "c", "v",
+            "predicted", "iid"]
     body = [
         [
             str(r["proposer"]), str(r["k"]), r["impl"], str(r["prompts"]), str(r["new_tokens"]),
             _f(r["tokens_per_s"], ".2f"), _f(r["ms_per_token"], ".1f"), _f(r["speedup"], ".2f") + ("x" if r["speedup"] is not None else ""),
             _f(r["speedup_vs_specviz"], ".2f") if r["impl"] == "hf" else "",
             _f(r["acceptance_rate"], ".2f"), _f(r["mean_acceptance_length"], ".2f"),
-            _f(r["c"], ".3f"), _f(r["v"], ".2f"), _f(r["predicted_speedup"], ".2f"),
+            _f(r["c"], ".3f"), _f(r["v"], ".2f"), _f(r.get("predicted_speedup_positional"), ".2f"),
+            _f(r["predicted_speedup"], ".2f"),
         ]
         for r in rows
     ]
