@@ -534,3 +534,33 @@ def test_a_projection_plan_is_measured_once_per_machine_and_cached(tiny_target, 
     monkeypatch.setenv("SPECVIZ_CPU_KERNELS", "0")
     off = static_decode.StaticDecoder(copy.deepcopy(tiny_target.model)).body
     assert off.kernel_plans == {} and len(off.fused) == 0
+
+
+def test_an_early_exit_body_built_first_keeps_its_plain_layers_when_the_target_plans(tiny_target, monkeypatch, tmp_path):
+    """An early-exit draft shares the target's first layers, and a sweep builds its body first (when
+    it builds its decoders). Its kind too small to plan (the o projections of one layer) stayed
+    plain; the target then planned that kind over all its layers, the shared one included, and the
+    draft's first trace read the new fused layer from outside its own modules ("Unsupported value
+    kind: Tensor"): the draft ran eagerly for the rest of the sweep. Now layers a body reads stay
+    as it left them, and the target plans the rest."""
+    from specviz.proposers import EarlyExit
+    from specviz.runtime import cpu
+
+    monkeypatch.setenv("SPECVIZ_STATIC_DECODE", "trace")
+    monkeypatch.setenv("SPECVIZ_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(cpu, "time_weights", _timings("packed"))
+    target = loaded(copy.deepcopy(tiny_target.model), tiny_target.tokenizer, "tiny-ee-target")
+    layers = target.model.model.layers
+    ee = EarlyExit(target, 1)
+    monkeypatch.setattr(projections, "MIN_BODY_ELEMENTS", layers[0].self_attn.o_proj.weight.numel() + 1)
+    SpeculativeDecoder(target, ee, k=2)  # builds the draft's body: its o projection is too small to plan
+    assert projections.fused_of(layers[0].self_attn.o_proj) is None
+    prompt = PROMPTS[0]
+    want = SpeculativeDecoder(target, None).generate(prompt, max_new_tokens=12).token_ids  # the target's body
+    assert projections.fused_of(layers[0].self_attn.o_proj) is None  # the draft's layer, left as it read it
+    assert projections.fused_of(layers[1].self_attn.o_proj) is not None  # the target's own: planned
+    for k in (1, 2, 3):
+        assert SpeculativeDecoder(target, ee, k=k).generate(prompt, max_new_tokens=12).token_ids == want
+    assert static_decode.static_cache(ee.model.model).decoder.runner == "trace"
+    assert static_decode.static_cache(target.model).decoder.runner == "trace"
+    assert list(want) == hf_greedy(target, prompt, 12)

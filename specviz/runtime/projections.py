@@ -13,6 +13,7 @@ target-only step went from 73 to 55 ms and a 2-token verify pass from 119 to 68 
 from __future__ import annotations
 
 import os
+import weakref
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -153,17 +154,27 @@ def plan_projections(
         return {}
     planned = {}
     for kind, groups in kinds.items():
+        # A body's graphs reach a planned layer through the model's own projections (fused_of), so
+        # layers an earlier body of this model reads (an early-exit draft shares the target's first
+        # layers) stay as that body left them: its planned ones are taken over, its plain ones stay
+        # plain. Planning them again would take them from under its graphs.
         done = [_planned_of(g) for g in groups]
-        if groups and all(done):  # planned for an earlier body of this model: the same layers, not a second copy
-            planned[kind] = (done, done[0].plan)
+        earlier = next((d for d in done if d is not None), None)
+        free = [g for g, d in zip(groups, done) if d is None and not _read_plain(g)]
+        qualifies = (bool(groups) and all(fusable(g) for g in groups)
+                     and len({(sum(m.out_features for m in g), g[0].in_features) for g in groups}) == 1  # one plan
+                     and (earlier is not None or sum(m.weight.numel() for g in groups for m in g) >= MIN_BODY_ELEMENTS))
+        if not free or not qualifies:
+            if earlier is not None:
+                planned[kind] = ([d for d in done if d is not None], earlier.plan)
+            _claim_plain(free)
             continue
-        if not groups or not all(fusable(g) for g in groups):
+        layers = [PlannedLinear(g) for g in free]
+        if earlier is not None:  # the rest take the earlier plan: the same shapes, kernels measured once
+            for p in layers:
+                _apply(p, earlier.plan)
+            planned[kind] = ([d for d in done if d is not None] + layers, earlier.plan)
             continue
-        if sum(m.weight.numel() for g in groups for m in g) < MIN_BODY_ELEMENTS:
-            continue
-        if len({(sum(m.out_features for m in g), g[0].in_features) for g in groups}) != 1:
-            continue  # layers of different shapes: not one plan
-        layers = [PlannedLinear(g) for g in groups]
         weights = [p.weight.detach() for p in layers]
 
         def time_all(_weight: torch.Tensor, rows: int, weights=weights, layers=layers) -> tuple[float, ...]:
@@ -176,8 +187,28 @@ def plan_projections(
         except (RuntimeError, AttributeError):  # an op missing from this build: F.linear, as before
             continue
         for p in layers:
-            p.plan, p.onednn_at = plan, plan.onednn_at
-            p.packed = p.pack() if cpu._needs_packed(plan.onednn_at, p.weight.dtype) else None  # only where read
-            p.kmajor = cpu.kmajor(p.weight) if cpu._needs_kmajor(plan.onednn_at) else None
+            _apply(p, plan)
         planned[kind] = (layers, plan)
     return planned
+
+
+_READ_PLAIN: "weakref.WeakSet[torch.nn.Module]" = weakref.WeakSet()  # layers a body reads as they are
+
+
+def _read_plain(members: Sequence[torch.nn.Module]) -> bool:
+    """Whether a body reads ``members`` as they are (:func:`_claim_plain`)."""
+    return all(m in _READ_PLAIN for m in members)
+
+
+def _claim_plain(groups: Sequence[Sequence[torch.nn.Module]]) -> None:
+    """Note the layers a body reads as they are, so that a later body on the same model does not
+    plan them from under its graphs (held weakly, and not carried by a copy of the model: a copy's
+    first body plans afresh)."""
+    _READ_PLAIN.update(m for g in groups for m in g)
+
+
+def _apply(layer: PlannedLinear, plan: cpu.HeadKernelPlan) -> None:
+    """``plan``'s kernel per width on ``layer``, with the copies of its weight those kernels read."""
+    layer.plan, layer.onednn_at = plan, plan.onednn_at
+    layer.packed = layer.pack() if cpu._needs_packed(plan.onednn_at, layer.weight.dtype) else None  # only where read
+    layer.kmajor = cpu.kmajor(layer.weight) if cpu._needs_kmajor(plan.onednn_at) else None
