@@ -159,21 +159,22 @@ def plan_projections(
         # layers) stay as that body left them: its planned ones are taken over, its plain ones stay
         # plain. Planning them again would take them from under its graphs.
         done = [_planned_of(g) for g in groups]
-        earlier = next((d for d in done if d is not None), None)
+        taken = [d for d in done if d is not None]  # an earlier body's planned layers
+        earlier = taken[0] if taken else None
         free = [g for g, d in zip(groups, done) if d is None and not _read_plain(g)]
         qualifies = (bool(groups) and all(fusable(g) for g in groups)
                      and len({(sum(m.out_features for m in g), g[0].in_features) for g in groups}) == 1  # one plan
                      and (earlier is not None or sum(m.weight.numel() for g in groups for m in g) >= MIN_BODY_ELEMENTS))
         if not free or not qualifies:
             if earlier is not None:
-                planned[kind] = ([d for d in done if d is not None], earlier.plan)
+                planned[kind] = (taken, earlier.plan)
             _claim_plain(free)
             continue
         layers = [PlannedLinear(g) for g in free]
         if earlier is not None:  # the rest take the earlier plan: the same shapes, kernels measured once
             for p in layers:
                 _apply(p, earlier.plan)
-            planned[kind] = ([d for d in done if d is not None] + layers, earlier.plan)
+            planned[kind] = (taken + layers, earlier.plan)
             continue
         weights = [p.weight.detach() for p in layers]
 
