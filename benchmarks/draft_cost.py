@@ -115,7 +115,8 @@ def int8_copy(target, kernel: str) -> torch.nn.Module:
     """The target's int8 copy with ``Int8Options(kernel=kernel)`` (its head's kernels measured, as
     ``NAME@int8`` loads it)."""
     from specviz.models.device import cache_dir
-    from specviz.runtime.quantize import Int8Options, quantize_int8, speed_up_int8_head
+    from specviz.runtime.int8_speed import speed_up_int8_head
+    from specviz.runtime.quantize import Int8Options, quantize_int8
 
     model = quantize_int8(copy.deepcopy(target.model), target.tokenizer, Int8Options(kernel=kernel))
     speed_up_int8_head(model, cache_dir())

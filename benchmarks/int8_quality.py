@@ -81,6 +81,7 @@ CANDIDATES = {
     "smooth0.5 8-bit + down_proj float": Int8Options(smooth_alpha=0.5, reduce_range=False, keep_float=("down_proj",)),
     "default Int8Options() (chosen)": Int8Options(),
     "default, kernel int_mm": Int8Options(kernel="int_mm"),
+    "kernel blocked (specviz's own)": Int8Options(kernel="blocked"),
     "default with siblings apart": Int8Options(fuse_siblings=False),
 }
 

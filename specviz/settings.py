@@ -95,6 +95,11 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("SPECVIZ_CPU_KERNELS", "on",
             "`0`: keep the body's fp32 projections as they are (`F.linear`, unfused) instead of q/k/v and gate/up "
             "fused, each on the kernel measured faster per width", "engine", ("specviz/runtime/projections.py",)),
+    Setting("SPECVIZ_INT8_KERNEL", "measured",
+            "the int8 kernel of an `@int8` model: by default `blocked` (specviz's own, built for this CPU once, "
+            "into kernels/ of the cache) where it measures faster than `packed`, else `packed`; `packed`, "
+            "`int_mm`, `blocked`: that one; `0`: never build specviz's own", "engine",
+            ("specviz/runtime/int8_speed.py", "specviz/runtime/int8_kernel.py")),
     Setting("SPECVIZ_THREADS", "2", "torch CPU threads of `python -m specviz.analysis.hardware` and "
             "`benchmarks/lm_head.py`", "benchmarks", ("specviz/analysis/hardware.py", "benchmarks/lm_head.py")),
     Setting("SPECVIZ_DEBUG", "unset", "set: the CLI raises the full traceback instead of its one-line error",

@@ -14,7 +14,7 @@ from specviz.runtime.quantize import Int8Linear, Int8Options, PackedInt8Linear, 
 from tests.support.tiny import outlier_llama
 
 PROMPT = "the cat sat on the mat, then the dog ran off."
-KERNELS = [Int8Options(), Int8Options(kernel="int_mm"), Int8Options(per_channel=False, smooth_alpha=None)]
+KERNELS = [Int8Options(), Int8Options(kernel="int_mm"), Int8Options(kernel="blocked"), Int8Options(per_channel=False, smooth_alpha=None)]
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +33,7 @@ def _int8_layers(model) -> dict[str, str]:
     return {n: type(m).__name__ for n, m in model.named_modules() if isinstance(m, Int8Linear)}
 
 
-@pytest.mark.parametrize("options", KERNELS, ids=["packed", "int_mm", "per-tensor-unsmoothed"])
+@pytest.mark.parametrize("options", KERNELS, ids=["packed", "int_mm", "blocked", "per-tensor-unsmoothed"])
 def test_the_cached_copy_gives_the_fresh_quantizations_logits_bit_for_bit(float_model, tokenizer, tmp_path, options):
     fresh = quantize_int8(copy.deepcopy(float_model), tokenizer, options)
     first, hit1 = quantize_cached(copy.deepcopy(float_model), tokenizer, "local:/a/tiny", options, directory=tmp_path)
@@ -44,7 +44,7 @@ def test_the_cached_copy_gives_the_fresh_quantizations_logits_bit_for_bit(float_
     assert all(type(m) is not torch.nn.Linear for m in second.modules())
     for a, b, c in zip(_logits(fresh, tokenizer), _logits(first, tokenizer), _logits(second, tokenizer)):
         assert torch.equal(a, b) and torch.equal(a, c)
-    if options.kernel == "int_mm":  # q/k/v and gate/up: rows of one fused layer, as quantize_int8 builds them
+    if options.kernel in ("int_mm", "blocked"):  # q/k/v and gate/up: rows of one fused layer, as quantize_int8 builds them
         q, k = second.model.layers[0].self_attn.q_proj, second.model.layers[0].self_attn.k_proj
         assert q.group and q.group[0] is k.group[0]
         assert k.qweight.data_ptr() == q.group[0].qweight.data_ptr() + q.out_features * q.in_features
@@ -120,7 +120,11 @@ def test_an_int8_copy_of_a_loaded_float_model_leaves_it_untouched(float_model, t
     d = tmp_path / "tiny"
     float_model.save_pretrained(str(d))
     tokenizer.save_pretrained(str(d))
-    fresh = _logits(quantize_int8(copy.deepcopy(float_model), tokenizer), tokenizer)
+    from specviz.models.device import cache_dir
+    from specviz.runtime.int8_speed import choose_kernel
+
+    kernel = choose_kernel(cache_dir())  # the kernel the loader measures faster here
+    fresh = _logits(quantize_int8(copy.deepcopy(float_model), tokenizer, Int8Options(kernel=kernel)), tokenizer)
     clear_model_cache()
     base = load_model(str(d))
     before = _logits(base.model, tokenizer)

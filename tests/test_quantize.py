@@ -263,7 +263,7 @@ class _HeadOnly(torch.nn.Module):
 
 def test_int8_head_takes_onednn_where_it_measures_faster_and_caches_the_choice(tmp_path):
     from specviz.runtime import cpu
-    from specviz.runtime.quantize import int8_head_report, onednn_exact, speed_up_int8_head
+    from specviz.runtime.int8_speed import int8_head_report, onednn_exact, speed_up_int8_head
 
     if not torch.backends.mkldnn.is_available() or not onednn_exact():
         pytest.skip("no exact oneDNN int8 linear on this CPU")

@@ -174,6 +174,21 @@ def test_an_int8_body_traces_once_for_every_width(gemma, monkeypatch):
 
 
 @torch.no_grad()
+@pytest.mark.parametrize("runner", ["trace", "eager"])
+def test_a_blocked_int8_body_serves_every_width_on_specviz_own_kernel(gemma, monkeypatch, runner):
+    """kernel="blocked" (specviz.runtime.int8_kernel): one graph for every width, traced or eager,
+    the same distributions as its transformers forward (which calls the fused layer's rows)."""
+    from specviz.runtime import int8_kernel
+
+    if int8_kernel.load() is not None:
+        pytest.skip(f"the int8 kernel cannot be built here: {int8_kernel.load()}")
+    monkeypatch.setenv("SPECVIZ_STATIC_DECODE", runner)
+    static = int8_matches(gemma.model, "blocked")
+    assert static.decoder.runner == runner and set(static.decoder._steps) == {None}
+    assert len(static.decoder.body.fused) == 2 * len(gemma.model.model.layers)
+
+
+@torch.no_grad()
 def test_a_packed_int8_body_traces_per_width(gemma, monkeypatch):
     """The packed kernel's forward branches on its row count, which a trace fixes: a chain's feed
     goes through the body FEED_WIDTH (2) tokens a call (a draft's catch-up [x_k, bonus] reads each
@@ -196,7 +211,7 @@ def int8_matches(model, kernel: str = "int_mm") -> StaticKV:
     q8 = quantize_int8(copy.deepcopy(model), options=Int8Options(smooth_alpha=None, kernel=kernel))
     ids = [1, 5, 9, 12, 7, 5, 9, 30, 4, 8, 6, 3, 10]
     dynamic, static = new_cache(q8), static_cache(q8)
-    assert static.decoder.body.any_width == (kernel == "int_mm")  # int_mm: no loop over rows, one build for every width
+    assert static.decoder.body.any_width == (kernel != "packed")  # int_mm, blocked: no loop over rows, one build for every width
 
     def close(a, b):  # int8 rounding may differ, the distribution does not
         for x, y in zip(torch.softmax(a, -1), torch.softmax(b, -1)):

@@ -20,6 +20,7 @@ from ..prompts import PromptRow
 from ..proposers import Proposer
 from ..runtime import static_decode
 from ..runtime.cpu import head_kernel_report
+from ..runtime.int8_speed import kernel_choice as int8_kernel_choice
 from ..runtime.static_decode import enabled as static_decode_enabled
 from ..runtime.static_decode import projection_kernel_report, runners_kept, trace_seconds
 from .config import SCHEMA, TARGET_ONLY, BenchConfig, BenchEvent, RunSpec
@@ -279,6 +280,7 @@ class Sweep:
             "static_decode_runner": runners_kept(),  # the runner(s) it kept: trace, export, compile, eager (runtime.runners)
             "lm_head": head_kernel_report(getattr(self.target, "model", None)),  # specviz.runtime.cpu: kernel per width
             "projections": projection_kernel_report(getattr(self.target, "model", None)),  # the body's, per kind
+            "int8_kernel": int8_kernel_choice(),  # an @int8 model's products: the kernel chosen here and its timings
             "definitions": {  # the one table (METRICS), plus the sweep's own overhead
                 **definitions(),
                 "overhead_s": "sweep wall time - timed runs - warm-up (prompt encoding, rows, the caller's work between runs)",

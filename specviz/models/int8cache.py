@@ -34,7 +34,7 @@ from .device import cache_dir
 
 log = logging.getLogger(__name__)
 
-FORMAT = 2  # this module's file layout; bump when it changes (2: fused packed layers)
+FORMAT = 2  # this module's file layout; bump when it changes (2: fused packed layers; a blocked copy is stored as int_mm's)
 SUBDIR = "int8"
 _SAMPLES = 4096  # values read per tensor for the weight digest
 
@@ -108,7 +108,7 @@ def _float_targets(model: torch.nn.Module, options: Any) -> dict[str, torch.nn.L
 def _dump(model: torch.nn.Module, names: list[str]) -> tuple[dict[str, torch.Tensor], list[dict[str, Any]]]:
     """The replaced layers ``names`` of a quantized ``model`` -> (tensors by key, one plan entry per
     layer). A fused layer (q/k/v, gate/up; int_mm or packed) is stored once, its members as rows of it."""
-    from ..runtime.quantize import Int8Linear, PackedInt8Linear, PackedRows
+    from ..runtime.quantize import BlockedInt8Linear, Int8Linear, PackedInt8Linear, PackedRows
 
     tensors: dict[str, torch.Tensor] = {}
     plan: list[dict[str, Any]] = []
@@ -153,14 +153,14 @@ def _dump(model: torch.nn.Module, names: list[str]) -> tuple[dict[str, torch.Ten
         elif type(layer) is PackedRows:
             entry = {"name": name, "type": "rows", "of": fused_key(layer.group[0], put_packed, "fused_packed"),
                      "start": layer.start, "stop": layer.stop}
-        elif type(layer) is Int8Linear and layer.group:
+        elif type(layer) in (Int8Linear, BlockedInt8Linear) and layer.group:
             fused = layer.group[0]
             key = fused_key(fused, put_int_mm, "fused")
             offset = layer.qweight.data_ptr() - fused.qweight.data_ptr()
             start = offset // (layer.in_features * layer.qweight.element_size())
             entry = {"name": name, "type": "rows", "of": key, "start": int(start),
                      "stop": int(start + layer.out_features)}
-        elif type(layer) is Int8Linear:
+        elif type(layer) in (Int8Linear, BlockedInt8Linear):
             entry = {"name": name, "type": "int_mm", **put_int_mm(name, layer)}
         else:
             raise TypeError(f"{name}: {type(layer).__name__} is not an int8 layer this cache knows")
@@ -171,7 +171,13 @@ def _dump(model: torch.nn.Module, names: list[str]) -> tuple[dict[str, torch.Ten
 def _build(plan: list[dict[str, Any]], tensors: dict[str, torch.Tensor], options: Any) -> dict[str, torch.nn.Module]:
     """The plan's layers, as ``quantize_int8`` built them -> {name: layer} (the fused ones are not
     modules of the model: only their rows are)."""
-    from ..runtime.quantize import _QUANTIZED_DEPRECATED, Int8Linear, PackedInt8Linear, kernel_saturates
+    from ..runtime.quantize import (
+        _QUANTIZED_DEPRECATED,
+        BlockedInt8Linear,
+        Int8Linear,
+        PackedInt8Linear,
+        kernel_saturates,
+    )
 
     built: dict[str, torch.nn.Module] = {}
     fused: dict[str, torch.nn.Module] = {}  # Int8Linear or PackedInt8Linear
@@ -201,7 +207,8 @@ def _build(plan: list[dict[str, Any]], tensors: dict[str, torch.Tensor], options
             layer.reduce_range = kernel_saturates() if options.reduce_range is None else options.reduce_range
             (fused if kind == "fused_packed" else built)[name] = layer
         elif kind in ("int_mm", "fused"):
-            proto = Int8Linear.__new__(Int8Linear)  # carries the settings _like copies
+            cls = BlockedInt8Linear if options.kernel == "blocked" else Int8Linear
+            proto = cls.__new__(cls)  # carries the settings _like copies
             torch.nn.Module.__init__(proto)
             proto.in_features = int(e["in"])
             proto.inv_smooth = smooth

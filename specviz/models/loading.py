@@ -93,10 +93,12 @@ def _load_int8(spec: _Spec, report: Progress) -> LoadedModel:
     else:
         fresh = _load_float(spec, cpu, fp32, report)  # private copy, not cached
         model, tokenizer = fresh.model, fresh.tokenizer
-    from ..runtime.quantize import speed_up_int8_head
+    from ..runtime.int8_speed import choose_kernel, speed_up_int8_head
+    from ..runtime.quantize import Int8Options
     from .int8cache import quantize_cached
 
-    model, _ = quantize_cached(model, tokenizer, f"{spec.kind}:{spec.source}", report=report)  # on disk after the first start
+    options = Int8Options(kernel=choose_kernel(cache_dir()))  # the int8 kernel measured faster here (cached)
+    model, _ = quantize_cached(model, tokenizer, f"{spec.kind}:{spec.source}", options, report=report)  # on disk after the first start
     speed_up_int8_head(model, cache_dir())  # a large int8 head: oneDNN's prepacked kernel at the widths it measures faster (cached)
     return LoadedModel(model, tokenizer, spec.display_name, cpu, fp32, "int8")
 

@@ -14,11 +14,15 @@ __all__ = ["describe_head_kernels", "describe_kernels", "kernel_summary"]
 def describe_kernels(report: dict[str, Any] | None) -> list[str]:
     """The LM head's line and one per planned projection kind of the body, from a sweep's meta
     (``lm_head``: :func:`head_kernel_report`; ``projections``: by kind, as
-    :func:`specviz.runtime.static_decode.projection_kernel_report` gives them)."""
+    :func:`specviz.runtime.static_decode.projection_kernel_report` gives them), and an int8
+    model's kernel (``int8_kernel``: :func:`specviz.runtime.int8_speed.kernel_choice`)."""
     meta = report or {}
     lines = [describe_head_kernels(meta.get("lm_head"))]
     for kind, plan in (meta.get("projections") or {}).items():
         lines.append(describe_head_kernels(plan, f"{KIND_NAMES.get(kind, kind)} projections"))
+    int8 = meta.get("int8_kernel") or {}
+    if int8.get("kernel"):  # an @int8 model was loaded: its products' kernel (specviz.runtime.int8_speed.choose_kernel)
+        lines.append(f"int8 products: {int8['kernel']} ({int8.get('why', '')})")
     return [line for line in lines if line]
 
 

@@ -17,21 +17,23 @@ option):
 The projections that read one input (q/k/v, gate/up) share one smoothing and are one fused layer,
 so the static step quantizes that input once and multiplies once (72 products a token for
 gemma-3-270m, not 126: on a Zen 4 EPYC, 0.8 ms of a 24 ms full-vocabulary draft token in a
-session, 2 ms of the body alone; docs/benchmarks.md). Two kernels
+session, 2 ms of the body alone; docs/benchmarks.md). Three kernels
 (``Int8Options.kernel``):
-- ``"packed"`` (the default, :class:`PackedInt8Linear`): ``linear_dynamic`` on packed quantized
+- ``"packed"`` (the options' default, :class:`PackedInt8Linear`): ``linear_dynamic`` on packed quantized
   weights, asymmetric 8-bit activations per token (a graph per width). PyTorch deprecates quantized
-  tensors; this stays the default only while it measures faster (docs/benchmarks.md).
+  tensors.
 - ``"int_mm"`` (:class:`Int8Linear`): ``torch._int_mm`` (int8 x int8 -> int32; oneDNN's VNNI
   kernel where the CPU has it, an exact integer GEMM elsewhere) on plain int8 tensors with the
   scales applied after it, as torchao's CPU int8 path does: no quantized tensors, no warnings,
   symmetric activations, every row at once, so one graph serves every width. A large output head
   (gemma's 262,144 rows) can also run on oneDNN's int8 linear with its weight prepacked once
-  (``torch.ops.onednn.qlinear_pointwise``, the kernel PyTorch's x86 Inductor quantization lowers
-  to): ``_int_mm`` reorders the whole weight on every call, about 1.6x at one row.
-  :func:`speed_up_int8_head` times both on the model's own head at rows 1 to
-  ``cpu.MEASURED_ROWS`` and keeps the faster per width (cached per machine like the float head's
-  choice, :mod:`specviz.runtime.cpu`); both give the same integers (float rounding ~1e-6).
+  (:func:`specviz.runtime.int8_speed.speed_up_int8_head`).
+- ``"blocked"`` (:class:`BlockedInt8Linear`): the same int8 weights and scales on specviz's own
+  product (:mod:`specviz.runtime.int8_kernel`, built for this CPU): asymmetric activations per
+  token as the packed kernel's, one op a product, one graph for every width.
+
+An ``@int8`` model (``specviz.models``) runs the one measured faster here between ``blocked`` and
+``packed`` (:func:`specviz.runtime.int8_speed.choose_kernel`, cached per machine).
 
 Calibration text: the bundled Spec-Bench dev prompts (offline, deterministic). Mean next-token
 overlap with float32 on gemma-3-270m (12 held-out prompts x 5 positions after a batched prefill /
@@ -45,18 +47,16 @@ from __future__ import annotations
 import threading
 import time
 import warnings
-import weakref
 from dataclasses import dataclass
-from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
 
 import torch
 
+from . import int8_kernel
 from .smoothing import SHARED_INPUTS, activation_absmax, calibration_token_ids, shared_input_groups, smoothing_scales  # noqa: F401
 
 PREFILL_ROWS = 16  # a packed layer given this many rows at once may run them in one _int_mm call (int_mm_pays)
-KERNELS = ("packed", "int_mm")  # Int8Options.kernel: PackedInt8Linear, Int8Linear
+KERNELS = ("packed", "int_mm", "blocked")  # Int8Options.kernel: PackedInt8Linear, Int8Linear, BlockedInt8Linear
 HEAD_KERNELS = ("_int_mm", "oneDNN")  # the int_mm head's two kernels (speed_up_int8_head)
 # torch's UserWarning (recent releases) on creating a quantized tensor (the packed kernel)
 _QUANTIZED_DEPRECATED = r"torch\.quantize_per_tensor, torch\.quantize_per_channel and other quantized tensor creation"
@@ -72,7 +72,7 @@ class Int8Options:
     keep_float: tuple[str, ...] = ()  # Linear layers whose qualified name ends with one of these stay float
     reduce_range: bool | None = None  # 7-bit activations; None: 8 bits unless the packed kernel saturates here
     calibration_prompts: int = 8  # bundled prompts run through the float model for smoothing
-    kernel: str = "packed"  # "packed" (torch.ops.quantized, deprecated upstream) or "int_mm" (maintained)
+    kernel: str = "packed"  # "packed" (torch.ops.quantized, deprecated upstream), "int_mm" or "blocked" (specviz's own)
     fuse_siblings: bool = True  # q/k/v and gate/up as one fused layer each (one smoothing, one product per input)
 
     def __post_init__(self):
@@ -214,6 +214,68 @@ class Int8Linear(torch.nn.Module):
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, smoothed={self.inv_smooth is not None}"
+
+
+class BlockedInt8Linear(Int8Linear):
+    """``Int8Options(kernel="blocked")``: the same int8 weight, scales and smoothing as
+    :class:`Int8Linear`, multiplied by specviz's own kernel (:mod:`specviz.runtime.int8_kernel`:
+    the weight blocked for AVX-512 VNNI, asymmetric uint8 activations per token as the packed
+    kernel's, smoothing, scales and bias in the same call: one op a product). A prefill's many
+    rows take ``_int_mm`` where it pays (:func:`int_mm_pays`), as the packed layer's do. One graph
+    serves every width. The blocked copy (``blocked``, ``wsum``: buffers, so a traced body owns
+    them) is a second copy of the int8 weight, which stays: a fused layer's rows (q, k, v) are views
+    of it, and the disk cache stores it. Those rows, which only the model's own forward calls,
+    block their part on their first call."""
+
+    def __init__(self, linear: torch.nn.Linear, smooth: torch.Tensor | None, options: Int8Options):
+        super().__init__(linear, smooth, options)
+        self._block()
+
+    def _block(self) -> None:
+        blocked, wsum = int8_kernel.block(self.qweight)  # [N/64, K/4, 64, 4], [N]
+        self.register_buffer("blocked", blocked, persistent=False)
+        self.register_buffer("wsum", wsum, persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # [..., in] -> [..., out]
+        lead = x.shape[:-1]
+        x2 = x.reshape(-1, self.in_features).float()  # [rows, in]
+        if x2.shape[0] >= PREFILL_ROWS and int_mm_pays():
+            return super().forward(x)
+        blocked, wsum = (self.blocked, self.wsum) if "blocked" in self._buffers else self._part_blocked()
+        y = int8_kernel.linear(x2, blocked, self.scale, wsum, self.bias, self.inv_smooth, self.out_features)  # [rows, out]
+        return y.reshape(*lead, self.out_features)
+
+    def _part_blocked(self) -> tuple[torch.Tensor, torch.Tensor]:
+        found = self.__dict__.get("_part_copy")
+        if found is None:
+            with _blocking:
+                found = self.__dict__.get("_part_copy")
+                if found is None:
+                    found = self.__dict__["_part_copy"] = int8_kernel.block(self.qweight)
+        return found
+
+    def __getstate__(self) -> dict:  # copies and pickles leave a part's blocked copy out (rebuilt on use)
+        return {**super().__getstate__(), "_part_copy": None}
+
+    def _like(self, qweight: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None,
+              blocked: bool = True) -> "BlockedInt8Linear":
+        new = super()._like(qweight, scale, bias)
+        new.__class__ = BlockedInt8Linear
+        if blocked:
+            new._block()
+        return new
+
+    def rows(self, start: int, stop: int) -> "BlockedInt8Linear":
+        part = self._like(self.qweight[start:stop], self.scale[start:stop],
+                          None if self.bias is None else self.bias[start:stop], blocked=False)
+        part.group = (self,)
+        return part
+
+    def kernel(self, rows: int) -> str:
+        return "specviz int8"
+
+
+_blocking = threading.Lock()
 
 
 class PackedInt8Linear(Int8Linear):
@@ -378,7 +440,6 @@ def _pack(weight: torch.Tensor, bias: torch.Tensor | None, per_channel: bool):
 
 _saturates: dict[str, bool] = {}
 _int_mm_probe: dict[str, bool] = {}  # int_mm_pays's one measurement
-_onednn_probe: dict[str, bool] = {}  # onednn_exact's
 
 
 def int_mm_pays(time_both=None) -> bool:
@@ -426,97 +487,6 @@ def kernel_saturates() -> bool:
 def prepack(ints: torch.Tensor) -> torch.Tensor:
     """int8 weight [out, in] in oneDNN's blocked layout (an opaque tensor; built once per head)."""
     return torch.ops.onednn.qlinear_prepack(ints, None)
-
-
-# -- the head's kernel per width -----------------------------------------------------------------
-
-
-def onednn_exact() -> bool:
-    """Whether oneDNN's int8 linear gives exact integer products here: without VNNI, x86 int8
-    kernels add pairs of uint8 x int8 products in int16, and 2 x 255 x 127 overflows it. Probed
-    once (the largest products, against ``_int_mm``); False where the op is missing."""
-    if "exact" not in _onednn_probe:
-        try:
-            w = torch.full((16, 64), 127, dtype=torch.int8)  # [out, in]
-            x = torch.full((2, 64), 127, dtype=torch.int8)  # -> uint8 255
-            layer = Int8Linear.__new__(Int8Linear)
-            torch.nn.Module.__init__(layer)
-            layer.out_features, layer._packed = 16, None
-            layer.register_buffer("qweight", w)
-            layer.register_buffer("scale", torch.ones(16))
-            got = layer._onednn(x)  # [2, 16]
-            _onednn_probe["exact"] = bool(torch.equal(got, torch._int_mm(x, w.t()).float()))
-        except (RuntimeError, AttributeError):
-            _onednn_probe["exact"] = False
-    return _onednn_probe["exact"]
-
-
-def time_int8_head(layer: Int8Linear, repeats: int = 3):
-    """(weight, rows) -> median seconds of (``_int_mm``, oneDNN) on ``rows`` random rows through
-    ``layer``'s weight, interleaved as :func:`specviz.runtime.cpu.time_head` does (the weight
-    argument is the layer's own int8 weight, passed for the cache's key)."""
-    import statistics
-    import time
-
-    def time_width(_weight: torch.Tensor, rows: int) -> tuple[float, float]:
-        x = torch.randn(rows, layer.in_features)  # [rows, in]
-        xq, _ = quantize_rows(x, True, 127.0)
-        kernels = (lambda: torch._int_mm(xq, layer.qweight.t()), lambda: layer._onednn(xq))
-        times: tuple[list[float], list[float]] = ([], [])
-        with torch.inference_mode():
-            if rows == 1:
-                kernels[0](), kernels[1]()  # warm both once (and prepack)
-            for r in range(repeats):
-                for i in ((0, 1) if r % 2 == 0 else (1, 0)):
-                    t = time.perf_counter()
-                    kernels[i]()
-                    times[i].append(time.perf_counter() - t)
-        return statistics.median(times[0]), statistics.median(times[1])
-
-    return time_width
-
-
-_HEAD_PLANS: "weakref.WeakKeyDictionary[Int8Linear, tuple[Any, bool]]" = weakref.WeakKeyDictionary()
-
-
-def speed_up_int8_head(model: torch.nn.Module, cache_dir: str | Path | None = None, *, time_width=None) -> bool:
-    """Give the model's int8 output head oneDNN's prepacked kernel at the widths where it measures
-    faster than ``_int_mm`` (under ``cpu.FASTER`` of its time), as :func:`specviz.runtime.cpu.speed_up_lm_head`
-    does for a float head: timed at rows 1..``cpu.MEASURED_ROWS`` or read from ``cache_dir``'s cache
-    (per machine, torch, threads, shape and dtype int8). Only heads of at least ``cpu.MIN_HEAD_ELEMENTS``
-    weights, where oneDNN's products are exact (:func:`onednn_exact`); ``SPECVIZ_CPU_HEAD=0`` turns
-    it off. -> whether any width runs on oneDNN."""
-    from . import cpu
-
-    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-    if cpu.disabled() or type(head) is not Int8Linear or head.qweight.numel() < cpu.MIN_HEAD_ELEMENTS:
-        return False
-    if not torch.backends.mkldnn.is_available() or not onednn_exact():
-        return False
-    plan = cpu.plan_head(head.qweight, cache_dir, time_width=time_width or time_int8_head(head))
-    head.onednn_at = plan.onednn_at
-    if not any(plan.onednn_at):
-        head._packed = None  # not used: free it
-    _HEAD_PLANS[head] = (plan, any(plan.onednn_at))
-    return any(plan.onednn_at)
-
-
-def int8_head_report(model: torch.nn.Module) -> dict[str, Any] | None:
-    """The int8 head's kernel per width and both timings (ms), as ``cpu.head_kernel_report`` gives
-    a float head's (its ``f_linear_ms`` column is ``_int_mm`` here: ``kernels`` names them); None
-    when the head was not measured."""
-    from . import cpu
-
-    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-    found = _HEAD_PLANS.get(head) if isinstance(head, Int8Linear) else None
-    if found is None:
-        return None
-    report = cpu.plan_report(*found)
-    report["kernels"] = list(HEAD_KERNELS)
-    for w in report["by_rows"]:
-        w["kernel"] = HEAD_KERNELS[0] if w["kernel"] == cpu.KERNELS[0] else HEAD_KERNELS[1]
-    report["wider"] = HEAD_KERNELS[0] if report["wider"] == cpu.KERNELS[0] else HEAD_KERNELS[1]
-    return report
 
 
 def _fused(names: tuple[str, ...], lins: list[torch.nn.Linear], stats: dict[str, torch.Tensor],
@@ -573,7 +543,9 @@ def quantize_int8(model: torch.nn.Module, tokenizer=None, options: Int8Options |
             raise ValueError(f"int8 quantization needs float32 weights on the CPU; {name} is {lin.weight.dtype} on {lin.weight.device}")
     chosen = {name: lin for name, lin in targets if not any(name.endswith(suffix) for suffix in options.keep_float)}
     replacements = {}
-    layer = Int8Linear if options.kernel == "int_mm" else PackedInt8Linear
+    layer = {"int_mm": Int8Linear, "blocked": BlockedInt8Linear}.get(options.kernel, PackedInt8Linear)
+    if options.kernel == "blocked" and (why := int8_kernel.load()) is not None:
+        raise ValueError(f"the blocked int8 kernel is not available here: {why}")
     for names in shared_input_groups(chosen) if options.fuse_siblings else ():  # q/k/v, gate/up: one fused layer each
         replacements.update(_fused(names, [chosen[n] for n in names], stats, options, layer))
     for name, lin in chosen.items():

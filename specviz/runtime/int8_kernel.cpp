@@ -1,0 +1,165 @@
+// specviz's int8 product for a few rows (a draft's decode step, a catch-up feed, a tree level):
+//   y[m, n] = s_m * s_n * (sum_k u[m, k] w[n, k] - z_m * sum_k w[n, k]) + b[n]
+// with u the row m of x (times the smoothing's 1 / s) quantized to uint8 with its own step s_m and
+// zero point z_m (asymmetric, per token), w the symmetric int8 weight with one step s_n per output
+// row. The sums are exact int32: AVX-512 VNNI's vpdpbusd (uint8 x int8, four products a lane, no
+// saturation) where the compiler targets it, plain loops elsewhere. The weight is stored blocked,
+// [N/64, K/4, 64, 4]: 64 outputs x 4 inputs a 256-byte step, so one block streams in order.
+// Built and loaded by specviz/runtime/int8_kernel.py (torch.utils.cpp_extension), per machine.
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <torch/library.h>
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+#include <immintrin.h>
+#define SPECVIZ_VNNI 1
+#else
+#define SPECVIZ_VNNI 0
+#endif
+
+namespace {
+constexpr int64_t BLOCK = 64;  // outputs per block; a block's weights are [K/4][64][4] bytes
+constexpr int64_t ROWS = 4;    // rows of x that share one pass over a block's weights
+
+// x [M, K] fp32 (times inv_smooth) -> u [M, Kp] uint8, zero [M] int32, step [M] fp32
+void quantize_rows(const float* x, const float* inv, int64_t M, int64_t K, int64_t Kp,
+                   uint8_t* u, int32_t* zero, float* step) {
+  std::vector<float> row(K);
+  for (int64_t m = 0; m < M; ++m) {
+    const float* xm = x + m * K;
+    float lo = 0.f, hi = 0.f;  // the range always holds 0, so 0 is exact (as torch's choose_qparams)
+    for (int64_t k = 0; k < K; ++k) {
+      float v = inv ? xm[k] * inv[k] : xm[k];
+      row[k] = v;
+      lo = std::min(lo, v);
+      hi = std::max(hi, v);
+    }
+    float s = (hi - lo) / 255.f;
+    if (!(s > 0.f)) s = 1.f;
+    float z = std::nearbyint(-lo / s);
+    z = std::min(255.f, std::max(0.f, z));
+    float inv_s = 1.f / s;
+    uint8_t* um = u + m * Kp;
+    for (int64_t k = 0; k < K; ++k) {
+      float q = std::nearbyint(row[k] * inv_s) + z;
+      um[k] = (uint8_t)std::min(255.f, std::max(0.f, q));
+    }
+    for (int64_t k = K; k < Kp; ++k) um[k] = (uint8_t)z;  // padding: weights there are 0
+    zero[m] = (int32_t)z;
+    step[m] = s;
+  }
+}
+
+// acc [R, 64] for one block: sum_k u[r, k] * w[block n, k]; R a constant, so the sums stay in registers
+template <int R>
+void block_sums(const int8_t* w, const uint8_t* u, int64_t Kp, int32_t* acc) {
+  const int64_t quads = Kp / 4;
+#if SPECVIZ_VNNI
+  // U k-quads a step, each with its own sums: 4 U R independent chains hide vpdpbusd's latency
+  // (U = 2 for one or two rows; more would spill the 32 registers)
+  constexpr int U = R <= 2 ? 2 : 1;
+  __m512i a[U][R][4];
+  for (int s = 0; s < U; ++s)
+    for (int r = 0; r < R; ++r)
+      for (int j = 0; j < 4; ++j) a[s][r][j] = _mm512_setzero_si512();
+  int64_t q = 0;
+  auto step = [&](int s, int64_t quad) {
+    const int8_t* wq = w + quad * BLOCK * 4;
+    const __m512i w0 = _mm512_loadu_si512(wq), w1 = _mm512_loadu_si512(wq + 64);
+    const __m512i w2 = _mm512_loadu_si512(wq + 128), w3 = _mm512_loadu_si512(wq + 192);
+    for (int r = 0; r < R; ++r) {
+      int32_t four;
+      std::memcpy(&four, u + r * Kp + quad * 4, 4);
+      const __m512i x = _mm512_set1_epi32(four);  // inputs 4 quad .. 4 quad + 3 of row r, in every lane
+      a[s][r][0] = _mm512_dpbusd_epi32(a[s][r][0], x, w0);
+      a[s][r][1] = _mm512_dpbusd_epi32(a[s][r][1], x, w1);
+      a[s][r][2] = _mm512_dpbusd_epi32(a[s][r][2], x, w2);
+      a[s][r][3] = _mm512_dpbusd_epi32(a[s][r][3], x, w3);
+    }
+  };
+  for (; q + U <= quads; q += U)
+    for (int s = 0; s < U; ++s) step(s, q + s);
+  for (; q < quads; ++q) step(0, q);
+  for (int r = 0; r < R; ++r)
+    for (int j = 0; j < 4; ++j) {
+      __m512i sum = a[0][r][j];
+      for (int s = 1; s < U; ++s) sum = _mm512_add_epi32(sum, a[s][r][j]);
+      _mm512_storeu_si512(acc + r * BLOCK + j * 16, sum);
+    }
+#else
+  for (int r = 0; r < R; ++r) {
+    int32_t* ar = acc + r * BLOCK;
+    for (int64_t n = 0; n < BLOCK; ++n) ar[n] = 0;
+    for (int64_t q = 0; q < quads; ++q) {
+      const int8_t* wq = w + q * BLOCK * 4;
+      const uint8_t* uq = u + r * Kp + q * 4;
+      for (int64_t n = 0; n < BLOCK; ++n)
+        ar[n] += (int32_t)uq[0] * wq[4 * n] + (int32_t)uq[1] * wq[4 * n + 1] +
+                 (int32_t)uq[2] * wq[4 * n + 2] + (int32_t)uq[3] * wq[4 * n + 3];
+    }
+  }
+#endif
+}
+
+void block_sums(const int8_t* w, const uint8_t* u, int64_t rows, int64_t Kp, int32_t* acc) {
+  switch (rows) {
+    case 1: return block_sums<1>(w, u, Kp, acc);
+    case 2: return block_sums<2>(w, u, Kp, acc);
+    case 3: return block_sums<3>(w, u, Kp, acc);
+    default: return block_sums<4>(w, u, Kp, acc);
+  }
+}
+}  // namespace
+
+// x [M, K] fp32; w [N/64, Kp/4, 64, 4] int8; scale [N] fp32; wsum [N] int32; bias [N] or none;
+// inv_smooth [K] or none -> [M, N] fp32
+at::Tensor linear(const at::Tensor& x_, const at::Tensor& w, const at::Tensor& scale, const at::Tensor& wsum,
+                  const c10::optional<at::Tensor>& bias, const c10::optional<at::Tensor>& inv_smooth, int64_t N) {
+  TORCH_CHECK(x_.dim() == 2 && x_.scalar_type() == at::kFloat, "x must be [rows, in] float32");
+  at::Tensor x = x_.contiguous();
+  const int64_t M = x.size(0), K = x.size(1), blocks = w.size(0), Kp = w.size(1) * 4;
+  TORCH_CHECK(w.scalar_type() == at::kChar && w.dim() == 4 && w.size(2) == BLOCK && w.size(3) == 4 && Kp >= K,
+              "w must be int8 [N/64, in/4, 64, 4]");
+  TORCH_CHECK(blocks * BLOCK >= N && scale.numel() >= N && wsum.numel() >= N, "N does not fit the weights");
+  at::Tensor y = at::empty({M, N}, x.options());
+  if (M == 0) return y;
+  std::vector<uint8_t> u(M * Kp);
+  std::vector<int32_t> zero(M);
+  std::vector<float> step(M);
+  const float* inv = inv_smooth.has_value() ? inv_smooth->data_ptr<float>() : nullptr;
+  quantize_rows(x.data_ptr<float>(), inv, M, K, Kp, u.data(), zero.data(), step.data());
+  const int8_t* wp = w.data_ptr<int8_t>();
+  const float* sp = scale.data_ptr<float>();
+  const int32_t* cp = wsum.data_ptr<int32_t>();
+  const float* bp = bias.has_value() ? bias->data_ptr<float>() : nullptr;
+  float* yp = y.data_ptr<float>();
+  at::parallel_for(0, blocks, 1, [&](int64_t b0, int64_t b1) {
+    alignas(64) int32_t acc[ROWS * BLOCK];
+    for (int64_t b = b0; b < b1; ++b) {
+      const int64_t n0 = b * BLOCK, width = std::min(BLOCK, N - n0);
+      for (int64_t r0 = 0; r0 < M; r0 += ROWS) {
+        const int64_t rows = std::min(ROWS, M - r0);
+        block_sums(wp + b * Kp * BLOCK, u.data() + r0 * Kp, rows, Kp, acc);
+        for (int64_t r = 0; r < rows; ++r) {
+          const int64_t m = r0 + r;
+          const float s = step[m];
+          const int32_t z = zero[m];
+          for (int64_t j = 0; j < width; ++j) {
+            const int64_t n = n0 + j;
+            float v = s * sp[n] * (float)(acc[r * BLOCK + j] - z * cp[n]);
+            yp[m * N + n] = bp ? v + bp[n] : v;
+          }
+        }
+      }
+    }
+  });
+  return y;
+}
+
+TORCH_LIBRARY(specviz_int8, m) {
+  m.def("linear(Tensor x, Tensor w, Tensor scale, Tensor wsum, Tensor? bias, Tensor? inv_smooth, int N) -> Tensor");
+}
+TORCH_LIBRARY_IMPL(specviz_int8, CPU, m) { m.impl("linear", &linear); }
