@@ -109,7 +109,7 @@ def _kmajor_linear(x: torch.Tensor, t: torch.Tensor, bias: torch.Tensor | None) 
     return x @ t if bias is None else torch.addmm(bias, x, t)
 
 
-def _weight_first_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+def _weight_first_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, out: int | None = None) -> torch.Tensor:
     """The product with the weight as BLAS's left operand: y^T = W x^T, [out, in] @ [in, rows], then
     back to [rows, out] (no second copy of the weight). One row goes as :data:`SPLIT` blocks of the
     weight's rows in one batched product (``torch.bmm``, [SPLIT, out/SPLIT, in] @ [SPLIT, in, 1]):
@@ -120,7 +120,7 @@ def _weight_first_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tens
     39-58 ms against 27-41, in a forward 102 against 72; 4-6 rows two to three times as slow),
     and one lucky round had put it in a plan at 3 rows, so it is timed at 1 and 2 rows only
     (:data:`WEIGHT_FIRST_ROWS`)."""
-    rows, out = x.shape[0], weight.shape[0]
+    rows, out = x.shape[0], int(weight.shape[0]) if out is None else out  # out: a Python int, so a trace keeps no shape ops
     if rows == 1 and out % SPLIT == 0:
         y = torch.bmm(weight.view(SPLIT, out // SPLIT, -1), x.t().unsqueeze(0).expand(SPLIT, -1, -1))  # [SPLIT, out/SPLIT, 1]
         y = y.view(1, out)

@@ -103,7 +103,7 @@ class PlannedLinear(torch.nn.Module):
         if code == 3:
             return cpu._kmajor_linear(x, self.kmajor, self.bias)
         if code == 4:
-            return cpu._weight_first_linear(x, self.weight, self.bias)
+            return cpu._weight_first_linear(x, self.weight, self.bias, self.out_features)
         weight = cpu._read_by(code, self.weight, self.packed)
         if torch.jit.is_tracing() or torch.compiler.is_compiling():  # a graph that cannot hold oneDNN's op itself
             return torch.ops.specviz.onednn_linear(x, weight, self.bias)

@@ -230,6 +230,8 @@ class _Body(torch.nn.Module):
         after rounding back: one rounding apart, as ``F.rms_norm`` was). The same floats as
         ``F.rms_norm``, which on a CPU runs these ops one by one with casts around them: about 10 us
         a call in a trace against under 2 written out (109 norms a gemma-3-270m step)."""
+        if x.dtype == torch.float32:  # no casts: a trace would keep them as two ops a norm (~180 a step)
+            return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * w
         xf = x.float()
         return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps) * w).to(x.dtype)
 
@@ -275,7 +277,9 @@ class _Body(torch.nn.Module):
         q = q.reshape(-1, kv, group, hd).permute(1, 2, 0, 3)  # [kv, g, n, hd]: query head j reads kv head j // g
         seen_k, seen_v = keys.narrow(1, 0, span), values.narrow(1, 0, span)  # [kv, S, hd]: the slots attention reads
         scores = torch.matmul(q, seen_k.unsqueeze(1).transpose(2, 3)) * self.scaling  # [kv, g, n, S]
-        weights = torch.softmax(scores + mask, dim=-1).to(seen_v.dtype)  # [kv, g, n, S] in float32 (mask), then bf16 or not
+        weights = torch.softmax(scores + mask, dim=-1)  # [kv, g, n, S] in float32 (the mask's dtype)
+        if seen_v.dtype != weights.dtype:
+            weights = weights.to(seen_v.dtype)  # bf16
         o = torch.matmul(weights, seen_v.unsqueeze(1))  # [kv, g, n, hd]
         o = _project(attn.o_proj, o.permute(2, 0, 1, 3).reshape(-1, self.heads * hd))  # [n, d]
         if self.gemma:
