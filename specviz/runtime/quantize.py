@@ -237,13 +237,13 @@ class BlockedInt8Linear(Int8Linear):
         self.register_buffer("wsum", wsum, persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # [..., in] -> [..., out]
-        lead = x.shape[:-1]
-        x2 = x.reshape(-1, self.in_features).float()  # [rows, in]
+        plain = x.dim() == 2 and x.dtype == torch.float32  # the static body's rows: no reshape, no cast (ops in a trace)
+        x2 = x if plain else x.reshape(-1, self.in_features).float()  # [rows, in]
         if x2.shape[0] >= PREFILL_ROWS and int_mm_pays():
             return super().forward(x)
         blocked, wsum = (self.blocked, self.wsum) if "blocked" in self._buffers else self._part_blocked()
         y = int8_kernel.linear(x2, blocked, self.scale, wsum, self.bias, self.inv_smooth, self.out_features)  # [rows, out]
-        return y.reshape(*lead, self.out_features)
+        return y if plain else y.reshape(*x.shape[:-1], self.out_features)
 
     def _part_blocked(self) -> tuple[torch.Tensor, torch.Tensor]:
         found = self.__dict__.get("_part_copy")
