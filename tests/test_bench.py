@@ -532,3 +532,15 @@ def test_a_schedule_that_changes_nothing_is_skipped_and_said(tiny_target, propos
     assert not any(name.startswith("ngram [") for name, _ in names)
     assert len(sweep.schedule_skipped) == 1 and sweep.schedule_skipped[0].startswith("ngram [confidence:0.3]: ")
     assert "exactly as constant k" in sweep.report()["meta"]["schedule_skipped"][0]
+
+
+def test_the_int8_kernel_is_named_only_by_a_sweep_that_runs_an_int8_model(tiny_target, monkeypatch):
+    """meta.int8_kernel: the kernel an @int8 model chose in this process, in a sweep that runs
+    one (by its spec); a sweep of float models leaves it out, whatever was loaded before."""
+    from specviz.runtime import int8_speed
+
+    monkeypatch.setattr(int8_speed, "_choices", {"kernel": "blocked", "why": "measured", "timings": None})
+    cfg = B.BenchConfig(ks=(1,), max_new_tokens=4, warmup=False)
+    assert B.run_sweep(tiny_target, {"ngram": NGram()}, ["the cat"], cfg)["meta"]["int8_kernel"] is None
+    named = B.Sweep(tiny_target, {"draft:tiny@int8": NGram()}, ["the cat"], cfg)
+    assert named._runs_int8() and named.report()["meta"]["int8_kernel"]["kernel"] == "blocked"

@@ -280,13 +280,18 @@ class Sweep:
             "static_decode_runner": runners_kept(),  # the runner(s) it kept: trace, export, compile, eager (runtime.runners)
             "lm_head": head_kernel_report(getattr(self.target, "model", None)),  # specviz.runtime.cpu: kernel per width
             "projections": projection_kernel_report(getattr(self.target, "model", None)),  # the body's, per kind
-            "int8_kernel": int8_kernel_choice(),  # an @int8 model's products: the kernel chosen here and its timings
+            # an @int8 model's products: the kernel chosen here and its timings (only a sweep that runs one)
+            "int8_kernel": int8_kernel_choice() if self._runs_int8() else None,
             "definitions": {  # the one table (METRICS), plus the sweep's own overhead
                 **definitions(),
                 "overhead_s": "sweep wall time - timed runs - warm-up (prompt encoding, rows, the caller's work between runs)",
             },
         }
         return {"schema": SCHEMA, "meta": meta, **self.live_report()}
+
+    def _runs_int8(self) -> bool:
+        """Whether the target or a proposer is an ``@int8`` model (by its spec or its quantization)."""
+        return getattr(self.target, "quantize", None) == "int8" or any("@int8" in name for name in self.proposers)
 
 
 def run_sweep(

@@ -28,7 +28,8 @@ def describe_kernels(report: dict[str, Any] | None) -> list[str]:
 
 def kernel_summary(report: dict[str, Any] | None) -> str:
     """The kernels of a sweep's meta in one short line, without timings: "LM head: oneDNN at 1-9
-    rows; q/k/v: F.linear at 1 row, oneDNN at 2-9 rows; ..." ("" when none was measured)."""
+    rows; q/k/v: F.linear at 1 row, oneDNN at 2-9 rows; ...; int8: blocked" ("" when none was
+    measured)."""
     meta = report or {}
     plans = [("LM head", meta.get("lm_head"))] + [(KIND_NAMES.get(k, k), v) for k, v in (meta.get("projections") or {}).items()]
     parts = []
@@ -37,6 +38,9 @@ def kernel_summary(report: dict[str, Any] | None) -> str:
         if not rows:
             continue
         parts.append(f"{name}: " + ", ".join(f"{g[0]['kernel']} at {_span(g)}" for g in _runs_of_one_kernel(rows)))
+    int8 = meta.get("int8_kernel") or {}
+    if int8.get("kernel"):
+        parts.append(f"int8: {int8['kernel']}")
     return "; ".join(parts)
 
 
