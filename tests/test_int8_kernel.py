@@ -133,3 +133,11 @@ def test_the_kernel_an_int8_model_runs_is_the_one_measured_faster_and_is_cached(
 def test_timing_the_kernels_runs_both_on_the_same_weights():
     times = int8_speed.time_kernels(rounds=1)
     assert set(times) == {"packed", "blocked"} and all(t > 0 for t in times.values())
+
+
+def test_a_named_blocked_kernel_is_loaded_before_the_copy_is_built(monkeypatch):
+    """SPECVIZ_INT8_KERNEL=blocked: the op is loaded by the choice itself (a copy read from the disk
+    cache builds its layers without quantize_int8's check), and needs_build says nothing is left."""
+    monkeypatch.setenv("SPECVIZ_INT8_KERNEL", "blocked")
+    assert int8_speed.choose_kernel(None) == "blocked" and hasattr(torch.ops.specviz_int8, "linear")
+    assert not int8_kernel.needs_build()

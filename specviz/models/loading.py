@@ -93,10 +93,13 @@ def _load_int8(spec: _Spec, report: Progress) -> LoadedModel:
     else:
         fresh = _load_float(spec, cpu, fp32, report)  # private copy, not cached
         model, tokenizer = fresh.model, fresh.tokenizer
+    from ..runtime.int8_kernel import needs_build
     from ..runtime.int8_speed import choose_kernel, speed_up_int8_head
     from ..runtime.quantize import Int8Options
     from .int8cache import quantize_cached
 
+    if needs_build():
+        report("building specviz's int8 kernel for this CPU (once, about 15 s)…")
     options = Int8Options(kernel=choose_kernel(cache_dir()))  # the int8 kernel measured faster here (cached)
     model, _ = quantize_cached(model, tokenizer, f"{spec.kind}:{spec.source}", options, report=report)  # on disk after the first start
     speed_up_int8_head(model, cache_dir())  # a large int8 head: oneDNN's prepacked kernel at the widths it measures faster (cached)

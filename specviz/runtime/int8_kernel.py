@@ -59,6 +59,21 @@ def _ninja_on_path() -> None:
         os.environ["PATH"] = f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}"
 
 
+def _library() -> Path:
+    """Where this machine's build of the op lives."""
+    from .runners import cache_home
+
+    name = _name()
+    return cache_home() / "kernels" / name / f"{name}.so"
+
+
+def needs_build() -> bool:
+    """Whether :func:`load` would compile the op now (about 13 s: a caller may say so first)."""
+    if "why" in _state or os.environ.get("SPECVIZ_INT8_KERNEL", "1") in ("0", "packed", "int_mm"):
+        return False
+    return not _library().is_file()
+
+
 def load() -> str | None:
     """Build (first time on this machine) and load the op. -> None when ``torch.ops.specviz_int8.linear``
     is ready, else why not (said once in the log; the int8 copies then keep PyTorch's kernels).
@@ -72,13 +87,10 @@ def load() -> str | None:
         elif not hasattr(torch.ops, "specviz_int8") or not hasattr(torch.ops.specviz_int8, "linear"):
             from torch.utils import cpp_extension
 
-            from .runners import cache_home
-
-            name = _name()
-            directory = cache_home() / "kernels" / name
+            built = _library()
+            name, directory = built.stem, built.parent
             try:
                 directory.mkdir(parents=True, exist_ok=True)
-                built = directory / f"{name}.so"
                 if built.is_file() and not (directory / "lock").exists():  # built, and no build under way
                     torch.ops.load_library(str(built))
                 else:

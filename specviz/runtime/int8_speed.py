@@ -79,7 +79,7 @@ def choose_kernel(cache_dir: str | Path | None = None, *, timed: dict[str, float
     on a busy machine). ``SPECVIZ_INT8_KERNEL=packed|int_mm|blocked`` names one instead.
     :func:`kernel_choice` says what was chosen and why. ``timed`` stands in for the timing in tests."""
     named = os.environ.get("SPECVIZ_INT8_KERNEL", "")
-    if named in KERNELS:
+    if named in KERNELS and (named != "blocked" or int8_kernel.load() is None):  # blocked: built and loaded first
         _choices.update(kernel=named, why=f"SPECVIZ_INT8_KERNEL={named}", timings=None)
         return named
     why_not = int8_kernel.load()
