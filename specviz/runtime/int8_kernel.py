@@ -18,6 +18,7 @@ an ``@int8`` model runs is measured on this machine (:func:`specviz.runtime.int8
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import os
@@ -38,6 +39,7 @@ _state: dict[str, str | None] = {}
 _lock = threading.Lock()
 
 
+@functools.cache
 def _name() -> str:
     """The library's name: a digest of the source, the flags, torch's version and this CPU."""
     from .cpu import machine_id
@@ -84,7 +86,7 @@ def load() -> str | None:
         why = None
         if os.environ.get("SPECVIZ_INT8_KERNEL", "1") == "0":
             why = "turned off (SPECVIZ_INT8_KERNEL=0)"
-        elif not hasattr(torch.ops, "specviz_int8") or not hasattr(torch.ops.specviz_int8, "linear"):
+        elif not hasattr(torch.ops.specviz_int8, "linear"):  # not loaded in this process yet
             from torch.utils import cpp_extension
 
             built = _library()

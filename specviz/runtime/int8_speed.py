@@ -27,10 +27,9 @@ from .quantize import (
     _QUANTIZED_DEPRECATED,
     HEAD_KERNELS,
     KERNELS,
-    BlockedInt8Linear,
+    LAYERS,
     Int8Linear,
     Int8Options,
-    PackedInt8Linear,
     quantize_rows,
 )
 
@@ -54,8 +53,7 @@ def time_kernels(kernels: tuple[str, ...] = ("packed", "blocked"), rounds: int =
     floats = [torch.nn.Linear(k, n, bias=False) for n, k in CHOICE_SHAPES for _ in range(CHOICE_LAYERS)]
     for lin in floats:
         lin.weight.data = torch.randn(lin.weight.shape, generator=gen) * 0.02
-    layers = {name: [{"packed": PackedInt8Linear, "int_mm": Int8Linear, "blocked": BlockedInt8Linear}[name](
-        lin, None, Int8Options(kernel=name)) for lin in floats] for name in kernels}
+    layers = {name: [LAYERS[name](lin, None, Int8Options(kernel=name)) for lin in floats] for name in kernels}
     inputs = {rows: {k: torch.randn(rows, k, generator=gen) for _, k in CHOICE_SHAPES} for rows in CHOICE_ROWS}
     best = {name: dict.fromkeys(CHOICE_ROWS, float("inf")) for name in kernels}
     with torch.inference_mode(), warnings.catch_warnings():
@@ -89,9 +87,9 @@ def choose_kernel(cache_dir: str | Path | None = None, *, timed: dict[str, float
     key = f"int8 kernel | {cpu.machine_id()} | torch {torch.__version__} | {torch.get_num_threads()} threads | {int8_kernel._name()}"
     path = Path(cache_dir).expanduser() / cpu.CACHE_FILE if cache_dir is not None else None
     entry = cpu._read_cache(path).get(key) if path is not None else None
-    if timed is None and not (isinstance(entry, dict) and isinstance(entry.get("ms"), dict)):
+    if timed is None and not _has_timings(entry):
         entry = _measured.get(key)  # measured in this process already (another cache directory)
-    if not (isinstance(entry, dict) and isinstance(entry.get("ms"), dict)):
+    if not _has_timings(entry):
         times = timed if timed is not None else time_kernels()
         entry = {"ms": {name: round(t * 1e3, 3) for name, t in times.items()}}
         if timed is None:
@@ -104,6 +102,10 @@ def choose_kernel(cache_dir: str | Path | None = None, *, timed: dict[str, float
         f"{kernel} measured faster here: one- and two-row products ({len(CHOICE_SHAPES) * CHOICE_LAYERS} layers) "
         + ", ".join(f"{name} {t:.1f} ms" for name, t in sorted(ms.items(), key=lambda kv: kv[1]))))
     return kernel
+
+
+def _has_timings(entry: Any) -> bool:
+    return isinstance(entry, dict) and isinstance(entry.get("ms"), dict)
 
 
 def kernel_choice() -> dict[str, Any] | None:

@@ -239,7 +239,7 @@ class BlockedInt8Linear(Int8Linear):
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # [..., in] -> [..., out]
         plain = x.dim() == 2 and x.dtype == torch.float32  # the static body's rows: no reshape, no cast (ops in a trace)
         x2 = x if plain else x.reshape(-1, self.in_features).float()  # [rows, in]
-        if x2.shape[0] >= PREFILL_ROWS and int_mm_pays():
+        if prefill_on_int_mm(x2.shape[0]):
             return super().forward(x)
         blocked, wsum = (self.blocked, self.wsum) if "blocked" in self._buffers else self._part_blocked()
         y = int8_kernel.linear(x2, blocked, self.scale, wsum, self.bias, self.inv_smooth, self.out_features)  # [rows, out]
@@ -272,7 +272,7 @@ class BlockedInt8Linear(Int8Linear):
         return part
 
     def kernel(self, rows: int) -> str:
-        return "specviz int8"
+        return HEAD_KERNELS[0] if prefill_on_int_mm(rows) else "blocked"
 
 
 _blocking = threading.Lock()
@@ -313,7 +313,7 @@ class PackedInt8Linear(Int8Linear):
         if self.inv_smooth is not None:
             x2 = x2 * self.inv_smooth  # [rows, in]
         op = torch.ops.quantized.linear_dynamic
-        if self.per_token and x2.shape[0] >= PREFILL_ROWS and int_mm_pays():
+        if self.per_token and prefill_on_int_mm(x2.shape[0]):
             y = self._all_rows(x2)  # [rows, out]
         elif self.per_token and 1 < x2.shape[0] < PREFILL_ROWS and getattr(self, "bias_free", False):
             # a catch-up feed or tree level: one call (one read of the weight), rows at their own scale
@@ -382,6 +382,9 @@ class PackedInt8Linear(Int8Linear):
         return PackedRows(self, start, stop)
 
 
+LAYERS: dict[str, type[Int8Linear]] = {"packed": PackedInt8Linear, "int_mm": Int8Linear, "blocked": BlockedInt8Linear}  # by KERNELS
+
+
 _last_product = threading.local()  # per thread: (fused layer, its input, its output), for PackedRows
 
 
@@ -440,6 +443,12 @@ def _pack(weight: torch.Tensor, bias: torch.Tensor | None, per_channel: bool):
 
 _saturates: dict[str, bool] = {}
 _int_mm_probe: dict[str, bool] = {}  # int_mm_pays's one measurement
+
+
+def prefill_on_int_mm(rows: int) -> bool:
+    """Whether ``rows`` rows at once (a prompt's prefill) go to one ``torch._int_mm`` call rather
+    than a layer's own few-row kernel: :data:`PREFILL_ROWS` or more, where that pays here."""
+    return rows >= PREFILL_ROWS and int_mm_pays()
 
 
 def int_mm_pays(time_both=None) -> bool:
@@ -543,7 +552,7 @@ def quantize_int8(model: torch.nn.Module, tokenizer=None, options: Int8Options |
             raise ValueError(f"int8 quantization needs float32 weights on the CPU; {name} is {lin.weight.dtype} on {lin.weight.device}")
     chosen = {name: lin for name, lin in targets if not any(name.endswith(suffix) for suffix in options.keep_float)}
     replacements = {}
-    layer = {"int_mm": Int8Linear, "blocked": BlockedInt8Linear}.get(options.kernel, PackedInt8Linear)
+    layer = LAYERS[options.kernel]
     if options.kernel == "blocked" and (why := int8_kernel.load()) is not None:
         raise ValueError(f"the blocked int8 kernel is not available here: {why}")
     for names in shared_input_groups(chosen) if options.fuse_siblings else ():  # q/k/v, gate/up: one fused layer each
