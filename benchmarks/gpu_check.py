@@ -42,6 +42,7 @@ sys.path.insert(0, str(ROOT))  # this source tree's specviz, installed or not
 
 import torch  # noqa: E402
 import transformers  # noqa: E402
+from packaging.version import Version  # noqa: E402
 
 from specviz import Sampling, SpeculativeDecoder  # noqa: E402
 from specviz.analysis import checks  # noqa: E402
@@ -50,6 +51,7 @@ from specviz.proposers import DraftModel, NGram  # noqa: E402
 from specviz.runtime.kv import forward_logits, new_cache, rollback  # noqa: E402
 
 SCHEMA = "specviz.gpu_check/1"
+MIN_TRANSFORMERS = (5, 18)  # as pyproject.toml
 PROMPTS = [
     "the cat sat on the mat. the cat sat on the",
     "hello world, hello again. hello",
@@ -424,8 +426,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default="gpu_check.json", help="where to write the JSON report")
     ap.add_argument("--threads", type=int, default=None, help="CPU threads (default: 1 on a CPU run, else torch's)")
     args = ap.parse_args(argv)
-    if int(transformers.__version__.split(".")[0]) < 5:
-        print(f"specviz needs transformers 5 (found {transformers.__version__}): pip install 'transformers>=5,<6'")
+    if not MIN_TRANSFORMERS <= Version(transformers.__version__).release < (6,):
+        # before 5.18 a sliding-window layer that records its past hands attention more keys than
+        # its mask covers, and a Gemma 3 verify pass fails
+        print(f"specviz needs transformers >=5.18,<6 (found {transformers.__version__}); carry a wheel or "
+              "pip install 'transformers>=5.18,<6'")
         return 2
     device = resolve_device(args.device)
     if args.threads or device.type == "cpu":

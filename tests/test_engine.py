@@ -12,7 +12,7 @@ from specviz.core.engine import encode_prompt
 from specviz.core.stats import position_counts, step_position_counts
 from specviz.proposers import DraftModel, NGram
 from specviz.remote.engines import positions_from_steps
-from specviz.runtime.kv import forward_logits, rollback
+from specviz.runtime.kv import cache_kwargs, forward_logits, rollback
 from tests.support import hf_greedy
 
 PROMPTS = [
@@ -39,6 +39,23 @@ def test_tests_exercise_rejections_and_acceptances(tiny_target, near_draft):
     res = SpeculativeDecoder(tiny_target, DraftModel(near_draft), k=4).generate(PROMPTS[0], max_new_tokens=40)
     kinds = {s.next_kind for s in res.steps}
     assert 0 < res.stats.acceptance_rate < 1 and {"resampled", "bonus"} <= kinds
+
+
+def test_cache_keyword_follows_the_installed_forward(tiny_target):
+    """transformers 5.24 renamed ``past_key_values`` to ``cache``; an unknown keyword is swallowed
+    silently, so the name is read from the forward's signature."""
+
+    class Old(torch.nn.Module):
+        def forward(self, input_ids=None, past_key_values=None, use_cache=None, **kwargs): ...
+
+    class New(torch.nn.Module):
+        def forward(self, input_ids=None, cache=None, use_cache=None, **kwargs): ...
+
+    assert cache_kwargs(Old(), "c") == {"past_key_values": "c"}
+    assert cache_kwargs(New(), "c") == {"cache": "c"}
+    import inspect
+    params = inspect.signature(type(tiny_target.model).forward).parameters
+    assert next(iter(cache_kwargs(tiny_target.model, None))) in params
 
 
 def test_autoregressive_equals_hf_greedy(tiny_target):

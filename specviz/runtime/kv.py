@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
+
 import torch
 
 
@@ -13,6 +16,18 @@ def new_cache(model: torch.nn.Module):
     cache = DynamicCache(config=model.config)
     cache.activate_past_recording()
     return cache
+
+
+@functools.cache
+def _cache_arg(forward) -> str:
+    """The name a model's forward takes its cache by: ``cache`` in recent transformers 5 releases,
+    ``past_key_values`` before the rename (an unknown keyword would be swallowed silently)."""
+    return "past_key_values" if "past_key_values" in inspect.signature(forward).parameters else "cache"
+
+
+def cache_kwargs(model: torch.nn.Module, cache) -> dict:
+    """``{name: cache}`` for ``model``'s forward, whichever transformers 5 release is installed."""
+    return {_cache_arg(type(model).forward): cache}
 
 
 def session_cache(model: torch.nn.Module):
@@ -51,7 +66,7 @@ def forward_logits(model: torch.nn.Module, input_ids: torch.Tensor, cache, keep:
     run = getattr(cache, "run", None)
     if run is not None:
         return run(input_ids, keep)
-    out = model(input_ids=input_ids[None], cache=cache, use_cache=True, logits_to_keep=keep)
+    out = model(input_ids=input_ids[None], **cache_kwargs(model, cache), use_cache=True, logits_to_keep=keep)
     return out.logits[0, -keep:].float()  # [keep, V]
 
 
@@ -197,7 +212,7 @@ def tree_forward_logits(
         attention_mask = masks if "sliding_attention" in masks or len(masks) > 1 else masks["full_attention"]
         out = model(
             input_ids=tokens[None], attention_mask=attention_mask, position_ids=positions[None],
-            cache=cache, use_cache=True, logits_to_keep=m,
+            **cache_kwargs(model, cache), use_cache=True, logits_to_keep=m,
         )
     finally:
         for layer in sliding:

@@ -61,6 +61,7 @@ import torch
 import torch.nn.functional as F
 
 from . import cpu, projections, runners
+from .kv import cache_kwargs
 from .projections import fused_of
 
 log = logging.getLogger(__name__)
@@ -507,7 +508,7 @@ class StaticDecoder:
         dynamic = DynamicCache(config=self.model.config)
         # the decoder alone, then this step's own head on 2-D rows: a bf16 head called on the
         # model's [1, keep, d] takes a batched-matmul path that copies its whole weight (0.7 s)
-        out = self.model.model(input_ids=input_ids[None], cache=dynamic, use_cache=True)
+        out = self.model.model(input_ids=input_ids[None], **cache_kwargs(self.model.model, dynamic), use_cache=True)
         for i, layer in enumerate(dynamic.layers):
             kept = layer.keys.shape[2]  # a sliding layer may hold only its window's tail
             cache.keys[i, :, n - kept : n] = layer.keys[0]
