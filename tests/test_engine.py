@@ -12,7 +12,8 @@ from specviz.core.engine import encode_prompt
 from specviz.core.stats import position_counts, step_position_counts
 from specviz.proposers import DraftModel, NGram
 from specviz.remote.engines import positions_from_steps
-from specviz.runtime.kv import cache_kwargs, forward_logits, rollback
+from specviz.runtime.hfcompat import cache_kwargs
+from specviz.runtime.kv import forward_logits, rollback
 from tests.support import hf_greedy
 
 PROMPTS = [

@@ -61,7 +61,7 @@ import torch
 import torch.nn.functional as F
 
 from . import cpu, projections, runners
-from .kv import cache_kwargs
+from .hfcompat import cache_kwargs
 from .projections import fused_of
 
 log = logging.getLogger(__name__)
