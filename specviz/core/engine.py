@@ -12,6 +12,7 @@ from typing import Any, Iterable, Sequence
 
 import torch
 
+from ..runtime.argmax_head import HeadLogits
 from ..runtime.kv import context_window, forward_logits, keep_path, rollback, score_tree, session_cache
 from .algorithm import EXACT, Acceptance, TreeVerification, Verification, argmax, verify, verify_tree
 from .bounds import ENGINE_MAX_K as MAX_K  # the engine's hard limit on k; kept as engine.MAX_K
@@ -423,6 +424,11 @@ def check_tree_nodes(n: int, most: int | None) -> None:
         )
 
 
+def greedy_argmax(logits) -> torch.Tensor:
+    """[n]: each row's first largest logit; a screened head's without computing its logits."""
+    return logits.argmax() if isinstance(logits, HeadLogits) else argmax(logits)
+
+
 def _check_q_width(q, logits: torch.Tensor) -> None:
     if isinstance(q, torch.Tensor) and q.shape[-1] != logits.shape[-1]:
         raise ValueError(f"the proposer's q has {q.shape[-1]} columns but the target's vocabulary has {logits.shape[-1]}")
@@ -434,7 +440,9 @@ class _Chain:
     @staticmethod
     def score(session: Session, proposal: Proposal) -> torch.Tensor:
         feed = torch.cat([session.context[-1:], proposal.tokens])  # [k+1]
-        return forward_logits(session.target.model, feed, session.cache, proposal.k + 1)  # [k+1, V]
+        # a greedy step decides on the argmax alone; lean records read p only if asked: logits when read
+        lazy = session.decoder.sampling.greedy and session.records == "lean"
+        return forward_logits(session.target.model, feed, session.cache, proposal.k + 1, lazy=lazy)  # [k+1, V]
 
     @staticmethod
     def verify(session: Session, proposal: Proposal, logits: torch.Tensor, p: LazyProbs) -> Verification:
@@ -449,7 +457,7 @@ class _Chain:
         # greedy decides on argmax alone: p is computed only if a record or hook reads it
         return verify(
             p if sampling.greedy else p.get(), q, proposal.tokens, generator=session.generator, greedy=sampling.greedy,
-            target_argmax=argmax(logits) if sampling.greedy else None, acceptance=session.decoder.acceptance,
+            target_argmax=greedy_argmax(logits) if sampling.greedy else None, acceptance=session.decoder.acceptance,
         )
 
     @staticmethod

@@ -13,6 +13,7 @@ from typing import Any, Callable
 
 import torch
 
+from ..runtime.argmax_head import materialize
 from .algorithm import TOP_N, logits_to_probs, top_n
 from .records import Deferred, DraftDecision, LazyFields, StepRecord
 
@@ -32,7 +33,7 @@ class LazyProbs:
 
     def get(self) -> torch.Tensor:
         if self._p is None:
-            self._p = logits_to_probs(self.logits, self.sampling)  # [n, V]
+            self._p = logits_to_probs(materialize(self.logits), self.sampling)  # [n, V]
         return self._p
 
 

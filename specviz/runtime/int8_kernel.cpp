@@ -13,8 +13,10 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+#if defined(__AVX512F__)
 #include <immintrin.h>
+#endif
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
 #define SPECVIZ_VNNI 1
 #else
 #define SPECVIZ_VNNI 0
@@ -159,7 +161,97 @@ at::Tensor linear(const at::Tensor& x_, const at::Tensor& w, const at::Tensor& s
   return y;
 }
 
+// -- bf16 screen: y = x @ bf16(W)^T in float32, for the certified argmax head (argmax_head.py) --------
+// The weight is bf16 blocked [N/16, K, 16]: 16 outputs a step over all K. Each weight widens to
+// float32 exactly (a 16-bit shift) and meets the float32 row in a multiply-add, so y is the float32
+// product of x and bf16(W), summed in the order k = 0..K-1, 2-4 chains apart. Plain loops the
+// compiler vectorizes for the CPU it targets (AVX-512 or AVX2).
+namespace {
+constexpr int64_t LANES = 16;  // outputs a screen block
+
+inline float widen(uint16_t b) {
+  uint32_t bits = (uint32_t)b << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+#if defined(__AVX512F__)
+// U independent sums a row (k = u mod U): R U chains of multiply-adds hide their latency
+template <int R>
+void screen_block(const uint16_t* w, const float* x, int64_t K, float* out, int64_t ld) {
+  constexpr int U = R == 1 ? 4 : 2;
+  __m512 acc[R][U];
+  for (int r = 0; r < R; ++r)
+    for (int u = 0; u < U; ++u) acc[r][u] = _mm512_setzero_ps();
+  auto step = [&](int u, int64_t k) {
+    const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + k * LANES));
+    const __m512 wf = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16));  // exact
+    for (int r = 0; r < R; ++r) acc[r][u] = _mm512_fmadd_ps(_mm512_set1_ps(x[r * K + k]), wf, acc[r][u]);
+  };
+  int64_t k = 0;
+  for (; k + U <= K; k += U)
+    for (int u = 0; u < U; ++u) step(u, k + u);
+  for (; k < K; ++k) step(0, k);
+  for (int r = 0; r < R; ++r) {
+    __m512 sum = acc[r][0];
+    for (int u = 1; u < U; ++u) sum = _mm512_add_ps(sum, acc[r][u]);
+    _mm512_storeu_ps(out + r * ld, sum);
+  }
+}
+#else
+template <int R>
+void screen_block(const uint16_t* w, const float* x, int64_t K, float* out, int64_t ld) {
+  float acc[R][LANES] = {};
+  for (int64_t k = 0; k < K; ++k) {
+    const uint16_t* wk = w + k * LANES;
+    float wf[LANES];
+    for (int j = 0; j < LANES; ++j) wf[j] = widen(wk[j]);
+    for (int r = 0; r < R; ++r) {
+      const float xr = x[r * K + k];
+      for (int j = 0; j < LANES; ++j) acc[r][j] += xr * wf[j];
+    }
+  }
+  for (int r = 0; r < R; ++r) std::memcpy(out + r * ld, acc[r], sizeof(acc[r]));
+}
+#endif
+}  // namespace
+
+// x [M, K] fp32; w [N/16, K, 16] bf16 (as int16) -> [M, Np] fp32 with Np = N/16 * 16 (the caller
+// slices off the padding)
+at::Tensor screen(const at::Tensor& x_, const at::Tensor& w) {
+  TORCH_CHECK(x_.dim() == 2 && x_.scalar_type() == at::kFloat, "x must be [rows, in] float32");
+  TORCH_CHECK(w.dim() == 3 && w.size(2) == LANES && w.size(1) == x_.size(1) && w.element_size() == 2,
+              "w must be 16-bit [N/16, in, 16]");
+  at::Tensor x = x_.contiguous();
+  const int64_t M = x.size(0), K = x.size(1), blocks = w.size(0), Np = blocks * LANES;
+  at::Tensor y = at::empty({M, Np}, x.options());
+  if (M == 0) return y;
+  const uint16_t* wp = reinterpret_cast<const uint16_t*>(w.data_ptr());
+  const float* xp = x.data_ptr<float>();
+  float* yp = y.data_ptr<float>();
+  at::parallel_for(0, blocks, 64, [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b)
+      for (int64_t r0 = 0; r0 < M; r0 += 4) {  // a block's 40 KB stay in cache across the row groups
+        const int64_t rows = std::min<int64_t>(4, M - r0);
+        const uint16_t* wb = wp + b * K * LANES;
+        float* o = yp + r0 * Np + b * LANES;
+        switch (rows) {
+          case 1: screen_block<1>(wb, xp + r0 * K, K, o, Np); break;
+          case 2: screen_block<2>(wb, xp + r0 * K, K, o, Np); break;
+          case 3: screen_block<3>(wb, xp + r0 * K, K, o, Np); break;
+          default: screen_block<4>(wb, xp + r0 * K, K, o, Np);
+        }
+      }
+  });
+  return y;
+}
+
 TORCH_LIBRARY(specviz_int8, m) {
   m.def("linear(Tensor x, Tensor w, Tensor scale, Tensor wsum, Tensor? bias, Tensor? inv_smooth, int N) -> Tensor");
+  m.def("screen(Tensor x, Tensor w) -> Tensor");
 }
-TORCH_LIBRARY_IMPL(specviz_int8, CPU, m) { m.impl("linear", &linear); }
+TORCH_LIBRARY_IMPL(specviz_int8, CPU, m) {
+  m.impl("linear", &linear);
+  m.impl("screen", &screen);
+}

@@ -46,13 +46,14 @@ def rollback(cache, length: int) -> None:
     cache.crop(-(current - length))
 
 
-def forward_logits(model: torch.nn.Module, input_ids: torch.Tensor, cache, keep: int) -> torch.Tensor:
+def forward_logits(model: torch.nn.Module, input_ids: torch.Tensor, cache, keep: int, lazy: bool = False):
     """Run ``input_ids`` [n] through ``model`` on top of ``cache`` (updated in place) and return
     the float32 logits of the last ``keep`` positions [keep, V]. A :class:`specviz.runtime.static_decode.StaticKV`
-    runs its own static step of the same model."""
+    runs its own static step of the same model; ``lazy`` (greedy callers that read only the argmax):
+    there, a :class:`specviz.runtime.argmax_head.HeadLogits` where the model screens its head."""
     run = getattr(cache, "run", None)
     if run is not None:
-        return run(input_ids, keep)
+        return run(input_ids, keep, lazy) if lazy else run(input_ids, keep)
     out = model(input_ids=input_ids[None], **cache_kwargs(model, cache), use_cache=True, logits_to_keep=keep)
     return out.logits[0, -keep:].float()  # [keep, V]
 

@@ -60,7 +60,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from . import cpu, projections, runners
+from . import argmax_head, cpu, projections, runners
 from .hfcompat import cache_kwargs
 from .projections import fused_of
 
@@ -336,9 +336,10 @@ class StaticKV:
             values[:, :, : self.length] = self.values[:, :, : self.length]
         self.keys, self.values = keys, values
 
-    def run(self, input_ids: torch.Tensor, keep: int = 1) -> torch.Tensor:
-        """Feed ``input_ids`` [n] after the cached positions -> float32 logits of the last ``keep`` [keep, V]."""
-        return self.decoder.run(self, input_ids, keep)
+    def run(self, input_ids: torch.Tensor, keep: int = 1, lazy: bool = False):
+        """Feed ``input_ids`` [n] after the cached positions -> float32 logits of the last ``keep`` [keep, V]
+        (``lazy``: a :class:`~specviz.runtime.argmax_head.HeadLogits` where the model screens its head)."""
+        return self.decoder.run(self, input_ids, keep, lazy)
 
     def run_tree(self, tokens: torch.Tensor, positions: torch.Tensor, visible: torch.Tensor) -> torch.Tensor:
         """A token tree's nodes in one step (:meth:`StaticDecoder.run_tree`) -> logits [m, V]."""
@@ -463,7 +464,7 @@ class StaticDecoder:
         return self._runner(example)
 
     @torch.inference_mode()
-    def run(self, cache: StaticKV, input_ids: torch.Tensor, keep: int = 1) -> torch.Tensor:
+    def run(self, cache: StaticKV, input_ids: torch.Tensor, keep: int = 1, lazy: bool = False):
         n = int(input_ids.shape[0])
         if not 1 <= keep <= n:
             raise ValueError(f"keep must lie in 1..{n}, got {keep}")
@@ -480,7 +481,7 @@ class StaticDecoder:
             hidden = torch.cat([self._call(self._inputs(cache, input_ids[i : i + width], start + i))
                                 for i in range(0, n, width)])[n - keep :]  # [keep, d]
         cache.length = start + n
-        return self._head(hidden)  # [keep, V]
+        return self._head(hidden, lazy)  # [keep, V]
 
     @torch.inference_mode()
     def run_tree(self, cache: StaticKV, tokens: torch.Tensor, positions: torch.Tensor, visible: torch.Tensor) -> torch.Tensor:
@@ -494,7 +495,15 @@ class StaticDecoder:
         cache.length = start + m
         return self._head(hidden)
 
-    def _head(self, hidden: torch.Tensor) -> torch.Tensor:
+    def _head(self, hidden: torch.Tensor, lazy: bool = False):
+        """Logits [rows, V] of hidden [rows, d]; ``lazy`` (a greedy step): where the model has a
+        certified argmax screen for this width, logits computed only when read, argmax without them."""
+        screen = argmax_head.screen_of(self.model) if lazy else None
+        if screen is not None and screen.used(hidden.shape[0]):
+            return argmax_head.HeadLogits(hidden, self._full_head, screen)
+        return self._full_head(hidden)
+
+    def _full_head(self, hidden: torch.Tensor) -> torch.Tensor:
         logits = self.model.get_output_embeddings()(hidden).float()  # [rows, V]
         if self.softcap:
             logits = torch.tanh(logits / self.softcap) * self.softcap

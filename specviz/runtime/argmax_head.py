@@ -1,0 +1,228 @@
+"""A certified greedy argmax for a large float32 LM head, at half its bytes.
+
+Greedy decoding and greedy verification need only argmax_i w_i . h of each row's logits, and a
+262,144 x 640 float32 head is most of a small model's decode step (671 MB read per step). So:
+
+1. screen: y = h @ bf16(W)^T, h in float32, the weight read as bf16 (half the bytes) and widened
+   exactly, float32 multiply-adds (``torch.ops.specviz_int8.screen``, built for this CPU);
+2. bound: every |y_i - w_i . h| <= B, with B from the rounding alone (below);
+3. recompute w_i . h in float32 for the rows with y_i >= max(y) - 2B (the true argmax is among
+   them: its y is >= its logit - B >= the best logit - B >= max(y) - 2B), and take the first
+   largest of those.
+
+The bound. With w' = bf16(w), N = max_i |w_i|, E = max_i |w_i - w'_i|, d = h's length and
+u = 2^-24 (float32's unit roundoff):
+    |h.w - h.w'| <= |h| E                                                  (the weight's rounding)
+    float32 sums of d products, in any order, are within 1.01 d u |h| (N + E) of h.w'
+so B = |h| E + 1.01 d u |h| (N + E) per row of h. On gemma-3-270m's head at its own hidden states
+this keeps a handful of the 262,144 rows.
+
+The float32 recompute sums in another order than the head's own kernel, as the measured head
+kernels (:mod:`specviz.runtime.cpu`) already do: the argmax can differ only where two logits are
+within float32 rounding of each other. Where more rows survive than :data:`MAX_KEPT` (a degenerate
+h), the full float32 head decides. A final-logit softcap (tanh) is monotone but may tie rows in
+float32, so a softcapped head is never screened.
+
+:class:`HeadLogits` carries one step's hidden states: its argmax is certified as above, and the
+full logits are computed only when something reads them (a record's p, a sampled step). Whether a
+width screens is measured when a model loads (:func:`attach`; ``SPECVIZ_ARGMAX_HEAD``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import statistics
+import time
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from . import cpu
+
+log = logging.getLogger(__name__)
+
+MAX_KEPT = 4096  # more surviving rows than this: the full float32 head instead
+WIDTHS = (1, 2, 3, 5, 9)  # widths timed at load (a greedy chain verifies k + 1 rows; wider: the widest)
+REPEATS = 5
+LANES = 16  # outputs a block of the screen op's weight
+U32 = 2.0**-24
+U_BF16_OUT = 2.0**-8
+
+
+@dataclass(frozen=True)
+class Screen:
+    """A head's bf16 screening copy and the constants of its error bound."""
+
+    weight: torch.Tensor  # [V, d] float32, the head's own
+    blocked: torch.Tensor  # [ceil(V/16), d, 16] bf16 bits (int16), zero-padded: the screen op's layout
+    norm_max: float  # N = max_i |w_i|
+    err_max: float  # E = max_i |w_i - bf16(w_i)|
+    use_at: tuple[bool, ...] = (False, True)  # by rows (the last entry for wider): screen at this width?
+
+    def used(self, rows: int) -> bool:
+        return self.use_at[min(rows, len(self.use_at) - 1)]
+
+    def bound(self, h: torch.Tensor) -> torch.Tensor:
+        """B per row of h [n, d] -> [n]."""
+        hn = h.norm(dim=-1)  # [n]
+        return hn * self.err_max + 1.01 * h.shape[-1] * U32 * hn * (self.norm_max + self.err_max)
+
+    def screen(self, h: torch.Tensor) -> torch.Tensor:
+        """h @ bf16(W)^T [n, V], float32, of float32 hidden states h [n, d]."""
+        return torch.ops.specviz_int8.screen(h, self.blocked)[:, : self.weight.shape[0]]
+
+    def argmax(self, h: torch.Tensor) -> torch.Tensor | None:
+        """The first argmax of h @ W^T per row [n] (h [n, d] float32), certified; None where some
+        row keeps more than MAX_KEPT candidates (then the caller runs the full head)."""
+        y = self.screen(h)  # [n, V]
+        top = y.max(dim=-1).values  # [n]
+        rows, cols = (y >= (top - 2 * self.bound(h))[:, None]).nonzero(as_tuple=True)  # row-major: ids ascending
+        if rows.numel() > MAX_KEPT * h.shape[0]:
+            return None
+        exact = (self.weight[cols] * h[rows]).sum(dim=-1)  # [m] float32: w_i . h for each survivor
+        n, big = h.shape[0], torch.iinfo(torch.long).max
+        best = torch.full((n,), float("-inf"), dtype=exact.dtype).scatter_reduce(0, rows, exact, "amax")
+        first = torch.where(exact == best[rows], cols, big)  # ties: the first id
+        return torch.full((n,), big).scatter_reduce(0, rows, first, "amin")
+
+
+def block(weight: torch.Tensor) -> torch.Tensor:
+    """A float32 weight [V, d] -> its bf16 bits blocked [ceil(V/16), d, 16] (int16), zero-padded."""
+    v, d = weight.shape
+    padded = torch.zeros(-(-v // LANES) * LANES, d, dtype=torch.bfloat16)
+    padded[:v] = weight.detach()
+    return padded.view(torch.int16).view(-1, LANES, d).permute(0, 2, 1).contiguous()
+
+
+def build(weight: torch.Tensor) -> Screen:
+    """The screen of a float32 head weight [V, d] (its bf16 copy: half the weight's bytes again)."""
+    w = weight.detach()
+    err = (w - w.to(torch.bfloat16).float()).norm(dim=-1)  # [V]
+    return Screen(w, block(w), float(w.norm(dim=-1).max()), float(err.max()))
+
+
+class HeadLogits:
+    """One step's logits [n, V], computed when first read; its argmax certified without them."""
+
+    def __init__(self, hidden: torch.Tensor, full: Callable[[torch.Tensor], torch.Tensor], screen: Screen):
+        self.hidden, self._full, self.screen, self._logits = hidden, full, screen, None  # hidden [n, d]
+        self.shape = torch.Size((hidden.shape[0], screen.weight.shape[0]))
+
+    def get(self) -> torch.Tensor:
+        if self._logits is None:
+            with torch.inference_mode():  # read later, perhaps outside the step's no-grad
+                self._logits = self._full(self.hidden)  # [n, V]
+        return self._logits
+
+    def argmax(self) -> torch.Tensor:
+        """[n]: the first largest logit's id per row, as ``logits.max(-1).indices``."""
+        if self._logits is not None:
+            return self._logits.max(dim=-1).indices
+        best = self.screen.argmax(self.hidden.float()) if self.screen.used(self.hidden.shape[0]) else None
+        return best if best is not None else self.get().max(dim=-1).indices
+
+
+def materialize(logits) -> torch.Tensor:
+    """A tensor of logits from a tensor or a :class:`HeadLogits`."""
+    return logits.get() if isinstance(logits, HeadLogits) else logits
+
+
+# -- the choice, per model: screen where it measures faster than the full head ------------------
+
+_SCREENS: "weakref.WeakKeyDictionary[torch.nn.Module, Screen]" = weakref.WeakKeyDictionary()
+
+
+def setting() -> str:
+    value = os.environ.get("SPECVIZ_ARGMAX_HEAD", "auto").strip().lower() or "auto"
+    if value not in ("auto", "on", "0"):
+        raise ValueError(f"SPECVIZ_ARGMAX_HEAD must be auto, on or 0, not {value!r}")
+    return value
+
+
+def eligible(model: torch.nn.Module, min_elements: int = cpu.MIN_HEAD_ELEMENTS) -> bool:
+    """A large float32 nn.Linear-like head on the CPU, no final softcap."""
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    w = getattr(head, "weight", None)
+    text = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    return (isinstance(w, torch.Tensor) and w.dtype == torch.float32 and w.device.type == "cpu" and w.dim() == 2
+            and w.numel() >= min_elements and getattr(head, "bias", None) is None
+            and not getattr(text, "final_logit_softcapping", None))
+
+
+def time_widths(head: Callable[[torch.Tensor], torch.Tensor], screen: Screen, widths=WIDTHS,
+                repeats: int = REPEATS) -> dict[int, tuple[float, float]]:
+    """{rows: (full head ms, screened argmax ms)}: medians, the two interleaved, on random rows."""
+    g = torch.Generator().manual_seed(0)
+    d = screen.weight.shape[1]
+    out = {}
+    for rows in widths:
+        h = torch.randn(rows, d, generator=g) * (20.0 / max(screen.norm_max, 1e-6))  # logits of order 20
+        full, fast = [], []
+        for i in range(repeats + 1):
+            for which, sink in ((0, full), (1, fast)) if i % 2 else ((1, fast), (0, full)):
+                t = time.perf_counter()
+                head(h) if which == 0 else screen.argmax(h)
+                if i:  # the first round warms both
+                    sink.append((time.perf_counter() - t) * 1e3)
+        out[rows] = (statistics.median(full), statistics.median(fast))
+    return out
+
+
+def attach(model: torch.nn.Module, min_elements: int = cpu.MIN_HEAD_ELEMENTS) -> Screen | None:
+    """Give ``model`` a screen where it is eligible and (``auto``) measures faster than its head at
+    some width (``on``: at every width). -> the screen, or None. Its timings: :func:`report`."""
+    mode = setting()
+    if mode == "0" or not eligible(model, min_elements):
+        return None
+    from . import int8_kernel
+
+    why = int8_kernel.load()
+    if why is not None:
+        log.info("specviz: no certified argmax head: the screen op %s", why)
+        return None
+    head = model.get_output_embeddings()
+    t = time.perf_counter()
+    screen = build(head.weight)
+    with torch.inference_mode():
+        times = time_widths(head, screen) if mode == "auto" else {}
+    use = {rows: fast < full * cpu.FASTER for rows, (full, fast) in times.items()} if times else {1: True}
+    use_at = (False,) + tuple(use[max(r for r in use if r <= n)] for n in range(1, max(use) + 1))  # between widths: the narrower's
+    if not any(use_at):
+        log.info("specviz: the bf16-screened argmax head is not faster here (%s); keeping the float32 head", _words(times))
+        return None
+    screen = dataclasses.replace(screen, use_at=use_at)
+    _SCREENS[model] = screen
+    _TIMES[model] = times
+    log.info("specviz: greedy argmax through a bf16 screen of the %dx%d head (%s; %.1f s)",
+             *screen.weight.shape, _words(times), time.perf_counter() - t)
+    return screen
+
+
+_TIMES: "weakref.WeakKeyDictionary[torch.nn.Module, dict]" = weakref.WeakKeyDictionary()
+
+
+def screen_of(model: torch.nn.Module) -> Screen | None:
+    return _SCREENS.get(model)
+
+
+def detach(model: torch.nn.Module) -> None:
+    """Run ``model``'s full float32 head again at every width."""
+    _SCREENS.pop(model, None)
+    _TIMES.pop(model, None)
+
+
+def _words(times: dict[int, tuple[float, float]]) -> str:
+    return ", ".join(f"{r} row{'s' if r > 1 else ''} {full:.1f} -> {fast:.1f} ms" for r, (full, fast) in times.items())
+
+
+def report(model: torch.nn.Module) -> dict | None:
+    """The screen's choice and timings for a bench's meta: {"widths": {rows: [full ms, screened ms]}, "used": [...]}."""
+    screen, times = _SCREENS.get(model), _TIMES.get(model)
+    if screen is None:
+        return None
+    return {"widths": {str(r): [round(a, 2), round(b, 2)] for r, (a, b) in (times or {}).items()},
+            "used": [r for r in range(1, len(screen.use_at)) if screen.use_at[r]]}

@@ -1,0 +1,137 @@
+"""The certified greedy argmax head (specviz.runtime.argmax_head): the screen op's error stays within
+its bound, the argmax is the full head's (ties: the first id), and greedy sessions keep their tokens."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+import torch
+
+from specviz import Hook, Sampling, SpeculativeDecoder
+from specviz.proposers import DraftModel, NGram
+from specviz.runtime import argmax_head, int8_kernel
+
+pytestmark = pytest.mark.skipif(shutil.which("g++") is None and shutil.which("c++") is None,
+                                reason="no C++ compiler: the screen op cannot be built here")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def built():
+    why = int8_kernel.load()
+    assert why is None, why
+
+
+@pytest.mark.parametrize("vocab, d", [(16, 8), (1000, 64), (4099, 37), (20000, 640)])
+@pytest.mark.parametrize("rows", [1, 2, 3, 4, 5, 9])
+def test_screen_is_within_its_bound(vocab, d, rows):
+    g = torch.Generator().manual_seed(vocab + rows)
+    w = torch.randn(vocab, d, generator=g) * torch.rand(vocab, 1, generator=g)  # rows of many norms
+    h = torch.randn(rows, d, generator=g) * 30
+    screen = argmax_head.build(w)
+    y = screen.screen(h)  # [rows, V]
+    assert y.shape == (rows, vocab) and y.dtype == torch.float32
+    exact = h.double() @ w.double().T
+    err = (y.double() - exact).abs().amax(dim=1)  # [rows]
+    assert (err <= screen.bound(h).double()).all(), (err, screen.bound(h))
+    wide = h.double() @ w.to(torch.bfloat16).double().T  # the screen is the product with bf16(W)
+    assert torch.allclose(y.double(), wide, rtol=0, atol=1e-4 * float(h.norm(dim=1).max()))
+
+
+def _first_argmax(h, w):
+    return (h @ w.T).max(dim=-1).indices
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_argmax_is_the_full_heads_with_near_ties_and_exact_ties(seed):
+    g = torch.Generator().manual_seed(seed)
+    vocab, d = 3000, 96
+    w = torch.randn(vocab, d, generator=g)
+    h = torch.randn(5, d, generator=g)
+    best = _first_argmax(h, w)
+    # an exact tie after the winner (same row: it must lose), one before it (it must win), and a
+    # row within bf16's rounding of each winner
+    w[-1] = w[best[0]]
+    w[1] = w[best[1]]
+    w[2] = w[best[2]] * (1 - 2.0**-10)
+    screen = argmax_head.build(w)
+    got = screen.argmax(h)
+    assert got.tolist() == _first_argmax(h, w).tolist()
+    assert got[1] == 1  # the earlier of two equal rows
+
+
+def test_a_degenerate_row_falls_back_to_the_full_head():
+    w = torch.randn(argmax_head.MAX_KEPT + 500, 16)
+    screen = argmax_head.build(w)
+    h = torch.zeros(1, 16)  # every logit 0: every row survives the screen
+    assert screen.argmax(h) is None
+    logits = argmax_head.HeadLogits(h, lambda x: x @ w.T, screen)
+    assert logits.argmax().tolist() == [0]
+    assert torch.equal(logits.get(), h @ w.T)
+
+
+@pytest.fixture()
+def screened(tiny_target, monkeypatch):
+    monkeypatch.setenv("SPECVIZ_ARGMAX_HEAD", "on")
+    assert argmax_head.attach(tiny_target.model, min_elements=0) is not None
+    calls = []
+    real = argmax_head.Screen.argmax
+    monkeypatch.setattr(argmax_head.Screen, "argmax", lambda self, h: calls.append(h.shape[0]) or real(self, h))
+    yield calls
+    argmax_head.detach(tiny_target.model)
+
+
+def _tokens(target, proposer, k, records, sampling=Sampling(0.0), seed=0):
+    session = SpeculativeDecoder(target, proposer, k=k, sampling=sampling).start(
+        "the cat sat on the mat. the cat", max_new_tokens=24, seed=seed, records=records)
+    while not session.done:
+        session.step()
+    return session.result().token_ids
+
+
+@pytest.mark.parametrize("proposer", ["none", "ngram", "draft"])
+def test_greedy_lean_sessions_keep_their_tokens_through_the_screen(tiny_target, near_draft, screened, proposer):
+    make = {"none": lambda: None, "ngram": NGram, "draft": lambda: DraftModel(near_draft)}[proposer]
+    with_screen = _tokens(tiny_target, make(), 3, "lean")
+    assert screened, "the screened argmax never ran"
+    argmax_head.detach(tiny_target.model)
+    assert with_screen == _tokens(tiny_target, make(), 3, "lean")
+
+
+def test_full_records_and_sampling_never_screen(tiny_target, screened):
+    _tokens(tiny_target, NGram(), 3, "full")
+    _tokens(tiny_target, NGram(), 3, "lean", Sampling(1.0))
+    assert not screened
+
+
+def test_a_lean_greedy_record_still_reads_p(tiny_target, screened):
+    seen = []
+
+    class ReadP(Hook):
+        def on_step(self, session, record):
+            seen.append(record.next_p)  # read during the step: computed from the full head
+
+    session = SpeculativeDecoder(tiny_target, NGram(), k=3, sampling=Sampling(0.0)).start(
+        "the cat sat on the mat. the cat", max_new_tokens=8, records="lean", hooks=[ReadP()])
+    while not session.done:
+        session.step()
+    assert screened and seen and all(0.0 < p <= 1.0 for p in seen)
+
+
+def test_the_choice_is_measured_and_reported(tiny_target, monkeypatch):
+    monkeypatch.setenv("SPECVIZ_ARGMAX_HEAD", "auto")
+    screen = argmax_head.attach(tiny_target.model, min_elements=0)
+    try:
+        report = argmax_head.report(tiny_target.model)
+        if screen is None:
+            assert report is None
+        else:
+            assert set(report["widths"]) == {str(r) for r in argmax_head.WIDTHS}
+            assert report["used"] and all(screen.used(r) for r in report["used"])
+    finally:
+        argmax_head.detach(tiny_target.model)
+    monkeypatch.setenv("SPECVIZ_ARGMAX_HEAD", "0")
+    assert argmax_head.attach(tiny_target.model, min_elements=0) is None
+    monkeypatch.setenv("SPECVIZ_ARGMAX_HEAD", "sometimes")
+    with pytest.raises(ValueError, match="SPECVIZ_ARGMAX_HEAD"):
+        argmax_head.attach(tiny_target.model, min_elements=0)
