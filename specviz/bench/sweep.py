@@ -19,6 +19,7 @@ from ..core.stats import step_position_counts
 from ..prompts import PromptRow
 from ..proposers import Proposer
 from ..runtime import static_decode
+from ..runtime.argmax_head import report as argmax_report
 from ..runtime.cpu import head_kernel_report
 from ..runtime.int8_speed import kernel_choice as int8_kernel_choice
 from ..runtime.static_decode import enabled as static_decode_enabled
@@ -279,6 +280,8 @@ class Sweep:
             "static_decode_trace_s": trace_seconds() - self._traced_before,  # tracing it, once per model
             "static_decode_runner": runners_kept(),  # the runner(s) it kept: trace, export, compile, eager (runtime.runners)
             "lm_head": head_kernel_report(getattr(self.target, "model", None)),  # specviz.runtime.cpu: kernel per width
+            # greedy lean steps: the certified argmax's bf16 screen, per width (specviz.runtime.argmax_head)
+            "argmax_head": argmax_report(self.target.model) if getattr(self.target, "model", None) is not None else None,
             "projections": projection_kernel_report(getattr(self.target, "model", None)),  # the body's, per kind
             # an @int8 model's products: the kernel chosen here and its timings (only a sweep that runs one)
             "int8_kernel": int8_kernel_choice() if self._runs_int8() else None,
