@@ -38,6 +38,7 @@ import time
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -50,7 +51,6 @@ WIDTHS = (1, 2, 3, 5, 9)  # widths timed at load (a greedy chain verifies k + 1 
 REPEATS = 5
 LANES = 16  # outputs a block of the screen op's weight
 U32 = 2.0**-24
-U_BF16_OUT = 2.0**-8
 
 
 @dataclass(frozen=True)
@@ -62,6 +62,7 @@ class Screen:
     norm_max: float  # N = max_i |w_i|
     err_max: float  # E = max_i |w_i - bf16(w_i)|
     use_at: tuple[bool, ...] = (False, True)  # by rows (the last entry for wider): screen at this width?
+    times: dict[int, tuple[float, float]] = dataclasses.field(default_factory=dict)  # rows -> (full ms, screened ms)
 
     def used(self, rows: int) -> bool:
         return self.use_at[min(rows, len(self.use_at) - 1)]
@@ -122,7 +123,7 @@ class HeadLogits:
         """[n]: the first largest logit's id per row, as ``logits.max(-1).indices``."""
         if self._logits is not None:
             return self._logits.max(dim=-1).indices
-        best = self.screen.argmax(self.hidden.float()) if self.screen.used(self.hidden.shape[0]) else None
+        best = self.screen.argmax(self.hidden.float())
         return best if best is not None else self.get().max(dim=-1).indices
 
 
@@ -172,9 +173,12 @@ def time_widths(head: Callable[[torch.Tensor], torch.Tensor], screen: Screen, wi
     return out
 
 
-def attach(model: torch.nn.Module, min_elements: int = cpu.MIN_HEAD_ELEMENTS) -> Screen | None:
+def attach(model: torch.nn.Module, cache_dir: str | Path | None = None,
+           min_elements: int = cpu.MIN_HEAD_ELEMENTS) -> Screen | None:
     """Give ``model`` a screen where it is eligible and (``auto``) measures faster than its head at
-    some width (``on``: at every width). -> the screen, or None. Its timings: :func:`report`."""
+    some width (``on``: at every width). The timings are measured once per machine, torch version,
+    thread count, head shape and op build, and cached in ``cache_dir`` (``lm_head_kernels.json``,
+    beside the heads' kernel choices; not on a busy machine). -> the screen, or None; :func:`report`."""
     mode = setting()
     if mode == "0" or not eligible(model, min_elements):
         return None
@@ -185,24 +189,43 @@ def attach(model: torch.nn.Module, min_elements: int = cpu.MIN_HEAD_ELEMENTS) ->
         log.info("specviz: no certified argmax head: the screen op %s", why)
         return None
     head = model.get_output_embeddings()
+    shape = tuple(head.weight.shape)
+    key = (f"argmax screen | {cpu.machine_id()} | torch {torch.__version__} | {torch.get_num_threads()} threads"
+           f" | {shape[0]}x{shape[1]} | {int8_kernel._name()}")
+    path = Path(cache_dir).expanduser() / cpu.CACHE_FILE if cache_dir is not None else None
+    times = _cached_times(cpu._read_cache(path).get(key)) if path is not None and mode == "auto" else None
+    if times is not None and not any(_use_at(times)):
+        return None  # measured slower here before: not even the bf16 copy
     t = time.perf_counter()
     screen = build(head.weight)
-    with torch.inference_mode():
-        times = time_widths(head, screen) if mode == "auto" else {}
-    use = {rows: fast < full * cpu.FASTER for rows, (full, fast) in times.items()} if times else {1: True}
-    use_at = (False,) + tuple(use[max(r for r in use if r <= n)] for n in range(1, max(use) + 1))  # between widths: the narrower's
+    if mode == "auto" and times is None:
+        with torch.inference_mode():
+            times = time_widths(head, screen)
+        if path is not None and not cpu.busy():
+            cpu._write_cache(path, key, {"ms": {str(r): list(v) for r, v in times.items()}})
+    use_at = _use_at(times or {})
     if not any(use_at):
         log.info("specviz: the bf16-screened argmax head is not faster here (%s); keeping the float32 head", _words(times))
         return None
-    screen = dataclasses.replace(screen, use_at=use_at)
+    screen = dataclasses.replace(screen, use_at=use_at, times=times or {})
     _SCREENS[model] = screen
-    _TIMES[model] = times
     log.info("specviz: greedy argmax through a bf16 screen of the %dx%d head (%s; %.1f s)",
-             *screen.weight.shape, _words(times), time.perf_counter() - t)
+             *shape, _words(screen.times), time.perf_counter() - t)
     return screen
 
 
-_TIMES: "weakref.WeakKeyDictionary[torch.nn.Module, dict]" = weakref.WeakKeyDictionary()
+def _use_at(times: dict[int, tuple[float, float]]) -> tuple[bool, ...]:
+    """Screen at each width from 0 up: where it measured under cpu.FASTER of the full head's time,
+    a width between two measured ones as the narrower; no timings (``on``): at every width."""
+    use = {rows: fast < full * cpu.FASTER for rows, (full, fast) in times.items()} if times else {1: True}
+    return (False,) + tuple(use[max(r for r in use if r <= n)] for n in range(1, max(use) + 1))
+
+
+def _cached_times(entry) -> dict[int, tuple[float, float]] | None:
+    try:
+        return {int(r): (float(a), float(b)) for r, (a, b) in entry["ms"].items()}
+    except (KeyError, TypeError, ValueError):
+        return None  # none, or damaged: measure again
 
 
 def screen_of(model: torch.nn.Module) -> Screen | None:
@@ -212,7 +235,6 @@ def screen_of(model: torch.nn.Module) -> Screen | None:
 def detach(model: torch.nn.Module) -> None:
     """Run ``model``'s full float32 head again at every width."""
     _SCREENS.pop(model, None)
-    _TIMES.pop(model, None)
 
 
 def _words(times: dict[int, tuple[float, float]]) -> str:
@@ -221,8 +243,8 @@ def _words(times: dict[int, tuple[float, float]]) -> str:
 
 def report(model: torch.nn.Module) -> dict | None:
     """The screen's choice and timings for a bench's meta: {"widths": {rows: [full ms, screened ms]}, "used": [...]}."""
-    screen, times = _SCREENS.get(model), _TIMES.get(model)
+    screen = _SCREENS.get(model)
     if screen is None:
         return None
-    return {"widths": {str(r): [round(a, 2), round(b, 2)] for r, (a, b) in (times or {}).items()},
+    return {"widths": {str(r): [round(a, 2), round(b, 2)] for r, (a, b) in screen.times.items()},
             "used": [r for r in range(1, len(screen.use_at)) if screen.use_at[r]]}

@@ -164,17 +164,10 @@ at::Tensor linear(const at::Tensor& x_, const at::Tensor& w, const at::Tensor& s
 // -- bf16 screen: y = x @ bf16(W)^T in float32, for the certified argmax head (argmax_head.py) --------
 // The weight is bf16 blocked [N/16, K, 16]: 16 outputs a step over all K. Each weight widens to
 // float32 exactly (a 16-bit shift) and meets the float32 row in a multiply-add, so y is the float32
-// product of x and bf16(W), summed in the order k = 0..K-1, 2-4 chains apart. Plain loops the
-// compiler vectorizes for the CPU it targets (AVX-512 or AVX2).
+// product of x and bf16(W), in 2-4 chains of k apart (AVX-512 intrinsics), or summed k = 0..K-1
+// in plain loops the compiler vectorizes for the CPU it targets (AVX2, say).
 namespace {
 constexpr int64_t LANES = 16;  // outputs a screen block
-
-inline float widen(uint16_t b) {
-  uint32_t bits = (uint32_t)b << 16;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
 
 #if defined(__AVX512F__)
 // U independent sums a row (k = u mod U): R U chains of multiply-adds hide their latency
@@ -200,6 +193,13 @@ void screen_block(const uint16_t* w, const float* x, int64_t K, float* out, int6
   }
 }
 #else
+inline float widen(uint16_t b) {  // bf16 bits -> float32, exactly
+  uint32_t bits = (uint32_t)b << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
 template <int R>
 void screen_block(const uint16_t* w, const float* x, int64_t K, float* out, int64_t ld) {
   float acc[R][LANES] = {};
@@ -232,7 +232,7 @@ at::Tensor screen(const at::Tensor& x_, const at::Tensor& w) {
   float* yp = y.data_ptr<float>();
   at::parallel_for(0, blocks, 64, [&](int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; ++b)
-      for (int64_t r0 = 0; r0 < M; r0 += 4) {  // a block's 40 KB stay in cache across the row groups
+      for (int64_t r0 = 0; r0 < M; r0 += 4) {  // a block's K x 16 bf16 (20 KB at K = 640) stay in cache across the row groups
         const int64_t rows = std::min<int64_t>(4, M - r0);
         const uint16_t* wb = wp + b * K * LANES;
         float* o = yp + r0 * Np + b * LANES;

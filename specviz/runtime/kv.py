@@ -53,7 +53,7 @@ def forward_logits(model: torch.nn.Module, input_ids: torch.Tensor, cache, keep:
     there, a :class:`specviz.runtime.argmax_head.HeadLogits` where the model screens its head."""
     run = getattr(cache, "run", None)
     if run is not None:
-        return run(input_ids, keep, lazy) if lazy else run(input_ids, keep)
+        return run(input_ids, keep, lazy)
     out = model(input_ids=input_ids[None], **cache_kwargs(model, cache), use_cache=True, logits_to_keep=keep)
     return out.logits[0, -keep:].float()  # [keep, V]
 
