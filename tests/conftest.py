@@ -32,6 +32,15 @@ def quiet_machine(monkeypatch):
 
 
 @pytest.fixture(scope="session")
+def specviz_op():
+    """specviz's C++ ops built (once per machine) and loaded (tests.support.kernel.NEEDS_OP)."""
+    from specviz.runtime import int8_kernel
+
+    why = int8_kernel.load()
+    assert why is None, why
+
+
+@pytest.fixture(scope="session")
 def tokenizer():
     return make_char_tokenizer()
 

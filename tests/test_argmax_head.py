@@ -3,23 +3,15 @@ its bound, the argmax is the full head's (ties: the first id), and greedy sessio
 
 from __future__ import annotations
 
-import shutil
-
 import pytest
 import torch
 
 from specviz import Hook, Sampling, SpeculativeDecoder
 from specviz.proposers import DraftModel, NGram
-from specviz.runtime import argmax_head, int8_kernel
+from specviz.runtime import argmax_head
+from tests.support.kernel import NEEDS_OP
 
-pytestmark = pytest.mark.skipif(shutil.which("g++") is None and shutil.which("c++") is None,
-                                reason="no C++ compiler: the screen op cannot be built here")
-
-
-@pytest.fixture(scope="module", autouse=True)
-def built():
-    why = int8_kernel.load()
-    assert why is None, why
+pytestmark = NEEDS_OP
 
 
 @pytest.mark.parametrize("vocab, d", [(16, 8), (1000, 64), (4099, 37), (20000, 640)])
@@ -135,3 +127,28 @@ def test_the_choice_is_measured_and_reported(tiny_target, monkeypatch):
     monkeypatch.setenv("SPECVIZ_ARGMAX_HEAD", "sometimes")
     with pytest.raises(ValueError, match="SPECVIZ_ARGMAX_HEAD"):
         argmax_head.attach(tiny_target.model, min_elements=0)
+
+
+def test_the_timings_are_cached_per_machine(tiny_target, monkeypatch, tmp_path):
+    monkeypatch.setenv("SPECVIZ_ARGMAX_HEAD", "auto")
+    monkeypatch.setattr(argmax_head.cpu, "busy", lambda: False)
+    faster = {r: (10.0, 1.0) for r in argmax_head.WIDTHS}
+    monkeypatch.setattr(argmax_head, "time_widths", lambda head, screen: faster)
+    try:
+        assert argmax_head.attach(tiny_target.model, tmp_path, min_elements=0).times == faster
+        argmax_head.detach(tiny_target.model)
+
+        def unused(head, screen):
+            raise AssertionError("timed again despite the cache")
+
+        monkeypatch.setattr(argmax_head, "time_widths", unused)
+        again = argmax_head.attach(tiny_target.model, tmp_path, min_elements=0)
+        assert again.times == faster and all(again.used(r) for r in range(1, 12))
+    finally:
+        argmax_head.detach(tiny_target.model)
+    # measured slower on this machine: no screen, and no bf16 copy built for it
+    slower = tmp_path / "slow"
+    monkeypatch.setattr(argmax_head, "time_widths", lambda head, screen: {r: (1.0, 10.0) for r in argmax_head.WIDTHS})
+    assert argmax_head.attach(tiny_target.model, slower, min_elements=0) is None
+    monkeypatch.setattr(argmax_head, "build", lambda w: (_ for _ in ()).throw(AssertionError("built a copy")))
+    assert argmax_head.attach(tiny_target.model, slower, min_elements=0) is None

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import shutil
 import warnings
 
 import pytest
@@ -11,16 +10,10 @@ import torch
 
 from specviz.runtime import cpu, int8_kernel, int8_speed
 from specviz.runtime.quantize import BlockedInt8Linear, Int8Options, quantize_int8
+from tests.support.kernel import NEEDS_OP
 from tests.support.tiny import outlier_llama
 
-pytestmark = pytest.mark.skipif(shutil.which("g++") is None and shutil.which("c++") is None,
-                                reason="no C++ compiler: the kernel cannot be built here")
-
-
-@pytest.fixture(scope="module", autouse=True)
-def built():
-    why = int8_kernel.load()
-    assert why is None, why
+pytestmark = NEEDS_OP
 
 
 def _reference(x, ints, scale, bias, inv_smooth):
