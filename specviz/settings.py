@@ -92,7 +92,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("SPECVIZ_ARGMAX_HEAD", "auto",
             "greedy steps with lean records on a large fp32 LM head: the argmax through a bf16 screen of the head "
             "and a float32 recompute of the rows its error bound keeps (certified), at the widths it measures "
-            "faster when the model loads; `on`: at every width; `0`: the full float32 head", "engine",
+            "faster when the model first loads on this machine (cached); `on`: at every width; `0`: the full float32 head", "engine",
             ("specviz/runtime/argmax_head.py",)),
     Setting("SPECVIZ_INDUCTOR_GEMM", "on",
             "`0`: never compile Inductor's C++ GEMM for a large fp32 LM head (its 6-18 s compile per process); "

@@ -14,6 +14,8 @@ for this machine (``-march=native``), once per CPU, torch version and source tex
 ``<cache home>/kernels``; later processes load the built library. Where it cannot be built (no
 compiler, no ninja) it returns why, once, and the int8 copies keep PyTorch's kernels. Which kernel
 an ``@int8`` model runs is measured on this machine (:func:`specviz.runtime.int8_speed.choose_kernel`).
+The same library holds ``torch.ops.specviz_int8.screen``, the bf16 product of the certified argmax
+head (:mod:`specviz.runtime.argmax_head`).
 """
 
 from __future__ import annotations
