@@ -15,18 +15,22 @@ pytestmark = NEEDS_OP
 
 
 @pytest.mark.parametrize("vocab, d", [(16, 8), (1000, 64), (4099, 37), (20000, 640)])
-@pytest.mark.parametrize("rows", [1, 2, 3, 4, 5, 9])
-def test_screen_is_within_its_bound(vocab, d, rows):
+@pytest.mark.parametrize("rows", [1, 2, 3, 4, 5, 9, 13, 25])
+@pytest.mark.parametrize("dot", [False, True], ids=["f32-rows", "bf16-rows"])
+def test_screen_is_within_its_bound(vocab, d, rows, dot):
     g = torch.Generator().manual_seed(vocab + rows)
     w = torch.randn(vocab, d, generator=g) * torch.rand(vocab, 1, generator=g)  # rows of many norms
+    w[0, 0] = 1e-39  # a denormal weight: the bf16 instruction reads it as 0
     h = torch.randn(rows, d, generator=g) * 30
-    screen = argmax_head.build(w)
+    screen = argmax_head.build(w, dot=dot)
     y = screen.screen(h)  # [rows, V]
     assert y.shape == (rows, vocab) and y.dtype == torch.float32
     exact = h.double() @ w.double().T
     err = (y.double() - exact).abs().amax(dim=1)  # [rows]
     assert (err <= screen.bound(h).double()).all(), (err, screen.bound(h))
-    wide = h.double() @ w.to(torch.bfloat16).double().T  # the screen is the product with bf16(W)
+    x = screen.rows(h)[0][:, :d].double()  # the rows the op multiplied: h, or bf16(h)
+    assert torch.equal(x, h.double()) != dot
+    wide = x @ w.to(torch.bfloat16).double().T  # the screen is the product with bf16(W)
     assert torch.allclose(y.double(), wide, rtol=0, atol=1e-4 * float(h.norm(dim=1).max()))
 
 
@@ -35,7 +39,8 @@ def _first_argmax(h, w):
 
 
 @pytest.mark.parametrize("seed", range(6))
-def test_argmax_is_the_full_heads_with_near_ties_and_exact_ties(seed):
+@pytest.mark.parametrize("dot", [False, True], ids=["f32-rows", "bf16-rows"])
+def test_argmax_is_the_full_heads_with_near_ties_and_exact_ties(seed, dot):
     g = torch.Generator().manual_seed(seed)
     vocab, d = 3000, 96
     w = torch.randn(vocab, d, generator=g)
@@ -46,7 +51,7 @@ def test_argmax_is_the_full_heads_with_near_ties_and_exact_ties(seed):
     w[-1] = w[best[0]]
     w[1] = w[best[1]]
     w[2] = w[best[2]] * (1 - 2.0**-10)
-    screen = argmax_head.build(w)
+    screen = argmax_head.build(w, dot=dot)
     got = screen.argmax(h)
     assert got.tolist() == _first_argmax(h, w).tolist()
     assert got[1] == 1  # the earlier of two equal rows

@@ -3,19 +3,24 @@
 Greedy decoding and greedy verification need only argmax_i w_i . h of each row's logits, and a
 262,144 x 640 float32 head is most of a small model's decode step (671 MB read per step). So:
 
-1. screen: y = h @ bf16(W)^T, h in float32, the weight read as bf16 (half the bytes) and widened
-   exactly, float32 multiply-adds (``torch.ops.specviz_int8.screen``, built for this CPU);
+1. screen: y = h' @ bf16(W)^T, the weight read as bf16 (half the bytes), with h' = h in float32
+   (float32 multiply-adds of the exactly widened weight), or h' = bf16(h) where the CPU has
+   AVX512-BF16 (vdpbf16ps: two exact bf16 products a float32 lane, twice the float32 multiply-adds
+   an instruction) (``torch.ops.specviz_int8.screen``, built for this CPU);
 2. bound: every |y_i - w_i . h| <= B, with B from the rounding alone (below);
 3. recompute w_i . h in float32 for the rows with y_i >= max(y) - 2B (the true argmax is among
    them: its y is >= its logit - B >= the best logit - B >= max(y) - 2B), and take the first
    largest of those.
 
-The bound. With w' = bf16(w), N = max_i |w_i|, E = max_i |w_i - w'_i|, d = h's length and
-u = 2^-24 (float32's unit roundoff):
-    |h.w - h.w'| <= |h| E                                                  (the weight's rounding)
-    float32 sums of d products, in any order, are within 1.01 d u |h| (N + E) of h.w'
-so B = |h| E + 1.01 d u |h| (N + E) per row of h. On gemma-3-270m's head at its own hidden states
-this keeps a handful of the 262,144 rows.
+The bound. With w' = bf16(w) (denormals flushed to zero), N = max_i |w_i|, E = max_i |w_i - w'_i|,
+d = h's length and u = 2^-24 (float32's unit roundoff):
+    |h.w - h'.w'| <= |h| E + |h - h'| (N + E)                 (the weight's and the row's rounding)
+    float32 sums of d products, in any order, are within 1.01 d u |h'| (N + E) of h'.w'
+so B = |h| E + |h - h'| (N + E) + 1.01 d u |h'| (N + E) per row of h (the middle term 0 for a
+float32 row). The bf16 instruction's sums are counted with 2u (whatever its rounding mode) and
+2d 2^-126 more (it flushes denormal results to zero), and B is taken 0.1% wide for the float32
+norms it is computed from. On gemma-3-270m's head at its own hidden states this keeps a handful of
+the 262,144 rows.
 
 The float32 recompute sums in another order than the head's own kernel, as the measured head
 kernels (:mod:`specviz.runtime.cpu`) already do: the argmax can differ only where two logits are
@@ -51,6 +56,7 @@ WIDTHS = (1, 2, 3, 5, 9)  # widths timed at load (a greedy chain verifies k + 1 
 REPEATS = 5
 LANES = 16  # outputs a block of the screen op's weight
 U32 = 2.0**-24
+TINY = 2.0**-126  # float32's smallest normal: below it the bf16 instruction reads and writes 0
 
 
 @dataclass(frozen=True)
@@ -58,30 +64,48 @@ class Screen:
     """A head's bf16 screening copy and the constants of its error bound."""
 
     weight: torch.Tensor  # [V, d] float32, the head's own
-    blocked: torch.Tensor  # [ceil(V/16), d, 16] bf16 bits (int16), zero-padded: the screen op's layout
+    blocked: torch.Tensor  # [ceil(V/16), ceil(d/2), 32] bf16 bits (int16) in input pairs, zero-padded: the op's layout
     norm_max: float  # N = max_i |w_i|
     err_max: float  # E = max_i |w_i - bf16(w_i)|
+    dot: bool = False  # rows rounded to bf16 for the CPU's bf16 dot product (else float32 rows)
     use_at: tuple[bool, ...] = (False, True)  # by rows (the last entry for wider): screen at this width?
     times: dict[int, tuple[float, float]] = dataclasses.field(default_factory=dict)  # rows -> (full ms, screened ms)
 
     def used(self, rows: int) -> bool:
         return self.use_at[min(rows, len(self.use_at) - 1)]
 
-    def bound(self, h: torch.Tensor) -> torch.Tensor:
-        """B per row of h [n, d] -> [n]."""
-        hn = h.norm(dim=-1)  # [n]
-        return hn * self.err_max + 1.01 * h.shape[-1] * U32 * hn * (self.norm_max + self.err_max)
+    def rows(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The op's rows h' [n, 2 ceil(d/2)] (float32, or bf16 with denormals flushed) of float32
+        hidden states h [n, d], and |h - h'| [n]."""
+        x = torch.nn.functional.pad(h, (0, h.shape[-1] % 2))  # an odd d: one zero input more
+        if not self.dot:
+            return x, h.new_zeros(h.shape[0])
+        xb = x.to(torch.bfloat16)
+        xb = torch.where(xb.abs() < TINY, torch.zeros_like(xb), xb)  # the instruction reads denormals as 0
+        return xb, (x - xb.float()).norm(dim=-1)
 
-    def screen(self, h: torch.Tensor) -> torch.Tensor:
-        """h @ bf16(W)^T [n, V], float32, of float32 hidden states h [n, d]."""
-        return torch.ops.specviz_int8.screen(h, self.blocked)[:, : self.weight.shape[0]]
+    def bound(self, h: torch.Tensor, off: torch.Tensor | None = None) -> torch.Tensor:
+        """B per row of h [n, d] -> [n]; ``off``: |h - h'| [n] where already computed."""
+        if off is None:
+            off = self.rows(h)[1]
+        hn, d, w = h.norm(dim=-1), h.shape[-1], self.norm_max + self.err_max  # [n]
+        sums = 1.01 * d * (2 * U32 if self.dot else U32) * (hn + off) * w + (2 * d * TINY if self.dot else 0.0)
+        return (hn * self.err_max + off * w + sums) * 1.001
+
+    def screen(self, h: torch.Tensor, x: torch.Tensor | None = None) -> torch.Tensor:
+        """h' @ bf16(W)^T [n, V], float32, of float32 hidden states h [n, d] (``x``: h' where already made)."""
+        x = self.rows(h)[0] if x is None else x
+        return torch.ops.specviz_int8.screen(x, self.blocked)[:, : self.weight.shape[0]]
 
     def argmax(self, h: torch.Tensor) -> torch.Tensor | None:
         """The first argmax of h @ W^T per row [n] (h [n, d] float32), certified; None where some
         row keeps more than MAX_KEPT candidates (then the caller runs the full head)."""
-        y = self.screen(h)  # [n, V]
+        x, off = self.rows(h)
+        y = self.screen(h, x)  # [n, V]
         top = y.max(dim=-1).values  # [n]
-        rows, cols = (y >= (top - 2 * self.bound(h))[:, None]).nonzero(as_tuple=True)  # row-major: ids ascending
+        if not bool(torch.isfinite(top).all()):
+            return None  # an overflow: the bound says nothing
+        rows, cols = (y >= (top - 2 * self.bound(h, off))[:, None]).nonzero(as_tuple=True)  # row-major: ids ascending
         if rows.numel() > MAX_KEPT * h.shape[0]:
             return None
         exact = (self.weight[cols] * h[rows]).sum(dim=-1)  # [m] float32: w_i . h for each survivor
@@ -91,19 +115,33 @@ class Screen:
         return torch.full((n,), big).scatter_reduce(0, rows, first, "amin")
 
 
+def _bf16(weight: torch.Tensor) -> torch.Tensor:
+    """bf16(w), denormals flushed to zero (as the bf16 instruction reads them)."""
+    wb = weight.detach().to(torch.bfloat16)
+    return torch.where(wb.abs() < TINY, torch.zeros_like(wb), wb)
+
+
 def block(weight: torch.Tensor) -> torch.Tensor:
-    """A float32 weight [V, d] -> its bf16 bits blocked [ceil(V/16), d, 16] (int16), zero-padded."""
+    """A float32 weight [V, d] -> its bf16 bits in input pairs, [ceil(V/16), ceil(d/2), 32] (int16),
+    zero-padded: for outputs j and inputs 2p, 2p + 1 of a block, entries 2j and 2j + 1 of row p."""
     v, d = weight.shape
-    padded = torch.zeros(-(-v // LANES) * LANES, d, dtype=torch.bfloat16)
-    padded[:v] = weight.detach()
-    return padded.view(torch.int16).view(-1, LANES, d).permute(0, 2, 1).contiguous()
+    vp, dp = -(-v // LANES) * LANES, d + d % 2
+    padded = torch.zeros(vp, dp, dtype=torch.bfloat16)
+    padded[:v, :d] = _bf16(weight)
+    return padded.view(torch.int16).view(vp // LANES, LANES, dp // 2, 2).permute(0, 2, 1, 3).reshape(vp // LANES, dp // 2, 2 * LANES)
 
 
-def build(weight: torch.Tensor) -> Screen:
-    """The screen of a float32 head weight [V, d] (its bf16 copy: half the weight's bytes again)."""
+def native_dot() -> bool:
+    """Whether the screen op multiplies bf16 rows natively here (AVX512-BF16)."""
+    return bool(torch.ops.specviz_int8.screen_dot_native())
+
+
+def build(weight: torch.Tensor, dot: bool | None = None) -> Screen:
+    """The screen of a float32 head weight [V, d] (its bf16 copy: half the weight's bytes again);
+    ``dot``: bf16 rows (default: where the CPU multiplies them natively)."""
     w = weight.detach()
-    err = (w - w.to(torch.bfloat16).float()).norm(dim=-1)  # [V]
-    return Screen(w, block(w), float(w.norm(dim=-1).max()), float(err.max()))
+    err = (w - _bf16(w).float()).norm(dim=-1)  # [V]
+    return Screen(w, block(w), float(w.norm(dim=-1).max()), float(err.max()), native_dot() if dot is None else dot)
 
 
 class HeadLogits:

@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 #if defined(__AVX512F__)
 #include <immintrin.h>
 #endif
@@ -162,30 +163,60 @@ at::Tensor linear(const at::Tensor& x_, const at::Tensor& w, const at::Tensor& s
 }
 
 // -- bf16 screen: y = x @ bf16(W)^T in float32, for the certified argmax head (argmax_head.py) --------
-// The weight is bf16 blocked [N/16, K, 16]: 16 outputs a step over all K. Each weight widens to
-// float32 exactly (a 16-bit shift) and meets the float32 row in a multiply-add, so y is the float32
-// product of x and bf16(W), in 2-4 chains of k apart (AVX-512 intrinsics), or summed k = 0..K-1
-// in plain loops the compiler vectorizes for the CPU it targets (AVX2, say).
+// The weight is bf16 blocked in pairs, [N/16, K/2, 32]: for 16 outputs j and inputs 2k, 2k + 1, the
+// 32-bit lane j holds w[j, 2k] (low half) and w[j, 2k + 1] (high half), so one 64-byte load is 16
+// outputs x 2 inputs. Two ways to multiply:
+// - x float32: each weight widens to float32 exactly (a shift, a mask) and meets x in a float32
+//   multiply-add: y is the float32 product of x and bf16(W);
+// - x bf16 (the caller rounded it, and says by how much): AVX512-BF16's vdpbf16ps, two exact bf16
+//   products into a float32 sum a lane (denormals read and written as zero), twice the float32
+//   multiply-adds an instruction and no widening. Without that instruction x widens to float32 and
+//   the float32 path runs: the same products.
+// Rows are taken up to 12 at a time against one 20 KB block (K = 640), which stays in L1.
 namespace {
 constexpr int64_t LANES = 16;  // outputs a screen block
+constexpr int64_t MAX_ROWS = 12;  // rows a pass: 12 sums + a weight and a row in registers
+
+template <typename F>
+void with_rows(int64_t rows, F&& f) {  // f(std::integral_constant<int, rows>), rows in 1..MAX_ROWS
+  switch (rows) {
+    case 1: f(std::integral_constant<int, 1>{}); break;
+    case 2: f(std::integral_constant<int, 2>{}); break;
+    case 3: f(std::integral_constant<int, 3>{}); break;
+    case 4: f(std::integral_constant<int, 4>{}); break;
+    case 5: f(std::integral_constant<int, 5>{}); break;
+    case 6: f(std::integral_constant<int, 6>{}); break;
+    case 7: f(std::integral_constant<int, 7>{}); break;
+    case 8: f(std::integral_constant<int, 8>{}); break;
+    case 9: f(std::integral_constant<int, 9>{}); break;
+    case 10: f(std::integral_constant<int, 10>{}); break;
+    case 11: f(std::integral_constant<int, 11>{}); break;
+    default: f(std::integral_constant<int, 12>{});
+  }
+}
 
 #if defined(__AVX512F__)
-// U independent sums a row (k = u mod U): R U chains of multiply-adds hide their latency
+// U independent sums a row (pairs p = u mod U): R U chains of multiply-adds hide their latency
 template <int R>
-void screen_block(const uint16_t* w, const float* x, int64_t K, float* out, int64_t ld) {
-  constexpr int U = R == 1 ? 4 : 2;
+void screen_f32(const uint16_t* w, const float* x, int64_t K2, float* out, int64_t ld) {
+  constexpr int U = R == 1 ? 4 : R <= 4 ? 2 : 1;
   __m512 acc[R][U];
   for (int r = 0; r < R; ++r)
     for (int u = 0; u < U; ++u) acc[r][u] = _mm512_setzero_ps();
-  auto step = [&](int u, int64_t k) {
-    const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + k * LANES));
-    const __m512 wf = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16));  // exact
-    for (int r = 0; r < R; ++r) acc[r][u] = _mm512_fmadd_ps(_mm512_set1_ps(x[r * K + k]), wf, acc[r][u]);
+  const __m512i high = _mm512_set1_epi32((int)0xFFFF0000u);
+  auto step = [&](int u, int64_t p) {
+    const __m512i b = _mm512_loadu_si512(w + p * 2 * LANES);
+    const __m512 even = _mm512_castsi512_ps(_mm512_slli_epi32(b, 16));  // w[j, 2p], exactly
+    const __m512 odd = _mm512_castsi512_ps(_mm512_and_si512(b, high));  // w[j, 2p + 1], exactly
+    for (int r = 0; r < R; ++r) {
+      acc[r][u] = _mm512_fmadd_ps(_mm512_set1_ps(x[r * 2 * K2 + 2 * p]), even, acc[r][u]);
+      acc[r][u] = _mm512_fmadd_ps(_mm512_set1_ps(x[r * 2 * K2 + 2 * p + 1]), odd, acc[r][u]);
+    }
   };
-  int64_t k = 0;
-  for (; k + U <= K; k += U)
-    for (int u = 0; u < U; ++u) step(u, k + u);
-  for (; k < K; ++k) step(0, k);
+  int64_t p = 0;
+  for (; p + U <= K2; p += U)
+    for (int u = 0; u < U; ++u) step(u, p + u);
+  for (; p < K2; ++p) step(0, p);
   for (int r = 0; r < R; ++r) {
     __m512 sum = acc[r][0];
     for (int u = 1; u < U; ++u) sum = _mm512_add_ps(sum, acc[r][u]);
@@ -201,47 +232,81 @@ inline float widen(uint16_t b) {  // bf16 bits -> float32, exactly
 }
 
 template <int R>
-void screen_block(const uint16_t* w, const float* x, int64_t K, float* out, int64_t ld) {
+void screen_f32(const uint16_t* w, const float* x, int64_t K2, float* out, int64_t ld) {
   float acc[R][LANES] = {};
-  for (int64_t k = 0; k < K; ++k) {
-    const uint16_t* wk = w + k * LANES;
+  for (int64_t k = 0; k < 2 * K2; ++k) {
+    const uint16_t* wk = w + (k / 2) * 2 * LANES + (k % 2);
     float wf[LANES];
-    for (int j = 0; j < LANES; ++j) wf[j] = widen(wk[j]);
+    for (int j = 0; j < LANES; ++j) wf[j] = widen(wk[2 * j]);
     for (int r = 0; r < R; ++r) {
-      const float xr = x[r * K + k];
+      const float xr = x[r * 2 * K2 + k];
       for (int j = 0; j < LANES; ++j) acc[r][j] += xr * wf[j];
     }
   }
   for (int r = 0; r < R; ++r) std::memcpy(out + r * ld, acc[r], sizeof(acc[r]));
 }
 #endif
+
+#if defined(__AVX512BF16__)
+constexpr bool NATIVE_DOT = true;
+// x as bf16 pairs (uint32 [R, K2]); U independent sums a row
+template <int R>
+void screen_dot(const uint16_t* w, const uint32_t* x, int64_t K2, float* out, int64_t ld) {
+  constexpr int U = R == 1 ? 4 : R <= 4 ? 2 : 1;
+  __m512 acc[R][U];
+  for (int r = 0; r < R; ++r)
+    for (int u = 0; u < U; ++u) acc[r][u] = _mm512_setzero_ps();
+  auto step = [&](int u, int64_t p) {
+    const __m512bh b = (__m512bh)_mm512_loadu_si512(w + p * 2 * LANES);
+    for (int r = 0; r < R; ++r)
+      acc[r][u] = _mm512_dpbf16_ps(acc[r][u], b, (__m512bh)_mm512_set1_epi32((int)x[r * K2 + p]));
+  };
+  int64_t p = 0;
+  for (; p + U <= K2; p += U)
+    for (int u = 0; u < U; ++u) step(u, p + u);
+  for (; p < K2; ++p) step(0, p);
+  for (int r = 0; r < R; ++r) {
+    __m512 sum = acc[r][0];
+    for (int u = 1; u < U; ++u) sum = _mm512_add_ps(sum, acc[r][u]);
+    _mm512_storeu_ps(out + r * ld, sum);
+  }
+}
+#else
+constexpr bool NATIVE_DOT = false;
+#endif
 }  // namespace
 
-// x [M, K] fp32; w [N/16, K, 16] bf16 (as int16) -> [M, Np] fp32 with Np = N/16 * 16 (the caller
-// slices off the padding)
+bool screen_dot_native() { return NATIVE_DOT; }
+
+// x [M, K] float32 or bf16, K = 2 K2; w [N/16, K2, 32] bf16 pairs (as int16) -> [M, Np] float32 with
+// Np = N/16 * 16 (the caller slices off the padding)
 at::Tensor screen(const at::Tensor& x_, const at::Tensor& w) {
-  TORCH_CHECK(x_.dim() == 2 && x_.scalar_type() == at::kFloat, "x must be [rows, in] float32");
-  TORCH_CHECK(w.dim() == 3 && w.size(2) == LANES && w.size(1) == x_.size(1) && w.element_size() == 2,
-              "w must be 16-bit [N/16, in, 16]");
-  at::Tensor x = x_.contiguous();
-  const int64_t M = x.size(0), K = x.size(1), blocks = w.size(0), Np = blocks * LANES;
-  at::Tensor y = at::empty({M, Np}, x.options());
+  TORCH_CHECK(x_.dim() == 2 && (x_.scalar_type() == at::kFloat || x_.scalar_type() == at::kBFloat16),
+              "x must be [rows, in] float32 or bfloat16");
+  TORCH_CHECK(w.dim() == 3 && w.size(2) == 2 * LANES && 2 * w.size(1) == x_.size(1) && w.element_size() == 2,
+              "w must be 16-bit [N/16, in/2, 32]");
+  const bool dot = x_.scalar_type() == at::kBFloat16 && NATIVE_DOT;
+  at::Tensor x = dot || x_.scalar_type() == at::kFloat ? x_.contiguous() : x_.to(at::kFloat).contiguous();  // widening is exact
+  const int64_t M = x.size(0), K2 = w.size(1), blocks = w.size(0), Np = blocks * LANES;
+  at::Tensor y = at::empty({M, Np}, x.options().dtype(at::kFloat));
   if (M == 0) return y;
+  const int64_t passes = (M + MAX_ROWS - 1) / MAX_ROWS, group = (M + passes - 1) / passes;  // balanced
   const uint16_t* wp = reinterpret_cast<const uint16_t*>(w.data_ptr());
-  const float* xp = x.data_ptr<float>();
   float* yp = y.data_ptr<float>();
   at::parallel_for(0, blocks, 64, [&](int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; ++b)
-      for (int64_t r0 = 0; r0 < M; r0 += 4) {  // a block's K x 16 bf16 (20 KB at K = 640) stay in cache across the row groups
-        const int64_t rows = std::min<int64_t>(4, M - r0);
-        const uint16_t* wb = wp + b * K * LANES;
+      for (int64_t r0 = 0; r0 < M; r0 += group) {
+        const uint16_t* wb = wp + b * K2 * 2 * LANES;
         float* o = yp + r0 * Np + b * LANES;
-        switch (rows) {
-          case 1: screen_block<1>(wb, xp + r0 * K, K, o, Np); break;
-          case 2: screen_block<2>(wb, xp + r0 * K, K, o, Np); break;
-          case 3: screen_block<3>(wb, xp + r0 * K, K, o, Np); break;
-          default: screen_block<4>(wb, xp + r0 * K, K, o, Np);
-        }
+        with_rows(std::min(group, M - r0), [&](auto R) {
+#if defined(__AVX512BF16__)
+          if (dot) {
+            screen_dot<R()>(wb, reinterpret_cast<const uint32_t*>(x.data_ptr()) + r0 * K2, K2, o, Np);
+            return;
+          }
+#endif
+          screen_f32<R()>(wb, x.data_ptr<float>() + r0 * 2 * K2, K2, o, Np);
+        });
       }
   });
   return y;
@@ -250,6 +315,7 @@ at::Tensor screen(const at::Tensor& x_, const at::Tensor& w) {
 TORCH_LIBRARY(specviz_int8, m) {
   m.def("linear(Tensor x, Tensor w, Tensor scale, Tensor wsum, Tensor? bias, Tensor? inv_smooth, int N) -> Tensor");
   m.def("screen(Tensor x, Tensor w) -> Tensor");
+  m.def("screen_dot_native() -> bool", &screen_dot_native);  // no tensors: a catch-all kernel
 }
 TORCH_LIBRARY_IMPL(specviz_int8, CPU, m) {
   m.impl("linear", &linear);
