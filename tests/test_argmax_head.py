@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from specviz import Hook, Sampling, SpeculativeDecoder
-from specviz.proposers import DraftModel, NGram
+from specviz.proposers import DraftModel, DraftTree, NGram, NGramTree
 from specviz.runtime import argmax_head
 from tests.support.kernel import NEEDS_OP
 
@@ -86,9 +86,10 @@ def _tokens(target, proposer, k, records, sampling=Sampling(0.0), seed=0):
     return session.result().token_ids
 
 
-@pytest.mark.parametrize("proposer", ["none", "ngram", "draft"])
+@pytest.mark.parametrize("proposer", ["none", "ngram", "draft", "ngram-tree", "draft-tree"])
 def test_greedy_lean_sessions_keep_their_tokens_through_the_screen(tiny_target, near_draft, screened, proposer):
-    make = {"none": lambda: None, "ngram": NGram, "draft": lambda: DraftModel(near_draft)}[proposer]
+    make = {"none": lambda: None, "ngram": NGram, "draft": lambda: DraftModel(near_draft), "ngram-tree": NGramTree,
+            "draft-tree": lambda: DraftTree(near_draft, nodes=6)}[proposer]
     with_screen = _tokens(tiny_target, make(), 3, "lean")
     assert screened, "the screened argmax never ran"
     argmax_head.detach(tiny_target.model)
@@ -108,11 +109,13 @@ def test_a_lean_greedy_record_still_reads_p(tiny_target, screened):
         def on_step(self, session, record):
             seen.append(record.next_p)  # read during the step: computed from the full head
 
-    session = SpeculativeDecoder(tiny_target, NGram(), k=3, sampling=Sampling(0.0)).start(
-        "the cat sat on the mat. the cat", max_new_tokens=8, records="lean", hooks=[ReadP()])
-    while not session.done:
-        session.step()
-    assert screened and seen and all(0.0 < p <= 1.0 for p in seen)
+    for proposer in (NGram(), NGramTree()):
+        session = SpeculativeDecoder(tiny_target, proposer, k=3, sampling=Sampling(0.0)).start(
+            "the cat sat on the mat. the cat", max_new_tokens=8, records="lean", hooks=[ReadP()])
+        while not session.done:
+            session.step()
+        assert screened and seen and all(0.0 < p <= 1.0 for p in seen)
+        seen.clear()
 
 
 def test_the_choice_is_measured_and_reported(tiny_target, monkeypatch):

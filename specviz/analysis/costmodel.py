@@ -4,7 +4,9 @@ The advisor (:mod:`specviz.analysis.advisor`) turns acceptance into tokens per s
 turns a configuration into seconds per step. Everything is measured through the code path the
 engine runs: the target's session cache (``runtime.kv.session_cache``: the static decode step
 where the model has one, so the traced body and the LM-head kernel choice are in the numbers),
-``runtime.kv.forward_logits`` for chains and ``score_tree`` plus the probabilities for trees, a
+``runtime.kv.forward_logits`` for chains and ``score_tree`` for trees, each ending as a step with
+lean records does (greedy: the argmax alone, through the certified screened head where the model
+has one; sampled: every row turned into probabilities), a
 draft's one-token step on its own session cache, a draft tree's level forward on its
 DynamicCache, the n-gram lookups on a context that repeats itself, and the engine's own
 bookkeeping per step (a target-only step's time outside its forward, from its records).
@@ -38,7 +40,7 @@ TREE_NS = (2, 3, 5, 9, 13, 17)  # tree passes measured (interpolated between)
 LEVEL_MS = (1, 2, 3, 4)  # draft-tree level widths measured
 REPEATS = 4  # rounds per cost: the first (first calls) left out, the median of the other three
 DRAFT_REPEATS = 8  # a draft's feeds are cheap (a round: about 0.2 s for gemma-3-270m's int8 copy): more rounds
-SCHEMA = 2  # 2: each cost the median of its repeats after the first (1: the fastest)
+SCHEMA = 3  # 3: a greedy pass takes its argmax as the engine does (a screened head's without logits); 2: each cost the median of its repeats after the first (1: the fastest)
 
 
 @dataclass(frozen=True)
@@ -230,11 +232,14 @@ def machine() -> str:
 
 
 def cost_key(target, context: int) -> str:
-    """What a cost model depends on: machine, model, dtype, torch and threads, context, static step."""
+    """What a cost model depends on: machine, model, dtype, torch and threads, context, static step,
+    and whether the model's greedy argmax is screened (runtime.argmax_head)."""
+    from ..runtime.argmax_head import screen_of
     from ..runtime.static_decode import enabled
 
     return "|".join([machine(), str(target.name), str(target.dtype).removeprefix("torch."), torch.__version__,
-                     f"threads={torch.get_num_threads()}", f"context={context}", f"static={int(enabled())}"])
+                     f"threads={torch.get_num_threads()}", f"context={context}", f"static={int(enabled())}",
+                     f"screened argmax={int(screen_of(target.model) is not None)}"])
 
 
 # -- measuring ----------------------------------------------------------------------------------
@@ -299,7 +304,9 @@ def measure(target, *, context: int = 256, max_n: int = MAX_N, repeats: int = RE
     stop early once ``budget_s`` is spent (at least two always run, the first doubling as the
     warm-up). ``levels``: the drafts (by name) whose draft-tree levels to measure (None: all)."""
     from ..core.algorithm import logits_to_probs
+    from ..core.engine import greedy_argmax
     from ..core.records import Sampling
+    from ..runtime.argmax_head import materialize
     from ..runtime.kv import forward_logits, rollback, score_tree, session_cache
 
     sampling = sampling or Sampling()
@@ -319,13 +326,17 @@ def measure(target, *, context: int = 256, max_n: int = MAX_N, repeats: int = RE
     tree_ns = [n for n in TREE_NS if n <= max_n]
     chain_par = torch.arange(-1, max_n - 1, dtype=torch.long, device=device)  # [max_n] a chain's parents
 
+    greedy = sampling.greedy  # as a greedy step with lean records (a benchmark): the argmax alone, where the
+    # model screens its head without its logits (runtime.argmax_head); sampled: every row turned into p
+
     def chain_pass(n: int) -> None:
-        forward_logits(model, new[:n], cache, n)  # [n, V]
+        logits = forward_logits(model, new[:n], cache, n, lazy=greedy)  # [n, V]
+        greedy_argmax(logits) if greedy else logits_to_probs(materialize(logits), sampling)
         rollback(cache, context)
 
     def tree_pass(n: int) -> None:
-        logits = score_tree(model, cache, new[:1], new[1:n], chain_par[: n - 1])  # [n, V]
-        logits_to_probs(logits, sampling)  # the tree step always turns every row into p
+        logits = score_tree(model, cache, new[:1], new[1:n], chain_par[: n - 1], lazy=greedy)  # [n, V]
+        greedy_argmax(logits) if greedy else logits_to_probs(materialize(logits), sampling)
         rollback(cache, context)
 
     # No warm-up round: each point is the median of the rounds after the first (at least two run),

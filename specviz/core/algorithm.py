@@ -317,20 +317,22 @@ def sibling_residual(r: torch.Tensor, q_j: torch.Tensor) -> torch.Tensor:
 
 
 @dataclass(frozen=True)
-class TreeVerification:
-    """The outcome of one verify_tree() call; per-node lists hold None where a node was never tried."""
+class TreeVerification(LazyFields):
+    """The outcome of one verify_tree() call; per-node lists hold None where a node was never tried.
+
+    Under greedy p_x may be computed on first read (the walk needs argmax only)."""
 
     path: tuple[int, ...]  # accepted node indices, from the root's child down
     next_token: int  # correction (no child of the last accepted node kept) or bonus (a leaf kept)
     resampled: bool  # True when next_token came from the last residual
-    p_x: torch.Tensor  # [n] p(x) at each node's parent
-    q_x: torch.Tensor  # [n] q(x) at each node's parent (ones for point masses)
-    r_x: tuple[float | None, ...]  # the residual's probability of x when x was tried
-    ratio: tuple[float | None, ...]  # acceptance probability used (greedy: 1.0 / 0.0)
-    u: tuple[float | None, ...]  # uniform draws (None when greedy or not tried)
-    residual_mass: tuple[float | None, ...]  # after a rejection: mass of p not yet ruled out
-    verdict: tuple[str, ...]  # "accepted" | "rejected" | "not reached"
-    residual: torch.Tensor | None  # [V] what next_token was drawn from after rejections
+    p_x: torch.Tensor = Lazy()  # [n] p(x) at each node's parent
+    q_x: torch.Tensor = Lazy()  # [n] q(x) at each node's parent (ones for point masses)
+    r_x: tuple[float | None, ...] = Lazy()  # the residual's probability of x when x was tried
+    ratio: tuple[float | None, ...] = Lazy()  # acceptance probability used (greedy: 1.0 / 0.0)
+    u: tuple[float | None, ...] = Lazy()  # uniform draws (None when greedy or not tried)
+    residual_mass: tuple[float | None, ...] = Lazy()  # after a rejection: mass of p not yet ruled out
+    verdict: tuple[str, ...] = Lazy()  # "accepted" | "rejected" | "not reached"
+    residual: torch.Tensor | None = Lazy()  # [V] what next_token was drawn from after rejections
 
     @property
     def n_accepted(self) -> int:
@@ -351,7 +353,8 @@ def verify_tree(
     """Walk a token tree from the root, keeping one child per depth, and pick the next token.
 
     p:       [n+1, V] target distributions: row 0 after the root (the last committed token),
-             row i+1 after node i
+             row i+1 after node i (greedy: or an object with .get() and .shape, computed only
+             when p_x is read)
     q:       [n, V] the draft distribution each node was sampled from (its parent's; siblings
              share it), or None when nodes are point masses (n-gram, top-w, argmax drafts)
     tokens:  [n] node token ids; parents: [n] parent indices (-1 = root), parent < child
@@ -373,14 +376,16 @@ def verify_tree(
     Either way every committed token follows p exactly.
     """
     children = check_tree(tokens, parents)
-    n, V = int(tokens.shape[0]), p.shape[-1]
+    n, V = int(tokens.shape[0]), _width(p)
     check_draft_ids(tokens, V)
     if p.shape[0] != n + 1:
         raise ValueError(f"verify_tree needs n+1 = {n + 1} rows of p (root + one per node), got {p.shape[0]}")
+    if _is_lazy(p) and not greedy:
+        p = _get(p)
     tok = tokens.tolist()
     rows = (parents + 1).clamp_min(0)  # [n] row of p each node is judged under (its parent's)
-    p_x = p[rows, tokens]  # [n]
-    q_x = q[torch.arange(n, device=p.device), tokens] if q is not None else torch.ones_like(p_x)  # [n]
+    p_x = Deferred(lambda: _get(p)[rows, tokens]) if _is_lazy(p) else p[rows, tokens]  # [n]
+    q_x = q[torch.arange(n, device=q.device), tokens] if q is not None else torch.ones(n, dtype=p.dtype if isinstance(p, torch.Tensor) else torch.float32, device=tokens.device)  # [n]
     r_x: list[float | None] = [None] * n
     ratio: list[float | None] = [None] * n
     u_list: list[float | None] = [None] * n
@@ -390,7 +395,7 @@ def verify_tree(
     node = -1  # the root
     draws = iter(uniforms) if uniforms is not None else None
     if greedy:
-        best = (target_argmax if target_argmax is not None else p.argmax(dim=-1)).tolist()  # [n+1]
+        best = (target_argmax if target_argmax is not None else _get(p).argmax(dim=-1)).tolist()  # [n+1]
         while True:
             want = best[node + 1]
             kept = None

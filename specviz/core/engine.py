@@ -483,16 +483,19 @@ class _Tree:
 
     @staticmethod
     def score(session: Session, proposal: Proposal) -> torch.Tensor:
-        return score_tree(session.target.model, session.cache, session.context[-1:], proposal.tokens, proposal.parents)  # [n+1, V]
+        lazy = session.decoder.sampling.greedy and session.records == "lean"  # as a chain's
+        return score_tree(session.target.model, session.cache, session.context[-1:], proposal.tokens, proposal.parents,
+                          lazy=lazy)  # [n+1, V]
 
     @staticmethod
     def verify(session: Session, proposal: Proposal, logits: torch.Tensor, p: LazyProbs) -> TreeVerification:
         sampling = session.decoder.sampling
         q = proposal.q_for_rule
         _check_q_width(q, logits)
+        # greedy walks on argmax alone: p is computed only if a record or hook reads it
         return verify_tree(
-            p.get(), q, proposal.tokens, proposal.parents, generator=session.generator, greedy=sampling.greedy,
-            target_argmax=argmax(logits) if sampling.greedy else None,
+            p if sampling.greedy else p.get(), q, proposal.tokens, proposal.parents, generator=session.generator,
+            greedy=sampling.greedy, target_argmax=greedy_argmax(logits) if sampling.greedy else None,
         )
 
     @staticmethod

@@ -94,7 +94,7 @@ def chain_record(session, proposal, p: LazyProbs, ver, committed: list[int],
     n = ver.n_accepted
     ids = proposal.tokens.tolist()
     has_q = proposal.has_q  # without computing a pending q
-    vals = _Floats(ver)
+    vals = Floats(ver)
     u = ver.u.tolist() if ver.u is not None else [None] * k
     threshold = ver.threshold.tolist() if ver.threshold is not None else [None] * k
 
@@ -140,7 +140,7 @@ def chain_record(session, proposal, p: LazyProbs, ver, committed: list[int],
     return record, kept
 
 
-class _Floats:
+class Floats:
     """ver.p_x / q_x / ratio as Python lists, converted once when first asked for."""
 
     def __init__(self, ver):

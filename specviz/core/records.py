@@ -200,13 +200,13 @@ class TreeNode(LazyFields):
     text: str
     parent: int  # parent node index, -1 = the root (the last committed token)
     depth: int  # 1 for the root's children
-    q: float  # the draft's q(x) at the parent (shown; 1.0 when the proposer has no q)
-    p: float  # p(x) at the parent: the target's probability of this token there
-    r: float | None  # the residual's probability of x when x was tried (= p for the first child)
-    ratio: float | None  # the acceptance probability used: min(1, r(x) / q(x)); greedy 1.0 / 0.0
-    u: float | None  # the uniform draw (None when greedy or never tried)
-    residual_mass: float | None  # after this node's rejection: mass of p still not ruled out
-    verdict: str  # "accepted" | "rejected" | "not reached"
+    q: float = Lazy()  # the draft's q(x) at the parent (shown; 1.0 when the proposer has no q)
+    p: float = Lazy()  # p(x) at the parent: the target's probability of this token there
+    r: float | None = Lazy()  # the residual's probability of x when x was tried (= p for the first child)
+    ratio: float | None = Lazy()  # the acceptance probability used: min(1, r(x) / q(x)); greedy 1.0 / 0.0
+    u: float | None = Lazy()  # the uniform draw (None when greedy or never tried)
+    residual_mass: float | None = Lazy()  # after this node's rejection: mass of p still not ruled out
+    verdict: str = Lazy()  # "accepted" | "rejected" | "not reached"
     top_q: tuple[TopToken, ...] = Lazy(())  # top-10 of q at the parent (empty for point masses)
 
     @property

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from .algorithm import TreeVerification, tree_depths
-from .lazyrec import LazyProbs, StepTensors
+from .lazyrec import LazyProbs, StepTensors, Floats
 from .records import DraftDecision, Proposal, StepRecord, TreeNode
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -40,13 +40,14 @@ def tree_record(session: "Session", proposal: Proposal, p: LazyProbs, ver: TreeV
     lazy = kept.lazy
     has_q = proposal.has_q and n > 0
     top_q = [lazy(lambda i=i: kept.top_q(i)) if has_q else () for i in range(n)]
-    p_x, q_x = ver.p_x.tolist(), ver.q_x.tolist()
+    vals = Floats(ver)  # p(x) under a greedy walk: computed when first read
+    q_x = vals.get("q_x")
     if has_q:  # the draft's q(x), shown even where the rule used point masses
         q_x = proposal.q[torch.arange(n, device=proposal.q.device), proposal.tokens].tolist()
     nodes = tuple(
         TreeNode(
             index=i, token_id=tokens[i], text=texts(tokens[i]), parent=parents[i], depth=depth[i],
-            q=q_x[i], p=p_x[i], r=ver.r_x[i], ratio=ver.ratio[i], u=ver.u[i],
+            q=q_x[i], p=lazy(lambda i=i: vals.get("p_x")[i]), r=ver.r_x[i], ratio=ver.ratio[i], u=ver.u[i],
             residual_mass=ver.residual_mass[i], verdict=ver.verdict[i], top_q=top_q[i],
         )
         for i in range(n)
@@ -59,7 +60,7 @@ def tree_record(session: "Session", proposal: Proposal, p: LazyProbs, ver: TreeV
         shown.append(rejected[0])
     drafts = tuple(
         DraftDecision(
-            position=j, token_id=tokens[i], text=texts(tokens[i]), q=q_x[i], p=p_x[i],
+            position=j, token_id=tokens[i], text=texts(tokens[i]), q=q_x[i], p=lazy(lambda i=i: vals.get("p_x")[i]),
             ratio=ver.ratio[i] if ver.ratio[i] is not None else 0.0, u=ver.u[i], verdict=ver.verdict[i],
             top_p=lazy(lambda i=i: kept.top_p(parents[i] + 1)), top_q=top_q[i],
         )
@@ -75,7 +76,7 @@ def tree_record(session: "Session", proposal: Proposal, p: LazyProbs, ver: TreeV
         next_token_id=ver.next_token,
         next_token_text=texts(ver.next_token),
         next_kind="resampled" if ver.resampled else "bonus",
-        next_p=float(p.get()[row, ver.next_token]),
+        next_p=lazy(lambda: float(p.get()[row, ver.next_token])),
         top_next=lazy(lambda: kept.top_p(row)),
         top_residual=top_residual,
         committed=tuple(committed),

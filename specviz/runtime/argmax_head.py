@@ -52,7 +52,7 @@ from . import cpu
 log = logging.getLogger(__name__)
 
 MAX_KEPT = 4096  # more surviving rows than this: the full float32 head instead
-WIDTHS = (1, 2, 3, 5, 9)  # widths timed at load (a greedy chain verifies k + 1 rows; wider: the widest)
+WIDTHS = (1, 2, 3, 5, 9, 17)  # widths timed at load (a chain verifies k + 1 rows, a tree its nodes + 1; wider: the widest)
 REPEATS = 5
 LANES = 16  # outputs a block of the screen op's weight
 U32 = 2.0**-24

@@ -152,6 +152,7 @@ def tree_forward_logits(
     positions: torch.Tensor,
     visible: torch.Tensor,
     slot_positions: torch.Tensor,
+    lazy: bool = False,
 ) -> torch.Tensor:
     """Run ``tokens`` [m] through ``model`` in one forward, each seeing the whole context in
     ``cache`` plus only what ``visible`` allows among the tree slots, and return float32 logits
@@ -162,6 +163,8 @@ def tree_forward_logits(
     visible:        [m, T+m] bool: which of the T cached tree slots and m new tokens each new token
                     sees (itself included; a node sees its ancestors only)
     slot_positions: [T+m] absolute positions of those T+m slots
+    lazy:           greedy callers that read only the argmax: where a static step runs the tree,
+                    a :class:`specviz.runtime.argmax_head.HeadLogits` if the model screens its head
     Sliding-window layers get their own mask (window applied by position, not by slot), and their
     cache is widened by T for this forward so no context inside the window is cut off.
     """
@@ -171,7 +174,7 @@ def tree_forward_logits(
     if run_tree is not None:  # a static step's buffers (specviz.runtime.static_decode): one tree at a time
         if T:
             raise ValueError("a static step's cache scores a whole tree in one call; feed its slots together")
-        return run_tree(tokens, positions, visible)
+        return run_tree(tokens, positions, visible, lazy)
     types = _layer_types(model)
     dtype = next(model.parameters()).dtype
     neg = torch.finfo(dtype).min
@@ -231,12 +234,14 @@ def keep_slots(cache, tail: int, keep: torch.Tensor | list[int]) -> None:
             layer.cumulative_length -= dropped
 
 
-def score_tree(model: torch.nn.Module, cache, root: torch.Tensor, tokens: torch.Tensor, parents: torch.Tensor) -> torch.Tensor:
+def score_tree(model: torch.nn.Module, cache, root: torch.Tensor, tokens: torch.Tensor, parents: torch.Tensor,
+               lazy: bool = False) -> torch.Tensor:
     """One target forward over [root, node_1..node_n] on top of ``cache`` (which holds the context
     before the root): node i sees the context, the root and its own ancestors, at position
     len(context) + depth - 1. -> float32 logits [n+1, V] (row 0 after the root, row i+1 after node i).
 
-    root: [1] long (the last committed token), tokens: [n] long, parents: [n] long (-1 = root)
+    root: [1] long (the last committed token), tokens: [n] long, parents: [n] long (-1 = root);
+    ``lazy``: as :func:`tree_forward_logits`'s
     """
     feed = torch.cat([root, tokens])  # [n+1]
     par = torch.cat([parents.new_full((1,), -1), torch.where(parents < 0, 0, parents + 1)])  # [n+1] root = slot 0
@@ -245,7 +250,7 @@ def score_tree(model: torch.nn.Module, cache, root: torch.Tensor, tokens: torch.
     for a in par[1:].tolist():
         depth.append(depth[a] + 1)
     positions = cache_length(cache) + torch.tensor(depth, dtype=torch.long, device=tokens.device)  # [n+1]
-    return tree_forward_logits(model, cache, feed, positions, tree_attention(par), positions)
+    return tree_forward_logits(model, cache, feed, positions, tree_attention(par), positions, lazy)
 
 
 def keep_path(cache, n: int, path: list[int] | tuple[int, ...]) -> None:

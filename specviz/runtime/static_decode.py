@@ -341,9 +341,9 @@ class StaticKV:
         (``lazy``: a :class:`~specviz.runtime.argmax_head.HeadLogits` where the model screens its head)."""
         return self.decoder.run(self, input_ids, keep, lazy)
 
-    def run_tree(self, tokens: torch.Tensor, positions: torch.Tensor, visible: torch.Tensor) -> torch.Tensor:
+    def run_tree(self, tokens: torch.Tensor, positions: torch.Tensor, visible: torch.Tensor, lazy: bool = False):
         """A token tree's nodes in one step (:meth:`StaticDecoder.run_tree`) -> logits [m, V]."""
-        return self.decoder.run_tree(self, tokens, positions, visible)
+        return self.decoder.run_tree(self, tokens, positions, visible, lazy)
 
     @torch.inference_mode()  # the buffers are inference tensors
     def keep_slots(self, tail: int, keep: torch.Tensor) -> None:
@@ -484,16 +484,18 @@ class StaticDecoder:
         return self._head(hidden, lazy)  # [keep, V]
 
     @torch.inference_mode()
-    def run_tree(self, cache: StaticKV, tokens: torch.Tensor, positions: torch.Tensor, visible: torch.Tensor) -> torch.Tensor:
+    def run_tree(self, cache: StaticKV, tokens: torch.Tensor, positions: torch.Tensor, visible: torch.Tensor,
+                 lazy: bool = False):
         """A token tree's nodes ``tokens`` [m] at ``positions`` [m] in one call, each seeing
-        the cached context and the nodes ``visible`` [m, m] allows -> float32 logits [m, V]. The
-        nodes take the next m slots; :meth:`StaticKV.keep_slots` keeps the accepted path."""
+        the cached context and the nodes ``visible`` [m, m] allows -> float32 logits [m, V] (``lazy``:
+        as :meth:`run`'s). The nodes take the next m slots; :meth:`StaticKV.keep_slots` keeps the
+        accepted path."""
         m, start = int(tokens.shape[0]), cache.length
         cache.reserve(start + m)
         example = self._inputs(cache, tokens, start, positions.cpu(), visible.cpu())
         hidden = self._call(example)  # [m, d]
         cache.length = start + m
-        return self._head(hidden)
+        return self._head(hidden, lazy)
 
     def _head(self, hidden: torch.Tensor, lazy: bool = False):
         """Logits [rows, V] of hidden [rows, d]; ``lazy`` (a greedy step): where the model has a
