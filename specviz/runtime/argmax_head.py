@@ -261,9 +261,10 @@ def _use_at(times: dict[int, tuple[float, float]]) -> tuple[bool, ...]:
 
 def _cached_times(entry) -> dict[int, tuple[float, float]] | None:
     try:
-        return {int(r): (float(a), float(b)) for r, (a, b) in entry["ms"].items()}
+        times = {int(r): (float(a), float(b)) for r, (a, b) in entry["ms"].items()}
     except (KeyError, TypeError, ValueError):
         return None  # none, or damaged: measure again
+    return times if set(times) == set(WIDTHS) else None  # timed at other widths: measure again
 
 
 def screen_of(model: torch.nn.Module) -> Screen | None:
