@@ -13,6 +13,7 @@ from specviz.proposers import DraftModel
 from specviz.runtime import projections, static_decode
 from specviz.runtime.kv import forward_logits, new_cache, rollback, session_cache
 from specviz.runtime.static_decode import StaticKV, static_cache, supports
+from tests.support.kernel import NEEDS_OP
 from tests.support.tiny import loaded, perturbed
 from tests.test_engine import PROMPTS, hf_greedy
 
@@ -415,8 +416,11 @@ def _timings(kind: str):
     oneDNN at every width; "packed": F.linear at one row, oneDNN on the packed copies from two (its
     fp32 head on a Zen 1); "kmajor": F.linear on the K-major copies at one row, oneDNN from two
     (fp32's head and gate/up on an AMX Xeon); "wfirst": the weight as the left operand wherever it
-    is timed (1-2 rows: gemma-3-270m's body on a Zen 4), oneDNN wider."""
-    def time_weights(weights, rows, *args, packed=None, kmajor=None, weight_first=False, **kwargs):
+    is timed (1-2 rows: gemma-3-270m's body on a Zen 4), oneDNN wider; "blocked": specviz's own
+    product at every width (its op built here)."""
+    def time_weights(weights, rows, *args, packed=None, kmajor=None, weight_first=False, blocked=None, **kwargs):
+        if kind == "blocked" and blocked is not None:
+            return (2.0, 2.0, None, None, None, None, 1.0)
         if kind == "wfirst" and weight_first and rows <= projections.cpu.WEIGHT_FIRST_ROWS:  # as time_weights bounds it
             return (2.0, 2.0, None, None, 1.0)
         if kind == "packed" and packed is not None and None not in packed:
@@ -428,8 +432,9 @@ def _timings(kind: str):
 
 
 @pytest.mark.parametrize("runner", RUNNERS)
-@pytest.mark.parametrize("timing", ["mixed", "onednn", "packed", "kmajor", "wfirst"])
-def test_planned_projections_give_the_transformers_logits(runner, timing, tiny_target, tokenizer, monkeypatch, tmp_path):
+@pytest.mark.parametrize("timing", ["mixed", "onednn", "packed", "kmajor", "wfirst", pytest.param("blocked", marks=NEEDS_OP[0])])
+def test_planned_projections_give_the_transformers_logits(runner, timing, tiny_target, tokenizer, monkeypatch, tmp_path,
+                                                          request):
     """q/k/v and gate/up fused, and every projection kind on the kernel its plan picks per width
     (oneDNN at some widths, F.linear at others, or oneDNN everywhere): the same logits as the
     transformers forward for chains, rollbacks and a tree; the members' weights are views of the
@@ -439,6 +444,8 @@ def test_planned_projections_give_the_transformers_logits(runner, timing, tiny_t
 
     if runner == "compile":  # dynamo counts recompiles of the body's code across this process's tests (limit 64)
         torch._dynamo.reset()
+    if timing == "blocked":
+        request.getfixturevalue("specviz_op")  # built and loaded
     calls = []
     onednn = cpu._onednn_linear
     monkeypatch.setattr(cpu, "_onednn_linear", lambda *a: calls.append(a[0].shape[0]) or onednn(*a))
@@ -466,14 +473,16 @@ def test_planned_projections_give_the_transformers_logits(runner, timing, tiny_t
         fused = projections.fused_of(attn.q_proj, attn.k_proj, attn.v_proj)
         assert fused is not None and attn.q_proj.weight.data_ptr() == fused.weight.data_ptr()
         assert attn.k_proj.weight.untyped_storage().data_ptr() == fused.weight.untyped_storage().data_ptr()
-        assert body.any_width is (timing == "onednn") and body.rows_at_once
-        assert calls and (timing == "onednn" or 1 not in calls)  # one row: F.linear in the mixed plan
+        uniform = timing in ("onednn", "blocked")  # one kernel at every width
+        assert body.any_width is uniform and body.rows_at_once
+        assert timing == "blocked" or (calls and (timing == "onednn" or 1 not in calls))  # one row: F.linear in the mixed plan
+        assert not (timing == "blocked" and calls) and all((f.blocked is not None) is (timing == "blocked") for f in body.fused)
         assert timing != "wfirst" or 2 not in calls  # two rows: weight-first too
-        export_mixed = runner == "export" and timing != "onednn"  # one graph of symbolic width: eager, said once
+        export_mixed = runner == "export" and not uniform  # one graph of symbolic width: eager, said once
         assert cache.decoder.runner == ("eager" if export_mixed else runner)
         if runner == "trace":
             # one row, and every wider width; or one for all; weight-first's one and two rows differ (bmm, mm)
-            assert len(cache.decoder._steps) == (1 if timing == "onednn" else 2)
+            assert len(cache.decoder._steps) == (1 if uniform else 2)
         if timing == "wfirst":  # one row (bmm), two (mm) and wider (oneDNN): three graphs where all three widths run
             assert len({body.graph_key(n) for n in (1, 2, 3, 4, 5)}) == 3
         if cpu.pack(fused.weight) is not None:  # a second copy only where a plan reads it

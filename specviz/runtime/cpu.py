@@ -62,8 +62,8 @@ FASTER = 0.9  # oneDNN replaces F.linear at a width only when it takes under 90%
 CLEAR_GAP = 2.0  # one round decides a width when one kernel takes over twice the other's time
 AGREED_GAP = 1.25  # two rounds decide it when both favour the same kernel by this much
 CACHE_FILE = "lm_head_kernels.json"
-CACHE_FORMAT = 7  # 2: bf16's oneDNN timed on its packed copy (:func:`pack`); 3: fp32's too; 4: fp32's K-major copy; 5: weight-first; 6: at 1-2 rows only; 7: Inductor GEMM
-KERNELS = ("F.linear", "oneDNN", "oneDNN packed", "F.linear K-major", "weight-first", "Inductor GEMM")  # by code: a plan's onednn_at holds these indices
+CACHE_FORMAT = 8  # 8: specviz's blocked float32 product (projections); 2: bf16's oneDNN timed on its packed copy (:func:`pack`); 3: fp32's too; 4: fp32's K-major copy; 5: weight-first; 6: at 1-2 rows only; 7: Inductor GEMM
+KERNELS = ("F.linear", "oneDNN", "oneDNN packed", "F.linear K-major", "weight-first", "Inductor GEMM", "specviz blocked")  # by code: a plan's onednn_at holds these indices
 WEIGHT_FIRST_ROWS = 2  # weight-first is timed up to this many rows (see _weight_first_linear)
 SPLIT = 4  # weight-first's one row: the weight's rows in this many blocks, one batched product (see _weight_first_linear)
 PACK_ROWS = {torch.bfloat16: 1, torch.float32: 16}  # the rows oneDNN lays a packed copy out for (see pack)
@@ -141,21 +141,23 @@ class WidthTiming:
     kmajor_s: float | None = None  # F.linear on fp32's K-major copy (one row only; None where not timed)
     wfirst_s: float | None = None  # the weight as the left operand (fp32; None where not timed)
     inductor_s: float | None = None  # Inductor's C++ GEMM on a frozen copy (a large fp32 head; None where not timed)
+    blocked_s: float | None = None  # specviz's own float32 product on a blocked copy (:func:`dense_block`; None where not timed)
 
     @property
     def kernel(self) -> str:
         """The kernel this width uses: another than F.linear only where it is clearly the faster."""
-        return choose_kernel(self.f_linear_s, self.onednn_s, self.packed_s, self.kmajor_s, self.wfirst_s, self.inductor_s)
+        return choose_kernel(self.f_linear_s, self.onednn_s, self.packed_s, self.kmajor_s, self.wfirst_s, self.inductor_s,
+                             self.blocked_s)
 
 
 def choose_kernel(f_linear_s: float, onednn_s: float, packed_s: float | None = None, kmajor_s: float | None = None,
-                  wfirst_s: float | None = None, inductor_s: float | None = None) -> str:
+                  wfirst_s: float | None = None, inductor_s: float | None = None, blocked_s: float | None = None) -> str:
     """Each kernel in turn (F.linear, oneDNN, weight-first, oneDNN packed, F.linear K-major, Inductor
-    GEMM) replaces the one chosen so far only when it takes under ``FASTER`` of every earlier one's
-    time: a kernel that needs a second copy of the weight (packed, K-major, Inductor's) comes last,
-    so it must beat all others."""
+    GEMM, specviz blocked) replaces the one chosen so far only when it takes under ``FASTER`` of every
+    earlier one's time: a kernel that needs a second copy of the weight (packed, K-major, Inductor's,
+    blocked) comes last, so it must beat all others."""
     chosen, best = KERNELS[0], f_linear_s
-    for code, t in ((1, onednn_s), (4, wfirst_s), (2, packed_s), (3, kmajor_s), (5, inductor_s)):
+    for code, t in ((1, onednn_s), (4, wfirst_s), (2, packed_s), (3, kmajor_s), (5, inductor_s), (6, blocked_s)):
         if t is not None and t < best * FASTER:
             chosen = KERNELS[code]
         best = min(best, t) if t is not None else best
@@ -182,13 +184,18 @@ class HeadKernelPlan:
     @property
     def onednn_at(self) -> tuple[int, ...]:
         """The kernel (an index into :data:`KERNELS`: 0 F.linear, 1 oneDNN, 2 oneDNN on the packed
-        copy, 3 F.linear on the K-major copy, 4 weight-first) at each row count, indexed by rows (index 0: no rows,
-        F.linear); truthy where another kernel than F.linear on the weight runs."""
+        copy, 3 F.linear on the K-major copy, 4 weight-first, 5 Inductor GEMM, 6 specviz blocked) at each
+        row count, indexed by rows (index 0: no rows, F.linear); truthy where another kernel than
+        F.linear on the weight runs."""
         return (0,) + tuple(KERNELS.index(w.kernel) for w in self.widths)
 
     def without_inductor(self) -> "HeadKernelPlan":
         """This plan as if Inductor's GEMM were never timed (where it cannot be built, or is turned off)."""
         return replace(self, widths=tuple(replace(w, inductor_s=None) for w in self.widths))
+
+    def without_blocked(self) -> "HeadKernelPlan":
+        """This plan as if specviz's blocked product were never timed (where its op cannot be built)."""
+        return replace(self, widths=tuple(replace(w, blocked_s=None) for w in self.widths))
 
     def to_entry(self) -> dict[str, Any]:
         """The JSON-able cache entry (everything but ``cached``)."""
@@ -201,7 +208,8 @@ class HeadKernelPlan:
 def _plan_from_entry(entry: dict[str, Any]) -> HeadKernelPlan:
     opt = lambda w, key: None if w.get(key) is None else float(w[key])  # noqa: E731
     widths = tuple(WidthTiming(int(w["rows"]), float(w["f_linear_s"]), float(w["onednn_s"]), opt(w, "packed_s"),
-                               opt(w, "kmajor_s"), opt(w, "wfirst_s"), opt(w, "inductor_s")) for w in entry["widths"])
+                               opt(w, "kmajor_s"), opt(w, "wfirst_s"), opt(w, "inductor_s"), opt(w, "blocked_s"))
+                   for w in entry["widths"])
     if not widths or [w.rows for w in widths] != list(range(1, len(widths) + 1)):
         raise ValueError("widths must be rows 1, 2, ... in order")
     return HeadKernelPlan(
@@ -232,6 +240,7 @@ def time_weights(
     clock: Callable[[], float] = time.perf_counter, stat: Callable[[list[float]], float] = statistics.median,
     packed: Sequence[torch.Tensor | None] | None = None, kmajor: Sequence[torch.Tensor | None] | None = None,
     weight_first: bool = False, inductor: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    blocked: Sequence[torch.Tensor] | None = None,
 ) -> tuple[float | None, ...]:
     """:func:`time_head` over several weights of one shape read one after another, as a forward
     reads one projection per layer: seconds of (F.linear, oneDNN) for one pass over all of them.
@@ -243,7 +252,8 @@ def time_weights(
     fourth kernel (after the packed copies' seconds, None there where those were not timed);
     ``weight_first``: fp32's :func:`_weight_first_linear` at up to :data:`WEIGHT_FIRST_ROWS` rows, a
     fifth (None in the places before it); ``inductor``: a one-weight head's compiled kernel
-    (:mod:`specviz.runtime.inductor_gemm`), a sixth. With
+    (:mod:`specviz.runtime.inductor_gemm`), a sixth; ``blocked``: fp32's blocked copies
+    (:func:`dense_block`) through specviz's own product, a seventh. With
     ``early``, a kernel over ``CLEAR_GAP`` times the fastest after a round is timed no more."""
     x = torch.randn(rows, weights[0].shape[1], dtype=weights[0].dtype)  # [rows, in]
     copies = list(packed or [None] * len(weights))
@@ -262,6 +272,9 @@ def time_weights(
     sixth = inductor is not None and not bf16 and len(weights) == 1
     if sixth:
         kernels.append(lambda: inductor(x))
+    seventh = blocked is not None and not bf16 and len(blocked) == len(weights)
+    if seventh:
+        kernels.append(lambda: [dense(x, b, None, w.shape[0]) for w, b in zip(weights, blocked)])
     if len(weights) > 1:  # a pass over many weights is cheap: warm this width (oneDNN builds a plan per shape)
         with torch.inference_mode():
             [k() for k in kernels]
@@ -279,7 +292,8 @@ def time_weights(
             if early and (len(live) == 1 or (len(live) == 2 and _decided(times[live[0]], times[live[1]]))):
                 break
     timed = iter(stat(ts) for ts in times)
-    out: list[float | None] = [next(timed), next(timed)] + [next(timed) if on else None for on in (third, fourth, fifth, sixth)]
+    out: list[float | None] = [next(timed), next(timed)] + [next(timed) if on else None
+                                                          for on in (third, fourth, fifth, sixth, seventh)]
     while out[-1] is None:
         out.pop()
     return tuple(out)
@@ -481,7 +495,7 @@ def _copy_without_packed(module: torch.nn.Module, memo: dict) -> torch.nn.Module
     return new
 
 
-COPIES = ("packed", "kmajor", "gemm")  # a layer's second copies of its weight: each read in place of it, never beside it
+COPIES = ("packed", "kmajor", "gemm", "blocked")  # a layer's second copies of its weight: each read in place of it, never beside it
 
 
 def _needs_packed(codes: Sequence[int], dtype: torch.dtype) -> bool:  # a plan's kernels read a packed copy: keep one
@@ -490,6 +504,34 @@ def _needs_packed(codes: Sequence[int], dtype: torch.dtype) -> bool:  # a plan's
 
 def _needs_kmajor(codes: Sequence[int]) -> bool:  # a plan's kernels read a K-major copy: keep one
     return 3 in codes
+
+
+def _needs_blocked(codes: Sequence[int]) -> bool:  # a plan's kernels read a blocked copy: keep one
+    return 6 in codes
+
+
+def dense_available() -> bool:
+    """Whether specviz's own float32 product (``torch.ops.specviz_int8.dense``) is built and loaded here."""
+    from . import int8_kernel
+
+    return int8_kernel.load() is None
+
+
+def dense_block(weight: torch.Tensor) -> torch.Tensor | None:
+    """An fp32 weight [out, in] blocked for specviz's own product, [ceil(out/16), in, 16] (zero-padded:
+    16 outputs a 64-byte step over every input), or None where the op cannot be built here."""
+    if weight.dtype != torch.float32 or not dense_available():
+        return None
+    out, k = weight.shape
+    padded = torch.zeros(-(-out // 16) * 16, k)
+    padded[:out] = weight.detach()
+    return padded.view(-1, 16, k).permute(0, 2, 1).contiguous()
+
+
+def dense(x: torch.Tensor, blocked: torch.Tensor, bias: torch.Tensor | None, out: int) -> torch.Tensor:
+    """x [n, in] @ W^T (+ bias) -> [n, out] through specviz's own float32 product on W's blocked copy:
+    each output summed over k in order in one chain, so a row gets the same bits at every width."""
+    return torch.ops.specviz_int8.dense(x, blocked, bias, out)
 
 
 _PLANS: weakref.WeakKeyDictionary[torch.nn.Module, tuple[HeadKernelPlan, bool]] = weakref.WeakKeyDictionary()
@@ -572,6 +614,7 @@ def plan_report(plan: HeadKernelPlan, wrapped: bool) -> dict[str, Any]:
             | ({} if w.kmajor_s is None else {"kmajor_ms": round(w.kmajor_s * 1e3, 2)})
             | ({} if w.wfirst_s is None else {"wfirst_ms": round(w.wfirst_s * 1e3, 2)})
             | ({} if w.inductor_s is None else {"inductor_ms": round(w.inductor_s * 1e3, 2)})
+            | ({} if w.blocked_s is None else {"blocked_ms": round(w.blocked_s * 1e3, 2)})
             for w in plan.widths
         ],
         "wider": plan.widths[-1].kernel,  # rows beyond the measured ones

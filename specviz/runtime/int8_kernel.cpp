@@ -312,12 +312,71 @@ at::Tensor screen(const at::Tensor& x_, const at::Tensor& w) {
   return y;
 }
 
+// -- float32 dense: y = x @ W^T + b for a few rows, the body's projections (projections.py) ---------------
+// The weight blocked [N/16, K, 16]: 16 outputs a 64-byte step over all K, streamed once for up to
+// 12 rows. Each output's sum runs k = 0..K-1 in one chain of float32 multiply-adds whatever the
+// width, so a row's result is the same bits in a 1-row and a 9-row call (a verify pass's first row
+// is the decode step's). Plain loops where the compiler cannot target AVX-512.
+namespace {
+template <int R>
+void dense_block(const float* w, const float* x, int64_t K, float* out, int64_t ld) {
+#if defined(__AVX512F__)
+  __m512 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+  for (int64_t k = 0; k < K; ++k) {
+    const __m512 wk = _mm512_loadu_ps(w + k * LANES);
+    for (int r = 0; r < R; ++r) acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(x[r * K + k]), wk, acc[r]);
+  }
+  for (int r = 0; r < R; ++r) _mm512_storeu_ps(out + r * ld, acc[r]);
+#else
+  float acc[R][LANES] = {};
+  for (int64_t k = 0; k < K; ++k) {
+    const float* wk = w + k * LANES;
+    for (int r = 0; r < R; ++r) {
+      const float xr = x[r * K + k];
+      for (int j = 0; j < LANES; ++j) acc[r][j] = std::fma(xr, wk[j], acc[r][j]);
+    }
+  }
+  for (int r = 0; r < R; ++r) std::memcpy(out + r * ld, acc[r], sizeof(acc[r]));
+#endif
+}
+}  // namespace
+
+// x [M, K] float32; w [ceil(N/16), K, 16] float32 (zero-padded); bias [N] or none -> [M, N]
+at::Tensor dense(const at::Tensor& x_, const at::Tensor& w, const c10::optional<at::Tensor>& bias, int64_t N) {
+  TORCH_CHECK(x_.dim() == 2 && x_.scalar_type() == at::kFloat, "x must be [rows, in] float32");
+  TORCH_CHECK(w.dim() == 3 && w.size(2) == LANES && w.size(1) == x_.size(1) && w.scalar_type() == at::kFloat
+              && w.is_contiguous() && w.size(0) * LANES >= N && (w.size(0) - 1) * LANES < N,
+              "w must be float32 [ceil(N/16), in, 16]");
+  at::Tensor x = x_.contiguous();
+  const int64_t M = x.size(0), K = x.size(1), blocks = w.size(0), Np = blocks * LANES;
+  at::Tensor y = at::empty({M, Np}, x.options());
+  if (M > 0) {
+    const int64_t passes = (M + MAX_ROWS - 1) / MAX_ROWS, group = (M + passes - 1) / passes;
+    const float* wp = w.data_ptr<float>();
+    const float* xp = x.data_ptr<float>();
+    float* yp = y.data_ptr<float>();
+    at::parallel_for(0, blocks, 1, [&](int64_t b0, int64_t b1) {
+      for (int64_t b = b0; b < b1; ++b)
+        for (int64_t r0 = 0; r0 < M; r0 += group)
+          with_rows(std::min(group, M - r0), [&](auto R) {
+            dense_block<R()>(wp + b * K * LANES, xp + r0 * K, K, yp + r0 * Np + b * LANES, Np);
+          });
+    });
+  }
+  at::Tensor out = Np == N ? y : y.narrow(1, 0, N).contiguous();
+  if (bias.has_value() && bias->defined()) out.add_(*bias);
+  return out;
+}
+
 TORCH_LIBRARY(specviz_int8, m) {
   m.def("linear(Tensor x, Tensor w, Tensor scale, Tensor wsum, Tensor? bias, Tensor? inv_smooth, int N) -> Tensor");
   m.def("screen(Tensor x, Tensor w) -> Tensor");
+  m.def("dense(Tensor x, Tensor w, Tensor? bias, int N) -> Tensor");
   m.def("screen_dot_native() -> bool", &screen_dot_native);  // no tensors: a catch-all kernel
 }
 TORCH_LIBRARY_IMPL(specviz_int8, CPU, m) {
   m.impl("linear", &linear);
   m.impl("screen", &screen);
+  m.impl("dense", &dense);
 }

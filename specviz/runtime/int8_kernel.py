@@ -15,7 +15,8 @@ for this machine (``-march=native``), once per CPU, torch version and source tex
 compiler, no ninja) it returns why, once, and the int8 copies keep PyTorch's kernels. Which kernel
 an ``@int8`` model runs is measured on this machine (:func:`specviz.runtime.int8_speed.choose_kernel`).
 The same library holds ``torch.ops.specviz_int8.screen``, the bf16 product of the certified argmax
-head (:mod:`specviz.runtime.argmax_head`).
+head (:mod:`specviz.runtime.argmax_head`), and ``torch.ops.specviz_int8.dense``, a float32 product
+for a few rows that the body's projections time beside PyTorch's (:mod:`specviz.runtime.projections`).
 """
 
 from __future__ import annotations
@@ -114,10 +115,14 @@ def load() -> str | None:
 
 
 def _register_fake() -> None:
-    """The op's shape function, for torch.compile and torch.export (the ``compile`` runner)."""
+    """The ops' shape functions, for torch.compile and torch.export (the ``compile`` runner)."""
     try:
         @torch.library.register_fake("specviz_int8::linear")
         def _(x, w, scale, wsum, bias, inv_smooth, n):  # noqa: ANN001 - the op's schema
+            return x.new_empty(x.shape[0], n)
+
+        @torch.library.register_fake("specviz_int8::dense")
+        def _(x, w, bias, n):  # noqa: ANN001 - the op's schema
             return x.new_empty(x.shape[0], n)
     except RuntimeError:  # registered already (a second load in this process)
         pass

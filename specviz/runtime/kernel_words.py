@@ -62,7 +62,7 @@ def _span(group: list[dict[str, Any]]) -> str:
 
 
 _MS = {KERNELS[0]: "f_linear_ms", KERNELS[1]: "onednn_ms", KERNELS[2]: "packed_ms", KERNELS[3]: "kmajor_ms",
-       KERNELS[4]: "wfirst_ms", KERNELS[5]: "inductor_ms"}  # plan_report's columns
+       KERNELS[4]: "wfirst_ms", KERNELS[5]: "inductor_ms", KERNELS[6]: "blocked_ms"}  # plan_report's columns
 
 
 def describe_head_kernels(report: dict[str, Any] | None, label: str = "LM head") -> str:

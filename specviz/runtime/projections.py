@@ -79,6 +79,7 @@ class PlannedLinear(torch.nn.Module):
         # the weight's oneDNN layout (:func:`pack`), which oneDNN reads; a buffer, so a trace takes it as one
         self.register_buffer("packed", None, persistent=False)
         self.register_buffer("kmajor", None, persistent=False)  # fp32's K-major copy (:func:`cpu.kmajor`), one row
+        self.register_buffer("blocked", None, persistent=False)  # fp32's blocked copy (:func:`cpu.dense_block`)
 
     def __deepcopy__(self, memo: dict) -> "PlannedLinear":
         return cpu._copy_without_packed(self, memo)
@@ -93,7 +94,7 @@ class PlannedLinear(torch.nn.Module):
         """Whether every width runs the same code (then one graph serves every width): one kernel,
         and not weight-first, whose one row runs another product than its wider widths."""
         codes = set(self.onednn_at[1:] or (0,))
-        return len(codes) == 1 and 4 not in codes
+        return len(codes) == 1 and 4 not in codes and not (6 in codes and self.blocked is None)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # [n, in] -> [n, out]
         at = self.onednn_at
@@ -104,6 +105,10 @@ class PlannedLinear(torch.nn.Module):
             return cpu._kmajor_linear(x, self.kmajor, self.bias)
         if code == 4:
             return cpu._weight_first_linear(x, self.weight, self.bias, self.out_features)
+        if code == 6:
+            if self.blocked is None:  # a copy of the layer (its blocked copy is not carried): the same sums' kernel family
+                return F.linear(x, self.weight, self.bias)
+            return cpu.dense(x, self.blocked, self.bias, self.out_features)
         weight = cpu._read_by(code, self.weight, self.packed)
         if torch.jit.is_tracing() or torch.compiler.is_compiling():  # a graph that cannot hold oneDNN's op itself
             return torch.ops.specviz.onednn_linear(x, weight, self.bias)
@@ -178,17 +183,22 @@ def plan_projections(
             continue
         weights = [p.weight.detach() for p in layers]
 
-        def time_all(_weight: torch.Tensor, rows: int, weights=weights, layers=layers) -> tuple[float, ...]:
+        blocked: list[torch.Tensor | None] = []  # specviz's blocked copies, made once for the timing
+
+        def time_all(_weight: torch.Tensor, rows: int, weights=weights, layers=layers, blocked=blocked) -> tuple[float, ...]:
             packed = [p.pack() for p in layers]  # min: the quiet cost
             copies = [cpu.kmajor(w) for w in weights] if rows == 1 else None  # dropped after timing
+            blocked[:] = blocked or [cpu.dense_block(w) for w in weights]
             return cpu.time_weights(weights, rows, BODY_REPEATS, early=False, stat=min, packed=packed, kmajor=copies,
-                                    weight_first=True)
+                                    weight_first=True, blocked=None if None in blocked else blocked)
         try:
             plan = cpu.plan_head(weights[0], cache_dir, time_width=time_all, count=len(weights))
         except (RuntimeError, AttributeError):  # an op missing from this build: F.linear, as before
             continue
-        for p in layers:
-            _apply(p, plan)
+        if 6 in plan.onednn_at and not cpu.dense_available():  # cached, but the op is not built here
+            plan = plan.without_blocked()
+        for p, b in zip(layers, blocked or [None] * len(layers)):
+            _apply(p, plan, b)
         planned[kind] = (layers, plan)
     return planned
 
@@ -208,8 +218,13 @@ def _claim_plain(groups: Sequence[Sequence[torch.nn.Module]]) -> None:
     _READ_PLAIN.update(m for g in groups for m in g)
 
 
-def _apply(layer: PlannedLinear, plan: cpu.HeadKernelPlan) -> None:
-    """``plan``'s kernel per width on ``layer``, with the copies of its weight those kernels read."""
+def _apply(layer: PlannedLinear, plan: cpu.HeadKernelPlan, blocked: torch.Tensor | None = None) -> None:
+    """``plan``'s kernel per width on ``layer``, with the copies of its weight those kernels read
+    (``blocked``: its blocked copy where already made)."""
     layer.plan, layer.onednn_at = plan, plan.onednn_at
     layer.packed = layer.pack() if cpu._needs_packed(plan.onednn_at, layer.weight.dtype) else None  # only where read
     layer.kmajor = cpu.kmajor(layer.weight) if cpu._needs_kmajor(plan.onednn_at) else None
+    if cpu._needs_blocked(plan.onednn_at):
+        layer.blocked = blocked if blocked is not None else cpu.dense_block(layer.weight)
+    else:
+        layer.blocked = None
