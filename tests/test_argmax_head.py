@@ -160,3 +160,21 @@ def test_the_timings_are_cached_per_machine(tiny_target, monkeypatch, tmp_path):
     assert argmax_head.attach(tiny_target.model, slower, min_elements=0) is None
     monkeypatch.setattr(argmax_head, "build", lambda w: (_ for _ in ()).throw(AssertionError("built a copy")))
     assert argmax_head.attach(tiny_target.model, slower, min_elements=0) is None
+
+
+def test_the_roofline_counts_the_screen_greedy_steps_read(tiny_target, screened):
+    from specviz.analysis import hardware
+
+    model = tiny_target.model
+    counted = hardware.decode_bytes(model)
+    screen = argmax_head.screen_of(model)
+    v, d = screen.weight.shape
+    halved = hardware.screened_bytes(model, counted)
+    assert halved == counted - 4 * v * d + 2 * screen.blocked.numel()  # bf16 in place of float32 (padding counted)
+    rows = [{"impl": "specviz", "proposer": "target-only", "k": 0, "steps": 10, "new_tokens": 10, "tokens_per_s": 5.0,
+             "step_ms": 190.0}]
+    lines = hardware.roofline_lines(rows, model, probes_gb_s=[10.0])
+    assert any("bf16 screen" in line for line in lines)
+    argmax_head.detach(model)
+    assert hardware.screened_bytes(model, counted) is None
+    assert not any("bf16 screen" in line for line in hardware.roofline_lines(rows, model, probes_gb_s=[10.0]))

@@ -9,7 +9,7 @@ import copy
 import pytest
 import torch
 
-from specviz.runtime import cpu, projections
+from specviz.runtime import cpu, dense_kernel, projections
 from tests.support.kernel import NEEDS_OP
 
 pytestmark = NEEDS_OP
@@ -20,11 +20,11 @@ pytestmark = NEEDS_OP
 def test_dense_is_the_plain_product_at_every_width(out, k, bias):
     g = torch.Generator().manual_seed(out + k)
     w, b = torch.randn(out, k, generator=g), (torch.randn(out, generator=g) if bias else None)
-    blocked = cpu.dense_block(w)
+    blocked = dense_kernel.block(w)
     assert blocked.shape == (-(-out // 16), k, 16)
     for rows in (1, 2, 3, 5, 9, 12, 13, 25):
         x = torch.randn(rows, k, generator=g)
-        y = cpu.dense(x, blocked, b, out)
+        y = dense_kernel.dense(x, blocked, b, out)
         assert y.shape == (rows, out) and y.is_contiguous()
         torch.testing.assert_close(y, torch.nn.functional.linear(x, w, b), atol=1e-4, rtol=1e-4)
 
@@ -33,11 +33,11 @@ def test_a_row_gets_the_same_bits_at_every_width():
     """Each output sums its inputs in order in one chain: a verify pass's first row is the decode step's."""
     g = torch.Generator().manual_seed(1)
     w = torch.randn(200, 640, generator=g)
-    blocked = cpu.dense_block(w)
+    blocked = dense_kernel.block(w)
     x = torch.randn(17, 640, generator=g)
-    alone = torch.cat([cpu.dense(x[r : r + 1], blocked, None, 200) for r in range(17)])
+    alone = torch.cat([dense_kernel.dense(x[r : r + 1], blocked, None, 200) for r in range(17)])
     for rows in (2, 5, 9, 13, 17):
-        assert torch.equal(cpu.dense(x[:rows], blocked, None, 200), alone[:rows])
+        assert torch.equal(dense_kernel.dense(x[:rows], blocked, None, 200), alone[:rows])
 
 
 def test_a_planned_layer_on_it_and_its_copies():
@@ -46,13 +46,13 @@ def test_a_planned_layer_on_it_and_its_copies():
     plain = lambda x: torch.nn.functional.linear(x, planned.weight, planned.bias)  # noqa: E731
     planned.onednn_at = (0, 6, 6)
     assert not planned.uniform()  # no blocked copy yet: F.linear, the graph per width
-    planned.blocked = cpu.dense_block(planned.weight)
+    planned.blocked = dense_kernel.block(planned.weight)
     assert planned.uniform()  # one kernel for every width: one graph
     calls = []
-    real = cpu.dense
+    real = dense_kernel.dense
     cpu_dense = lambda *a: calls.append(a[0].shape[0]) or real(*a)  # noqa: E731
     with pytest.MonkeyPatch.context() as mp, torch.inference_mode():
-        mp.setattr(cpu, "dense", cpu_dense)
+        mp.setattr(dense_kernel, "dense", cpu_dense)
         for rows in (1, 2, 7):
             x = torch.randn(rows, 32)
             torch.testing.assert_close(planned(x), plain(x), atol=1e-5, rtol=1e-5)
@@ -69,5 +69,6 @@ def test_the_blocked_product_wins_a_width_only_when_faster_than_every_other_kern
     assert cpu.choose_kernel(1.0, 0.5, 0.45, None, 0.5, None, 0.4) == "specviz blocked"
     assert cpu.choose_kernel(1.0, 0.5, 0.4, None, 0.5, None, 0.37) == "oneDNN packed"
     w = torch.randn(48, 32)
-    times = cpu.time_weights((w, w), 3, 1, blocked=[cpu.dense_block(w)] * 2, early=False)
+    b = dense_kernel.block(w)
+    times = cpu.time_weights((w, w), 3, 1, blocked=lambda x: [dense_kernel.dense(x, b, None, 48)] * 2, early=False)
     assert len(times) == 7 and times[-1] is not None

@@ -221,10 +221,28 @@ def roofline_lines(rows: list[dict], model: torch.nn.Module, precision: str | No
             steps = 1e3 / row["step_ms"]  # decode steps per second, prefill left out
             lines.append(f"    its decode steps alone (prefill left out): {row['step_ms']:.1f} ms each, "
                          f"{steps:.2f} per second = {steps / limit.tokens_per_s:.2f} of the limit")
+            read = screened_bytes(model, limit.bytes_per_token)
+            if read is not None:  # the float32 limit counts a head these steps never read in full
+                own = roofline(read, bw.bytes_per_s)
+                lines.append(f"    greedy steps read the LM head's bf16 screen in place of its float32 weight: "
+                             f"{read / 1e6:.0f} MB a step, a limit of {own.tokens_per_s:.1f} tokens/s; "
+                             f"these steps at {steps / own.tokens_per_s:.2f} of it")
         elif label != "target-only" and fp32:
             step_ms = base[0].get("step_ms") if base else None
             lines.append(_floor_line(row, model, bw.bytes_per_s, step_ms / 1e3 if step_ms else None))
     return lines
+
+
+def screened_bytes(model: torch.nn.Module, counted: int) -> int | None:
+    """Bytes a greedy one-row step of ``model`` reads where its argmax head screens one row
+    (:mod:`specviz.runtime.argmax_head`): ``counted`` (:func:`decode_bytes`) with the float32 head
+    replaced by its bf16 screen and the few rows recomputed; None where no screen runs at one row."""
+    from ..runtime.argmax_head import screen_of
+
+    screen = screen_of(model)
+    if screen is None or not screen.used(1):
+        return None
+    return int(counted - screen.weight.numel() * screen.weight.element_size() + screen.blocked.numel() * screen.blocked.element_size())
 
 
 def _positions(row: dict) -> int:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from .algorithm import TreeVerification, tree_depths
-from .lazyrec import LazyProbs, StepTensors, Floats
+from .lazyrec import Floats, LazyProbs, StepTensors
 from .records import DraftDecision, Proposal, StepRecord, TreeNode
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -141,7 +141,7 @@ class WidthTiming:
     kmajor_s: float | None = None  # F.linear on fp32's K-major copy (one row only; None where not timed)
     wfirst_s: float | None = None  # the weight as the left operand (fp32; None where not timed)
     inductor_s: float | None = None  # Inductor's C++ GEMM on a frozen copy (a large fp32 head; None where not timed)
-    blocked_s: float | None = None  # specviz's own float32 product on a blocked copy (:func:`dense_block`; None where not timed)
+    blocked_s: float | None = None  # specviz's own float32 product on a blocked copy (:func:`specviz.runtime.dense_kernel.block`; None where not timed)
 
     @property
     def kernel(self) -> str:
@@ -189,13 +189,9 @@ class HeadKernelPlan:
         F.linear on the weight runs."""
         return (0,) + tuple(KERNELS.index(w.kernel) for w in self.widths)
 
-    def without_inductor(self) -> "HeadKernelPlan":
-        """This plan as if Inductor's GEMM were never timed (where it cannot be built, or is turned off)."""
-        return replace(self, widths=tuple(replace(w, inductor_s=None) for w in self.widths))
-
-    def without_blocked(self) -> "HeadKernelPlan":
-        """This plan as if specviz's blocked product were never timed (where its op cannot be built)."""
-        return replace(self, widths=tuple(replace(w, blocked_s=None) for w in self.widths))
+    def without(self, timing: str) -> "HeadKernelPlan":
+        """This plan as if one kernel (its WidthTiming field: "inductor_s", "blocked_s") were never timed (not built here)."""
+        return replace(self, widths=tuple(replace(w, **{timing: None}) for w in self.widths))
 
     def to_entry(self) -> dict[str, Any]:
         """The JSON-able cache entry (everything but ``cached``)."""
@@ -240,7 +236,7 @@ def time_weights(
     clock: Callable[[], float] = time.perf_counter, stat: Callable[[list[float]], float] = statistics.median,
     packed: Sequence[torch.Tensor | None] | None = None, kmajor: Sequence[torch.Tensor | None] | None = None,
     weight_first: bool = False, inductor: Callable[[torch.Tensor], torch.Tensor] | None = None,
-    blocked: Sequence[torch.Tensor] | None = None,
+    blocked: Callable[[torch.Tensor], object] | None = None,
 ) -> tuple[float | None, ...]:
     """:func:`time_head` over several weights of one shape read one after another, as a forward
     reads one projection per layer: seconds of (F.linear, oneDNN) for one pass over all of them.
@@ -252,8 +248,8 @@ def time_weights(
     fourth kernel (after the packed copies' seconds, None there where those were not timed);
     ``weight_first``: fp32's :func:`_weight_first_linear` at up to :data:`WEIGHT_FIRST_ROWS` rows, a
     fifth (None in the places before it); ``inductor``: a one-weight head's compiled kernel
-    (:mod:`specviz.runtime.inductor_gemm`), a sixth; ``blocked``: fp32's blocked copies
-    (:func:`dense_block`) through specviz's own product, a seventh. With
+    (:mod:`specviz.runtime.inductor_gemm`), a sixth; ``blocked``: every weight's product through
+    specviz's own kernel on its blocked copy (:mod:`specviz.runtime.dense_kernel`), a seventh. With
     ``early``, a kernel over ``CLEAR_GAP`` times the fastest after a round is timed no more."""
     x = torch.randn(rows, weights[0].shape[1], dtype=weights[0].dtype)  # [rows, in]
     copies = list(packed or [None] * len(weights))
@@ -272,9 +268,9 @@ def time_weights(
     sixth = inductor is not None and not bf16 and len(weights) == 1
     if sixth:
         kernels.append(lambda: inductor(x))
-    seventh = blocked is not None and not bf16 and len(blocked) == len(weights)
+    seventh = blocked is not None and not bf16
     if seventh:
-        kernels.append(lambda: [dense(x, b, None, w.shape[0]) for w, b in zip(weights, blocked)])
+        kernels.append(lambda: blocked(x))
     if len(weights) > 1:  # a pass over many weights is cheap: warm this width (oneDNN builds a plan per shape)
         with torch.inference_mode():
             [k() for k in kernels]
@@ -506,34 +502,6 @@ def _needs_kmajor(codes: Sequence[int]) -> bool:  # a plan's kernels read a K-ma
     return 3 in codes
 
 
-def _needs_blocked(codes: Sequence[int]) -> bool:  # a plan's kernels read a blocked copy: keep one
-    return 6 in codes
-
-
-def dense_available() -> bool:
-    """Whether specviz's own float32 product (``torch.ops.specviz_int8.dense``) is built and loaded here."""
-    from . import int8_kernel
-
-    return int8_kernel.load() is None
-
-
-def dense_block(weight: torch.Tensor) -> torch.Tensor | None:
-    """An fp32 weight [out, in] blocked for specviz's own product, [ceil(out/16), in, 16] (zero-padded:
-    16 outputs a 64-byte step over every input), or None where the op cannot be built here."""
-    if weight.dtype != torch.float32 or not dense_available():
-        return None
-    out, k = weight.shape
-    padded = torch.zeros(-(-out // 16) * 16, k)
-    padded[:out] = weight.detach()
-    return padded.view(-1, 16, k).permute(0, 2, 1).contiguous()
-
-
-def dense(x: torch.Tensor, blocked: torch.Tensor, bias: torch.Tensor | None, out: int) -> torch.Tensor:
-    """x [n, in] @ W^T (+ bias) -> [n, out] through specviz's own float32 product on W's blocked copy:
-    each output summed over k in order in one chain, so a row gets the same bits at every width."""
-    return torch.ops.specviz_int8.dense(x, blocked, bias, out)
-
-
 _PLANS: weakref.WeakKeyDictionary[torch.nn.Module, tuple[HeadKernelPlan, bool]] = weakref.WeakKeyDictionary()
 _PLANS_LOCK = threading.Lock()
 
@@ -576,7 +544,7 @@ def speed_up_lm_head(
         return False
     compiled = (gemm[0] if gemm else frozen_gemm(head.weight)) if 5 in plan.onednn_at else None
     if 5 in plan.onednn_at and compiled is None:  # not buildable here (or turned off): the next best kernels
-        plan = plan.without_inductor()
+        plan = plan.without("inductor_s")
     wrap = any(plan.onednn_at)
     if wrap:
         kept = (packed[0] if packed else pack(head.weight)) if _needs_packed(plan.onednn_at, head.weight.dtype) else None

@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from . import cpu
+from . import cpu, dense_kernel
 
 __all__ = ["MIN_BODY_ELEMENTS", "BODY_REPEATS", "KIND_NAMES", "PlannedLinear", "fusable", "fused_of", "plan_projections"]
 
@@ -79,7 +79,7 @@ class PlannedLinear(torch.nn.Module):
         # the weight's oneDNN layout (:func:`pack`), which oneDNN reads; a buffer, so a trace takes it as one
         self.register_buffer("packed", None, persistent=False)
         self.register_buffer("kmajor", None, persistent=False)  # fp32's K-major copy (:func:`cpu.kmajor`), one row
-        self.register_buffer("blocked", None, persistent=False)  # fp32's blocked copy (:func:`cpu.dense_block`)
+        self.register_buffer("blocked", None, persistent=False)  # fp32's blocked copy (:func:`dense_kernel.block`)
 
     def __deepcopy__(self, memo: dict) -> "PlannedLinear":
         return cpu._copy_without_packed(self, memo)
@@ -108,7 +108,7 @@ class PlannedLinear(torch.nn.Module):
         if code == 6:
             if self.blocked is None:  # a copy of the layer (its blocked copy is not carried): the same sums' kernel family
                 return F.linear(x, self.weight, self.bias)
-            return cpu.dense(x, self.blocked, self.bias, self.out_features)
+            return dense_kernel.dense(x, self.blocked, self.bias, self.out_features)
         weight = cpu._read_by(code, self.weight, self.packed)
         if torch.jit.is_tracing() or torch.compiler.is_compiling():  # a graph that cannot hold oneDNN's op itself
             return torch.ops.specviz.onednn_linear(x, weight, self.bias)
@@ -188,15 +188,16 @@ def plan_projections(
         def time_all(_weight: torch.Tensor, rows: int, weights=weights, layers=layers, blocked=blocked) -> tuple[float, ...]:
             packed = [p.pack() for p in layers]  # min: the quiet cost
             copies = [cpu.kmajor(w) for w in weights] if rows == 1 else None  # dropped after timing
-            blocked[:] = blocked or [cpu.dense_block(w) for w in weights]
+            blocked[:] = blocked or [dense_kernel.block(w) for w in weights]
+            run = lambda x: [dense_kernel.dense(x, b, None, w.shape[0]) for w, b in zip(weights, blocked)]  # noqa: E731
             return cpu.time_weights(weights, rows, BODY_REPEATS, early=False, stat=min, packed=packed, kmajor=copies,
-                                    weight_first=True, blocked=None if None in blocked else blocked)
+                                    weight_first=True, blocked=None if None in blocked else run)
         try:
             plan = cpu.plan_head(weights[0], cache_dir, time_width=time_all, count=len(weights))
         except (RuntimeError, AttributeError):  # an op missing from this build: F.linear, as before
             continue
-        if 6 in plan.onednn_at and not cpu.dense_available():  # cached, but the op is not built here
-            plan = plan.without_blocked()
+        if 6 in plan.onednn_at and not dense_kernel.available():  # cached, but the op is not built here
+            plan = plan.without("blocked_s")
         for p, b in zip(layers, blocked or [None] * len(layers)):
             _apply(p, plan, b)
         planned[kind] = (layers, plan)
@@ -224,7 +225,7 @@ def _apply(layer: PlannedLinear, plan: cpu.HeadKernelPlan, blocked: torch.Tensor
     layer.plan, layer.onednn_at = plan, plan.onednn_at
     layer.packed = layer.pack() if cpu._needs_packed(plan.onednn_at, layer.weight.dtype) else None  # only where read
     layer.kmajor = cpu.kmajor(layer.weight) if cpu._needs_kmajor(plan.onednn_at) else None
-    if cpu._needs_blocked(plan.onednn_at):
-        layer.blocked = blocked if blocked is not None else cpu.dense_block(layer.weight)
+    if 6 in plan.onednn_at:  # specviz blocked: keep its copy
+        layer.blocked = blocked if blocked is not None else dense_kernel.block(layer.weight)
     else:
         layer.blocked = None
