@@ -198,15 +198,29 @@ void with_rows(int64_t rows, F&& f) {  // f(std::integral_constant<int, rows>), 
 }
 
 #if defined(__AVX512F__)
-// U independent sums a row (pairs p = u mod U): R U chains of multiply-adds hide their latency
-template <int R>
-void screen_f32(const uint16_t* w, const float* x, int64_t K2, float* out, int64_t ld) {
+// R rows against one block: U independent sums a row (pairs p = u mod U), so R U chains of
+// multiply-adds hide their latency; step(acc[r][u] for every r, u, p) adds pair p's products
+template <int R, typename Step>
+void chains(Step step, int64_t K2, float* out, int64_t ld) {
   constexpr int U = R == 1 ? 4 : R <= 4 ? 2 : 1;
   __m512 acc[R][U];
   for (int r = 0; r < R; ++r)
     for (int u = 0; u < U; ++u) acc[r][u] = _mm512_setzero_ps();
+  int64_t p = 0;
+  for (; p + U <= K2; p += U)
+    for (int u = 0; u < U; ++u) step(acc, u, p + u);
+  for (; p < K2; ++p) step(acc, 0, p);
+  for (int r = 0; r < R; ++r) {
+    __m512 sum = acc[r][0];
+    for (int u = 1; u < U; ++u) sum = _mm512_add_ps(sum, acc[r][u]);
+    _mm512_storeu_ps(out + r * ld, sum);
+  }
+}
+
+template <int R>
+void screen_f32(const uint16_t* w, const float* x, int64_t K2, float* out, int64_t ld) {
   const __m512i high = _mm512_set1_epi32((int)0xFFFF0000u);
-  auto step = [&](int u, int64_t p) {
+  chains<R>([&](auto& acc, int u, int64_t p) {
     const __m512i b = _mm512_loadu_si512(w + p * 2 * LANES);
     const __m512 even = _mm512_castsi512_ps(_mm512_slli_epi32(b, 16));  // w[j, 2p], exactly
     const __m512 odd = _mm512_castsi512_ps(_mm512_and_si512(b, high));  // w[j, 2p + 1], exactly
@@ -214,16 +228,7 @@ void screen_f32(const uint16_t* w, const float* x, int64_t K2, float* out, int64
       acc[r][u] = _mm512_fmadd_ps(_mm512_set1_ps(x[r * 2 * K2 + 2 * p]), even, acc[r][u]);
       acc[r][u] = _mm512_fmadd_ps(_mm512_set1_ps(x[r * 2 * K2 + 2 * p + 1]), odd, acc[r][u]);
     }
-  };
-  int64_t p = 0;
-  for (; p + U <= K2; p += U)
-    for (int u = 0; u < U; ++u) step(u, p + u);
-  for (; p < K2; ++p) step(0, p);
-  for (int r = 0; r < R; ++r) {
-    __m512 sum = acc[r][0];
-    for (int u = 1; u < U; ++u) sum = _mm512_add_ps(sum, acc[r][u]);
-    _mm512_storeu_ps(out + r * ld, sum);
-  }
+  }, K2, out, ld);
 }
 #else
 inline float widen(uint16_t b) {  // bf16 bits -> float32, exactly
@@ -251,27 +256,14 @@ void screen_f32(const uint16_t* w, const float* x, int64_t K2, float* out, int64
 
 #if defined(__AVX512BF16__)
 constexpr bool NATIVE_DOT = true;
-// x as bf16 pairs (uint32 [R, K2]); U independent sums a row
+// x as bf16 pairs (uint32 [R, K2])
 template <int R>
 void screen_dot(const uint16_t* w, const uint32_t* x, int64_t K2, float* out, int64_t ld) {
-  constexpr int U = R == 1 ? 4 : R <= 4 ? 2 : 1;
-  __m512 acc[R][U];
-  for (int r = 0; r < R; ++r)
-    for (int u = 0; u < U; ++u) acc[r][u] = _mm512_setzero_ps();
-  auto step = [&](int u, int64_t p) {
+  chains<R>([&](auto& acc, int u, int64_t p) {
     const __m512bh b = (__m512bh)_mm512_loadu_si512(w + p * 2 * LANES);
     for (int r = 0; r < R; ++r)
       acc[r][u] = _mm512_dpbf16_ps(acc[r][u], b, (__m512bh)_mm512_set1_epi32((int)x[r * K2 + p]));
-  };
-  int64_t p = 0;
-  for (; p + U <= K2; p += U)
-    for (int u = 0; u < U; ++u) step(u, p + u);
-  for (; p < K2; ++p) step(0, p);
-  for (int r = 0; r < R; ++r) {
-    __m512 sum = acc[r][0];
-    for (int u = 1; u < U; ++u) sum = _mm512_add_ps(sum, acc[r][u]);
-    _mm512_storeu_ps(out + r * ld, sum);
-  }
+  }, K2, out, ld);
 }
 #else
 constexpr bool NATIVE_DOT = false;
