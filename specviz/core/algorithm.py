@@ -385,7 +385,8 @@ def verify_tree(
     tok = tokens.tolist()
     rows = (parents + 1).clamp_min(0)  # [n] row of p each node is judged under (its parent's)
     p_x = Deferred(lambda: _get(p)[rows, tokens]) if _is_lazy(p) else p[rows, tokens]  # [n]
-    q_x = q[torch.arange(n, device=q.device), tokens] if q is not None else torch.ones(n, dtype=p.dtype if isinstance(p, torch.Tensor) else torch.float32, device=tokens.device)  # [n]
+    ones = torch.ones(n, dtype=p.dtype if isinstance(p, torch.Tensor) else torch.float32, device=tokens.device)  # [n]
+    q_x = q[torch.arange(n, device=q.device), tokens] if q is not None else ones  # [n]
     r_x: list[float | None] = [None] * n
     ratio: list[float | None] = [None] * n
     u_list: list[float | None] = [None] * n
