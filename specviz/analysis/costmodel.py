@@ -326,17 +326,18 @@ def measure(target, *, context: int = 256, max_n: int = MAX_N, repeats: int = RE
     tree_ns = [n for n in TREE_NS if n <= max_n]
     chain_par = torch.arange(-1, max_n - 1, dtype=torch.long, device=device)  # [max_n] a chain's parents
 
-    greedy = sampling.greedy  # as a greedy step with lean records (a benchmark): the argmax alone, where the
-    # model screens its head without its logits (runtime.argmax_head); sampled: every row turned into p
+    greedy = sampling.greedy
+
+    def decide(logits) -> None:  # as a step with lean records (a benchmark) ends its pass
+        # greedy: the argmax alone, a screened head's without its logits (runtime.argmax_head); sampled: every row's p
+        greedy_argmax(logits) if greedy else logits_to_probs(materialize(logits), sampling)
 
     def chain_pass(n: int) -> None:
-        logits = forward_logits(model, new[:n], cache, n, lazy=greedy)  # [n, V]
-        greedy_argmax(logits) if greedy else logits_to_probs(materialize(logits), sampling)
+        decide(forward_logits(model, new[:n], cache, n, lazy=greedy))  # [n, V]
         rollback(cache, context)
 
     def tree_pass(n: int) -> None:
-        logits = score_tree(model, cache, new[:1], new[1:n], chain_par[: n - 1], lazy=greedy)  # [n, V]
-        greedy_argmax(logits) if greedy else logits_to_probs(materialize(logits), sampling)
+        decide(score_tree(model, cache, new[:1], new[1:n], chain_par[: n - 1], lazy=greedy))  # [n, V]
         rollback(cache, context)
 
     # No warm-up round: each point is the median of the rounds after the first (at least two run),

@@ -424,6 +424,12 @@ def check_tree_nodes(n: int, most: int | None) -> None:
         )
 
 
+def _argmax_only(session: Session) -> bool:
+    """Whether a step's target pass may leave its logits unmade: a greedy step decides on the argmax
+    alone, and lean records read p only if asked (then the logits are computed when read)."""
+    return session.decoder.sampling.greedy and session.records == "lean"
+
+
 def greedy_argmax(logits) -> torch.Tensor:
     """[n]: each row's first largest logit; a screened head's without computing its logits."""
     return logits.argmax() if isinstance(logits, HeadLogits) else argmax(logits)
@@ -440,9 +446,7 @@ class _Chain:
     @staticmethod
     def score(session: Session, proposal: Proposal) -> torch.Tensor:
         feed = torch.cat([session.context[-1:], proposal.tokens])  # [k+1]
-        # a greedy step decides on the argmax alone; lean records read p only if asked: logits when read
-        lazy = session.decoder.sampling.greedy and session.records == "lean"
-        return forward_logits(session.target.model, feed, session.cache, proposal.k + 1, lazy=lazy)  # [k+1, V]
+        return forward_logits(session.target.model, feed, session.cache, proposal.k + 1, lazy=_argmax_only(session))  # [k+1, V]
 
     @staticmethod
     def verify(session: Session, proposal: Proposal, logits: torch.Tensor, p: LazyProbs) -> Verification:
@@ -483,9 +487,8 @@ class _Tree:
 
     @staticmethod
     def score(session: Session, proposal: Proposal) -> torch.Tensor:
-        lazy = session.decoder.sampling.greedy and session.records == "lean"  # as a chain's
         return score_tree(session.target.model, session.cache, session.context[-1:], proposal.tokens, proposal.parents,
-                          lazy=lazy)  # [n+1, V]
+                          lazy=_argmax_only(session))  # [n+1, V]
 
     @staticmethod
     def verify(session: Session, proposal: Proposal, logits: torch.Tensor, p: LazyProbs) -> TreeVerification:

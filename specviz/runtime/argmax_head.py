@@ -121,13 +121,13 @@ def _bf16(weight: torch.Tensor) -> torch.Tensor:
     return torch.where(wb.abs() < TINY, torch.zeros_like(wb), wb)
 
 
-def block(weight: torch.Tensor) -> torch.Tensor:
-    """A float32 weight [V, d] -> its bf16 bits in input pairs, [ceil(V/16), ceil(d/2), 32] (int16),
-    zero-padded: for outputs j and inputs 2p, 2p + 1 of a block, entries 2j and 2j + 1 of row p."""
-    v, d = weight.shape
+def block(rounded: torch.Tensor) -> torch.Tensor:
+    """A bf16 weight [V, d] (:func:`_bf16`'s) -> its bits in input pairs, [ceil(V/16), ceil(d/2), 32]
+    (int16), zero-padded: for outputs j and inputs 2p, 2p + 1 of a block, entries 2j and 2j + 1 of row p."""
+    v, d = rounded.shape
     vp, dp = -(-v // LANES) * LANES, d + d % 2
     padded = torch.zeros(vp, dp, dtype=torch.bfloat16)
-    padded[:v, :d] = _bf16(weight)
+    padded[:v, :d] = rounded
     return padded.view(torch.int16).view(vp // LANES, LANES, dp // 2, 2).permute(0, 2, 1, 3).reshape(vp // LANES, dp // 2, 2 * LANES)
 
 
@@ -140,8 +140,9 @@ def build(weight: torch.Tensor, dot: bool | None = None) -> Screen:
     """The screen of a float32 head weight [V, d] (its bf16 copy: half the weight's bytes again);
     ``dot``: bf16 rows (default: where the CPU multiplies them natively)."""
     w = weight.detach()
-    err = (w - _bf16(w).float()).norm(dim=-1)  # [V]
-    return Screen(w, block(w), float(w.norm(dim=-1).max()), float(err.max()), native_dot() if dot is None else dot)
+    rounded = _bf16(w)  # [V, d]
+    err = (w - rounded.float()).norm(dim=-1)  # [V]
+    return Screen(w, block(rounded), float(w.norm(dim=-1).max()), float(err.max()), native_dot() if dot is None else dot)
 
 
 class HeadLogits:
