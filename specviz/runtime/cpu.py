@@ -343,7 +343,8 @@ def machine_id() -> str:
     flags = fields.get("flags") or fields.get("Features") or platform.platform()
     capability = getattr(torch.backends.cpu, "get_cpu_capability", lambda: "?")()
     digest = hashlib.sha256(" ".join(sorted(flags.split())).encode()).hexdigest()[:12]
-    return f"{fields.get('vendor_id', platform.machine())} {name}{family}, {capability}, flags {digest}"
+    onednn = f", oneDNN {os.environ['ONEDNN_MAX_CPU_ISA']}" if os.environ.get("ONEDNN_MAX_CPU_ISA") else ""
+    return f"{fields.get('vendor_id', platform.machine())} {name}{family}, {capability}{onednn}, flags {digest}"
 
 
 # -- the cache ---------------------------------------------------------------------------------

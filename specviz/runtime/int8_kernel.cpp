@@ -3,8 +3,9 @@
 // with u the row m of x (times the smoothing's 1 / s) quantized to uint8 with its own step s_m and
 // zero point z_m (asymmetric, per token), w the symmetric int8 weight with one step s_n per output
 // row. The sums are exact int32: AVX-512 VNNI's vpdpbusd (uint8 x int8, four products a lane, no
-// saturation) where the compiler targets it, plain loops elsewhere. The weight is stored blocked,
-// [N/64, K/4, 64, 4]: 64 outputs x 4 inputs a 256-byte step, so one block streams in order.
+// saturation) where the compiler targets it, int16 pair sums (vpmaddwd) on AVX2, plain loops
+// elsewhere. The weight is stored blocked, [N/64, K/4, 64, 4]: 64 outputs x 4 inputs a 256-byte
+// step, so one block streams in order.
 // Built and loaded by specviz/runtime/int8_kernel.py (torch.utils.cpp_extension), per machine.
 // The same library holds the certified argmax head's bf16 screen and a float32 product for a few
 // rows (both below).
@@ -16,8 +17,13 @@
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) || defined(__AVX2__)
 #include <immintrin.h>
+#endif
+#if defined(__AVX2__) && defined(__FMA__) && !defined(__AVX512F__)
+#define SPECVIZ_AVX2 1  // 16 outputs as two 8-lane halves
+#else
+#define SPECVIZ_AVX2 0
 #endif
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)
 #define SPECVIZ_VNNI 1
@@ -94,6 +100,37 @@ void block_sums(const int8_t* w, const uint8_t* u, int64_t Kp, int32_t* acc) {
       for (int s = 1; s < U; ++s) sum = _mm512_add_epi32(sum, a[s][r][j]);
       _mm512_storeu_si512(acc + r * BLOCK + j * 16, sum);
     }
+#elif defined(__AVX2__)
+  // AVX2 has no exact uint8 x int8 sum (vpmaddubsw saturates at 16 bits): both sides widen to
+  // int16 and vpmaddwd sums pairs into int32, exactly; vphaddd adds the pairs of two groups of 4
+  // outputs, so 8 registers a row hold the block's 64 sums, and the weight streams in order.
+  thread_local std::vector<int64_t> wide;  // each row's quads widened to int16 once: [R][quads]
+  wide.resize(R * quads);
+  for (int r = 0; r < R; ++r)
+    for (int64_t q = 0; q < quads; ++q) {
+      const uint8_t* uq = u + r * Kp + q * 4;
+      wide[r * quads + q] = (int64_t)((uint64_t)uq[0] | (uint64_t)uq[1] << 16 | (uint64_t)uq[2] << 32 |
+                                      (uint64_t)uq[3] << 48);
+    }
+  const int64_t* xq = wide.data();
+  __m256i a[R][BLOCK / 8];
+  for (int r = 0; r < R; ++r)
+    for (int g = 0; g < BLOCK / 8; ++g) a[r][g] = _mm256_setzero_si256();
+  for (int64_t q = 0; q < quads; ++q) {
+    __m256i x[R];
+    for (int r = 0; r < R; ++r) x[r] = _mm256_set1_epi64x(xq[r * quads + q]);
+    for (int g = 0; g < BLOCK / 8; ++g) {  // outputs 8g .. 8g + 7, inputs 4q .. 4q + 3: 32 bytes
+      const int8_t* wq = w + q * BLOCK * 4 + g * 32;
+      const __m256i w0 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(wq)));
+      const __m256i w1 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(wq + 16)));
+      for (int r = 0; r < R; ++r)
+        a[r][g] = _mm256_add_epi32(a[r][g], _mm256_hadd_epi32(_mm256_madd_epi16(x[r], w0), _mm256_madd_epi16(x[r], w1)));
+    }
+  }
+  const __m256i order = _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7);  // per 128-bit lane: n0 n1 n4 n5 | n2 n3 n6 n7
+  for (int r = 0; r < R; ++r)
+    for (int g = 0; g < BLOCK / 8; ++g)
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(acc + r * BLOCK + g * 8), _mm256_permutevar8x32_epi32(a[r][g], order));
 #else
   for (int r = 0; r < R; ++r) {
     int32_t* ar = acc + r * BLOCK;
@@ -230,6 +267,37 @@ void screen_f32(const uint16_t* w, const float* x, int64_t K2, float* out, int64
     }
   }, K2, out, ld);
 }
+#elif SPECVIZ_AVX2
+// the same products on an AVX2 CPU: each 16-output block as two halves of 8, U chains for one row
+template <int R>
+void screen_f32(const uint16_t* w, const float* x, int64_t K2, float* out, int64_t ld) {
+  constexpr int U = R == 1 ? 2 : 1;
+  const __m256i high = _mm256_set1_epi32((int)0xFFFF0000u);
+  __m256 acc[R][U][2];
+  for (int r = 0; r < R; ++r)
+    for (int u = 0; u < U; ++u) acc[r][u][0] = acc[r][u][1] = _mm256_setzero_ps();
+  auto step = [&](int u, int64_t p) {
+    for (int h = 0; h < 2; ++h) {  // outputs 8h .. 8h + 7: 32 bytes of pairs
+      const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + p * 2 * LANES + h * LANES));
+      const __m256 even = _mm256_castsi256_ps(_mm256_slli_epi32(b, 16));
+      const __m256 odd = _mm256_castsi256_ps(_mm256_and_si256(b, high));
+      for (int r = 0; r < R; ++r) {
+        acc[r][u][h] = _mm256_fmadd_ps(_mm256_set1_ps(x[r * 2 * K2 + 2 * p]), even, acc[r][u][h]);
+        acc[r][u][h] = _mm256_fmadd_ps(_mm256_set1_ps(x[r * 2 * K2 + 2 * p + 1]), odd, acc[r][u][h]);
+      }
+    }
+  };
+  int64_t p = 0;
+  for (; p + U <= K2; p += U)
+    for (int u = 0; u < U; ++u) step(u, p + u);
+  for (; p < K2; ++p) step(0, p);
+  for (int r = 0; r < R; ++r)
+    for (int h = 0; h < 2; ++h) {
+      __m256 sum = acc[r][0][h];
+      for (int u = 1; u < U; ++u) sum = _mm256_add_ps(sum, acc[r][u][h]);
+      _mm256_storeu_ps(out + r * ld + 8 * h, sum);
+    }
+}
 #else
 inline float widen(uint16_t b) {  // bf16 bits -> float32, exactly
   uint32_t bits = (uint32_t)b << 16;
@@ -310,7 +378,7 @@ at::Tensor screen(const at::Tensor& x_, const at::Tensor& w) {
 // The weight blocked [N/16, K, 16]: 16 outputs a 64-byte step over all K, streamed once for up to
 // 12 rows. Each output's sum runs k = 0..K-1 in one chain of float32 multiply-adds whatever the
 // width, so a row's result is the same bits in a 1-row and a 9-row call (a verify pass's first row
-// is the decode step's). Plain loops where the compiler cannot target AVX-512.
+// is the decode step's). Two 8-lane halves on AVX2; plain loops below that.
 namespace {
 template <int R>
 void dense_block(const float* w, const float* x, int64_t K, float* out, int64_t ld) {
@@ -322,6 +390,21 @@ void dense_block(const float* w, const float* x, int64_t K, float* out, int64_t 
     for (int r = 0; r < R; ++r) acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(x[r * K + k]), wk, acc[r]);
   }
   for (int r = 0; r < R; ++r) _mm512_storeu_ps(out + r * ld, acc[r]);
+#elif SPECVIZ_AVX2
+  __m256 acc[R][2];  // the same chains, 8 lanes a register
+  for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+  for (int64_t k = 0; k < K; ++k) {
+    const __m256 lo = _mm256_loadu_ps(w + k * LANES), hi = _mm256_loadu_ps(w + k * LANES + 8);
+    for (int r = 0; r < R; ++r) {
+      const __m256 xr = _mm256_set1_ps(x[r * K + k]);
+      acc[r][0] = _mm256_fmadd_ps(xr, lo, acc[r][0]);
+      acc[r][1] = _mm256_fmadd_ps(xr, hi, acc[r][1]);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    _mm256_storeu_ps(out + r * ld, acc[r][0]);
+    _mm256_storeu_ps(out + r * ld + 8, acc[r][1]);
+  }
 #else
   float acc[R][LANES] = {};
   for (int64_t k = 0; k < K; ++k) {

@@ -37,9 +37,18 @@ log = logging.getLogger(__name__)
 SOURCE = Path(__file__).with_name("int8_kernel.cpp")
 BLOCK = 64  # outputs a block: the weight is [N/64, K/4, 64, 4] int8 (int8_kernel.cpp)
 FLAGS = ("-O3", "-march=native", "-fopenmp")  # this CPU's ISA; OpenMP: at::parallel_for's threads
+# torch's own ISA level caps the build's (ATEN_CPU_CAPABILITY=avx2 on an AVX-512 machine emulates an
+# AVX2-only CPU: torch's kernels, oneDNN's with ONEDNN_MAX_CPU_ISA=AVX2, and these)
+CAPS = {"AVX2": ("-mno-avx512f",), "DEFAULT": ("-mno-avx",)}
 
 _state: dict[str, str | None] = {}
 _lock = threading.Lock()
+
+
+def flags() -> tuple[str, ...]:
+    """The compiler's flags: this CPU's ISA (``-march=native``), capped at the level torch runs at."""
+    capability = getattr(torch.backends.cpu, "get_cpu_capability", lambda: "?")()
+    return FLAGS + CAPS.get(capability, ())
 
 
 @functools.cache
@@ -47,7 +56,7 @@ def _name() -> str:
     """The library's name: a digest of the source, the flags, torch's version and this CPU."""
     from .cpu import machine_id
 
-    ident = f"{SOURCE.read_text()}|{FLAGS}|{torch.__version__}|{machine_id()}"
+    ident = f"{SOURCE.read_text()}|{flags()}|{torch.__version__}|{machine_id()}"
     return f"specviz_int8_{hashlib.sha256(ident.encode()).hexdigest()[:12]}"
 
 
@@ -101,7 +110,7 @@ def load() -> str | None:
                 else:
                     _ninja_on_path()
                     log.info("specviz: building the int8 kernel for this CPU (once, into %s)", directory)
-                    cpp_extension.load(name=name, sources=[str(SOURCE)], extra_cflags=list(FLAGS),
+                    cpp_extension.load(name=name, sources=[str(SOURCE)], extra_cflags=list(flags()),
                                        extra_ldflags=["-fopenmp"], build_directory=str(directory),
                                        is_python_module=False, verbose=False)
             except Exception as e:  # noqa: BLE001 - no compiler, no ninja, a failed build: PyTorch's kernels
