@@ -34,6 +34,27 @@ def test_screen_is_within_its_bound(vocab, d, rows, dot):
     assert torch.allclose(y.double(), wide, rtol=0, atol=1e-4 * float(h.norm(dim=1).max()))
 
 
+@pytest.mark.parametrize("vocab, d", [(16, 8), (1000, 64), (4099, 37), (20000, 640)])
+@pytest.mark.parametrize("rows", [1, 2, 5, 13, 25])
+@pytest.mark.parametrize("dot", [False, True], ids=["f32-rows", "bf16-rows"])
+def test_the_ops_survivors_are_the_screens_rows_within_2b_of_its_max(vocab, d, rows, dot):
+    """``screen_top`` keeps, in the screen's own pass, exactly the (row, id) the written-out screen
+    keeps: y >= max(y) - 2B, row-major, ids ascending, never a padding id; its max is the screen's."""
+    g = torch.Generator().manual_seed(vocab + rows)
+    w = torch.randn(vocab, d, generator=g)
+    h = torch.randn(rows, d, generator=g) * 3
+    screen = argmax_head.build(w, dot=dot)
+    x, off = screen.rows(h)
+    two_b = 2 * screen.bound(h, off) * torch.linspace(1, 200, rows)  # thresholds keeping few to many
+    y = screen.screen(h, x)  # [rows, V]
+    top, got_rows, got_cols = torch.ops.specviz_int8.screen_top(x, screen.blocked, two_b, vocab, vocab)
+    assert torch.equal(top, y.max(dim=-1).values)
+    want_rows, want_cols = (y >= (y.max(dim=-1).values - two_b)[:, None]).nonzero(as_tuple=True)
+    assert torch.equal(got_rows, want_rows) and torch.equal(got_cols, want_cols)
+    top, *_ = torch.ops.specviz_int8.screen_top(x, screen.blocked, torch.full((rows,), 1e30), vocab, 3)
+    assert torch.isnan(top).all() == (vocab > 3)  # more survivors than the cap: the row says so
+
+
 def _first_argmax(h, w):
     return (h @ w.T).max(dim=-1).indices
 

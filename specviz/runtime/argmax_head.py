@@ -10,7 +10,9 @@ Greedy decoding and greedy verification need only argmax_i w_i . h of each row's
 2. bound: every |y_i - w_i . h| <= B, with B from the rounding alone (below);
 3. recompute w_i . h in float32 for the rows with y_i >= max(y) - 2B (the true argmax is among
    them: its y is >= its logit - B >= the best logit - B >= max(y) - 2B), and take the first
-   largest of those.
+   largest of those. The op keeps those rows in the screen's own pass
+   (``torch.ops.specviz_int8.screen_top``: each block's y against its running max - 2B), so y
+   [n, V] is never written out (1 MB a row).
 
 The bound. With w' = bf16(w) (denormals flushed to zero), N = max_i |w_i|, E = max_i |w_i - w'_i|,
 d = h's length and u = 2^-24 (float32's unit roundoff):
@@ -101,13 +103,12 @@ class Screen:
         """The first argmax of h @ W^T per row [n] (h [n, d] float32), certified; None where some
         row keeps more than MAX_KEPT candidates (then the caller runs the full head)."""
         x, off = self.rows(h)
-        y = self.screen(h, x)  # [n, V]
-        top = y.max(dim=-1).values  # [n]
+        # the survivors y >= max(y) - 2B in the op's own pass (y [n, V] never written): row-major,
+        # ids ascending; top [n] NaN where a row kept more than MAX_KEPT
+        top, rows, cols = torch.ops.specviz_int8.screen_top(x, self.blocked, 2 * self.bound(h, off),
+                                                             self.weight.shape[0], MAX_KEPT)
         if not bool(torch.isfinite(top).all()):
-            return None  # an overflow: the bound says nothing
-        rows, cols = (y >= (top - 2 * self.bound(h, off))[:, None]).nonzero(as_tuple=True)  # row-major: ids ascending
-        if rows.numel() > MAX_KEPT * h.shape[0]:
-            return None
+            return None  # an overflow (the bound says nothing), or too many survivors
         exact = (self.weight[cols] * h[rows]).sum(dim=-1)  # [m] float32: w_i . h for each survivor
         n, big = h.shape[0], torch.iinfo(torch.long).max
         best = torch.full((n,), float("-inf"), dtype=exact.dtype).scatter_reduce(0, rows, exact, "amax")

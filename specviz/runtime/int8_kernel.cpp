@@ -16,7 +16,11 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
+#include <mutex>
+#include <tuple>
 #include <type_traits>
+#include <vector>
 #if defined(__AVX512F__) || defined(__AVX2__)
 #include <immintrin.h>
 #endif
@@ -374,6 +378,111 @@ at::Tensor screen(const at::Tensor& x_, const at::Tensor& w) {
   return y;
 }
 
+// The screen's candidates in the same pass, for the argmax: y is never written out. A row r keeps
+// (id, y) where y >= (its running max) - two_b[r]; the running max only grows, so this is a
+// superset of the final y >= max - two_b[r], filtered at the end. A row that keeps more than `cap`
+// in a thread reports a NaN max (the caller's full head decides).
+namespace {
+inline uint32_t at_least(const float* v, float t) {  // bit j: v[j] >= t (a NaN never), j < LANES
+#if defined(__AVX512F__)
+  return _mm512_cmp_ps_mask(_mm512_loadu_ps(v), _mm512_set1_ps(t), _CMP_GE_OQ);
+#elif SPECVIZ_AVX2
+  const __m256 tt = _mm256_set1_ps(t);
+  return (uint32_t)_mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(v), tt, _CMP_GE_OQ)) |
+         (uint32_t)_mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(v + 8), tt, _CMP_GE_OQ)) << 8;
+#else
+  uint32_t mask = 0;
+  for (int j = 0; j < LANES; ++j) mask |= (uint32_t)(v[j] >= t) << j;
+  return mask;
+#endif
+}
+
+struct Kept {  // one thread's candidates and running maxima
+  std::vector<float> top;
+  std::vector<int64_t> count, row, col;
+  std::vector<float> val;
+  bool over = false;
+};
+}  // namespace
+
+// x as for screen; two_b [M] float32; V the head's rows -> (top [M], rows [m] int64, cols [m] int64)
+// with top[r] = max_i y[r, i] (NaN where a row kept more than cap) and (rows, cols) every (r, i)
+// with y[r, i] >= top[r] - two_b[r], rows ascending, ids ascending within a row
+std::tuple<at::Tensor, at::Tensor, at::Tensor> screen_top(const at::Tensor& x_, const at::Tensor& w,
+                                                          const at::Tensor& two_b_, int64_t V, int64_t cap) {
+  TORCH_CHECK(x_.dim() == 2 && (x_.scalar_type() == at::kFloat || x_.scalar_type() == at::kBFloat16),
+              "x must be [rows, in] float32 or bfloat16");
+  TORCH_CHECK(w.dim() == 3 && w.size(2) == 2 * LANES && 2 * w.size(1) == x_.size(1) && w.element_size() == 2,
+              "w must be 16-bit [N/16, in/2, 32]");
+  TORCH_CHECK(V <= w.size(0) * LANES && V > (w.size(0) - 1) * LANES, "V does not fit the weight");
+  const bool dot = x_.scalar_type() == at::kBFloat16 && NATIVE_DOT;
+  at::Tensor x = dot || x_.scalar_type() == at::kFloat ? x_.contiguous() : x_.to(at::kFloat).contiguous();
+  at::Tensor two_b = two_b_.to(at::kFloat).contiguous();
+  const int64_t M = x.size(0), K2 = w.size(1), blocks = w.size(0);
+  TORCH_CHECK(two_b.numel() == M, "two_b must have one entry a row");
+  const int64_t passes = std::max<int64_t>(1, (M + MAX_ROWS - 1) / MAX_ROWS), group = (M + passes - 1) / passes;
+  const uint16_t* wp = reinterpret_cast<const uint16_t*>(w.data_ptr());
+  const float* tb = two_b.data_ptr<float>();
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<Kept> parts;
+  std::mutex lock;
+  at::parallel_for(0, blocks, 64, [&](int64_t b0, int64_t b1) {
+    Kept k;
+    k.top.assign(M, -inf);
+    k.count.assign(M, 0);
+    std::vector<float> thr(M, -inf);
+    alignas(64) float out[MAX_ROWS * LANES];
+    for (int64_t b = b0; b < b1; ++b)
+      for (int64_t r0 = 0; r0 < M; r0 += group) {
+        const int64_t rows = std::min(group, M - r0);
+        const uint16_t* wb = wp + b * K2 * 2 * LANES;
+        with_rows(rows, [&](auto R) {
+#if defined(__AVX512BF16__)
+          if (dot) {
+            screen_dot<R()>(wb, reinterpret_cast<const uint32_t*>(x.data_ptr()) + r0 * K2, K2, out, LANES);
+            return;
+          }
+#endif
+          screen_f32<R()>(wb, x.data_ptr<float>() + r0 * 2 * K2, K2, out, LANES);
+        });
+        for (int64_t r = 0; r < rows; ++r) {
+          const int64_t m = r0 + r;
+          uint32_t mask = at_least(out + r * LANES, thr[m]);
+          for (; mask; mask &= mask - 1) {
+            const int j = __builtin_ctz(mask);
+            const int64_t id = b * LANES + j;
+            if (id >= V) break;  // the padding's outputs (0): not the head's
+            const float v = out[r * LANES + j];
+            if (v < thr[m]) continue;  // the threshold rose within this block
+            if (k.count[m]++ >= cap) { k.over = true; k.top[m] = std::nanf(""); thr[m] = inf; break; }
+            k.row.push_back(m), k.col.push_back(id), k.val.push_back(v);
+            if (v > k.top[m]) { k.top[m] = v; thr[m] = v - tb[m]; }
+          }
+        }
+      }
+    std::lock_guard<std::mutex> g(lock);
+    parts.push_back(std::move(k));
+  });
+  at::Tensor top = at::full({M}, -inf, x.options().dtype(at::kFloat));
+  float* tp = top.data_ptr<float>();
+  for (const Kept& k : parts)
+    for (int64_t m = 0; m < M; ++m) tp[m] = std::isnan(k.top[m]) || std::isnan(tp[m]) ? std::nanf("") : std::max(tp[m], k.top[m]);
+  std::vector<std::tuple<int64_t, int64_t>> kept;
+  for (const Kept& k : parts)
+    for (size_t i = 0; i < k.row.size(); ++i) {
+      const int64_t m = k.row[i];
+      if (k.val[i] >= tp[m] - tb[m]) kept.emplace_back(m, k.col[i]);
+    }
+  std::sort(kept.begin(), kept.end());
+  at::Tensor rows = at::empty({(int64_t)kept.size()}, x.options().dtype(at::kLong));
+  at::Tensor cols = at::empty({(int64_t)kept.size()}, x.options().dtype(at::kLong));
+  for (size_t i = 0; i < kept.size(); ++i) {
+    rows.data_ptr<int64_t>()[i] = std::get<0>(kept[i]);
+    cols.data_ptr<int64_t>()[i] = std::get<1>(kept[i]);
+  }
+  return {top, rows, cols};
+}
+
 // -- float32 dense: y = x @ W^T + b for a few rows, the body's projections (projections.py) ---------------
 // The weight blocked [N/16, K, 16]: 16 outputs a 64-byte step over all K, streamed once for up to
 // 12 rows. Each output's sum runs k = 0..K-1 in one chain of float32 multiply-adds whatever the
@@ -449,11 +558,13 @@ at::Tensor dense(const at::Tensor& x_, const at::Tensor& w, const c10::optional<
 TORCH_LIBRARY(specviz_int8, m) {
   m.def("linear(Tensor x, Tensor w, Tensor scale, Tensor wsum, Tensor? bias, Tensor? inv_smooth, int N) -> Tensor");
   m.def("screen(Tensor x, Tensor w) -> Tensor");
+  m.def("screen_top(Tensor x, Tensor w, Tensor two_b, int V, int cap) -> (Tensor, Tensor, Tensor)");
   m.def("dense(Tensor x, Tensor w, Tensor? bias, int N) -> Tensor");
   m.def("screen_dot_native() -> bool", &screen_dot_native);  // no tensors: a catch-all kernel
 }
 TORCH_LIBRARY_IMPL(specviz_int8, CPU, m) {
   m.impl("linear", &linear);
   m.impl("screen", &screen);
+  m.impl("screen_top", &screen_top);
   m.impl("dense", &dense);
 }
