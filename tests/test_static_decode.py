@@ -95,6 +95,18 @@ def test_rollback_and_copies(model):
         cache.crop(3)
 
 
+def test_a_rollback_into_the_prompt_past_the_window(model):
+    """The prefill keeps every prompt position, sliding layers too: a rollback into the prompt
+    (a draft tree whose whole tree was rejected re-feeds the prompt's last token) reads the
+    window's earlier keys, not zeros."""
+    ids = [1] + [(3 * i + 4) % 30 + 3 for i in range(13)]  # 14 tokens, past the 4-token window
+    want = reference_logits(model.model, ids)
+    cache = static_cache(model.model)
+    forward_logits(model.model, torch.tensor(ids), cache, 1)
+    rollback(cache, 9)
+    torch.testing.assert_close(forward_logits(model.model, torch.tensor(ids[9:]), cache, 5), want[9:], atol=2e-4, rtol=1e-4)
+
+
 @pytest.mark.parametrize("first", [1, 5])
 def test_one_trace_serves_any_number_of_tokens(model, monkeypatch, first):
     """The target's verify pass feeds k + 1 tokens at once, a draft one: the same traced graph
@@ -142,6 +154,43 @@ def test_a_token_tree_scores_and_compacts_as_the_transformers_forward(model, mon
         assert cache.get_seq_length() == len(kept) - 1
         got = forward_logits(model.model, torch.tensor([7, 8, 11]), cache, 3)
         torch.testing.assert_close(got, want[len(kept) - 1 :], atol=2e-4, rtol=1e-4)
+
+
+def test_a_draft_trees_levels_score_as_the_transformers_forward(model, monkeypatch):
+    """A draft tree feeds level by level, each on top of the levels fed before it this step: on
+    the static buffers each level's logits are kv.tree_forward_logits's on a DynamicCache (the
+    earlier levels' slots by the mask, the sliding window by position), and the kept path
+    continues as if only it had been fed."""
+    from specviz.runtime.kv import keep_slots, tree_forward_logits
+
+    monkeypatch.setattr(static_decode, "SPAN", 4)
+    ctx = [1] + [(5 * i + 2) % 30 + 3 for i in range(9)]  # 10 tokens: past the 4-token window
+    levels = [([6, 11], [-1, -1]), ([8, 3], [0, 0]), ([20, 9], [2, 3])]  # tokens, parent slot per level
+    caches = [static_cache(model.model), new_cache(model.model)]
+    got = []
+    for cache in caches:
+        forward_logits(model.model, torch.tensor(ctx), cache, 1)
+        parents: list[int] = []
+        depth: list[int] = []
+        out = []
+        for tokens, par in levels:
+            T, m = len(parents), len(tokens)
+            visible = torch.zeros(m, T + m, dtype=torch.bool)
+            for j, a in enumerate(par):
+                visible[j, T + j] = True
+                while a >= 0:
+                    visible[j, a] = True
+                    a = parents[a]
+            parents += par
+            depth += [depth[a] + 1 if a >= 0 else 1 for a in par]
+            slot_pos = torch.tensor([len(ctx) + d - 1 for d in depth])  # [T + m]
+            out.append(tree_forward_logits(model.model, cache, torch.tensor(tokens), slot_pos[T:], visible, slot_pos))
+        got.append(torch.cat(out))  # [6, V]
+        keep_slots(cache, 6, [0, 2, 4])  # the path 6 -> 8 -> 20
+    torch.testing.assert_close(got[0], got[1], atol=2e-4, rtol=1e-4)
+    want = reference_logits(model.model, ctx + [6, 8, 20, 7])
+    for cache in caches:
+        torch.testing.assert_close(forward_logits(model.model, torch.tensor([7]), cache, 1), want[-1:], atol=2e-4, rtol=1e-4)
 
 
 def test_target_steps_run_on_it_and_stay_exact(tiny_target, gemma, monkeypatch):

@@ -38,8 +38,8 @@ from ..runtime.kv import (
     check_tree_support,
     forward_logits,
     keep_slots,
-    new_cache,
     rollback,
+    session_cache,
     tree_forward_logits,
     vocab_size,
 )
@@ -96,7 +96,7 @@ def parse_draft_tree(arg: str | None) -> tuple[str, dict[str, int]]:
 
 @dataclass
 class _TreeDraftState:
-    cache: object  # the draft's DynamicCache: ids, then the tree slots fed last step
+    cache: object  # the draft's cache (its static step's buffers, else a DynamicCache): ids, then the tree slots fed last step
     vocab: int  # the target's vocabulary size: q is laid out on it
     ids: list[int] = field(default_factory=list)  # context tokens the cache holds, in order
     fed_tokens: list[int] = field(default_factory=list)  # tree slots after ids (last propose)
@@ -137,7 +137,7 @@ class DraftTree:
         check_same_tokenizer(target, self.model)
         check_tree_support(target.model)
         check_tree_support(self.model.model)
-        return _TreeDraftState(cache=new_cache(self.model.model), vocab=vocab_size(target.model),
+        return _TreeDraftState(cache=session_cache(self.model.model), vocab=vocab_size(target.model),
                                context_rows=context_rows_for(self.model.model))
 
     @torch.inference_mode()

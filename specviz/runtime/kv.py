@@ -171,10 +171,8 @@ def tree_forward_logits(
     m = int(tokens.shape[0])
     T = int(slot_positions.shape[0]) - m
     run_tree = getattr(cache, "run_tree", None)
-    if run_tree is not None:  # a static step's buffers (specviz.runtime.static_decode): one tree at a time
-        if T:
-            raise ValueError("a static step's cache scores a whole tree in one call; feed its slots together")
-        return run_tree(tokens, positions, visible, lazy)
+    if run_tree is not None:  # a static step's buffers (specviz.runtime.static_decode)
+        return run_tree(tokens, positions, visible, lazy, slot_positions[:T] if T else None)
     types = _layer_types(model)
     dtype = next(model.parameters()).dtype
     neg = torch.finfo(dtype).min

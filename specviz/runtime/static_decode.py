@@ -39,8 +39,9 @@ Only Llama- and Gemma-3-text-architecture models in float32 or bfloat16 on the C
 built-in models and the tests' tiny models). A bfloat16 body computes as the ``transformers`` bf16
 forward does: products, rotary and the residual stream in bf16, RMSNorm and softmax in float32
 (rounded back to bf16), so its logits match that forward to bf16 rounding (tests/test_static_bf16.py).
-Anything else, the draft tree's own draft (fed level by level on top of slots already fed), or
-``SPECVIZ_STATIC_DECODE=0`` keeps the ``transformers`` forward and its DynamicCache. A token tree's verify pass runs here too (:meth:`StaticDecoder.run_tree`). The logits
+Anything else, or ``SPECVIZ_STATIC_DECODE=0``, keeps the ``transformers`` forward and its
+DynamicCache. Token trees run here too (:meth:`StaticDecoder.run_tree`): the target's verify
+pass over a whole tree, and a draft tree's levels, each on top of the levels fed before it. The logits
 match the ``transformers`` forward to float rounding (tests/test_static_decode.py); greedy output
 stays the target's own token for token (tested), and ``python benchmarks/draft_cost.py`` measures
 both steps side by side.
@@ -341,9 +342,10 @@ class StaticKV:
         (``lazy``: a :class:`~specviz.runtime.argmax_head.HeadLogits` where the model screens its head)."""
         return self.decoder.run(self, input_ids, keep, lazy)
 
-    def run_tree(self, tokens: torch.Tensor, positions: torch.Tensor, visible: torch.Tensor, lazy: bool = False):
+    def run_tree(self, tokens: torch.Tensor, positions: torch.Tensor, visible: torch.Tensor, lazy: bool = False,
+                 fed: torch.Tensor | None = None):
         """A token tree's nodes in one step (:meth:`StaticDecoder.run_tree`) -> logits [m, V]."""
-        return self.decoder.run_tree(self, tokens, positions, visible, lazy)
+        return self.decoder.run_tree(self, tokens, positions, visible, lazy, fed)
 
     @torch.inference_mode()  # the buffers are inference tensors
     def keep_slots(self, tail: int, keep: torch.Tensor) -> None:
@@ -422,14 +424,18 @@ class StaticDecoder:
         return tables
 
     def _inputs(self, cache: StaticKV, tokens: torch.Tensor, p: int, positions: torch.Tensor | None = None,
-                visible: torch.Tensor | None = None) -> tuple:
+                visible: torch.Tensor | None = None, fed: torch.Tensor | None = None) -> tuple:
         """The body's inputs for ``tokens`` [n] written to slots p..p+n-1. A chain's tokens
         sit at those positions and see every slot before their own; a token tree's (``positions``
-        [n], by depth) see the context and the slots ``visible`` [n, n] allows (their ancestors).
+        [n], by depth) see the context and the slots ``visible`` [n, T + n] allows (their
+        ancestors), where the last T slots before p hold tree nodes fed earlier this step at
+        positions ``fed`` [T] (a draft tree's levels; none for a verify pass).
         Attention reads only the buffers' first S = p + n slots rounded up to SPAN (the mask's
         width; the body narrows the whole buffers to it), so its cost follows the context, not the
         capacity."""
         n = int(tokens.shape[0])
+        fed = torch.zeros(0, dtype=torch.long) if fed is None else fed
+        c = p - int(fed.shape[0])  # the context's slots: 0..c-1
         cos, sin, cos_l, sin_l = self._rotary(cache.capacity)
         span = min(cache.capacity, -(-(p + n) // SPAN) * SPAN)
         slots = torch.arange(p, p + n)  # [n]
@@ -439,11 +445,11 @@ class StaticDecoder:
             seen = index[None, :] <= slots[:, None]  # [n, S] causal
         else:
             seen = torch.zeros(n, span, dtype=torch.bool)
-            seen[:, :p] = True  # the context
-            seen[:, p : p + n] = visible  # the tree slots: ancestors and itself
+            seen[:, :c] = True  # the context
+            seen[:, c : p + n] = visible  # the tree slots: ancestors and itself
         mask = torch.zeros(n, span).masked_fill_(~seen, float("-inf"))  # [n, S]
         if self.window:
-            where = torch.cat([index[:p], positions, index[p + n :]])  # [S] the position held in each slot
+            where = torch.cat([index[:c], fed, positions, index[p + n :]])  # [S] the position held in each slot
             local = seen & (positions[:, None] - where[None, :] < self.window)
             mask_local = torch.zeros(n, span).masked_fill_(~local, float("-inf"))
         else:
@@ -485,14 +491,18 @@ class StaticDecoder:
 
     @torch.inference_mode()
     def run_tree(self, cache: StaticKV, tokens: torch.Tensor, positions: torch.Tensor, visible: torch.Tensor,
-                 lazy: bool = False):
+                 lazy: bool = False, fed: torch.Tensor | None = None):
         """A token tree's nodes ``tokens`` [m] at ``positions`` [m] in one call, each seeing
-        the cached context and the nodes ``visible`` [m, m] allows -> float32 logits [m, V] (``lazy``:
-        as :meth:`run`'s). The nodes take the next m slots; :meth:`StaticKV.keep_slots` keeps the
-        accepted path."""
+        the cached context and the nodes ``visible`` [m, T + m] allows, T the tree slots fed
+        before them this step at positions ``fed`` [T] (a draft tree's earlier levels) -> float32
+        logits [m, V] (``lazy``: as :meth:`run`'s). The nodes take the next m slots;
+        :meth:`StaticKV.keep_slots` keeps the accepted path."""
         m, start = int(tokens.shape[0]), cache.length
+        T = 0 if fed is None else int(fed.shape[0])
+        if tuple(visible.shape) != (m, T + m) or T > start:
+            raise ValueError(f"visible must be [{m}, {T + m}] over the {T} tree slots fed before and the {m} new nodes")
         cache.reserve(start + m)
-        example = self._inputs(cache, tokens, start, positions.cpu(), visible.cpu())
+        example = self._inputs(cache, tokens, start, positions.cpu(), visible.cpu(), None if fed is None else fed.cpu())
         hidden = self._call(example)  # [m, d]
         cache.length = start + m
         return self._head(hidden, lazy)
@@ -517,11 +527,12 @@ class StaticDecoder:
 
         n = int(input_ids.shape[0])
         dynamic = DynamicCache(config=self.model.config)
+        dynamic.activate_past_recording()  # sliding layers keep the whole prompt: a later rollback may reach into it
         # the decoder alone, then this step's own head on 2-D rows: a bf16 head called on the
         # model's [1, keep, d] takes a batched-matmul path that copies its whole weight (0.7 s)
         out = self.model.model(input_ids=input_ids[None], **cache_kwargs(self.model.model, dynamic), use_cache=True)
         for i, layer in enumerate(dynamic.layers):
-            kept = layer.keys.shape[2]  # a sliding layer may hold only its window's tail
+            kept = layer.keys.shape[2]  # every position (past recording), as a full layer holds
             cache.keys[i, :, n - kept : n] = layer.keys[0]
             cache.values[i, :, n - kept : n] = layer.values[0]
         cache.length = n
