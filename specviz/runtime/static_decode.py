@@ -276,13 +276,15 @@ class _Body(torch.nn.Module):
         q, k = qk[:, : self.heads], qk[:, self.heads :]  # [n, h, hd], [n, kv, hd]
         keys.index_copy_(1, pos, k.transpose(0, 1))  # [kv, n, hd] at the tokens' positions
         values.index_copy_(1, pos, v.view(-1, kv, hd).transpose(0, 1))
-        q = q.reshape(-1, kv, group, hd).permute(1, 2, 0, 3)  # [kv, g, n, hd]: query head j reads kv head j // g
+        # query head j reads kv head j // g: a kv head's g query heads x n tokens as the rows of one
+        # product with its keys (a broadcast matmul would copy the keys g times, 1 MB a layer)
+        q = q.reshape(-1, kv, group, hd).permute(1, 2, 0, 3).reshape(kv, -1, hd)  # [kv, g*n, hd]
         seen_k, seen_v = keys.narrow(1, 0, span), values.narrow(1, 0, span)  # [kv, S, hd]: the slots attention reads
-        scores = torch.matmul(q, seen_k.unsqueeze(1).transpose(2, 3)) * self.scaling  # [kv, g, n, S]
+        scores = torch.bmm(q, seen_k.transpose(1, 2)).view(kv, group, -1, span) * self.scaling  # [kv, g, n, S]
         weights = torch.softmax(scores + mask, dim=-1)  # [kv, g, n, S] in float32 (the mask's dtype)
         if seen_v.dtype != weights.dtype:
             weights = weights.to(seen_v.dtype)  # bf16
-        o = torch.matmul(weights, seen_v.unsqueeze(1))  # [kv, g, n, hd]
+        o = torch.bmm(weights.view(kv, -1, span), seen_v).view(kv, group, -1, hd)  # [kv, g, n, hd]
         o = _project(attn.o_proj, o.permute(2, 0, 1, 3).reshape(-1, self.heads * hd))  # [n, d]
         if self.gemma:
             h = h + norm(o, w[1])
