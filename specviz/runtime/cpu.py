@@ -343,8 +343,8 @@ def machine_id() -> str:
     flags = fields.get("flags") or fields.get("Features") or platform.platform()
     capability = getattr(torch.backends.cpu, "get_cpu_capability", lambda: "?")()
     digest = hashlib.sha256(" ".join(sorted(flags.split())).encode()).hexdigest()[:12]
-    onednn = f", oneDNN {os.environ['ONEDNN_MAX_CPU_ISA']}" if os.environ.get("ONEDNN_MAX_CPU_ISA") else ""
-    return f"{fields.get('vendor_id', platform.machine())} {name}{family}, {capability}{onednn}, flags {digest}"
+    caps = "".join(f", {k} {os.environ[k]}" for k in ("ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS") if os.environ.get(k))
+    return f"{fields.get('vendor_id', platform.machine())} {name}{family}, {capability}{caps}, flags {digest}"
 
 
 # -- the cache ---------------------------------------------------------------------------------

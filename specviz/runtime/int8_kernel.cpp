@@ -281,14 +281,16 @@ void screen_f32(const uint16_t* w, const float* x, int64_t K2, float* out, int64
   for (int r = 0; r < R; ++r)
     for (int u = 0; u < U; ++u) acc[r][u][0] = acc[r][u][1] = _mm256_setzero_ps();
   auto step = [&](int u, int64_t p) {
+    __m256 even[2], odd[2];
     for (int h = 0; h < 2; ++h) {  // outputs 8h .. 8h + 7: 32 bytes of pairs
       const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + p * 2 * LANES + h * LANES));
-      const __m256 even = _mm256_castsi256_ps(_mm256_slli_epi32(b, 16));
-      const __m256 odd = _mm256_castsi256_ps(_mm256_and_si256(b, high));
-      for (int r = 0; r < R; ++r) {
-        acc[r][u][h] = _mm256_fmadd_ps(_mm256_set1_ps(x[r * 2 * K2 + 2 * p]), even, acc[r][u][h]);
-        acc[r][u][h] = _mm256_fmadd_ps(_mm256_set1_ps(x[r * 2 * K2 + 2 * p + 1]), odd, acc[r][u][h]);
-      }
+      even[h] = _mm256_castsi256_ps(_mm256_slli_epi32(b, 16));
+      odd[h] = _mm256_castsi256_ps(_mm256_and_si256(b, high));
+    }
+    for (int r = 0; r < R; ++r) {  // each row's two inputs broadcast once for both halves
+      const __m256 x0 = _mm256_set1_ps(x[r * 2 * K2 + 2 * p]), x1 = _mm256_set1_ps(x[r * 2 * K2 + 2 * p + 1]);
+      for (int h = 0; h < 2; ++h)
+        acc[r][u][h] = _mm256_fmadd_ps(x1, odd[h], _mm256_fmadd_ps(x0, even[h], acc[r][u][h]));
     }
   };
   int64_t p = 0;
