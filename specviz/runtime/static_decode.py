@@ -64,6 +64,7 @@ import torch.nn.functional as F
 from . import argmax_head, cpu, projections, runners
 from .hfcompat import cache_kwargs
 from .projections import fused_of
+from .step_masks import step_masks
 
 log = logging.getLogger(__name__)
 
@@ -427,35 +428,15 @@ class StaticDecoder:
 
     def _inputs(self, cache: StaticKV, tokens: torch.Tensor, p: int, positions: torch.Tensor | None = None,
                 visible: torch.Tensor | None = None, fed: torch.Tensor | None = None) -> tuple:
-        """The body's inputs for ``tokens`` [n] written to slots p..p+n-1. A chain's tokens
-        sit at those positions and see every slot before their own; a token tree's (``positions``
-        [n], by depth) see the context and the slots ``visible`` [n, T + n] allows (their
-        ancestors), where the last T slots before p hold tree nodes fed earlier this step at
-        positions ``fed`` [T] (a draft tree's levels; none for a verify pass).
+        """The body's inputs for ``tokens`` [n] written to slots p..p+n-1, a chain's or a token
+        tree's (:func:`~specviz.runtime.step_masks.step_masks`: ``positions``, ``visible``, ``fed``).
         Attention reads only the buffers' first S = p + n slots rounded up to SPAN (the mask's
         width; the body narrows the whole buffers to it), so its cost follows the context, not the
         capacity."""
         n = int(tokens.shape[0])
-        fed = torch.zeros(0, dtype=torch.long) if fed is None else fed
-        c = p - int(fed.shape[0])  # the context's slots: 0..c-1
         cos, sin, cos_l, sin_l = self._rotary(cache.capacity)
         span = min(cache.capacity, -(-(p + n) // SPAN) * SPAN)
-        slots = torch.arange(p, p + n)  # [n]
-        index = torch.arange(span)  # [S]
-        if positions is None:
-            positions = slots
-            seen = index[None, :] <= slots[:, None]  # [n, S] causal
-        else:
-            seen = torch.zeros(n, span, dtype=torch.bool)
-            seen[:, :c] = True  # the context
-            seen[:, c : p + n] = visible  # the tree slots: ancestors and itself
-        mask = torch.zeros(n, span).masked_fill_(~seen, float("-inf"))  # [n, S]
-        if self.window:
-            where = torch.cat([index[:c], fed, positions, index[p + n :]])  # [S] the position held in each slot
-            local = seen & (positions[:, None] - where[None, :] < self.window)
-            mask_local = torch.zeros(n, span).masked_fill_(~local, float("-inf"))
-        else:
-            mask_local = mask
+        slots, positions, mask, mask_local = step_masks(p, n, span, self.window, positions, visible, fed)  # [n], [n], 2 x [n, S]
         rot = [t[positions, None] for t in (cos, sin, cos_l, sin_l)]  # each [n, 1, hd]
         return (tokens, slots, *rot, mask, mask_local, cache.keys, cache.values)  # buffers [layers, kv, C, hd]
 
