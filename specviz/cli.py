@@ -307,6 +307,7 @@ def cmd_bench(args) -> int:
         f"{m['warmup_s']:.1f} s{_trace_note(m)}, overhead {m['overhead_s']:.2f} s ({100 * m['overhead_frac']:.1f}%)."
         " tokens/s = total new tokens / total time; speedup vs the same impl's target-only."
     )
+    print(f"CPU: {m.get('cpu')}, {m['threads']} threads, torch {m['torch']}")
     from .runtime.kernel_words import describe_kernels
 
     for line in describe_kernels(m):  # the target's kernels per width (head, projections), measured or cached

@@ -20,7 +20,7 @@ from ..prompts import PromptRow
 from ..proposers import Proposer
 from ..runtime import static_decode
 from ..runtime.argmax_head import report as argmax_report
-from ..runtime.cpu import head_kernel_report
+from ..runtime.cpu import head_kernel_report, machine_id
 from ..runtime.int8_speed import kernel_choice as int8_kernel_choice
 from ..runtime.static_decode import enabled as static_decode_enabled
 from ..runtime.static_decode import projection_kernel_report, runners_kept, trace_seconds
@@ -274,6 +274,7 @@ class Sweep:
             "transformers": _version("transformers"),
             "python": platform.python_version(),
             "machine": platform.machine(),
+            "cpu": machine_id(),  # vendor, model, family/model, torch's ISA level (and any cap), a digest of the flags
             "threads": torch.get_num_threads(),
             "bandwidth_gb_s": [round(b, 2) for b in self.bandwidth_probes],  # read beside target-only's runs
             "static_decode": static_decode_enabled(),  # chain steps (drafts and the target) on the traced step (specviz.runtime.static_decode)

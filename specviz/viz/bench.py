@@ -532,6 +532,7 @@ def report_html(report: Mapping[str, Any], include_plotlyjs: bool | str = True) 
                             f"{meta.get('warmup_s', 0):.1f} s, overhead {100 * meta.get('overhead_frac', 0):.1f}%)"),
         ("static decode step", {None: "not recorded", False: "off"}.get(
             meta.get("static_decode"), f"on, traced in {meta.get('static_decode_trace_s') or 0.0:.1f} s (once per model)")),
+        ("CPU", f"{meta.get('cpu') or meta.get('machine')}, {meta.get('threads')} threads"),
         ("versions", f"torch {meta.get('torch')}, transformers {meta.get('transformers')}"),
         ("started", meta.get("started")),
         *(("kernels", line) for line in describe_kernels(meta)),
