@@ -342,6 +342,20 @@ void screen_dot(const uint16_t* w, const uint32_t* x, int64_t K2, float* out, in
 #else
 constexpr bool NATIVE_DOT = false;
 #endif
+
+// rows r0 .. r0 + rows - 1 of x (bf16 pairs where dot, else float32) against one block -> out [rows, ld]
+void screen_block(const uint16_t* wb, const at::Tensor& x, bool dot, int64_t r0, int64_t rows, int64_t K2,
+                  float* out, int64_t ld) {
+  with_rows(rows, [&](auto R) {
+#if defined(__AVX512BF16__)
+    if (dot) {
+      screen_dot<R()>(wb, reinterpret_cast<const uint32_t*>(x.data_ptr()) + r0 * K2, K2, out, ld);
+      return;
+    }
+#endif
+    screen_f32<R()>(wb, x.data_ptr<float>() + r0 * 2 * K2, K2, out, ld);
+  });
+}
 }  // namespace
 
 bool screen_dot_native() { return NATIVE_DOT; }
@@ -364,17 +378,7 @@ at::Tensor screen(const at::Tensor& x_, const at::Tensor& w) {
   at::parallel_for(0, blocks, 64, [&](int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; ++b)
       for (int64_t r0 = 0; r0 < M; r0 += group) {
-        const uint16_t* wb = wp + b * K2 * 2 * LANES;
-        float* o = yp + r0 * Np + b * LANES;
-        with_rows(std::min(group, M - r0), [&](auto R) {
-#if defined(__AVX512BF16__)
-          if (dot) {
-            screen_dot<R()>(wb, reinterpret_cast<const uint32_t*>(x.data_ptr()) + r0 * K2, K2, o, Np);
-            return;
-          }
-#endif
-          screen_f32<R()>(wb, x.data_ptr<float>() + r0 * 2 * K2, K2, o, Np);
-        });
+        screen_block(wp + b * K2 * 2 * LANES, x, dot, r0, std::min(group, M - r0), K2, yp + r0 * Np + b * LANES, Np);
       }
   });
   return y;
@@ -437,16 +441,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> screen_top(const at::Tensor& x_, 
     for (int64_t b = b0; b < b1; ++b)
       for (int64_t r0 = 0; r0 < M; r0 += group) {
         const int64_t rows = std::min(group, M - r0);
-        const uint16_t* wb = wp + b * K2 * 2 * LANES;
-        with_rows(rows, [&](auto R) {
-#if defined(__AVX512BF16__)
-          if (dot) {
-            screen_dot<R()>(wb, reinterpret_cast<const uint32_t*>(x.data_ptr()) + r0 * K2, K2, out, LANES);
-            return;
-          }
-#endif
-          screen_f32<R()>(wb, x.data_ptr<float>() + r0 * 2 * K2, K2, out, LANES);
-        });
+        screen_block(wp + b * K2 * 2 * LANES, x, dot, r0, rows, K2, out, LANES);
         for (int64_t r = 0; r < rows; ++r) {
           const int64_t m = r0 + r;
           uint32_t mask = at_least(out + r * LANES, thr[m]);
