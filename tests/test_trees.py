@@ -331,6 +331,23 @@ def test_draft_tree_keeps_the_accepted_path_in_the_draft_cache(tiny_target, near
     assert len(st.ids) > before  # the accepted path's slots were kept, not recomputed
 
 
+def test_a_draft_tree_grows_no_deeper_than_its_node_budget(tiny_target, near_draft):
+    """N kept nodes are at most N deep: with k far past N the tree is the one k = N grows, from
+    fewer draft forwards than k - 1 levels would take."""
+    from specviz.core.algorithm import tree_depths
+
+    for nodes in (1, 3):
+        props = []
+        for k in (nodes, 8):
+            proposer = DraftTree(near_draft, nodes=nodes, width=2)
+            state = proposer.init_state(tiny_target)
+            ctx = torch.tensor(tiny_target.tokenizer.encode(PROMPTS[0]))
+            props.append(proposer.propose(state, ctx, k, Sampling(), None))
+        assert torch.equal(props[0].tokens, props[1].tokens) and torch.equal(props[0].parents, props[1].parents)
+        assert props[1].info["expanded"] == props[0].info["expanded"] <= 2 * (nodes - 1)
+        assert max(tree_depths(props[1].parents)) <= nodes
+
+
 def test_max_new_tokens_and_eos_are_exact_with_trees(tiny_target, near_draft):
     from dataclasses import replace
 

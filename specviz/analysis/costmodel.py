@@ -40,7 +40,7 @@ TREE_NS = (2, 3, 5, 9, 13, 17)  # tree passes measured (interpolated between)
 LEVEL_MS = (1, 2, 3, 4)  # draft-tree level widths measured
 REPEATS = 4  # rounds per cost: the first (first calls) left out, the median of the other three
 DRAFT_REPEATS = 8  # a draft's feeds are cheap (a round: about 0.2 s for gemma-3-270m's int8 copy): more rounds
-SCHEMA = 3  # 3: a greedy pass takes its argmax as the engine does (a screened head's without logits); 2: each cost the median of its repeats after the first (1: the fastest)
+SCHEMA = 4  # 4: draft-tree levels timed on the draft's static step, as it now grows them; 3: a greedy pass takes its argmax as the engine does (a screened head's without logits); 2: each cost the median of its repeats after the first (1: the fastest)
 
 
 @dataclass(frozen=True)
@@ -418,7 +418,7 @@ def measure_draft(draft, *, context: int = 256, repeats: int = REPEATS, clock: C
                   levels: bool = True, reference: Callable[[], None] | None = None,
                   reference_s: float | None = None) -> DraftCost:
     """A draft model's one-token step and catch-up feeds on its session cache, its tree levels
-    of m nodes on a DynamicCache (as ``draft-tree`` grows them; ``levels=False``: not measured,
+    of m nodes on a second session cache (as ``draft-tree`` grows them; ``levels=False``: not measured,
     ``level_s`` left empty) and its prefill.
 
     ``reference`` (the target's one-token pass) and ``reference_s`` (its cost, t(1)): each round
@@ -427,7 +427,7 @@ def measure_draft(draft, *, context: int = 256, repeats: int = REPEATS, clock: C
     a host that drifts by tens of percent over seconds moves both sides of it alike (a 2-core
     Xeon: the int8 draft's step read 38 ms in one cost model and 26-30 ms in the next minutes,
     and the draft's forecast erred by 26%)."""
-    from ..runtime.kv import forward_logits, new_cache, rollback, session_cache, tree_forward_logits
+    from ..runtime.kv import forward_logits, rollback, session_cache, tree_forward_logits
 
     model, device = draft.model, draft.device
     prompt = _tokens(model, context, 0).to(device)  # [context]
@@ -439,7 +439,7 @@ def measure_draft(draft, *, context: int = 256, repeats: int = REPEATS, clock: C
     forward_logits(model, prompt, cache, 1)
     prefill = clock() - t0
     rollback(cache, context)
-    tree_cache = new_cache(model) if levels else None
+    tree_cache = session_cache(model) if levels else None  # as draft-tree grows its levels: the static step where there is one
     if levels:
         forward_logits(model, prompt, tree_cache, 1)
         rollback(tree_cache, context)

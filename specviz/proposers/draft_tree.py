@@ -190,7 +190,9 @@ class DraftTree:
         add_children(-1, 0, 0.0, 1)
         fed: list[int] = []  # nodes fed to the draft, in cache-slot order
         slot_of: dict[int, int] = {}
-        for d in range(1, k):
+        # a kept tree of N nodes is at most N deep (a child never outranks its parent, and ties go to
+        # the earlier node), so a dynamic tree grows no deeper than its node budget, whatever k
+        for d in range(1, k if kids is not None else min(k, self.nodes)):
             layer = next_layer(d)
             if not layer:
                 break
