@@ -315,8 +315,8 @@ def test_kv_after_tree_steps_matches_full_recompute(tiny_target, near_draft, gem
                 rollback(st.cache, len(st.ids) - 1)
                 ids = T(st.ids)
                 assert ctx.tolist()[: len(ids)] == st.ids
-                via = forward_logits(draft.model, ids[-1:], st.cache, 1)[0]
-                assert torch.allclose(via, draft.model(ids[None]).logits[0, -1], atol=1e-4), (via - draft.model(ids[None]).logits[0, -1]).abs().max()
+                via, want = forward_logits(draft.model, ids[-1:], st.cache, 1)[0], draft.model(ids[None]).logits[0, -1]
+                assert torch.allclose(via, want, atol=1e-4), (via - want).abs().max()
         assert rejected > 0
 
 
@@ -334,8 +334,6 @@ def test_draft_tree_keeps_the_accepted_path_in_the_draft_cache(tiny_target, near
 def test_a_draft_tree_grows_no_deeper_than_its_node_budget(tiny_target, near_draft):
     """N kept nodes are at most N deep: with k far past N the tree is the one k = N grows, from
     fewer draft forwards than k - 1 levels would take."""
-    from specviz.core.algorithm import tree_depths
-
     for nodes in (1, 3):
         props = []
         for k in (nodes, 8):
