@@ -196,6 +196,11 @@ def test_a_sweep_names_every_kernel_it_chose_with_both_timings():
     meta["int8_kernel"] = {"kernel": "blocked", "why": "blocked measured faster here: ... blocked 2.8 ms, packed 5.0 ms"}
     assert kernel_words.describe_kernels(meta)[-1] == "int8 products: blocked (blocked measured faster here: ... blocked 2.8 ms, packed 5.0 ms)"
     assert kernel_words.kernel_summary(meta).endswith("; int8: blocked")
+    meta["argmax_head"] = {"widths": {"1": [20.6, 9.8], "17": [39.4, 41.5], "5": [15.4, 13.2]}, "used": [1, 2, 3, 4, 5, 9]}
+    assert kernel_words.describe_kernels(meta)[-1] == (
+        "greedy argmax: the LM head's bf16 screen at 1-5 rows, 9 rows (full head -> screened argmax: "
+        "1 row 20.6 -> 9.8 ms, 5 rows 15.4 -> 13.2 ms, 17 rows 39.4 -> 41.5 ms)")
+    assert kernel_words.kernel_summary(meta).endswith("; int8: blocked; greedy argmax: bf16 screen at 1-5 rows, 9 rows")
 
 
 def test_a_copy_of_a_layer_with_a_packed_copy_drops_it_and_gives_the_same_products():

@@ -8,7 +8,7 @@ from typing import Any
 from .cpu import KERNELS
 from .projections import KIND_NAMES
 
-__all__ = ["describe_head_kernels", "describe_kernels", "kernel_summary"]
+__all__ = ["describe_argmax", "describe_head_kernels", "describe_kernels", "kernel_summary"]
 
 
 def describe_kernels(report: dict[str, Any] | None) -> list[str]:
@@ -23,7 +23,29 @@ def describe_kernels(report: dict[str, Any] | None) -> list[str]:
     int8 = meta.get("int8_kernel") or {}
     if int8.get("kernel"):  # an @int8 model was loaded: its products' kernel (specviz.runtime.int8_speed.choose_kernel)
         lines.append(f"int8 products: {int8['kernel']} ({int8.get('why', '')})")
+    lines.append(describe_argmax(meta.get("argmax_head")))
     return [line for line in lines if line]
+
+
+def describe_argmax(report: dict[str, Any] | None) -> str:
+    """Greedy steps' argmax through the LM head's bf16 screen (:func:`specviz.runtime.argmax_head.report`):
+    where it is used and, per width timed, the full head against the screened argmax ("" for None)."""
+    if not report or not report.get("widths"):
+        return ""
+    widths = sorted((int(r), a, b) for r, (a, b) in report["widths"].items())
+    times = ", ".join(f"{r} row{'s' if r > 1 else ''} {a:.1f} -> {b:.1f} ms" for r, a, b in widths)
+    return f"greedy argmax: the LM head's bf16 screen at {_screened(report)} (full head -> screened argmax: {times})"
+
+
+def _screened(report: dict[str, Any]) -> str:
+    """The widths an argmax report screens at, in runs: "1-5 rows, 9 rows" ("no width")."""
+    spans: list[list[dict[str, int]]] = []
+    for r in sorted(int(r) for r in report.get("used") or []):
+        if spans and spans[-1][-1]["rows"] == r - 1:
+            spans[-1].append({"rows": r})
+        else:
+            spans.append([{"rows": r}])
+    return ", ".join(_span(g) for g in spans) or "no width"
 
 
 def kernel_summary(report: dict[str, Any] | None) -> str:
@@ -41,6 +63,8 @@ def kernel_summary(report: dict[str, Any] | None) -> str:
     int8 = meta.get("int8_kernel") or {}
     if int8.get("kernel"):
         parts.append(f"int8: {int8['kernel']}")
+    if (meta.get("argmax_head") or {}).get("widths"):
+        parts.append(f"greedy argmax: bf16 screen at {_screened(meta['argmax_head'])}")
     return "; ".join(parts)
 
 
