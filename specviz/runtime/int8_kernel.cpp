@@ -19,6 +19,7 @@
 #include <limits>
 #include <mutex>
 #include <tuple>
+#include <utility>
 #include <type_traits>
 #include <vector>
 #if defined(__AVX512F__) || defined(__AVX2__)
@@ -220,6 +221,12 @@ namespace {
 constexpr int64_t LANES = 16;  // outputs a screen block
 constexpr int64_t MAX_ROWS = 12;  // rows a pass: 12 sums + a weight and a row in registers
 
+// rows a pass when M rows are taken in balanced passes of at most MAX_ROWS (0 for none)
+inline int64_t row_group(int64_t M) {
+  const int64_t passes = std::max<int64_t>(1, (M + MAX_ROWS - 1) / MAX_ROWS);
+  return (M + passes - 1) / passes;
+}
+
 template <typename F>
 void with_rows(int64_t rows, F&& f) {  // f(std::integral_constant<int, rows>), rows in 1..MAX_ROWS
   switch (rows) {
@@ -356,6 +363,17 @@ void screen_block(const uint16_t* wb, const at::Tensor& x, bool dot, int64_t r0,
     screen_f32<R()>(wb, x.data_ptr<float>() + r0 * 2 * K2, K2, out, ld);
   });
 }
+
+// the screen's rows, checked against w, as the product takes them: bf16 where the CPU multiplies
+// bf16 natively (dot), else float32 (a bf16 row widens exactly)
+std::pair<at::Tensor, bool> screen_rows(const at::Tensor& x_, const at::Tensor& w) {
+  TORCH_CHECK(x_.dim() == 2 && (x_.scalar_type() == at::kFloat || x_.scalar_type() == at::kBFloat16),
+              "x must be [rows, in] float32 or bfloat16");
+  TORCH_CHECK(w.dim() == 3 && w.size(2) == 2 * LANES && 2 * w.size(1) == x_.size(1) && w.element_size() == 2,
+              "w must be 16-bit [N/16, in/2, 32]");
+  const bool dot = x_.scalar_type() == at::kBFloat16 && NATIVE_DOT;
+  return {dot || x_.scalar_type() == at::kFloat ? x_.contiguous() : x_.to(at::kFloat).contiguous(), dot};
+}
 }  // namespace
 
 bool screen_dot_native() { return NATIVE_DOT; }
@@ -363,16 +381,13 @@ bool screen_dot_native() { return NATIVE_DOT; }
 // x [M, K] float32 or bf16, K = 2 K2; w [N/16, K2, 32] bf16 pairs (as int16) -> [M, Np] float32 with
 // Np = N/16 * 16 (the caller slices off the padding)
 at::Tensor screen(const at::Tensor& x_, const at::Tensor& w) {
-  TORCH_CHECK(x_.dim() == 2 && (x_.scalar_type() == at::kFloat || x_.scalar_type() == at::kBFloat16),
-              "x must be [rows, in] float32 or bfloat16");
-  TORCH_CHECK(w.dim() == 3 && w.size(2) == 2 * LANES && 2 * w.size(1) == x_.size(1) && w.element_size() == 2,
-              "w must be 16-bit [N/16, in/2, 32]");
-  const bool dot = x_.scalar_type() == at::kBFloat16 && NATIVE_DOT;
-  at::Tensor x = dot || x_.scalar_type() == at::kFloat ? x_.contiguous() : x_.to(at::kFloat).contiguous();  // widening is exact
+  at::Tensor x;
+  bool dot;
+  std::tie(x, dot) = screen_rows(x_, w);  // (a structured binding cannot be captured by the lambdas below in C++17)
   const int64_t M = x.size(0), K2 = w.size(1), blocks = w.size(0), Np = blocks * LANES;
   at::Tensor y = at::empty({M, Np}, x.options().dtype(at::kFloat));
   if (M == 0) return y;
-  const int64_t passes = (M + MAX_ROWS - 1) / MAX_ROWS, group = (M + passes - 1) / passes;  // balanced
+  const int64_t group = row_group(M);
   const uint16_t* wp = reinterpret_cast<const uint16_t*>(w.data_ptr());
   float* yp = y.data_ptr<float>();
   at::parallel_for(0, blocks, 64, [&](int64_t b0, int64_t b1) {
@@ -416,17 +431,14 @@ struct Kept {  // one thread's candidates and running maxima
 // with y[r, i] >= top[r] - two_b[r], rows ascending, ids ascending within a row
 std::tuple<at::Tensor, at::Tensor, at::Tensor> screen_top(const at::Tensor& x_, const at::Tensor& w,
                                                           const at::Tensor& two_b_, int64_t V, int64_t cap) {
-  TORCH_CHECK(x_.dim() == 2 && (x_.scalar_type() == at::kFloat || x_.scalar_type() == at::kBFloat16),
-              "x must be [rows, in] float32 or bfloat16");
-  TORCH_CHECK(w.dim() == 3 && w.size(2) == 2 * LANES && 2 * w.size(1) == x_.size(1) && w.element_size() == 2,
-              "w must be 16-bit [N/16, in/2, 32]");
   TORCH_CHECK(V <= w.size(0) * LANES && V > (w.size(0) - 1) * LANES, "V does not fit the weight");
-  const bool dot = x_.scalar_type() == at::kBFloat16 && NATIVE_DOT;
-  at::Tensor x = dot || x_.scalar_type() == at::kFloat ? x_.contiguous() : x_.to(at::kFloat).contiguous();
+  at::Tensor x;
+  bool dot;
+  std::tie(x, dot) = screen_rows(x_, w);  // (a structured binding cannot be captured by the lambdas below in C++17)
   at::Tensor two_b = two_b_.to(at::kFloat).contiguous();
   const int64_t M = x.size(0), K2 = w.size(1), blocks = w.size(0);
   TORCH_CHECK(two_b.numel() == M, "two_b must have one entry a row");
-  const int64_t passes = std::max<int64_t>(1, (M + MAX_ROWS - 1) / MAX_ROWS), group = (M + passes - 1) / passes;
+  const int64_t group = row_group(M);
   const uint16_t* wp = reinterpret_cast<const uint16_t*>(w.data_ptr());
   const float* tb = two_b.data_ptr<float>();
   const float inf = std::numeric_limits<float>::infinity();
@@ -535,7 +547,7 @@ at::Tensor dense(const at::Tensor& x_, const at::Tensor& w, const c10::optional<
   const int64_t M = x.size(0), K = x.size(1), blocks = w.size(0), Np = blocks * LANES;
   at::Tensor y = at::empty({M, Np}, x.options());
   if (M > 0) {
-    const int64_t passes = (M + MAX_ROWS - 1) / MAX_ROWS, group = (M + passes - 1) / passes;
+    const int64_t group = row_group(M);
     const float* wp = w.data_ptr<float>();
     const float* xp = x.data_ptr<float>();
     float* yp = y.data_ptr<float>();
