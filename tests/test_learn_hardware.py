@@ -12,6 +12,7 @@ import torch
 from specviz.analysis import costmodel as C
 from specviz.analysis import theory
 from specviz.learn import hardware as hw
+from specviz.runtime.cpu import machine_id
 from specviz.viz.learn import hardware_figure
 
 
@@ -68,9 +69,9 @@ def test_this_machines_cached_cost_model_replaces_the_documented_curve(tmp_path)
     assert hw.cpu_curve(tmp_path) is hw.DOCUMENTED_CPU and hw.cpu_curve(None) is hw.DOCUMENTED_CPU
     _write_cost(tmp_path, "another machine")
     assert hw.cpu_curve(tmp_path) is hw.DOCUMENTED_CPU  # measured elsewhere: not this machine's
-    _write_cost(tmp_path, C.machine())
+    _write_cost(tmp_path, machine_id())
     curve = hw.cpu_curve(tmp_path)
-    assert curve.measured and curve.name == "this machine (measured)" and C.machine() in curve.source
+    assert curve.measured and curve.name == "this machine (measured)" and machine_id() in curve.source
     assert curve.v(1) == 1.0 and curve.v(11) == pytest.approx(3.0)  # (0.1 + 0.2) / 0.1
     lesson = hw.hardware_lesson(0.7, 0.1, tmp_path)
     # by hand: k = 1, 2, 3 give 1.7 / 1.3, 2.19 / 1.6 and 2.533 / 1.9 (c k + v(k + 1), v rising 0.2 a position)

@@ -21,7 +21,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import platform
 import statistics
 import time
 from dataclasses import asdict, dataclass, field, replace
@@ -30,9 +29,9 @@ from typing import Any, Callable, Collection, Iterable, Sequence
 
 import torch
 
-from ..runtime.cpu import load_average
+from ..runtime.cpu import load_average, machine_id
 
-__all__ = ["CostModel", "DraftCost", "machine", "cost_key", "measure", "measure_draft", "load_or_measure", "interpolate", "monotone",
+__all__ = ["CostModel", "DraftCost", "cost_key", "measure", "measure_draft", "load_or_measure", "interpolate", "monotone",
            "latest_on_this_machine"]
 
 MAX_N = 17  # t(n) for n = 1..17: k + 1 positions for k = 0..16, trees of up to 16 nodes
@@ -212,32 +211,13 @@ def interpolate(points: dict[int, float], n: int) -> float:
 # -- keys ---------------------------------------------------------------------------------------
 
 
-def machine() -> str:
-    """This machine in words: CPU model (family and model numbers), a hash of its flags."""
-    info: dict[str, str] = {}
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            key, sep, value = line.partition(":")
-            if sep and key.strip() not in info:
-                info[key.strip()] = value.strip()
-    except OSError:
-        pass
-    name = info.get("model name") or platform.processor() or platform.machine()
-    if "cpu family" in info:
-        name += f" (family {info['cpu family']}, model {info.get('model', '?')})"
-    flags = info.get("flags", "")
-    if "avx512f" in flags.split():
-        name += ", AVX-512"
-    return f"{name}, flags {hashlib.sha1(flags.encode()).hexdigest()[:8]}" if flags else name
-
-
 def cost_key(target, context: int) -> str:
     """What a cost model depends on: machine, model, dtype, torch and threads, context, static step,
     and whether the model's greedy argmax is screened (runtime.argmax_head)."""
     from ..runtime.argmax_head import screen_of
     from ..runtime.static_decode import enabled
 
-    return "|".join([machine(), str(target.name), str(target.dtype).removeprefix("torch."), torch.__version__,
+    return "|".join([machine_id(), str(target.name), str(target.dtype).removeprefix("torch."), torch.__version__,
                      f"threads={torch.get_num_threads()}", f"context={context}", f"static={int(enabled())}",
                      f"screened argmax={int(screen_of(target.model) is not None)}"])
 
@@ -348,7 +328,7 @@ def measure(target, *, context: int = 256, max_n: int = MAX_N, repeats: int = RE
     target_s = monotone(raw)
     overhead = _step_overhead(target, context)
     model_cost = CostModel(
-        key=cost_key(target, context), machine=machine(), target=str(target.name),
+        key=cost_key(target, context), machine=machine_id(), target=str(target.name),
         dtype=str(target.dtype).removeprefix("torch."), torch=torch.__version__, threads=torch.get_num_threads(),
         context=context, static_decode=_why_not_static(model), target_s=target_s,
         tree_s=monotone({n: _typical(v) for n, v in tree.items()}), step_overhead_s=overhead, prefill_s=prefill,
@@ -526,7 +506,7 @@ def latest_on_this_machine(cache_dir: str | Path | None) -> CostModel | None:
     target), or None: what the Learn tab shows as "this machine's" verify curve."""
     if cache_dir is None:
         return None
-    here = machine()
+    here = machine_id()  # as every kernel choice keys this machine: the CPU, torch's ISA level, any cap
     files = sorted(Path(cache_dir, "advisor").glob("costs-*.json"), key=lambda f: f.stat().st_mtime, reverse=True)
     for path in files:
         try:
