@@ -1,6 +1,7 @@
 """specviz's C++ ops as an AVX2-only CPU builds them: torch capped at AVX2 (``ATEN_CPU_CAPABILITY``)
 caps the ops' build too (``int8_kernel.flags``), so an AVX-512 machine also builds and tests the AVX2
-paths (the int8 product's int16 pair sums, the screen's and the dense product's 8-lane halves)."""
+paths (the int8 product's int16 pair sums, the screen's and the dense product's 8-lane halves, the
+layer op on them)."""
 
 from __future__ import annotations
 
@@ -41,7 +42,7 @@ def test_the_ops_are_exact_on_their_avx2_paths(tmp_path):
     certified argmax on both row kinds) pass against the AVX2 build."""
     env = {**os.environ, "ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2",
            "GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1"}
-    tests = ["tests/test_int8_kernel.py", "tests/test_dense_kernel.py", "tests/test_argmax_head.py"]
+    tests = ["tests/test_int8_kernel.py", "tests/test_dense_kernel.py", "tests/test_argmax_head.py", "tests/test_layer_op.py"]
     run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-p", "no:xdist",
                           "-m", "not browser and not remote", *tests],
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)

@@ -224,10 +224,10 @@ def test_an_int8_body_traces_once_for_every_width(gemma, monkeypatch):
 
 
 @torch.no_grad()
-@pytest.mark.parametrize("runner", ["trace", "eager"])
+@pytest.mark.parametrize("runner", ["trace", "eager", "fused"])
 def test_a_blocked_int8_body_serves_every_width_on_specviz_own_kernel(gemma, monkeypatch, runner):
-    """kernel="blocked" (specviz.runtime.int8_kernel): one graph for every width, traced or eager,
-    the same distributions as its transformers forward (which calls the fused layer's rows)."""
+    """kernel="blocked" (specviz.runtime.int8_kernel): one graph for every width, traced, eager or
+    each layer one op (fused), the same distributions as its transformers forward (which calls the fused layer's rows)."""
     from specviz.runtime import int8_kernel
 
     if int8_kernel.load() is not None:

@@ -12,6 +12,7 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <torch/library.h>
+#include "int8_kernel.h"
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -161,28 +162,17 @@ void block_sums(const int8_t* w, const uint8_t* u, int64_t rows, int64_t Kp, int
 }
 }  // namespace
 
-// x [M, K] fp32; w [N/64, Kp/4, 64, 4] int8; scale [N] fp32; wsum [N] int32; bias [N] or none;
-// inv_smooth [K] or none -> [M, N] fp32
-at::Tensor linear(const at::Tensor& x_, const at::Tensor& w, const at::Tensor& scale, const at::Tensor& wsum,
-                  const c10::optional<at::Tensor>& bias, const c10::optional<at::Tensor>& inv_smooth, int64_t N) {
-  TORCH_CHECK(x_.dim() == 2 && x_.scalar_type() == at::kFloat, "x must be [rows, in] float32");
-  at::Tensor x = x_.contiguous();
-  const int64_t M = x.size(0), K = x.size(1), blocks = w.size(0), Kp = w.size(1) * 4;
-  TORCH_CHECK(w.scalar_type() == at::kChar && w.dim() == 4 && w.size(2) == BLOCK && w.size(3) == 4 && Kp >= K,
-              "w must be int8 [N/64, in/4, 64, 4]");
-  TORCH_CHECK(blocks * BLOCK >= N && scale.numel() >= N && wsum.numel() >= N, "N does not fit the weights");
-  at::Tensor y = at::empty({M, N}, x.options());
-  if (M == 0) return y;
+// x [M, K] fp32 (contiguous); w [N/64, Kp/4, 64, 4] int8; scale [N] fp32; wsum [N] int32; bias [N]
+// or null; inv_smooth [K] or null -> y [M, N] fp32 (written)
+void specviz::int8_product(const float* x, int64_t M, int64_t K, const at::Tensor& w, const float* sp,
+                           const int32_t* cp, const float* bp, const float* inv, int64_t N, float* yp) {
+  const int64_t blocks = w.size(0), Kp = w.size(1) * 4;
+  if (M == 0) return;
   std::vector<uint8_t> u(M * Kp);
   std::vector<int32_t> zero(M);
   std::vector<float> step(M);
-  const float* inv = inv_smooth.has_value() ? inv_smooth->data_ptr<float>() : nullptr;
-  quantize_rows(x.data_ptr<float>(), inv, M, K, Kp, u.data(), zero.data(), step.data());
+  quantize_rows(x, inv, M, K, Kp, u.data(), zero.data(), step.data());
   const int8_t* wp = w.data_ptr<int8_t>();
-  const float* sp = scale.data_ptr<float>();
-  const int32_t* cp = wsum.data_ptr<int32_t>();
-  const float* bp = bias.has_value() ? bias->data_ptr<float>() : nullptr;
-  float* yp = y.data_ptr<float>();
   at::parallel_for(0, blocks, 1, [&](int64_t b0, int64_t b1) {
     alignas(64) int32_t acc[ROWS * BLOCK];
     for (int64_t b = b0; b < b1; ++b) {
@@ -203,6 +193,28 @@ at::Tensor linear(const at::Tensor& x_, const at::Tensor& w, const at::Tensor& s
       }
     }
   });
+}
+
+void specviz::check_int8_weight(const at::Tensor& w, const at::Tensor& scale, const at::Tensor& wsum, int64_t K,
+                                int64_t N) {
+  const int64_t Kp = w.size(1) * 4;
+  TORCH_CHECK(w.scalar_type() == at::kChar && w.dim() == 4 && w.size(2) == BLOCK && w.size(3) == 4 && Kp >= K &&
+              w.is_contiguous(), "w must be int8 [N/64, in/4, 64, 4]");
+  TORCH_CHECK(w.size(0) * BLOCK >= N && scale.numel() >= N && wsum.numel() >= N, "N does not fit the weights");
+  TORCH_CHECK(scale.scalar_type() == at::kFloat && wsum.scalar_type() == at::kInt && scale.is_contiguous() &&
+              wsum.is_contiguous(), "scale must be float32 and wsum int32, contiguous");
+}
+
+at::Tensor linear(const at::Tensor& x_, const at::Tensor& w, const at::Tensor& scale, const at::Tensor& wsum,
+                  const c10::optional<at::Tensor>& bias, const c10::optional<at::Tensor>& inv_smooth, int64_t N) {
+  TORCH_CHECK(x_.dim() == 2 && x_.scalar_type() == at::kFloat, "x must be [rows, in] float32");
+  at::Tensor x = x_.contiguous();
+  const int64_t M = x.size(0), K = x.size(1);
+  specviz::check_int8_weight(w, scale, wsum, K, N);
+  at::Tensor y = at::empty({M, N}, x.options());
+  specviz::int8_product(x.data_ptr<float>(), M, K, w, scale.data_ptr<float>(), wsum.data_ptr<int32_t>(),
+                        bias.has_value() ? bias->data_ptr<float>() : nullptr,
+                        inv_smooth.has_value() ? inv_smooth->data_ptr<float>() : nullptr, N, y.data_ptr<float>());
   return y;
 }
 

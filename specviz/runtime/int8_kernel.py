@@ -16,7 +16,9 @@ compiler, no ninja) it returns why, once, and the int8 copies keep PyTorch's ker
 an ``@int8`` model runs is measured on this machine (:func:`specviz.runtime.int8_speed.choose_kernel`).
 The same library holds ``torch.ops.specviz_int8.screen``, the bf16 product of the certified argmax
 head (:mod:`specviz.runtime.argmax_head`), and ``torch.ops.specviz_int8.dense``, a float32 product
-for a few rows that the body's projections time beside PyTorch's (:mod:`specviz.runtime.projections`).
+for a few rows that the body's projections time beside PyTorch's (:mod:`specviz.runtime.projections`),
+and (``layer_kernel.cpp``) ``torch.ops.specviz_int8.layer``: a whole decoder layer of an int8 body
+in one call, the static step's ``fused`` runner (:mod:`specviz.runtime.runners`).
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ import torch
 log = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).with_name("int8_kernel.cpp")
+SOURCES = (SOURCE, SOURCE.with_name("layer_kernel.cpp"))  # compiled into one library
+HEADERS = (SOURCE.with_name("int8_kernel.h"),)  # what the sources share
 BLOCK = 64  # outputs a block: the weight is [N/64, K/4, 64, 4] int8 (int8_kernel.cpp)
 FLAGS = ("-O3", "-march=native", "-fopenmp")  # this CPU's ISA; OpenMP: at::parallel_for's threads
 # torch's own ISA level caps the build's (ATEN_CPU_CAPABILITY=avx2 on an AVX-512 machine emulates an
@@ -56,7 +60,8 @@ def _name() -> str:
     """The library's name: a digest of the source, the flags, torch's version and this CPU."""
     from .cpu import machine_id
 
-    ident = f"{SOURCE.read_text()}|{flags()}|{torch.__version__}|{machine_id()}"
+    text = "".join(f.read_text() for f in (*SOURCES, *HEADERS))
+    ident = f"{text}|{flags()}|{torch.__version__}|{machine_id()}"
     return f"specviz_int8_{hashlib.sha256(ident.encode()).hexdigest()[:12]}"
 
 
@@ -110,7 +115,7 @@ def load() -> str | None:
                 else:
                     _ninja_on_path()
                     log.info("specviz: building the int8 kernel for this CPU (once, into %s)", directory)
-                    cpp_extension.load(name=name, sources=[str(SOURCE)], extra_cflags=list(flags()),
+                    cpp_extension.load(name=name, sources=[str(f) for f in SOURCES], extra_cflags=list(flags()),
                                        extra_ldflags=["-fopenmp"], build_directory=str(directory),
                                        is_python_module=False, verbose=False)
             except Exception as e:  # noqa: BLE001 - no compiler, no ninja, a failed build: PyTorch's kernels

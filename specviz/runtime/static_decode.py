@@ -15,7 +15,8 @@ target-only decoding; n = k + 1: the target's verify pass):
 - the function runs through a runner (:mod:`specviz.runtime.runners`): ``eager`` (op by op from
   Python), ``compile`` (``torch.compile``: one decoder layer compiled, shared by every layer),
   ``export`` (``torch.export`` + AOTInductor, a package on disk built once per model and torch
-  version) or ``trace`` (TorchScript, its plan fixed once at build). Each model keeps the fastest
+  version), ``trace`` (TorchScript, its plan fixed once at build) or, for an int8 body on specviz's
+  kernel, ``fused`` (each layer one C++ op: :mod:`specviz.runtime.layer_op`). Each model keeps the fastest
   of :data:`AUTO` measured on its first call, or the one ``SPECVIZ_STATIC_DECODE`` names
   (:func:`mode`); any runner that fails gives way to eager, said once in the log. Building is
   logged and counted (:func:`trace_seconds`). Every shape in the body is written with -1 for n,
@@ -61,7 +62,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from . import argmax_head, cpu, projections, runners
+from . import argmax_head, cpu, layer_op, projections, runners
 from .hfcompat import cache_kwargs
 from .projections import fused_of
 from .step_masks import step_masks
@@ -86,8 +87,9 @@ def _jit_trace(body: torch.nn.Module, example: tuple) -> torch.jit.ScriptModule:
         return torch.jit.trace(body, example, check_trace=False)
 
 
-RUNNERS = {r.name: r for r in (runners.EAGER, runners.COMPILE, runners.EXPORT, runners.trace_runner(_jit_trace))}
-AUTO = ("trace", "export", "eager")  # measured by default; export only from a package already on disk
+RUNNERS = {r.name: r for r in (runners.EAGER, runners.COMPILE, runners.EXPORT, runners.trace_runner(_jit_trace), layer_op.RUNNER)}
+AUTO = ("fused", "trace", "export", "eager")  # measured by default; export only from a package already on disk,
+# fused only for a body it serves (layer_op.why_not)
 _OFF, _ON = ("0", "false", "no", "off"), ("", "1", "true", "yes", "on", "auto")
 
 
@@ -114,9 +116,10 @@ def candidates(body: torch.nn.Module, package_dir: Path | None = None) -> tuple[
     how = mode()
     if how in RUNNERS:
         return (RUNNERS[how],)
+    serves = {"export": lambda: runners.package_path(body, package_dir).exists(), "fused": lambda: layer_op.why_not(body) is None}
     if how == "all":
-        return tuple(RUNNERS[k] for k in ("trace", "export", "compile", "eager"))
-    return tuple(RUNNERS[k] for k in AUTO if k != "export" or runners.package_path(body, package_dir).exists())
+        return tuple(RUNNERS[k] for k in ("fused", "trace", "export", "compile", "eager") if k != "fused" or serves[k]())
+    return tuple(RUNNERS[k] for k in AUTO if k not in serves or serves[k]())
 
 
 def supports(model: torch.nn.Module) -> str | None:

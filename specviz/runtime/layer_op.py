@@ -1,0 +1,78 @@
+"""The static step's ``fused`` runner: each decoder layer of an int8 body as one op.
+
+An int8 draft's one-token step is mostly not its products: on a Zen 4 EPYC (2 threads) gemma-3-270m's
+int8 body spends about 2.6 ms of 6 ms in its 72 int8 products and the rest in ~30 small ops a layer
+(norms, rotary, K/V writes, attention, the activation, residual adds), each dispatched alone, even
+traced. ``torch.ops.specviz_int8.layer`` (``layer_kernel.cpp``, built with the int8 kernel) is
+:meth:`specviz.runtime.static_decode._Body.layer` written out in C++ on the same int8 products: one
+call a layer. This runner calls it from Python for each layer (no graph to build) and serves
+bodies whose projections all run on specviz's int8 kernel (``@int8``, ``kernel="blocked"``, q/k/v
+and gate/up fused) in float32. Whether a model keeps it is measured with the other runners on its
+first call (:class:`specviz.runtime.runners.Choice`); its hidden states match the body's to float
+rounding (tests/test_layer_op.py).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from . import int8_kernel, runners
+from .projections import fused_of
+from .quantize import BlockedInt8Linear
+
+__all__ = ["RUNNER", "why_not"]
+
+
+def _products(layer: torch.nn.Module) -> list[torch.nn.Module | None]:
+    """A decoder layer's four products as the op takes them: q/k/v fused, o, gate/up fused, down."""
+    attn, mlp = layer.self_attn, layer.mlp
+    return [fused_of(attn.q_proj, attn.k_proj, attn.v_proj), fused_of(attn.o_proj) or attn.o_proj,
+            fused_of(mlp.gate_proj, mlp.up_proj), fused_of(mlp.down_proj) or mlp.down_proj]
+
+
+def why_not(body: torch.nn.Module) -> str | None:
+    """Why ``body`` (a static step's) cannot run each layer as one op (a sentence), or None."""
+    if body.dtype != torch.float32:
+        return f"its activations are {body.dtype}, not float32"
+    for layer in body.layers:
+        for m in _products(layer):
+            if not isinstance(m, BlockedInt8Linear) or "blocked" not in m._buffers:  # a part blocks on its own
+                return "not every projection is fused and on specviz's int8 kernel (an @int8 model's)"
+    if body.heads % body.kv_heads or body.head_dim % 2:
+        return "query heads not a multiple of the key/value heads, or an odd head size"
+    return int8_kernel.load()
+
+
+def _layer_args(body: torch.nn.Module) -> list[tuple]:
+    """Per layer, the op's arguments that do not change between calls (the weights, by reference)."""
+    empty = torch.empty(0)
+    out = []
+    for i, layer in enumerate(body.layers):
+        ps = _products(layer)
+        out.append(([getattr(body, name) for name in body.norms[i]], [p.blocked for p in ps], [p.scale for p in ps],
+                    [p.wsum for p in ps], [empty if p.bias is None else p.bias for p in ps],
+                    [empty if p.inv_smooth is None else p.inv_smooth for p in ps], [p.out_features for p in ps]))
+    return out
+
+
+def _build(body: torch.nn.Module, example: tuple, directory) -> runners.Step:
+    why = why_not(body)
+    if why is not None:
+        raise RuntimeError(why)
+    args, op = _layer_args(body), torch.ops.specviz_int8.layer
+    shape = (body.heads, body.kv_heads, body.scaling, body.eps, body.gemma)
+
+    def step(tokens, pos, cos, sin, cos_local, sin_local, mask, mask_local, keys, values):
+        # as _Body.forward: tokens, pos [n]; cos/sin [n, 1, hd]; masks [n, S]; keys/values [layers, kv, C, hd]
+        h = F.embedding(tokens, body.embedding) * body.embed_scale  # [n, d]
+        for i, fixed in enumerate(args):
+            rows = (cos_local, sin_local, mask_local) if body.local[i] else (cos, sin, mask)
+            h = op(h, *fixed, *rows, keys[i], values[i], pos, *shape)  # [n, d]
+        return body._norm(h, body.final)  # [n, d]
+
+    step(*example)
+    return step
+
+
+RUNNER = runners.Runner("fused", _build, every_body_any_width=True)
