@@ -130,3 +130,52 @@ def test_an_int8_draft_on_it_keeps_the_target_exact(gemma, monkeypatch):
             assert list(dec.generate(prompt, max_new_tokens=20).token_ids) == hf_greedy(gemma, prompt, 20)
     assert static_cache(draft_model).decoder.runner == "fused"
     assert dec.generate(PROMPTS[0], max_new_tokens=20).stats.acceptance_rate > 0.5
+
+
+def test_a_prompt_takes_the_way_measured_faster_at_its_length():
+    """Prefill: a length no longer than one where the body measured faster takes the body, one no
+    shorter than one where the model's forward did takes the model's, anything else runs both once."""
+    import time
+
+    calls = []
+
+    def way(name, seconds):
+        def run():
+            calls.append(name)
+            time.sleep(seconds)
+            return name
+        return run
+
+    choice = layer_op.Prefill("test")
+    assert choice(10, way("model", 0.03), way("body", 0.0)) == "body" and calls == ["model", "body"]
+    calls.clear()
+    assert choice(8, way("model", 0.03), way("body", 0.0)) == "body" and calls == ["body"]
+    calls.clear()
+    assert choice(40, way("model", 0.0), way("body", 0.03)) == "body" and calls == ["model", "body"]  # measured: the model
+    assert (choice.body_upto, choice.model_from) == (10, 40)
+    calls.clear()
+    assert choice(50, way("model", 0.0), way("body", 0.03)) == "model" and calls == ["model"]
+
+
+@torch.inference_mode()
+def test_a_prompt_prefilled_by_the_fused_body_continues_as_the_model_does(gemma, monkeypatch):
+    """Either way a prompt goes in, the next token's distribution is the int8 model's own (its
+    transformers forward over the whole sequence), and a second prompt of the same length is not
+    measured again."""
+    from specviz.runtime.kv import forward_logits, new_cache
+
+    monkeypatch.setenv("SPECVIZ_STATIC_DECODE", "fused")
+    q8 = quantize_int8(copy.deepcopy(gemma.model), gemma.tokenizer, Int8Options(kernel="blocked"))
+    first = static_cache(q8)
+    forward_logits(q8, torch.tensor([1, 5, 9]), first, 1)
+    forward_logits(q8, torch.tensor([4]), first, 1)  # the runner is chosen on the first body call
+    decoder = first.decoder
+    assert decoder.runner == "fused"
+    for prompt in ([1, 5, 9, 12, 7, 5, 9, 30, 4, 8], [2, 6, 9, 13, 8, 5, 3, 31, 5, 9]):
+        static, dynamic = static_cache(q8), new_cache(q8)
+        for feed in (prompt, [6], [3]):
+            a = forward_logits(q8, torch.tensor(feed), static, 1)
+            b = forward_logits(q8, torch.tensor(feed), dynamic, 1)
+            overlap = float(torch.minimum(torch.softmax(a, -1), torch.softmax(b, -1)).sum())
+            assert overlap > 0.97
+    assert decoder._prefills.body_upto == 10 or decoder._prefills.model_from == 10  # measured once, at 10 tokens

@@ -14,6 +14,10 @@ rounding (tests/test_layer_op.py).
 
 from __future__ import annotations
 
+import logging
+import time
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 
@@ -21,7 +25,9 @@ from . import int8_kernel, runners
 from .projections import fused_of
 from .quantize import BlockedInt8Linear
 
-__all__ = ["RUNNER", "why_not"]
+__all__ = ["RUNNER", "Prefill", "why_not"]
+
+log = logging.getLogger(__name__)
 
 
 def _products(layer: torch.nn.Module) -> list[torch.nn.Module | None]:
@@ -76,3 +82,40 @@ def _build(body: torch.nn.Module, example: tuple, directory) -> runners.Step:
 
 
 RUNNER = runners.Runner("fused", _build, every_body_any_width=True)
+
+
+class Prefill:
+    """How a model on this runner prefills a prompt of n tokens: through its own batched forward
+    (``torch._int_mm`` for many rows, SDPA) or through the fused body on all n rows at once (the
+    layer op: the blocked product re-reads each 64-output block from cache for every 4 rows, and
+    attention runs in plain loops, O(n S) a head). Measured, not assumed: a length no longer than
+    one where the body measured faster takes the body, one no shorter than one where the model
+    measured faster takes the model, and any other runs both ways once (the same keys and values
+    written to the same slots), said in the log. On a Zen 4 EPYC, gemma-3-270m@int8: 26 tokens 46 ms
+    (the model's) against 21 (the body's), 53: 59 against 34, 120: 91 against 75; the body's
+    per-token activation quantization is also the decode step's, closer to float32 (softmax overlap
+    0.934 against 0.919 on a 48-token prompt)."""
+
+    def __init__(self, label: str):
+        self.label = label
+        self.body_upto = 0  # the longest prompt at which the body measured faster
+        self.model_from: int | None = None  # the shortest at which the model's forward did
+
+    def __call__(self, n: int, model_way: Callable[[], torch.Tensor], body_way: Callable[[], torch.Tensor]) -> torch.Tensor:
+        if n <= self.body_upto:
+            return body_way()
+        if self.model_from is not None and n >= self.model_from:
+            return model_way()
+        t = time.perf_counter()
+        model_way()
+        t_model = time.perf_counter() - t
+        t = time.perf_counter()
+        out = body_way()
+        t_body = time.perf_counter() - t
+        if t_body < t_model:
+            self.body_upto = n
+        else:
+            self.model_from = n if self.model_from is None else min(self.model_from, n)
+        log.info("specviz: prefill of %d tokens for %s: the fused body %.1f ms, the model's forward %.1f ms; %s", n,
+                 self.label, t_body * 1e3, t_model * 1e3, "the body" if t_body < t_model else "the model's forward")
+        return out

@@ -383,6 +383,7 @@ class StaticDecoder:
         self.window = getattr(self.text, "sliding_window", None) if any(self.body.local) else None
         self.softcap = getattr(self.text, "final_logit_softcapping", None)
         self._runner = runners.Choice(self.body, candidates(self.body, package_dir), type(model).__name__, package_dir)
+        self._prefills = layer_op.Prefill(type(model).__name__)  # a prompt's way on the fused runner
         self._tables: tuple[torch.Tensor, ...] | None = None  # cos, sin, cos_local, sin_local [C, hd]
         self._lock = threading.Lock()
 
@@ -462,8 +463,13 @@ class StaticDecoder:
             raise ValueError(f"keep must lie in 1..{n}, got {keep}")
         start = cache.length
         cache.reserve(start + n)
-        if start == 0 and n > 1:
-            return self._prefill(cache, input_ids, keep)
+        if start == 0 and n > 1:  # a prompt: the model's own forward, or a fused body's by measurement
+            model_way = lambda: self._prefill(cache, input_ids, keep)  # noqa: E731
+            return model_way() if self.runner != "fused" else self._prefills(n, model_way, lambda: self._fed(cache, input_ids, keep, lazy, 0))
+        return self._fed(cache, input_ids, keep, lazy, start)
+
+    def _fed(self, cache: StaticKV, input_ids: torch.Tensor, keep: int, lazy: bool, start: int):
+        n = int(input_ids.shape[0])
         if self.body.rows_at_once:  # all n tokens in one call
             hidden = self._call(self._inputs(cache, input_ids, start))[n - keep :]  # [keep, d]
         else:  # a draft's catch-up feed (usually [x_k, bonus]) in calls of up to FEED_WIDTH tokens: a
