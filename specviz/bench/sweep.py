@@ -279,7 +279,7 @@ class Sweep:
             "bandwidth_gb_s": [round(b, 2) for b in self.bandwidth_probes],  # read beside target-only's runs
             "static_decode": static_decode_enabled(),  # chain steps (drafts and the target) on the traced step (specviz.runtime.static_decode)
             "static_decode_trace_s": trace_seconds() - self._traced_before,  # tracing it, once per model
-            "static_decode_runner": runners_kept(),  # the runner(s) it kept: trace, export, compile, eager (runtime.runners)
+            "static_decode_runner": runners_kept(),  # the runner(s) it kept: fused, trace, export, compile, eager (runtime.runners)
             "lm_head": head_kernel_report(getattr(self.target, "model", None)),  # specviz.runtime.cpu: kernel per width
             # greedy lean steps: the certified argmax's bf16 screen, per width (specviz.runtime.argmax_head)
             "argmax_head": argmax_report(self.target.model) if getattr(self.target, "model", None) is not None else None,
