@@ -8,7 +8,7 @@ from typing import Any
 from .cpu import KERNELS
 from .projections import KIND_NAMES
 
-__all__ = ["describe_argmax", "describe_head_kernels", "describe_kernels", "kernel_summary"]
+__all__ = ["describe_argmax", "describe_head_kernels", "describe_kernels", "describe_runners", "kernel_summary"]
 
 
 def describe_kernels(report: dict[str, Any] | None) -> list[str]:
@@ -24,7 +24,18 @@ def describe_kernels(report: dict[str, Any] | None) -> list[str]:
     if int8.get("kernel"):  # an @int8 model was loaded: its products' kernel (specviz.runtime.int8_speed.choose_kernel)
         lines.append(f"int8 products: {int8['kernel']} ({int8.get('why', '')})")
     lines.append(describe_argmax(meta.get("argmax_head")))
+    lines.append(describe_runners(meta.get("static_decode_choices")))
     return [line for line in lines if line]
+
+
+def describe_runners(choices: list[dict[str, Any]] | None) -> str:
+    """The static step's runner each model kept and why: every runner's time per call at the width
+    it was chosen on (:func:`specviz.runtime.runners.choices`; "" for none)."""
+    parts = []
+    for c in choices or []:
+        timed = ", ".join(f"{k} {v:.1f} ms" for k, v in sorted(c["ms"].items(), key=lambda kv: kv[1]))
+        parts.append(f"{c['label']}: {c['kept']} ({timed} a call on {c['width']} token{'s' if c['width'] > 1 else ''})")
+    return "static decode step: " + "; ".join(parts) if parts else ""
 
 
 def describe_argmax(report: dict[str, Any] | None) -> str:
@@ -65,6 +76,7 @@ def kernel_summary(report: dict[str, Any] | None) -> str:
         parts.append(f"int8: {int8['kernel']}")
     if (meta.get("argmax_head") or {}).get("widths"):
         parts.append(f"greedy argmax: bf16 screen at {_screened(meta['argmax_head'])}")
+    parts += [f"{c['label']} step: {c['kept']}" for c in meta.get("static_decode_choices") or []]
     return "; ".join(parts)
 
 

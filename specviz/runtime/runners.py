@@ -35,6 +35,7 @@ import sys
 import textwrap
 import threading
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -287,6 +288,19 @@ def _trace_unavailable() -> str | None:
     return None if hasattr(torch.jit, "trace") else "no torch.jit.trace in this torch"
 
 
+_TRACE_DEPRECATED = r"`torch\.jit\.trace(_method)?` is deprecated"  # torch's DeprecationWarning on tracing
+
+
+def jit_trace(body: torch.nn.Module, example: tuple) -> torch.jit.ScriptModule:
+    """TorchScript's trace of the body (the ``trace`` runner's)."""
+    with warnings.catch_warnings():
+        # The trace's notes on Python values it keeps as constants (a body of projections that
+        # loop over rows, traced per width) and torch's deprecation of jit.trace itself.
+        warnings.filterwarnings("ignore", category=torch.jit.TracerWarning)
+        warnings.filterwarnings("ignore", _TRACE_DEPRECATED, DeprecationWarning)
+        return torch.jit.trace(body, example, check_trace=False)
+
+
 def trace_runner(trace: Callable[[torch.nn.Module, tuple], torch.jit.ScriptModule]) -> Runner:
     """The ``trace`` runner around ``trace`` (body, example) -> a traced module."""
 
@@ -302,6 +316,7 @@ def trace_runner(trace: Callable[[torch.nn.Module, tuple], torch.jit.ScriptModul
 
 _built: list[Built] = []  # every build in this process
 _kept: list[str] = []  # the runner each body kept, in order
+_choices: list[dict] = []  # each choice by measurement: {"label", "kept", "width", "ms": {runner: per call}}
 
 
 def build_seconds() -> float:
@@ -312,6 +327,12 @@ def build_seconds() -> float:
 def kept() -> tuple[str, ...]:
     """The runners the bodies of this process kept, each once, in the order first kept."""
     return tuple(dict.fromkeys(_kept))
+
+
+def choices() -> list[dict]:
+    """Each runner choice this process measured: the body's label, the runner kept, the width it was
+    timed at and each runner's ms per call (for ``specviz bench``'s kernel lines)."""
+    return [dict(c) for c in _choices]
 
 
 def per_call_s(steps: dict[str, Step], example: tuple, rounds: int = 3) -> dict[str, float | Exception]:
@@ -437,6 +458,8 @@ class Choice:
         self.steps = {self._width(example): built[name].step}
         _kept.append(name)
         if len(self.candidates) > 1:
+            _choices.append({"label": self.label, "kept": name, "width": int(example[0].shape[0]),
+                             "ms": {k: round(v * 1e3, 3) for k, v in self.per_call.items()}})
             timed = ", ".join(f"{k} {v * 1e3:.2f} ms" for k, v in sorted(self.per_call.items(), key=lambda kv: kv[1]))
             log.info("specviz: static decode step of %s, per call on %d token(s): %s; keeping %s", self.label,
                      int(example[0].shape[0]), timed, name)
@@ -455,6 +478,7 @@ class Choice:
 EAGER = Runner("eager", _eager, every_body_any_width=True)
 COMPILE = Runner("compile", _compile, lambda: None if hasattr(torch, "compile") else "no torch.compile")
 EXPORT = Runner("export", _export, _export_unavailable)
+TRACE = trace_runner(jit_trace)
 
-__all__ = ["BUDGET_S", "Built", "COMPILE", "Choice", "EAGER", "EXPORT", "Runner", "build_seconds", "build_within",
-           "cache_home", "cache_root", "fingerprint", "first_row", "kept", "package_path", "per_call_s", "pin_plan", "trace_runner"]
+__all__ = ["BUDGET_S", "Built", "COMPILE", "Choice", "EAGER", "EXPORT", "Runner", "TRACE", "build_seconds", "build_within", "choices",
+           "cache_home", "cache_root", "fingerprint", "first_row", "jit_trace", "kept", "package_path", "per_call_s", "pin_plan", "trace_runner"]

@@ -54,7 +54,6 @@ import logging
 import os
 import threading
 import time
-import warnings
 import weakref
 from collections.abc import Iterable
 from pathlib import Path
@@ -74,20 +73,7 @@ DTYPES = (torch.float32, torch.bfloat16)  # the weights the body serves
 MIN_CAPACITY = 128  # positions a new cache holds; it doubles when full
 SPAN = 64  # attention reads the buffers up to the position rounded up to a multiple of this
 FEED_WIDTH = 2  # a body with a graph per width (packed int8) takes a feed this many tokens a call at most
-_TRACE_DEPRECATED = r"`torch\.jit\.trace(_method)?` is deprecated"  # torch's DeprecationWarning on tracing
-
-
-def _jit_trace(body: torch.nn.Module, example: tuple) -> torch.jit.ScriptModule:
-    """TorchScript's trace of the body (the ``trace`` runner, :mod:`specviz.runtime.runners`)."""
-    with warnings.catch_warnings():
-        # The trace's notes on Python values it keeps as constants (a body of projections that
-        # loop over rows, traced per width) and torch's deprecation of jit.trace itself.
-        warnings.filterwarnings("ignore", category=torch.jit.TracerWarning)
-        warnings.filterwarnings("ignore", _TRACE_DEPRECATED, DeprecationWarning)
-        return torch.jit.trace(body, example, check_trace=False)
-
-
-RUNNERS = {r.name: r for r in (runners.EAGER, runners.COMPILE, runners.EXPORT, runners.trace_runner(_jit_trace), layer_op.RUNNER)}
+RUNNERS = {r.name: r for r in (runners.EAGER, runners.COMPILE, runners.EXPORT, runners.TRACE, layer_op.RUNNER)}
 AUTO = ("fused", "trace", "export", "eager")  # measured by default; export only from a package already on disk,
 # fused only for a body it serves (layer_op.why_not)
 _OFF, _ON = ("0", "false", "no", "off"), ("", "1", "true", "yes", "on", "auto")
@@ -382,8 +368,9 @@ class StaticDecoder:
         self.shape = (self.text.num_hidden_layers, self.body.kv_heads, self.body.head_dim)
         self.window = getattr(self.text, "sliding_window", None) if any(self.body.local) else None
         self.softcap = getattr(self.text, "final_logit_softcapping", None)
-        self._runner = runners.Choice(self.body, candidates(self.body, package_dir), type(model).__name__, package_dir)
-        self._prefills = layer_op.Prefill(type(model).__name__)  # a prompt's way on the fused runner
+        label = type(model).__name__ + ("" if layer_op.why_not(self.body) else " (int8)")  # a target and its int8 draft apart
+        self._runner = runners.Choice(self.body, candidates(self.body, package_dir), label, package_dir)
+        self._prefills = layer_op.Prefill(label)  # a prompt's way on the fused runner
         self._tables: tuple[torch.Tensor, ...] | None = None  # cos, sin, cos_local, sin_local [C, hd]
         self._lock = threading.Lock()
 
