@@ -1,4 +1,4 @@
-"""How the static decode step's body runs: four runners behind one seam.
+"""How the static decode step's body runs: runners behind one seam (four here, a fifth for int8 bodies in layer_op).
 
 The body (:class:`specviz.runtime.static_decode._Body`) is one function of tensors, ``(tokens,
 positions, rotary rows, masks, K/V buffers) -> hidden states``, that writes the new tokens' keys
@@ -17,6 +17,9 @@ into a callable of the same inputs (the same hidden states, the same buffer writ
 - ``trace``: TorchScript's ``torch.jit.trace`` (deprecated upstream, gone on Python 3.14+). Its
   execution plan is fixed once, at build, under a lock (:func:`pin_plan`), instead of flipping
   the process-global ``torch.jit.optimized_execution`` on every call.
+
+The fifth, ``fused`` (:mod:`specviz.runtime.layer_op`), runs each decoder layer of an int8 body as
+one C++ op; it is a :class:`Runner` like these and chosen the same way.
 
 Every build is timed (:class:`Built`); which runner a model keeps is chosen by
 :mod:`specviz.runtime.static_decode` (by measurement, or by ``SPECVIZ_STATIC_DECODE``).
