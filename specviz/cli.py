@@ -116,6 +116,17 @@ def format_stats(stats, header: str = "") -> str:
 # ---------------------------------------------------------------------------------------------
 
 
+def _warm(target, k: int) -> float:
+    """Build the target's static decode step (its runner chosen) for one token and a verify pass of
+    k + 1 before the clocks start -> the seconds it took (0.0 when built or not served)."""
+    import torch
+
+    from .runtime.static_decode import warm
+
+    model = getattr(target, "model", None)
+    return warm(model, widths=(1, k + 1)) if isinstance(model, torch.nn.Module) else 0.0
+
+
 def _say(args, msg: str) -> None:
     if not getattr(args, "quiet", False):
         print(f"specviz: {msg}", file=sys.stderr, flush=True)
@@ -163,7 +174,7 @@ def _loader(args):
 def cmd_generate(args) -> int:
     from .core.algorithm import Acceptance
     from .core.engine import SpeculativeDecoder
-    from .core.hooks import TraceRecorder
+    from .core.hooks import Hook, TraceRecorder
     from .core.schedules import make_schedule
     from .proposers import check_spec, from_spec
     from .proposers.registry import auto_pick
@@ -188,8 +199,23 @@ def cmd_generate(args) -> int:
     )
     if pick:
         _say(args, pick.describe())
-    hooks = [TraceRecorder(args.trace)] if args.trace else []
-    result = decoder.generate(prompt, max_new_tokens=args.max_new_tokens, seed=args.seed, hooks=hooks, chat=args.chat)
+    # a plain run prints the tokens, their verdicts and the stats: lean records (no step's p or q is
+    # kept, so greedy steps take the head's certified argmax), the coloured text rendered as each
+    # step ends (while its texts are still there)
+    lean = not (args.trace or args.json)
+    color = use_color(sys.stdout, args.color)
+    shown: list[str] = []
+
+    class Shown(Hook):
+        def on_step(self, session, record):
+            shown.append(render_steps([record], color=True))
+
+    hooks = [TraceRecorder(args.trace)] if args.trace else [Shown()] if color and lean else []
+    built = _warm(target, k)
+    if built > 0.05:
+        _say(args, f"built the target's static decode step in {built:.1f} s (once per process; not in the times below)")
+    result = decoder.generate(prompt, max_new_tokens=args.max_new_tokens, seed=args.seed, hooks=hooks, chat=args.chat,
+                              records="lean" if lean else "full")
     if args.trace:
         _say(args, f"trace written to {args.trace}")
     if args.json:
@@ -210,8 +236,7 @@ def cmd_generate(args) -> int:
         json.dump(payload, sys.stdout, ensure_ascii=False)
         sys.stdout.write("\n")
         return 0
-    color = use_color(sys.stdout, args.color)
-    text = render_steps(result.steps, color=True) if color else result.text
+    text = ("".join(shown) if lean else render_steps(result.steps, color=True)) if color else result.text
     sys.stdout.write(text + ("\n" if not text.endswith("\n") else ""))
     header = f"--- {target.name} + {decoder.label}" + (
         f", temperature {sampling.temperature:g}" if sampling.temperature else ", greedy") + f", finished: {result.finished}"

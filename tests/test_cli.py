@@ -112,6 +112,19 @@ def test_use_color(monkeypatch):
     assert not cli.use_color(tty)
 
 
+def test_a_plain_run_shows_what_a_fully_recorded_one_does(capsys, models, tmp_path):
+    """A plain run keeps lean records (greedy steps take the head's certified argmax) and renders
+    each step as it ends: the same coloured text and stats as a run that records everything (--trace)."""
+    target, draft = models
+    argv = ["generate", "--target", target, "--proposer", f"draft:{draft}", "--k", "4", "--max-new-tokens", "24",
+            "--prompt", "abc xyz", "--color", "always", "--quiet"]
+    rc, lean, _ = run(capsys, *argv)
+    rc2, full, _ = run(capsys, *argv, "--trace", str(tmp_path / "t.jsonl"))
+    assert rc == rc2 == 0 and cli.STYLES["accepted"] in lean
+    strip = lambda out: [line for line in out.splitlines() if not line.startswith("time ")]  # noqa: E731 - the clock differs
+    assert strip(lean) == strip(full)
+
+
 def test_generate_json_and_trace(capsys, models, tmp_path):
     target, _ = models
     trace = tmp_path / "run.jsonl"
