@@ -18,7 +18,7 @@ The same library holds ``torch.ops.specviz_int8.screen``, the bf16 product of th
 head (:mod:`specviz.runtime.argmax_head`), and ``torch.ops.specviz_int8.dense``, a float32 product
 for a few rows that the body's projections time beside PyTorch's (:mod:`specviz.runtime.projections`),
 and (``layer_kernel.cpp``) ``torch.ops.specviz_int8.layer``: a whole decoder layer of an int8 body
-in one call, the static step's ``fused`` runner (:mod:`specviz.runtime.runners`).
+in one call, the static step's ``fused`` runner (:mod:`specviz.runtime.layer_op`).
 """
 
 from __future__ import annotations
