@@ -107,6 +107,22 @@ def test_a_rollback_into_the_prompt_past_the_window(model):
     torch.testing.assert_close(forward_logits(model.model, torch.tensor(ids[9:]), cache, 5), want[9:], atol=2e-4, rtol=1e-4)
 
 
+@pytest.mark.parametrize("way", ["body", "model"])
+def test_a_prompt_goes_in_either_way_as_the_transformers_forward(model, way, monkeypatch):
+    """A prompt through the body on all its rows (eager) or through the model's own forward: the
+    same logits after it and on its last rows, past the sliding window (layer_op.Prefill measures
+    which; here each is forced)."""
+    ids = [1] + [(3 * i + 5) % 30 + 3 for i in range(13)]  # 14 tokens, past the 4-token window
+    want = reference_logits(model.model, ids)
+    cache = static_cache(model.model)
+    choice = cache.decoder._prefills["eager"]
+    monkeypatch.setattr(choice, "body_upto", 100 if way == "body" else 0)
+    monkeypatch.setattr(choice, "model_from", None if way == "body" else 1)
+    got = torch.cat([forward_logits(model.model, torch.tensor(ids[:10]), cache, 3),
+                     forward_logits(model.model, torch.tensor(ids[10:]), cache, 4)])  # [7, V]
+    torch.testing.assert_close(got, want[7:], atol=2e-4, rtol=1e-4)
+
+
 @pytest.mark.parametrize("first", [1, 5])
 def test_one_trace_serves_any_number_of_tokens(model, monkeypatch, first):
     """The target's verify pass feeds k + 1 tokens at once, a draft one: the same traced graph

@@ -275,7 +275,7 @@ class Session:
         """Fill the target's cache with all but the last prompt token (each step feeds that one)."""
         t0 = time.perf_counter()
         if self.length > 1:
-            forward_logits(self.target.model, self.context[:-1], self.cache, 1)
+            forward_logits(self.target.model, self.context[:-1], self.cache, 1, lazy=True)  # logits unread: none computed where the head screens
             self.target_forwards += 1
         self._sync()
         self.prefill_ms = (time.perf_counter() - t0) * 1e3

@@ -85,16 +85,17 @@ RUNNER = runners.Runner("fused", _build, every_body_any_width=True)
 
 
 class Prefill:
-    """How a model on this runner prefills a prompt of n tokens: through its own batched forward
-    (``torch._int_mm`` for many rows, SDPA) or through the fused body on all n rows at once (the
-    layer op: the blocked product re-reads each 64-output block from cache for every 4 rows, and
-    attention runs in plain loops, O(n S) a head). Measured, not assumed: a length no longer than
-    one where the body measured faster takes the body, one no shorter than one where the model
-    measured faster takes the model, and any other runs both ways once (the same keys and values
-    written to the same slots), said in the log. On a Zen 4 EPYC, gemma-3-270m@int8: 26 tokens 46 ms
-    (the model's) against 21 (the body's), 53: 59 against 34, 120: 91 against 75; the body's
-    per-token activation quantization is also the decode step's, closer to float32 (softmax overlap
-    0.934 against 0.919 on a 48-token prompt)."""
+    """How a model's static step prefills a prompt of n tokens: through the model's own batched
+    forward (``transformers``: MKL's products, SDPA) or through the body on all n rows at once (the
+    fused runner's layer op for an int8 body; else the body op by op, its projections on the kernel
+    measured at its widest width, oneDNN's packed one on a Zen 4 EPYC). Measured, not assumed: a
+    length no longer than one where the body measured faster takes the body, one no shorter than one
+    where the model measured faster takes the model, and any other runs both ways once (the same
+    keys and values written to the same slots; the faster way last, so they are its), said in the
+    log. On a Zen 4 EPYC (2 threads): gemma-3-270m@int8, 26 tokens 46 ms (the model's) against 21
+    (the fused body's), 120: 91 against 75; gemma-3-270m in float32, 50 tokens 150 against 84 ms,
+    120: 268 against 172. The int8 body's per-token activation quantization is also its decode
+    step's, closer to float32 (softmax overlap 0.934 against 0.919 on a 48-token prompt)."""
 
     def __init__(self, label: str):
         self.label = label
@@ -116,6 +117,7 @@ class Prefill:
             self.body_upto = n
         else:
             self.model_from = n if self.model_from is None else min(self.model_from, n)
-        log.info("specviz: prefill of %d tokens for %s: the fused body %.1f ms, the model's forward %.1f ms; %s", n,
+            out = model_way()  # the keys and values of the way every later prompt of this length takes
+        log.info("specviz: prefill of %d tokens for %s: the body %.1f ms, the model's forward %.1f ms; %s", n,
                  self.label, t_body * 1e3, t_model * 1e3, "the body" if t_body < t_model else "the model's forward")
         return out

@@ -34,7 +34,9 @@ otherwise one serves all.
 The output head stays outside the body (a vocab=N draft's head reads its session's context
 rows; a large target head keeps its measured kernel switch, :mod:`specviz.runtime.cpu`), so the logits are
 the model's own head applied to the body's hidden states. A prompt is prefilled by the
-model's own batched decoder (its keys and values copied in), then that head on its last rows.
+model's own batched decoder (its keys and values copied in) or by the body on all its rows, whichever
+measured faster at its length (:class:`specviz.runtime.layer_op.Prefill`), then that head on its last
+rows (not even that for a greedy caller that reads no logits).
 
 Only Llama- and Gemma-3-text-architecture models in float32 or bfloat16 on the CPU are served (the
 built-in models and the tests' tiny models). A bfloat16 body computes as the ``transformers`` bf16
@@ -370,7 +372,7 @@ class StaticDecoder:
         self.softcap = getattr(self.text, "final_logit_softcapping", None)
         label = type(model).__name__ + ("" if layer_op.why_not(self.body) else " (int8)")  # a target and its int8 draft apart
         self._runner = runners.Choice(self.body, candidates(self.body, package_dir), label, package_dir)
-        self._prefills = layer_op.Prefill(label)  # a prompt's way on the fused runner
+        self._prefills = {way: layer_op.Prefill(f"{label} ({way} body)") for way in ("fused", "eager")}  # a prompt's way
         self._tables: tuple[torch.Tensor, ...] | None = None  # cos, sin, cos_local, sin_local [C, hd]
         self._lock = threading.Lock()
 
@@ -450,15 +452,19 @@ class StaticDecoder:
             raise ValueError(f"keep must lie in 1..{n}, got {keep}")
         start = cache.length
         cache.reserve(start + n)
-        if start == 0 and n > 1:  # a prompt: the model's own forward, or a fused body's by measurement
-            model_way = lambda: self._prefill(cache, input_ids, keep)  # noqa: E731
-            return model_way() if self.runner != "fused" else self._prefills(n, model_way, lambda: self._fed(cache, input_ids, keep, lazy, 0))
+        if start == 0 and n > 1:  # a prompt: the model's own forward, or the body on all n rows (by measurement)
+            model_way = lambda: self._prefill(cache, input_ids, keep, lazy)  # noqa: E731
+            if not self.body.rows_at_once:
+                return model_way()
+            way = "fused" if self.runner == "fused" else "eager"  # eager: a graph per width would be built for n
+            step = self._call if way == "fused" else (lambda example: self.body(*example))
+            return self._prefills[way](n, model_way, lambda: self._fed(cache, input_ids, keep, lazy, 0, step))
         return self._fed(cache, input_ids, keep, lazy, start)
 
-    def _fed(self, cache: StaticKV, input_ids: torch.Tensor, keep: int, lazy: bool, start: int):
+    def _fed(self, cache: StaticKV, input_ids: torch.Tensor, keep: int, lazy: bool, start: int, step=None):
         n = int(input_ids.shape[0])
-        if self.body.rows_at_once:  # all n tokens in one call
-            hidden = self._call(self._inputs(cache, input_ids, start))[n - keep :]  # [keep, d]
+        if self.body.rows_at_once:  # all n tokens in one call (``step``: the body's way, default the kept runner)
+            hidden = (step or self._call)(self._inputs(cache, input_ids, start))[n - keep :]  # [keep, d]
         else:  # a draft's catch-up feed (usually [x_k, bonus]) in calls of up to FEED_WIDTH tokens: a
             # packed int8 body reads each weight once per call, on graphs of the widths a draft warms, not
             # a new graph per feed length (a hybrid's draft catches up on every token the n-gram drafted)
@@ -500,7 +506,7 @@ class StaticDecoder:
             logits = torch.tanh(logits / self.softcap) * self.softcap
         return logits
 
-    def _prefill(self, cache: StaticKV, input_ids: torch.Tensor, keep: int) -> torch.Tensor:
+    def _prefill(self, cache: StaticKV, input_ids: torch.Tensor, keep: int, lazy: bool = False) -> torch.Tensor:
         """A prompt through the model's own batched forward; its keys and values copied in."""
         from transformers import DynamicCache
 
@@ -515,7 +521,7 @@ class StaticDecoder:
             cache.keys[i, :, n - kept : n] = layer.keys[0]
             cache.values[i, :, n - kept : n] = layer.values[0]
         cache.length = n
-        return self._head(out.last_hidden_state[0, -keep:])  # [keep, V]
+        return self._head(out.last_hidden_state[0, -keep:], lazy)  # [keep, V]
 
 
 def warm(model: torch.nn.Module, widths: Iterable[int] = (1,)) -> float:
