@@ -1,5 +1,5 @@
-"""The static step's ``fused`` runner (specviz.runtime.layer_op): each decoder layer of an int8 body
-as one C++ op (torch.ops.specviz_int8.layer). Against the body it writes out, op for op: the same
+"""The static step's ``fused`` runner (specviz.runtime.layer_op): each decoder layer of an int8 body,
+or of a planned float32 one, as one C++ op (torch.ops.specviz_int8.layer). Against the body it writes out, op for op: the same
 hidden states and the same K/V writes to float rounding, for Llama and Gemma 3 (sliding window),
 chains, a token tree and rollbacks; the runner serves only the bodies it can, is measured with
 the others, and a failure falls back to eager with the same tokens."""
@@ -66,7 +66,11 @@ def _same(decoder, cache, fused, example):
 def test_the_op_is_the_body_written_out(int8_model):
     """Chains of 1, 3 and 6 tokens (past the 4-token window), a 5-node tree over slots fed earlier,
     and a rollback: the same hidden states and K/V writes as the body's own ops."""
-    decoder, cache, fused = _step_pair(int8_model)
+    _writes_as_the_body(int8_model)
+
+
+def _writes_as_the_body(model):
+    decoder, cache, fused = _step_pair(model)
     p = cache.length
     for width in (1, 3, 6):
         _same(decoder, cache, fused, decoder._inputs(cache, torch.tensor([3 + i for i in range(width)]), p))
@@ -77,7 +81,43 @@ def test_the_op_is_the_body_written_out(int8_model):
     _same(decoder, cache, fused, decoder._inputs(cache, torch.tensor([7]), cache.length))
 
 
-def test_it_serves_only_int8_bodies_on_specviz_kernel(tiny_target, gemma, int8_model, monkeypatch):
+@pytest.fixture(params=["llama", "gemma"])
+def planned_model(request, tiny_target, gemma, monkeypatch, tmp_path):
+    """A float32 copy whose projections are planned (q/k/v and gate/up fused; F.linear at one row,
+    oneDNN wider, as gemma-3-270m's q/k/v measured on a Zen 4): what the fused runner serves in float32."""
+    from specviz.runtime import cpu, projections
+    from tests.test_static_decode import _timings
+
+    monkeypatch.setenv("SPECVIZ_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(projections, "MIN_BODY_ELEMENTS", 0)  # tiny models' projections planned too
+    monkeypatch.setattr(cpu, "time_weights", _timings("mixed"))
+    base = tiny_target if request.param == "llama" else gemma
+    model = copy.deepcopy(base.model)
+    static_cache(model)  # plans the projections
+    return model
+
+
+@torch.inference_mode()
+def test_the_op_is_a_float32_body_written_out(planned_model):
+    """A planned float32 body on specviz's float32 product: the same hidden states and K/V writes as
+    the body's own ops (chains, a tree, a rollback), and each row's bits the same at every width (a
+    verify pass's first row is the decode step's)."""
+    body = static_cache(planned_model).decoder.body
+    assert layer_op.products_kind(body) == "float32" and layer_op.why_not(body) is None
+    assert "fused" in [r.name for r in static_decode.candidates(body)]
+    _writes_as_the_body(planned_model)
+    decoder, cache, fused = _step_pair(planned_model)
+    p, rows = cache.length, torch.tensor([3, 8, 5, 11, 4])
+    keys, values = cache.keys.clone(), cache.values.clone()
+    wide = fused(*decoder._inputs(cache, rows, p))  # [5, d]
+    for i in range(len(rows)):  # the same tokens one at a time, each on the keys the wide call wrote before it
+        cache.keys.copy_(keys), cache.values.copy_(values)
+        if i:
+            fused(*decoder._inputs(cache, rows[:i], p))
+        assert torch.equal(fused(*decoder._inputs(cache, rows[i : i + 1], p + i))[0], wide[i])
+
+
+def test_it_serves_only_int8_bodies_on_specviz_kernel_and_planned_float32_ones(tiny_target, gemma, int8_model, monkeypatch):
     monkeypatch.delenv("SPECVIZ_STATIC_DECODE", raising=False)
     body = static_cache(int8_model).decoder.body
     assert layer_op.why_not(body) is None

@@ -549,31 +549,50 @@ void dense_block(const float* w, const float* x, int64_t K, float* out, int64_t 
 }
 }  // namespace
 
+// x [M, K] float32 (contiguous); w [ceil(N/16), K, 16] float32 (zero-padded); bias [N] or null
+// -> y [M, N] (written; a partial last block through a buffer); bias added after the sum
+void specviz::dense_product(const float* x, int64_t M, int64_t K, const at::Tensor& w, const float* bias, int64_t N,
+                            float* y) {
+  if (M == 0) return;
+  const int64_t group = row_group(M);
+  const float* wp = w.data_ptr<float>();
+  at::parallel_for(0, w.size(0), 1, [&](int64_t b0, int64_t b1) {
+    alignas(64) float part[MAX_ROWS * LANES];
+    for (int64_t b = b0; b < b1; ++b) {
+      const int64_t n0 = b * LANES, width = std::min(LANES, N - n0);
+      for (int64_t r0 = 0; r0 < M; r0 += group) {
+        const int64_t rows = std::min(group, M - r0);
+        const bool whole = width == LANES;
+        with_rows(rows, [&](auto R) {
+          dense_block<R()>(wp + b * K * LANES, x + r0 * K, K, whole ? y + r0 * N + n0 : part, whole ? N : LANES);
+        });
+        for (int64_t r = 0; r < rows; ++r) {
+          float* yr = y + (r0 + r) * N + n0;
+          if (!whole) std::memcpy(yr, part + r * LANES, width * sizeof(float));
+          if (bias)
+            for (int64_t j = 0; j < width; ++j) yr[j] += bias[n0 + j];
+        }
+      }
+    }
+  });
+}
+
+void specviz::check_dense_weight(const at::Tensor& w, int64_t K, int64_t N) {
+  TORCH_CHECK(w.dim() == 3 && w.size(2) == LANES && w.size(1) == K && w.scalar_type() == at::kFloat && w.is_contiguous()
+              && w.size(0) * LANES >= N && (w.size(0) - 1) * LANES < N, "w must be float32 [ceil(N/16), in, 16]");
+}
+
 // x [M, K] float32; w [ceil(N/16), K, 16] float32 (zero-padded); bias [N] or none -> [M, N]
 at::Tensor dense(const at::Tensor& x_, const at::Tensor& w, const c10::optional<at::Tensor>& bias, int64_t N) {
   TORCH_CHECK(x_.dim() == 2 && x_.scalar_type() == at::kFloat, "x must be [rows, in] float32");
-  TORCH_CHECK(w.dim() == 3 && w.size(2) == LANES && w.size(1) == x_.size(1) && w.scalar_type() == at::kFloat
-              && w.is_contiguous() && w.size(0) * LANES >= N && (w.size(0) - 1) * LANES < N,
-              "w must be float32 [ceil(N/16), in, 16]");
+  specviz::check_dense_weight(w, x_.size(1), N);
   at::Tensor x = x_.contiguous();
-  const int64_t M = x.size(0), K = x.size(1), blocks = w.size(0), Np = blocks * LANES;
-  at::Tensor y = at::empty({M, Np}, x.options());
-  if (M > 0) {
-    const int64_t group = row_group(M);
-    const float* wp = w.data_ptr<float>();
-    const float* xp = x.data_ptr<float>();
-    float* yp = y.data_ptr<float>();
-    at::parallel_for(0, blocks, 1, [&](int64_t b0, int64_t b1) {
-      for (int64_t b = b0; b < b1; ++b)
-        for (int64_t r0 = 0; r0 < M; r0 += group)
-          with_rows(std::min(group, M - r0), [&](auto R) {
-            dense_block<R()>(wp + b * K * LANES, xp + r0 * K, K, yp + r0 * Np + b * LANES, Np);
-          });
-    });
-  }
-  at::Tensor out = Np == N ? y : y.narrow(1, 0, N).contiguous();
-  if (bias.has_value() && bias->defined()) out.add_(*bias);
-  return out;
+  at::Tensor b = bias.has_value() && bias->defined() ? bias->to(at::kFloat).contiguous() : at::Tensor();
+  TORCH_CHECK(!b.defined() || b.numel() == N, "bias must be [N]");
+  at::Tensor y = at::empty({x.size(0), N}, x.options());
+  specviz::dense_product(x.data_ptr<float>(), x.size(0), x.size(1), w, b.defined() ? b.data_ptr<float>() : nullptr, N,
+                         y.data_ptr<float>());
+  return y;
 }
 
 TORCH_LIBRARY(specviz_int8, m) {

@@ -1,11 +1,13 @@
-// One decoder layer of an int8 model in one call: torch.ops.specviz_int8.layer, for the static
-// decode step of an int8 draft (static_decode.py's _Body.layer, written out in C++).
+// One decoder layer in one call: torch.ops.specviz_int8.layer, for the static decode step of an int8
+// draft or a float32 model (static_decode.py's _Body.layer, written out in C++).
 //
 // A gemma-3-270m int8 draft's one-token step is 18 layers of ~30 small tensor ops around 4 int8
 // products: the products read 100 MB in ~2.6 ms, and the small ops (norms, rotary, the K/V writes,
 // attention's bmm/softmax, the activation, residual adds), each dispatched alone, cost as much
 // again. Here a layer is one op: the same float32 arithmetic as _Body.layer, in plain loops (a
-// row of 640 or a head of 256 floats is microseconds), the four products on int8_product.
+// row of 640 or a head of 256 floats is microseconds), the four products on int8_product, or on
+// dense_product for a float32 body's blocked weights (each row's bits then the same at every width:
+// a verify pass's rows are the decode step's).
 //
 // For n new tokens, h [n, d] -> [n, d], with (Llama; Gemma 3 adds the bracketed steps):
 //   x = norm(h, w0); q, k, v = x W_qkv; [q, k = norm(q, k by head, w4)]; q, k = rope(q, k)
@@ -61,13 +63,14 @@ void rope(float* x, const float* cos, const float* sin, int64_t heads, int64_t h
   }
 }
 
-struct Product {  // one int8 projection's tensors (int8_product)
+struct Product {  // one projection's tensors: int8 (int8_product) or float32 blocked (dense_product)
   const at::Tensor& w;
   const float* scale;
   const int32_t* wsum;
   const float* bias;
   const float* inv_smooth;
   int64_t n;
+  bool dense;
 };
 
 const float* data_or_null(const at::Tensor& t) { return t.numel() ? t.data_ptr<float>() : nullptr; }
@@ -75,21 +78,28 @@ const float* data_or_null(const at::Tensor& t) { return t.numel() ? t.data_ptr<f
 Product product(const std::vector<at::Tensor>& w, const std::vector<at::Tensor>& scales,
                 const std::vector<at::Tensor>& wsums, const std::vector<at::Tensor>& biases,
                 const std::vector<at::Tensor>& smooths, const std::vector<int64_t>& outs, size_t i, int64_t K) {
-  specviz::check_int8_weight(w[i], scales[i], wsums[i], K, outs[i]);
   TORCH_CHECK(biases[i].numel() == 0 || (biases[i].numel() == outs[i] && biases[i].is_contiguous()), "a bias must be [out]");
+  if (w[i].scalar_type() == at::kFloat) {  // float32: no steps, row sums or smoothing
+    specviz::check_dense_weight(w[i], K, outs[i]);
+    return {w[i], nullptr, nullptr, data_or_null(biases[i]), nullptr, outs[i], true};
+  }
+  specviz::check_int8_weight(w[i], scales[i], wsums[i], K, outs[i]);
   TORCH_CHECK(smooths[i].numel() == 0 || (smooths[i].numel() == K && smooths[i].is_contiguous()), "a smoothing must be [in]");
   return {w[i], scales[i].data_ptr<float>(), wsums[i].data_ptr<int32_t>(), data_or_null(biases[i]),
-          data_or_null(smooths[i]), outs[i]};
+          data_or_null(smooths[i]), outs[i], false};
 }
 
 void run(const Product& p, const float* x, int64_t M, int64_t K, float* y) {
-  specviz::int8_product(x, M, K, p.w, p.scale, p.wsum, p.bias, p.inv_smooth, p.n, y);
+  if (p.dense)
+    specviz::dense_product(x, M, K, p.w, p.bias, p.n, y);
+  else
+    specviz::int8_product(x, M, K, p.w, p.scale, p.wsum, p.bias, p.inv_smooth, p.n, y);
 }
 }  // namespace
 
 // h [n, d]; norms: [d] scales (Llama 2, Gemma 3 4) and, for Gemma 3, q's and k's [h + kv, hd];
-// the four products (q/k/v fused, o, gate/up fused, down) as blocked weights, steps, row sums,
-// biases and smoothings (an empty tensor: none) and output sizes; cos, sin [n, 1, hd]; mask
+// the four products (q/k/v fused, o, gate/up fused, down) as blocked weights (int8, or float32:
+// then no steps, row sums or smoothings), steps, row sums, biases and smoothings (an empty tensor: none) and output sizes; cos, sin [n, 1, hd]; mask
 // [n, S] additive; keys, values [kv, C, hd] (written at pos [n]) -> h [n, d]
 at::Tensor layer(const at::Tensor& h_, at::TensorList norms_, at::TensorList w_, at::TensorList scales_,
                  at::TensorList wsums_, at::TensorList biases_, at::TensorList smooths_, at::IntArrayRef outs_,

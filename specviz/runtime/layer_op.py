@@ -21,11 +21,11 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from . import int8_kernel, runners
-from .projections import fused_of
+from . import dense_kernel, int8_kernel, runners
+from .projections import PlannedLinear, fused_of
 from .quantize import BlockedInt8Linear
 
-__all__ = ["RUNNER", "Prefill", "why_not"]
+__all__ = ["RUNNER", "Prefill", "products_kind", "why_not"]
 
 log = logging.getLogger(__name__)
 
@@ -37,28 +37,52 @@ def _products(layer: torch.nn.Module) -> list[torch.nn.Module | None]:
             fused_of(mlp.gate_proj, mlp.up_proj), fused_of(mlp.down_proj) or mlp.down_proj]
 
 
+def products_kind(body: torch.nn.Module) -> str | None:
+    """``"int8"`` where every projection of ``body`` is fused (q/k/v, gate/up) on specviz's int8
+    kernel (an ``@int8`` model's), ``"float32"`` where every one is a planned float32 layer
+    (:class:`~specviz.runtime.projections.PlannedLinear`, run on specviz's float32 product), else None."""
+    kinds = set()
+    for layer in body.layers:
+        for m in _products(layer):
+            if isinstance(m, BlockedInt8Linear) and "blocked" in m._buffers:  # a part blocks on its own
+                kinds.add("int8")
+            elif isinstance(m, PlannedLinear) and m.weight.dtype == torch.float32:
+                kinds.add("float32")
+            else:
+                return None
+    return kinds.pop() if len(kinds) == 1 else None
+
+
 def why_not(body: torch.nn.Module) -> str | None:
     """Why ``body`` (a static step's) cannot run each layer as one op (a sentence), or None."""
     if body.dtype != torch.float32:
         return f"its activations are {body.dtype}, not float32"
-    for layer in body.layers:
-        for m in _products(layer):
-            if not isinstance(m, BlockedInt8Linear) or "blocked" not in m._buffers:  # a part blocks on its own
-                return "not every projection is fused and on specviz's int8 kernel (an @int8 model's)"
+    if products_kind(body) is None:
+        return ("not every projection is fused and on specviz's int8 kernel (an @int8 model's) or planned in float32"
+                " (q/k/v, o, gate/up, down)")
     if body.heads % body.kv_heads or body.head_dim % 2:
         return "query heads not a multiple of the key/value heads, or an odd head size"
     return int8_kernel.load()
 
 
+def _weights(p: torch.nn.Module) -> tuple[torch.Tensor, ...]:
+    """A product's blocked weight, steps, row sums, bias, smoothing (empty: none) as the op takes them;
+    a float32 layer's blocked copy made here where its plan keeps none (it lives with the step)."""
+    empty = torch.empty(0)
+    if isinstance(p, PlannedLinear):
+        blocked = p.blocked if p.blocked is not None else dense_kernel.block(p.weight)
+        return blocked, empty, empty, empty if p.bias is None else p.bias.detach(), empty
+    return (p.blocked, p.scale, p.wsum, empty if p.bias is None else p.bias,
+            empty if p.inv_smooth is None else p.inv_smooth)
+
+
 def _layer_args(body: torch.nn.Module) -> list[tuple]:
     """Per layer, the op's arguments that do not change between calls (the weights, by reference)."""
-    empty = torch.empty(0)
     out = []
     for i, layer in enumerate(body.layers):
         ps = _products(layer)
-        out.append(([getattr(body, name) for name in body.norms[i]], [p.blocked for p in ps], [p.scale for p in ps],
-                    [p.wsum for p in ps], [empty if p.bias is None else p.bias for p in ps],
-                    [empty if p.inv_smooth is None else p.inv_smooth for p in ps], [p.out_features for p in ps]))
+        parts = list(zip(*(_weights(p) for p in ps)))  # 5 lists of 4
+        out.append(([getattr(body, name) for name in body.norms[i]], *(list(t) for t in parts), [p.out_features for p in ps]))
     return out
 
 

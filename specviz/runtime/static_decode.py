@@ -370,7 +370,7 @@ class StaticDecoder:
         self.shape = (self.text.num_hidden_layers, self.body.kv_heads, self.body.head_dim)
         self.window = getattr(self.text, "sliding_window", None) if any(self.body.local) else None
         self.softcap = getattr(self.text, "final_logit_softcapping", None)
-        label = type(model).__name__ + ("" if layer_op.why_not(self.body) else " (int8)")  # a target and its int8 draft apart
+        label = type(model).__name__ + (" (int8)" if layer_op.products_kind(self.body) == "int8" else "")  # a target and its int8 draft apart
         self._runner = runners.Choice(self.body, candidates(self.body, package_dir), label, package_dir)
         self._prefills = {way: layer_op.Prefill(f"{label} ({way} body)") for way in ("fused", "eager")}  # a prompt's way
         self._tables: tuple[torch.Tensor, ...] | None = None  # cos, sin, cos_local, sin_local [C, hd]
