@@ -82,8 +82,8 @@ SETTINGS: tuple[Setting, ...] = (
             "models (app, API, CLI)", ("specviz/runtime/runners.py",)),
     Setting("SPECVIZ_STATIC_DECODE", "auto",
             "how drafts and the target run the static decode step: `auto` keeps the fastest of trace, eager "
-            "(and export once its package is on disk, fused for an int8 body on specviz's kernel: each layer one "
-            "C++ op) measured on the first call; `all` measures compile and export too (each build within 120 s); "
+            "(and export once its package is on disk, fused for an int8 body on specviz's kernel or a planned float32 "
+            "one: each layer one C++ op) measured on the first call; `all` measures compile and export too (each build within 120 s); "
             "`eager`, `trace`, `compile`, `export`, `fused`: that runner (eager if it "
             "fails); `0`: the `transformers` forward instead (for comparisons)", "engine",
             ("specviz/runtime/static_decode.py",)),

@@ -39,7 +39,7 @@ TREE_NS = (2, 3, 5, 9, 13, 17)  # tree passes measured (interpolated between)
 LEVEL_MS = (1, 2, 3, 4)  # draft-tree level widths measured
 REPEATS = 4  # rounds per cost: the first (first calls) left out, the median of the other three
 DRAFT_REPEATS = 8  # a draft's feeds are cheap (a round: about 0.2 s for gemma-3-270m's int8 copy): more rounds
-SCHEMA = 5  # 5: an int8 draft's step on the fused runner (each layer one op), which a model measured before never had, and the step's overhead without its argmax (counted twice before); 4: draft-tree levels timed on the draft's static step, as it now grows them; 3: a greedy pass takes its argmax as the engine does (a screened head's without logits); 2: each cost the median of its repeats after the first (1: the fastest)
+SCHEMA = 6  # 6: a float32 target's step on the fused runner too, and a prompt through its body where faster; 5: an int8 draft's step on the fused runner (each layer one op), which a model measured before never had, and the step's overhead without its argmax (counted twice before); 4: draft-tree levels timed on the draft's static step, as it now grows them; 3: a greedy pass takes its argmax as the engine does (a screened head's without logits); 2: each cost the median of its repeats after the first (1: the fastest)
 
 
 @dataclass(frozen=True)
