@@ -91,9 +91,10 @@ SETTINGS: tuple[Setting, ...] = (
             "`0`: keep `F.linear` for a large fp32 LM head instead of the measured oneDNN switch", "engine",
             ("specviz/runtime/cpu.py",)),
     Setting("SPECVIZ_ARGMAX_HEAD", "auto",
-            "greedy steps with lean records on a large fp32 LM head: the argmax through a bf16 screen of the head "
-            "and a float32 recompute of the rows its error bound keeps (certified), at the widths it measures "
-            "faster when the model first loads on this machine (cached); `on`: at every width; `0`: the full float32 head", "engine",
+            "greedy steps with lean records on a large fp32 LM head: the argmax through a bf16 or int8 screen of the "
+            "head and a float32 recompute of the rows its error bound keeps (certified); the screen, and the widths, "
+            "measured faster when the model first loads on this machine (cached); `on`: the bf16 screen at every "
+            "width; `int8`: the int8 one at every width; `0`: the full float32 head", "engine",
             ("specviz/runtime/argmax_head.py",)),
     Setting("SPECVIZ_INDUCTOR_GEMM", "on",
             "`0`: never compile Inductor's C++ GEMM for a large fp32 LM head (its 6-18 s compile per process); "

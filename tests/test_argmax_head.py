@@ -88,13 +88,75 @@ def test_a_degenerate_row_falls_back_to_the_full_head():
     assert torch.equal(logits.get(), h @ w.T)
 
 
-@pytest.fixture()
-def screened(tiny_target, monkeypatch):
-    monkeypatch.setenv("SPECVIZ_ARGMAX_HEAD", "on")
-    assert argmax_head.attach(tiny_target.model, min_elements=0) is not None
+def _int8_rows(h: torch.Tensor) -> torch.Tensor:
+    """h' of float32 rows h [n, d] as the int8 product quantizes them (uint8 per token, a zero point)."""
+    lo, hi = h.min(dim=1).values.clamp(max=0), h.max(dim=1).values.clamp(min=0)
+    s = (hi - lo) / 255
+    s = torch.where(s > 0, s, torch.ones_like(s))
+    z = torch.round(-lo / s).clamp(0, 255)
+    u = (torch.round(h * (1 / s)[:, None]) + z[:, None]).clamp(0, 255)
+    return (u.double() - z.double()[:, None]) * s.double()[:, None]
+
+
+@pytest.mark.parametrize("vocab, d", [(16, 8), (1000, 64), (4099, 37), (20000, 640)])
+@pytest.mark.parametrize("rows", [1, 2, 3, 4, 5, 9, 13])
+def test_the_int8_screen_keeps_every_row_its_bound_cannot_rule_out(vocab, d, rows):
+    """``screen8_top`` keeps (r, i) where y + B >= max_j (y_j - B_j) with y = h'.w'_i and B =
+    |h| err_i + |h - h'| wn_i: the true argmax always, ids ascending, never padding. Checked against
+    the same bound computed here in float64 (the op's is 0.1% wider): every row kept here is kept
+    there, and every row the op keeps is within its own bound of the top."""
+    g = torch.Generator().manual_seed(vocab * 7 + rows)
+    w = torch.randn(vocab, d, generator=g) * torch.rand(vocab, 1, generator=g)  # rows of many norms
+    h = torch.randn(rows, d, generator=g) * 3
+    screen = argmax_head.build_int8(w)
+    low, got_rows, got_cols = torch.ops.specviz_int8.screen8_top(h, screen.blocked, screen.scale, screen.wsum,
+                                                                 screen.err, screen.wn, vocab, vocab)
+    hq = _int8_rows(h)  # [rows, d] float64
+    wide = torch.round(w / screen.scale[:, None]).clamp(-127, 127).double() * screen.scale.double()[:, None]  # w'
+    y = hq @ wide.T  # [rows, V]
+    bound = h.double().norm(dim=1)[:, None] * screen.err.double() + (h.double() - hq).norm(dim=1)[:, None] * screen.wn.double()
+    exact = h.double() @ w.double().T
+    assert ((exact - y).abs() <= bound + 1e-9).all()  # the bound holds
+    kept = set(zip(got_rows.tolist(), got_cols.tolist()))
+    floor = (y - bound).max(dim=1).values  # [rows]
+    slack = 1e-5 * (1 + y.abs().max(dim=1, keepdim=True).values)  # [rows, 1]: float32 rounding of y in the op
+    must = (y + bound >= floor[:, None] + slack).nonzero().tolist()
+    assert {tuple(x) for x in must} <= kept
+    assert all((r, int(exact[r].argmax())) in kept for r in range(rows))
+    assert got_rows.tolist() == sorted(got_rows.tolist()) and all(c < vocab for c in got_cols.tolist())
+    for r in range(rows):
+        cols = got_cols[got_rows == r]
+        assert cols.tolist() == sorted(cols.tolist())
+        assert (y[r, cols] + bound[r, cols] >= floor[r] - 3e-3 * (1 + bound[r].max()) - 2 * slack[r]).all()
+    low, *_ = torch.ops.specviz_int8.screen8_top(h * 0, screen.blocked, screen.scale, screen.wsum, screen.err, screen.wn,
+                                                 vocab, 3)
+    assert torch.isnan(low).all() == (vocab > 6)  # h = 0: every logit 0, every row kept; past twice the cap says so
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_int8_screens_argmax_is_the_full_heads_with_near_ties_and_exact_ties(seed):
+    g = torch.Generator().manual_seed(seed)
+    vocab, d = 3000, 96
+    w = torch.randn(vocab, d, generator=g)
+    h = torch.randn(5, d, generator=g)
+    best = _first_argmax(h, w)
+    w[-1] = w[best[0]]  # an exact tie after the winner (it must lose), one before (it must win)
+    w[1] = w[best[1]]
+    w[2] = w[best[2]] * (1 - 2.0**-10)  # within int8's rounding of the winner
+    w[3] = w[best[3]] * (1 - 2.0**-20)
+    screen = argmax_head.build_int8(w)
+    assert screen.argmax(h).tolist() == _first_argmax(h, w).tolist()
+    assert screen.argmax(h)[1] == 1
+
+
+@pytest.fixture(params=["bf16", "int8"])
+def screened(tiny_target, monkeypatch, request):
+    monkeypatch.setenv("SPECVIZ_ARGMAX_HEAD", "on" if request.param == "bf16" else "int8")
+    assert argmax_head.attach(tiny_target.model, min_elements=0).kind == request.param
     calls = []
-    real = argmax_head.Screen.argmax
-    monkeypatch.setattr(argmax_head.Screen, "argmax", lambda self, h: calls.append(h.shape[0]) or real(self, h))
+    kind = argmax_head.Screen if request.param == "bf16" else argmax_head.Int8Screen
+    real = kind.argmax
+    monkeypatch.setattr(kind, "argmax", lambda self, h: calls.append(h.shape[0]) or real(self, h))
     yield calls
     argmax_head.detach(tiny_target.model)
 
@@ -191,11 +253,12 @@ def test_the_roofline_counts_the_screen_greedy_steps_read(tiny_target, screened)
     screen = argmax_head.screen_of(model)
     v, d = screen.weight.shape
     halved = hardware.screened_bytes(model, counted)
-    assert halved == counted - 4 * v * d + 2 * screen.blocked.numel()  # bf16 in place of float32 (padding counted)
+    # the screen's copy in place of float32 (padding counted)
+    assert halved == counted - 4 * v * d + screen.blocked.numel() * screen.blocked.element_size()
     rows = [{"impl": "specviz", "proposer": "target-only", "k": 0, "steps": 10, "new_tokens": 10, "tokens_per_s": 5.0,
              "step_ms": 190.0}]
     lines = hardware.roofline_lines(rows, model, probes_gb_s=[10.0])
-    assert any("bf16 screen" in line for line in lines)
+    assert any(f"{screen.kind} screen" in line for line in lines)
     argmax_head.detach(model)
     assert hardware.screened_bytes(model, counted) is None
     assert not any("bf16 screen" in line for line in hardware.roofline_lines(rows, model, probes_gb_s=[10.0]))

@@ -224,7 +224,10 @@ def roofline_lines(rows: list[dict], model: torch.nn.Module, precision: str | No
             read = screened_bytes(model, limit.bytes_per_token)
             if read is not None:  # the float32 limit counts a head these steps never read in full
                 own = roofline(read, bw.bytes_per_s)
-                lines.append(f"    greedy steps read the LM head's bf16 screen in place of its float32 weight: "
+                from ..runtime.argmax_head import screen_of
+
+                kind = getattr(screen_of(model), "kind", "bf16")
+                lines.append(f"    greedy steps read the LM head's {kind} screen in place of its float32 weight: "
                              f"{read / 1e6:.0f} MB a step, a limit of {own.tokens_per_s:.1f} tokens/s; "
                              f"these steps at {steps / own.tokens_per_s:.2f} of it")
         elif label != "target-only" and fp32:
@@ -236,7 +239,7 @@ def roofline_lines(rows: list[dict], model: torch.nn.Module, precision: str | No
 def screened_bytes(model: torch.nn.Module, counted: int) -> int | None:
     """Bytes a greedy one-row step of ``model`` reads where its argmax head screens one row
     (:mod:`specviz.runtime.argmax_head`): ``counted`` (:func:`decode_bytes`) with the float32 head
-    replaced by its bf16 screen and the few rows recomputed; None where no screen runs at one row."""
+    replaced by its bf16 or int8 screen and the few rows recomputed; None where no screen runs at one row."""
     from ..runtime.argmax_head import screen_of
 
     screen = screen_of(model)

@@ -157,5 +157,5 @@ def _load_float(spec: _Spec, dev: torch.device, dt: torch.dtype, report: Progres
     speed_up_lm_head(model, cache_dir())  # a large fp32 or bf16 head on the CPU: oneDNN at the widths it measures faster (cached)
     from ..runtime import argmax_head
 
-    argmax_head.attach(model, cache_dir())  # greedy steps: the argmax through a bf16 screen where it measures faster (cached)
+    argmax_head.attach(model, cache_dir())  # greedy steps: the argmax through a bf16 or int8 screen where it measures faster (cached)
     return LoadedModel(model, tok, spec.display_name, dev, dt, None)

@@ -1,4 +1,4 @@
-"""A certified greedy argmax for a large float32 LM head, at half its bytes.
+"""A certified greedy argmax for a large float32 LM head, at a half or a quarter of its bytes.
 
 Greedy decoding and greedy verification need only argmax_i w_i . h of each row's logits, and a
 262,144 x 640 float32 head is most of a small model's decode step (671 MB read per step). So:
@@ -23,6 +23,13 @@ float32 row). The bf16 instruction's sums are counted with 2u (whatever its roun
 2d 2^-126 more (it flushes denormal results to zero), and B is taken 0.1% wide for the float32
 norms it is computed from. On gemma-3-270m's head at its own hidden states this keeps a handful of
 the 262,144 rows.
+
+:class:`Int8Screen` is the same three steps on a quarter of the bytes: the head quantized per row
+to int8, h per token to uint8 as the int8 product quantizes it, the sums exact in int32 (VNNI's
+vpdpbusd: four times vdpbf16ps's products an instruction), and a bound per (row, id) from each
+head row's own quantization error by Cauchy-Schwarz (``torch.ops.specviz_int8.screen8_top``, whose
+comment derives it): ten times the bf16 bound, so a few hundred rows survive (gemma-3-270m, code
+prompts: median 230, at most ~5,000). Which screen a model keeps, and at which widths, is measured.
 
 The float32 recompute sums in another order than the head's own kernel, as the measured head
 kernels (:mod:`specviz.runtime.cpu`) already do: the argmax can differ only where two logits are
@@ -54,6 +61,7 @@ from . import cpu
 log = logging.getLogger(__name__)
 
 MAX_KEPT = 4096  # more surviving rows than this: the full float32 head instead
+INT8_MAX_KEPT = 16384  # the int8 screen's (its bound keeps ~10x more: gemma-3-270m, a few hundred, at most ~5,000)
 WIDTHS = (1, 2, 3, 5, 9, 17)  # widths timed at load (a chain verifies k + 1 rows, a tree its nodes + 1; wider: the widest)
 REPEATS = 5
 LANES = 16  # outputs a block of the screen op's weight
@@ -72,6 +80,7 @@ class Screen:
     dot: bool = False  # rows rounded to bf16 for the CPU's bf16 dot product (else float32 rows)
     use_at: tuple[bool, ...] = (False, True)  # by rows (the last entry for wider): screen at this width?
     times: dict[int, tuple[float, float]] = dataclasses.field(default_factory=dict)  # rows -> (full ms, screened ms)
+    kind: str = "bf16"
 
     def used(self, rows: int) -> bool:
         return self.use_at[min(rows, len(self.use_at) - 1)]
@@ -109,11 +118,67 @@ class Screen:
                                                              self.weight.shape[0], MAX_KEPT)
         if not bool(torch.isfinite(top).all()):
             return None  # an overflow (the bound says nothing), or too many survivors
-        exact = (self.weight[cols] * h[rows]).sum(dim=-1)  # [m] float32: w_i . h for each survivor
-        n, big = h.shape[0], torch.iinfo(torch.long).max
-        best = torch.full((n,), float("-inf"), dtype=exact.dtype).scatter_reduce(0, rows, exact, "amax")
-        first = torch.where(exact == best[rows], cols, big)  # ties: the first id
-        return torch.full((n,), big).scatter_reduce(0, rows, first, "amin")
+        return _first_best(self.weight, h, rows, cols)
+
+
+def _first_best(weight: torch.Tensor, h: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
+    """The first largest w_i . h per row of h [n, d] among the survivors (rows [m], cols [m]), in float32 -> [n]."""
+    exact = torch.ops.specviz_int8.pair_dots(h, weight, rows, cols)  # [m] float32: w_i . h for each survivor
+    n, big = h.shape[0], torch.iinfo(torch.long).max
+    best = torch.full((n,), float("-inf"), dtype=exact.dtype).scatter_reduce(0, rows, exact, "amax")
+    first = torch.where(exact == best[rows], cols, big)  # ties: the first id
+    return torch.full((n,), big).scatter_reduce(0, rows, first, "amin")
+
+
+@dataclass(frozen=True)
+class Int8Screen:
+    """A head's int8 screening copy: each row w_i as w'_i = scale_i q_i (q_i int8, |q| <= 127), and
+    the two norms its bound needs (``torch.ops.specviz_int8.screen8_top``: each row of h quantized
+    per token as the int8 product does, the sums exact in int32, a bound per (row, id) by
+    Cauchy-Schwarz). A quarter of the float32 head's bytes; on CPUs with VNNI, four bf16 products'
+    worth an instruction."""
+
+    weight: torch.Tensor  # [V, d] float32, the head's own
+    blocked: torch.Tensor  # [ceil(V/64), ceil(d/4), 64, 4] int8: the int8 product's layout
+    scale: torch.Tensor  # [V] float32
+    wsum: torch.Tensor  # [V] int32: sum_k q_ik (the zero points multiply it)
+    err: torch.Tensor  # [V] float32: |w_i - w'_i|, rounded up
+    wn: torch.Tensor  # [V] float32: |w'_i|, rounded up
+    use_at: tuple[bool, ...] = (False, True)
+    times: dict[int, tuple[float, float]] = dataclasses.field(default_factory=dict)
+    kind: str = "int8"
+
+    used = Screen.used
+
+    @property
+    def norm_max(self) -> float:
+        return float(self.wn.max())  # about max_i |w_i| (to scale timing rows)
+
+    def argmax(self, h: torch.Tensor) -> torch.Tensor | None:
+        """As :meth:`Screen.argmax`, through the int8 screen."""
+        low, rows, cols = torch.ops.specviz_int8.screen8_top(h.contiguous(), self.blocked, self.scale, self.wsum,
+                                                             self.err, self.wn, self.weight.shape[0], INT8_MAX_KEPT)
+        if not bool(torch.isfinite(low).all()):
+            return None  # too many survivors, or an overflow
+        return _first_best(self.weight, h, rows, cols)
+
+
+def build_int8(weight: torch.Tensor) -> Int8Screen:
+    """The int8 screen of a float32 head weight [V, d] (symmetric, one scale a row)."""
+    from . import int8_kernel
+
+    w = weight.detach()
+    top = w.abs().amax(dim=1)  # [V]
+    scale = torch.where(top > 0, top / 127, torch.ones_like(top)).float()  # [V]
+    q = torch.round(w / scale[:, None]).clamp_(-127, 127).to(torch.int8)  # [V, d]
+    blocked, wsum = int8_kernel.block(q)
+    err, wn = torch.empty_like(scale), torch.empty_like(scale)
+    inf = torch.tensor(float("inf"))
+    for i in range(0, w.shape[0], 16384):  # in double, a slice at a time (the whole head would take 2.7 GB)
+        wide = q[i : i + 16384].double() * scale[i : i + 16384].double()[:, None]  # w'_i exactly
+        err[i : i + 16384] = torch.nextafter((w[i : i + 16384].double() - wide).norm(dim=1).float(), inf)  # rounded up
+        wn[i : i + 16384] = torch.nextafter(wide.norm(dim=1).float(), inf)
+    return Int8Screen(w, blocked, scale, wsum, err, wn)
 
 
 def _bf16(weight: torch.Tensor) -> torch.Tensor:
@@ -179,8 +244,8 @@ _SCREENS: "weakref.WeakKeyDictionary[torch.nn.Module, Screen]" = weakref.WeakKey
 
 def setting() -> str:
     value = os.environ.get("SPECVIZ_ARGMAX_HEAD", "auto").strip().lower() or "auto"
-    if value not in ("auto", "on", "0"):
-        raise ValueError(f"SPECVIZ_ARGMAX_HEAD must be auto, on or 0, not {value!r}")
+    if value not in ("auto", "on", "int8", "0"):
+        raise ValueError(f"SPECVIZ_ARGMAX_HEAD must be auto, on, int8 or 0, not {value!r}")
     return value
 
 
@@ -213,12 +278,17 @@ def time_widths(head: Callable[[torch.Tensor], torch.Tensor], screen: Screen, wi
     return out
 
 
+KINDS = ("bf16", "int8")  # the screens a head may get
+
+
 def attach(model: torch.nn.Module, cache_dir: str | Path | None = None,
-           min_elements: int = cpu.MIN_HEAD_ELEMENTS) -> Screen | None:
+           min_elements: int = cpu.MIN_HEAD_ELEMENTS) -> Screen | Int8Screen | None:
     """Give ``model`` a screen where it is eligible and (``auto``) measures faster than its head at
-    some width (``on``: at every width). The timings are measured once per machine, torch version,
-    thread count, head shape and op build, and cached in ``cache_dir`` (``lm_head_kernels.json``,
-    beside the heads' kernel choices; not on a busy machine). -> the screen, or None; :func:`report`."""
+    some width: of the bf16 and the int8 screen, the one whose screened argmax measured the smaller
+    share of the full head's time (the median over widths; ``on``: the bf16 screen at every width,
+    ``int8``: the int8 one). The timings are measured once per machine, torch version, thread count,
+    head shape, op build and kind, and cached in ``cache_dir`` (``lm_head_kernels.json``, beside the
+    heads' kernel choices; not on a busy machine). -> the screen, or None; :func:`report`."""
     mode = setting()
     if mode == "0" or not eligible(model, min_elements):
         return None
@@ -230,27 +300,30 @@ def attach(model: torch.nn.Module, cache_dir: str | Path | None = None,
         return None
     head = model.get_output_embeddings()
     shape = tuple(head.weight.shape)
-    key = (f"argmax screen | {cpu.machine_id()} | torch {torch.__version__} | {torch.get_num_threads()} threads"
-           f" | {shape[0]}x{shape[1]} | {int8_kernel._name()}")
     path = Path(cache_dir).expanduser() / cpu.CACHE_FILE if cache_dir is not None else None
-    times = _cached_times(cpu._read_cache(path).get(key)) if path is not None and mode == "auto" else None
-    if times is not None and not any(_use_at(times)):
-        return None  # measured slower here before: not even the bf16 copy
     t = time.perf_counter()
-    screen = build(head.weight)
-    if mode == "auto" and times is None:
-        with torch.inference_mode():
-            times = time_widths(head, screen)
-        if path is not None and not cpu.busy():
-            cpu._write_cache(path, key, {"ms": {str(r): list(v) for r, v in times.items()}})
-    use_at = _use_at(times or {})
-    if not any(use_at):
-        log.info("specviz: the bf16-screened argmax head is not faster here (%s); keeping the float32 head", _words(times))
+    kept: dict[str, Screen | Int8Screen] = {}
+    for kind in ({"on": ("bf16",), "int8": ("int8",)}.get(mode) or KINDS):
+        key = (f"argmax screen{'' if kind == 'bf16' else ' ' + kind} | {cpu.machine_id()} | torch {torch.__version__}"
+               f" | {torch.get_num_threads()} threads | {shape[0]}x{shape[1]} | {int8_kernel._name()}")
+        times = _cached_times(cpu._read_cache(path).get(key)) if path is not None and mode == "auto" else None
+        if times is not None and not any(_use_at(times)):
+            continue  # measured slower here before: not even its copy
+        screen = (build if kind == "bf16" else build_int8)(head.weight)
+        if mode == "auto" and times is None:
+            with torch.inference_mode():
+                times = time_widths(head, screen)
+            if path is not None and not cpu.busy():
+                cpu._write_cache(path, key, {"ms": {str(r): list(v) for r, v in times.items()}})
+        if any(_use_at(times or {})):
+            kept[kind] = dataclasses.replace(screen, use_at=_use_at(times or {}), times=times or {})
+    if not kept:
+        log.info("specviz: no screened argmax head is faster here; keeping the float32 head")
         return None
-    screen = dataclasses.replace(screen, use_at=use_at, times=times or {})
+    screen = min(kept.values(), key=lambda sc: statistics.median(b / a for a, b in sc.times.values()) if sc.times else 0.0)
     _SCREENS[model] = screen
-    log.info("specviz: greedy argmax through a bf16 screen of the %dx%d head (%s; %.1f s)",
-             *shape, _words(screen.times), time.perf_counter() - t)
+    log.info("specviz: greedy argmax through a %s screen of the %dx%d head (%s; %.1f s)",
+             screen.kind, *shape, _words(screen.times), time.perf_counter() - t)
     return screen
 
 
@@ -288,4 +361,4 @@ def report(model: torch.nn.Module) -> dict | None:
     if screen is None:
         return None
     return {"widths": {str(r): [round(a, 2), round(b, 2)] for r, (a, b) in screen.times.items()},
-            "used": [r for r in range(1, len(screen.use_at)) if screen.use_at[r]]}
+            "used": [r for r in range(1, len(screen.use_at)) if screen.use_at[r]], "kind": screen.kind}

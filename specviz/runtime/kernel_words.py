@@ -39,13 +39,14 @@ def describe_runners(choices: list[dict[str, Any]] | None) -> str:
 
 
 def describe_argmax(report: dict[str, Any] | None) -> str:
-    """Greedy steps' argmax through the LM head's bf16 screen (:func:`specviz.runtime.argmax_head.report`):
+    """Greedy steps' argmax through the LM head's bf16 or int8 screen (:func:`specviz.runtime.argmax_head.report`):
     where it is used and, per width timed, the full head against the screened argmax ("" for None)."""
     if not report or not report.get("widths"):
         return ""
     widths = sorted((int(r), a, b) for r, (a, b) in report["widths"].items())
     times = ", ".join(f"{r} row{'s' if r > 1 else ''} {a:.1f} -> {b:.1f} ms" for r, a, b in widths)
-    return f"greedy argmax: the LM head's bf16 screen at {_screened(report)} (full head -> screened argmax: {times})"
+    return (f"greedy argmax: the LM head's {report.get('kind', 'bf16')} screen at {_screened(report)}"
+            f" (full head -> screened argmax: {times})")
 
 
 def _screened(report: dict[str, Any]) -> str:
@@ -75,7 +76,7 @@ def kernel_summary(report: dict[str, Any] | None) -> str:
     if int8.get("kernel"):
         parts.append(f"int8: {int8['kernel']}")
     if (meta.get("argmax_head") or {}).get("widths"):
-        parts.append(f"greedy argmax: bf16 screen at {_screened(meta['argmax_head'])}")
+        parts.append(f"greedy argmax: {meta['argmax_head'].get('kind', 'bf16')} screen at {_screened(meta['argmax_head'])}")
     parts += [f"{c['label']} step: {c['kept']}" for c in meta.get("static_decode_choices") or []]
     return "; ".join(parts)
 
