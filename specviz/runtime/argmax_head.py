@@ -322,7 +322,7 @@ def attach(model: torch.nn.Module, cache_dir: str | Path | None = None,
         return None
     screen = min(kept.values(), key=lambda sc: statistics.median(b / a for a, b in sc.times.values()) if sc.times else 0.0)
     _SCREENS[model] = screen
-    log.info("specviz: greedy argmax through a %s screen of the %dx%d head (%s; %.1f s)",
+    log.info("specviz: greedy argmax through the %s screen of the %dx%d head (%s; %.1f s)",
              screen.kind, *shape, _words(screen.times), time.perf_counter() - t)
     return screen
 
