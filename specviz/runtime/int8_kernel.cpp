@@ -449,6 +449,30 @@ struct Kept {  // one thread's candidates and running maxima
   std::vector<float> val;
   bool over = false;
 };
+
+// the threads' candidates merged: top [M] = the largest of their tops (NaN where any gave a row up),
+// and every (row, col) whose value is >= top - margin[row] (margin null: 0), row-major, cols ascending
+std::tuple<at::Tensor, at::Tensor, at::Tensor> survivors(const std::vector<Kept>& parts, int64_t M, const float* margin,
+                                                         const at::TensorOptions& options) {
+  at::Tensor top = at::full({M}, -std::numeric_limits<float>::infinity(), options.dtype(at::kFloat));
+  float* tp = top.data_ptr<float>();
+  for (const Kept& k : parts)
+    for (int64_t m = 0; m < M; ++m) tp[m] = std::isnan(k.top[m]) || std::isnan(tp[m]) ? std::nanf("") : std::max(tp[m], k.top[m]);
+  std::vector<std::tuple<int64_t, int64_t>> kept;
+  for (const Kept& k : parts)
+    for (size_t i = 0; i < k.row.size(); ++i) {
+      const int64_t m = k.row[i];
+      if (k.val[i] >= tp[m] - (margin ? margin[m] : 0.f)) kept.emplace_back(m, k.col[i]);
+    }
+  std::sort(kept.begin(), kept.end());
+  at::Tensor rows = at::empty({(int64_t)kept.size()}, options.dtype(at::kLong));
+  at::Tensor cols = at::empty({(int64_t)kept.size()}, options.dtype(at::kLong));
+  for (size_t i = 0; i < kept.size(); ++i) {
+    rows.data_ptr<int64_t>()[i] = std::get<0>(kept[i]);
+    cols.data_ptr<int64_t>()[i] = std::get<1>(kept[i]);
+  }
+  return {top, rows, cols};
+}
 }  // namespace
 
 // x as for screen; two_b [M] float32; V the head's rows -> (top [M], rows [m] int64, cols [m] int64)
@@ -497,24 +521,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> screen_top(const at::Tensor& x_, 
     std::lock_guard<std::mutex> g(lock);
     parts.push_back(std::move(k));
   });
-  at::Tensor top = at::full({M}, -inf, x.options().dtype(at::kFloat));
-  float* tp = top.data_ptr<float>();
-  for (const Kept& k : parts)
-    for (int64_t m = 0; m < M; ++m) tp[m] = std::isnan(k.top[m]) || std::isnan(tp[m]) ? std::nanf("") : std::max(tp[m], k.top[m]);
-  std::vector<std::tuple<int64_t, int64_t>> kept;
-  for (const Kept& k : parts)
-    for (size_t i = 0; i < k.row.size(); ++i) {
-      const int64_t m = k.row[i];
-      if (k.val[i] >= tp[m] - tb[m]) kept.emplace_back(m, k.col[i]);
-    }
-  std::sort(kept.begin(), kept.end());
-  at::Tensor rows = at::empty({(int64_t)kept.size()}, x.options().dtype(at::kLong));
-  at::Tensor cols = at::empty({(int64_t)kept.size()}, x.options().dtype(at::kLong));
-  for (size_t i = 0; i < kept.size(); ++i) {
-    rows.data_ptr<int64_t>()[i] = std::get<0>(kept[i]);
-    cols.data_ptr<int64_t>()[i] = std::get<1>(kept[i]);
-  }
-  return {top, rows, cols};
+  return survivors(parts, M, tb, x.options());
 }
 
 // -- int8 screen: the certified argmax head's other screen, on the int8 product's exact sums ---------
@@ -616,22 +623,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> screen8_top(const at::Tensor& x_,
     std::lock_guard<std::mutex> g(lock);
     parts.push_back(std::move(k));
   });
-  at::Tensor low = at::full({M}, -inf, x.options());
-  float* lp = low.data_ptr<float>();
-  for (const Kept& k : parts)
-    for (int64_t m = 0; m < M; ++m) lp[m] = std::isnan(k.top[m]) || std::isnan(lp[m]) ? std::nanf("") : std::max(lp[m], k.top[m]);
-  std::vector<std::tuple<int64_t, int64_t>> kept;
-  for (const Kept& k : parts)
-    for (size_t i = 0; i < k.row.size(); ++i)
-      if (k.val[i] >= lp[k.row[i]]) kept.emplace_back(k.row[i], k.col[i]);
-  std::sort(kept.begin(), kept.end());
-  at::Tensor rows = at::empty({(int64_t)kept.size()}, x.options().dtype(at::kLong));
-  at::Tensor cols = at::empty({(int64_t)kept.size()}, x.options().dtype(at::kLong));
-  for (size_t i = 0; i < kept.size(); ++i) {
-    rows.data_ptr<int64_t>()[i] = std::get<0>(kept[i]);
-    cols.data_ptr<int64_t>()[i] = std::get<1>(kept[i]);
-  }
-  return {low, rows, cols};
+  return survivors(parts, M, nullptr, x.options());
 }
 
 // The survivors' float32 logits: out[i] = h[rows[i]] . w[cols[i]] (h [n, d], w [V, d] float32, rows and
