@@ -147,6 +147,16 @@ def test_ngram_or_draft_greedy_equality_using_both_sources(tiny_target, tiny_dra
     assert sources == {"ngram", "draft"}, sources  # the lookup where the text repeats, the draft elsewhere
 
 
+def test_ngram_or_draft_leaves_a_greedy_drafts_q_unread(tiny_target, tiny_draft):
+    """Where the draft model drafts, the hybrid labels its proposal without reading q: a greedy
+    draft's q is a softmax over the vocabulary a drafted token, computed only when something reads it."""
+    proposer = NGramOrDraft(DraftModel(tiny_draft))
+    context = torch.tensor(tiny_target.tokenizer("hello there", add_special_tokens=False).input_ids)
+    proposal = proposer.propose(proposer.init_state(tiny_target), context, 3, Sampling(), torch.Generator())
+    assert proposal.info["source"] == "draft" and proposal.pending() == ("q",)
+    assert proposal.q.shape[0] == len(proposal.tokens)  # and it is there when read
+
+
 def test_ngram_or_draft_sampled_output_follows_the_target(tiny_target, tiny_draft):
     """The prompt's last character is new: the first step drafts with the model, later ones with
     either source. N = 1500: exact TV1 ~ 0.042 (99.9%: 0.069), TV2 ~ 0.053 (99.9%: 0.079), threshold

@@ -11,11 +11,9 @@ records which one drafted.
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import torch
 
-from ..core.records import Proposal, Sampling
+from ..core.records import Proposal, Sampling, evolve
 from .draft_model import DraftModel
 from .ngram import ngram_lookup
 
@@ -39,4 +37,6 @@ class NGramOrDraft:
         if tokens is not None and tokens.numel() > 0:
             return Proposal(tokens=tokens, q=None, info={"source": "ngram"})
         proposal = self.draft.propose(state, context, k, sampling, generator, stop)
-        return replace(proposal, info={**proposal.info, "source": "draft"})
+        # evolve, not dataclasses.replace: replace reads every field, so a greedy draft's q (a softmax
+        # over the vocabulary a drafted token, which nothing reads) would be computed here
+        return evolve(proposal, info={**proposal.info, "source": "draft"})
