@@ -7,8 +7,8 @@
 // elsewhere. The weight is stored blocked, [N/64, K/4, 64, 4]: 64 outputs x 4 inputs a 256-byte
 // step, so one block streams in order.
 // Built and loaded by specviz/runtime/int8_kernel.py (torch.utils.cpp_extension), per machine.
-// The same library holds the certified argmax head's bf16 screen and a float32 product for a few
-// rows (both below).
+// The same library holds the certified argmax head's two screens (bf16, and int8 on this product's
+// sums) with their survivors' float32 logits, and a float32 product for a few rows (all below).
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <torch/library.h>

@@ -1,4 +1,4 @@
-"""How the static decode step's body runs: runners behind one seam (four here, a fifth for int8 bodies in layer_op).
+"""How the static decode step's body runs: runners behind one seam (four here, a fifth in layer_op: each layer one op).
 
 The body (:class:`specviz.runtime.static_decode._Body`) is one function of tensors, ``(tokens,
 positions, rotary rows, masks, K/V buffers) -> hidden states``, that writes the new tokens' keys
