@@ -41,6 +41,14 @@
 namespace {
 constexpr int64_t BLOCK = 64;  // outputs per block; a block's weights are [K/4][64][4] bytes
 constexpr int64_t ROWS = 4;    // rows of x that share one pass over a block's weights
+// From PREFETCH_ROWS rows a pass on, the products (int8, float32, the screens) are busy enough
+// multiplying that the hardware's prefetcher falls behind: they ask for the weight AHEAD 64-byte
+// lines early. Zen 4 EPYC, 2 threads: gemma-3-270m's 72 float32 body products at 5 rows 17.2 ->
+// 13.4-15.8 ms, 9 rows 21.2 -> 15.5 (their AVX2 path, built and run capped at AVX2 there: 19.8-21.0
+// -> 16.5-17.1, 25.6-26.9 -> 19.5-20.2); the int8 screen's pass on VNNI at 5 rows 7.0-8.5 -> 6.5-6.9,
+// 9 rows 10.6-11.4 -> 9.5-9.8. At 1-3 rows asking ahead cost up to 1.5 ms, so no pass that narrow asks.
+constexpr int PREFETCH_ROWS = 4;
+constexpr int64_t AHEAD = 32;
 constexpr int64_t SCREEN_ROWS = 6;  // the int8 screen's (its 24 sums and 4 weights fit AVX-512's 32 registers)
 
 // x [M, K] fp32 (times inv_smooth) -> u [M, Kp] uint8, zero [M] int32, step [M] fp32
@@ -87,6 +95,8 @@ void block_sums(const int8_t* w, const uint8_t* u, int64_t Kp, int32_t* acc) {
   int64_t q = 0;
   auto step = [&](int s, int64_t quad) {
     const int8_t* wq = w + quad * BLOCK * 4;
+    if constexpr (R >= PREFETCH_ROWS)  // a quad step is 4 lines: AHEAD lines are AHEAD / 4 steps
+      for (int l = 0; l < 4; ++l) _mm_prefetch(reinterpret_cast<const char*>(wq + AHEAD * 64 + l * 64), _MM_HINT_T0);
     const __m512i w0 = _mm512_loadu_si512(wq), w1 = _mm512_loadu_si512(wq + 64);
     const __m512i w2 = _mm512_loadu_si512(wq + 128), w3 = _mm512_loadu_si512(wq + 192);
     for (int r = 0; r < R; ++r) {
@@ -236,12 +246,6 @@ at::Tensor linear(const at::Tensor& x_, const at::Tensor& w, const at::Tensor& s
 namespace {
 constexpr int64_t LANES = 16;  // outputs a screen block
 constexpr int64_t MAX_ROWS = 12;  // rows a pass: 12 sums + a weight and a row in registers
-// From PREFETCH_ROWS rows a pass on, the screen and the float32 product are busy enough multiplying
-// that the hardware's prefetcher falls behind: they ask for the weight AHEAD 64-byte steps early
-// (Zen 4 EPYC, 2 threads, gemma-3-270m's 72 body products: 5 rows 17.2 -> 13.4-15.8 ms, 9 rows
-// 21.2 -> 15.5 ms; at 1-3 rows it cost up to 1.5 ms, so they do not)
-constexpr int PREFETCH_ROWS = 4;
-constexpr int64_t AHEAD = 32;
 
 // rows a pass when M rows are taken in balanced passes of at most MAX_ROWS (0 for none)
 inline int64_t row_group(int64_t M) {
@@ -678,6 +682,7 @@ void dense_block(const float* w, const float* x, int64_t K, float* out, int64_t 
   __m256 acc[R][2];  // the same chains, 8 lanes a register
   for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
   for (int64_t k = 0; k < K; ++k) {
+    if constexpr (R >= PREFETCH_ROWS) _mm_prefetch(reinterpret_cast<const char*>(w + (k + AHEAD) * LANES), _MM_HINT_T0);
     const __m256 lo = _mm256_loadu_ps(w + k * LANES), hi = _mm256_loadu_ps(w + k * LANES + 8);
     for (int r = 0; r < R; ++r) {
       const __m256 xr = _mm256_set1_ps(x[r * K + k]);
