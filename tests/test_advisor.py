@@ -581,3 +581,20 @@ def test_advise_bad_input_is_one_line(capsys, models, fast_costs):
     assert rc == 2 and "unknown proposer" in err and "Traceback" not in err
     rc, _, err = advise(capsys, "--target", target, "--prompts", prompts, "--limit", "3", "--heldout", "3")
     assert rc == 2 and "leaves no prompts" in err
+
+
+def test_the_cost_model_times_a_target_on_text(tiny):
+    """With a tokenizer the cost model's tokens are text (the bundled prompts run together, from an
+    offset the seed picks), the same for the same seed and inside the vocabulary; without one,
+    uniform ids as before."""
+    from specviz.analysis import costmodel
+    from specviz.runtime.kv import vocab_size
+
+    target = tiny[0]
+    a = costmodel._tokens(target.model, 300, 0, target.tokenizer)
+    assert a.shape == (300,) and torch.equal(a, costmodel._tokens(target.model, 300, 0, target.tokenizer))
+    assert not torch.equal(a, costmodel._tokens(target.model, 300, 1, target.tokenizer))
+    assert int(a.max()) < vocab_size(target.model)
+    text = target.tokenizer.decode(a[:40].tolist())
+    assert sum(ch.isalpha() or ch.isspace() for ch in text) > 0.6 * len(text)  # words, not noise
+    assert costmodel._tokens(target.model, 5, 0).shape == (5,)

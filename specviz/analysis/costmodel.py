@@ -39,7 +39,7 @@ TREE_NS = (2, 3, 5, 9, 13, 17)  # tree passes measured (interpolated between)
 LEVEL_MS = (1, 2, 3, 4)  # draft-tree level widths measured
 REPEATS = 4  # rounds per cost: the first (first calls) left out, the median of the other three
 DRAFT_REPEATS = 8  # a draft's feeds are cheap (a round: about 0.2 s for gemma-3-270m's int8 copy): more rounds
-SCHEMA = 6  # 6: a float32 target's step on the fused runner too, and a prompt through its body where faster; 5: an int8 draft's step on the fused runner (each layer one op), which a model measured before never had, and the step's overhead without its argmax (counted twice before); 4: draft-tree levels timed on the draft's static step, as it now grows them; 3: a greedy pass takes its argmax as the engine does (a screened head's without logits); 2: each cost the median of its repeats after the first (1: the fastest)
+SCHEMA = 6  # 6: a float32 target's step on the fused runner too, a prompt through its body where faster, timed on text; 5: an int8 draft's step on the fused runner (each layer one op), which a model measured before never had, and the step's overhead without its argmax (counted twice before); 4: draft-tree levels timed on the draft's static step, as it now grows them; 3: a greedy pass takes its argmax as the engine does (a screened head's without logits); 2: each cost the median of its repeats after the first (1: the fastest)
 
 
 @dataclass(frozen=True)
@@ -256,10 +256,24 @@ def _typical(xs: Sequence[float]) -> float:
     return statistics.median(rounds) if rounds else 0.0
 
 
-def _tokens(model, n: int, seed: int) -> torch.Tensor:
+def _tokens(model, n: int, seed: int, tokenizer=None) -> torch.Tensor:
+    """n token ids [n]: text where ``tokenizer`` is given (the bundled prompts, tokenized and run
+    together, from an offset the seed picks), else uniform ones. A target is timed on text: after
+    uniform tokens its next-token rows are nearly flat, and an int8 argmax screen's bound then keeps
+    most of the vocabulary and falls back to the full head (gemma-3-270m: 2 rows of 9), a cost text
+    rarely pays, which priced its wide verify passes ~10 ms high."""
     from ..runtime.kv import vocab_size
 
     gen = torch.Generator().manual_seed(seed)
+    if tokenizer is not None:
+        from ..prompts import load_prompts
+
+        vocab = vocab_size(model)
+        ids = [t for r in load_prompts() for t in tokenizer(r.prompt, add_special_tokens=False)["input_ids"] if t < vocab]
+        if ids:
+            start = int(torch.randint(0, len(ids), (1,), generator=gen))
+            ids = (ids[start:] + ids[:start]) * (n // len(ids) + 1)
+            return torch.tensor(ids[:n], dtype=torch.long)  # [n]
     return torch.randint(3, min(vocab_size(model), 32_000), (n,), generator=gen)  # [n]
 
 
@@ -292,8 +306,9 @@ def measure(target, *, context: int = 256, max_n: int = MAX_N, repeats: int = RE
     sampling = sampling or Sampling()
     model, device = target.model, target.device
     start = clock()
-    prompt = _tokens(model, context, 0).to(device)  # [context]
-    new = _tokens(model, max_n, 1).to(device)  # [max_n]
+    text = getattr(target, "tokenizer", None)
+    prompt = _tokens(model, context, 0, text).to(device)  # [context]
+    new = _tokens(model, max_n, 1, text).to(device)  # [max_n]
     cache = session_cache(model)
     forward_logits(model, prompt[:-1], cache, 1)  # once untimed: a first call may trace the static step
     rollback(cache, 0)
@@ -350,7 +365,7 @@ def _step_overhead(target, context: int, one_pass: Callable[[], None]) -> float:
     from ..core.engine import SpeculativeDecoder
 
     steps = 8
-    ids = _tokens(target.model, context, 2).tolist()
+    ids = _tokens(target.model, context, 2, getattr(target, "tokenizer", None)).tolist()
     session = SpeculativeDecoder(target, None).start(ids, max_new_tokens=steps + 1, records="lean")
     passes = []
     while not session.done:
@@ -389,8 +404,9 @@ def one_token_pass(target, context: int) -> Callable[[], None]:
 
     model = target.model
     cache = session_cache(model)
-    forward_logits(model, _tokens(model, context, 0).to(target.device), cache, 1)  # [context] prefilled
-    new = _tokens(model, 1, 1).to(target.device)  # [1]
+    text = getattr(target, "tokenizer", None)
+    forward_logits(model, _tokens(model, context, 0, text).to(target.device), cache, 1)  # [context] prefilled
+    new = _tokens(model, 1, 1, text).to(target.device)  # [1]
 
     @torch.inference_mode()
     def run() -> None:
