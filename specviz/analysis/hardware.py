@@ -226,7 +226,7 @@ def roofline_lines(rows: list[dict], model: torch.nn.Module, precision: str | No
                 own = roofline(read, bw.bytes_per_s)
                 from ..runtime.argmax_head import screen_of
 
-                kind = getattr(screen_of(model), "kind", "bf16")
+                kind = screen_of(model).kind  # there is one: it read fewer bytes
                 lines.append(f"    greedy steps read the LM head's {kind} screen in place of its float32 weight: "
                              f"{read / 1e6:.0f} MB a step, a limit of {own.tokens_per_s:.1f} tokens/s; "
                              f"these steps at {steps / own.tokens_per_s:.2f} of it")

@@ -57,6 +57,7 @@ from pathlib import Path
 import torch
 
 from . import cpu
+from .quantize import quantize_weight
 
 log = logging.getLogger(__name__)
 
@@ -168,9 +169,7 @@ def build_int8(weight: torch.Tensor) -> Int8Screen:
     from . import int8_kernel
 
     w = weight.detach()
-    top = w.abs().amax(dim=1)  # [V]
-    scale = torch.where(top > 0, top / 127, torch.ones_like(top)).float()  # [V]
-    q = torch.round(w / scale[:, None]).clamp_(-127, 127).to(torch.int8)  # [V, d]
+    q, scale = quantize_weight(w, per_channel=True)  # [V, d] int8, [V]: as an @int8 model's layers
     blocked, wsum = int8_kernel.block(q)
     err, wn = torch.empty_like(scale), torch.empty_like(scale)
     inf = torch.tensor(float("inf"))
@@ -302,25 +301,28 @@ def attach(model: torch.nn.Module, cache_dir: str | Path | None = None,
     shape = tuple(head.weight.shape)
     path = Path(cache_dir).expanduser() / cpu.CACHE_FILE if cache_dir is not None else None
     t = time.perf_counter()
-    kept: dict[str, Screen | Int8Screen] = {}
+    makers = {"bf16": build, "int8": build_int8}
+    built: dict[str, Screen | Int8Screen] = {}
+    timed: dict[str, dict[int, tuple[float, float]]] = {}  # kind -> its widths' times ({}: not timed, every width)
     for kind in ({"on": ("bf16",), "int8": ("int8",)}.get(mode) or KINDS):
         key = (f"argmax screen{'' if kind == 'bf16' else ' ' + kind} | {cpu.machine_id()} | torch {torch.__version__}"
                f" | {torch.get_num_threads()} threads | {shape[0]}x{shape[1]} | {int8_kernel._name()}")
         times = _cached_times(cpu._read_cache(path).get(key)) if path is not None and mode == "auto" else None
-        if times is not None and not any(_use_at(times)):
-            continue  # measured slower here before: not even its copy
-        screen = (build if kind == "bf16" else build_int8)(head.weight)
-        if mode == "auto" and times is None:
+        if mode == "auto" and times is None:  # measured here once: its copy built for that
+            built[kind] = makers[kind](head.weight)
             with torch.inference_mode():
-                times = time_widths(head, screen)
+                times = time_widths(head, built[kind])
             if path is not None and not cpu.busy():
                 cpu._write_cache(path, key, {"ms": {str(r): list(v) for r, v in times.items()}})
         if any(_use_at(times or {})):
-            kept[kind] = dataclasses.replace(screen, use_at=_use_at(times or {}), times=times or {})
-    if not kept:
+            timed[kind] = times or {}
+    if not timed:
         log.info("specviz: no screened argmax head is faster here; keeping the float32 head")
         return None
-    screen = min(kept.values(), key=lambda sc: statistics.median(b / a for a, b in sc.times.values()) if sc.times else 0.0)
+    # the smaller share of the full head's time, median over the widths; only the kept copy is made
+    kind = min(timed, key=lambda k: statistics.median(b / a for a, b in timed[k].values()) if timed[k] else 0.0)
+    screen = built.get(kind) or makers[kind](head.weight)
+    screen = dataclasses.replace(screen, use_at=_use_at(timed[kind]), times=timed[kind])
     _SCREENS[model] = screen
     log.info("specviz: greedy argmax through the %s screen of the %dx%d head (%s; %.1f s)",
              screen.kind, *shape, _words(screen.times), time.perf_counter() - t)
