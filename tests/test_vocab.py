@@ -143,3 +143,58 @@ def test_the_other_draft_kinds_take_vocab_and_stay_exact(tiny_target, near_draft
     proposer.propose(state, context, 3, Sampling(), torch.Generator())
     rows = state.context_rows  # the session's own context tokens outside the set, scored too
     assert rows is not None and set(rows.ids) == {t for t in context.tolist() if t not in head.members}
+
+
+def test_lazy_logits_lay_out_as_the_forward_and_take_its_argmax(subset_draft):
+    from specviz.proposers.vocab import SubsetLogits
+
+    head = subset_draft.model.get_output_embeddings()
+    outside = [t for t in range(head.out_features) if t not in head.members][:3]
+    rows = ContextRows(head)
+    rows.add(outside)
+    torch.manual_seed(0)
+    x = torch.randn(4, head.rows.in_features)
+    with torch.no_grad(), rows.active():
+        lazy, laid, full = head.lazy_logits(x), head.lazy_logits(x), head(x)  # [4, V]
+    assert torch.equal(lazy.argmax(), full.max(dim=-1).indices)  # read after the rows' session: its rows still
+    torch.testing.assert_close(laid.get(), full, rtol=0, atol=0)
+    assert torch.equal(laid.argmax(), lazy.argmax())
+    # ties go to the smallest id, whichever part holds it; a NaN wins (the smallest NaN id); all -inf: id 0
+    V, ids, extra_ids = 10, torch.tensor([2, 5, 7]), torch.tensor([1, 9])
+    cases = [([0.5, 3.0, 3.0], [3.0, 1.0]), ([3.0, 0.0, 3.0], [1.0, 3.0]), ([1.0, float("nan"), 2.0], [0.0, float("nan")]),
+             ([float("-inf")] * 3, [float("-inf")] * 2)]
+    for y, e in cases:
+        lazy = SubsetLogits(torch.tensor([y]), ids, torch.tensor([e]), extra_ids, V)
+        expected = SubsetLogits(torch.tensor([y]), ids, torch.tensor([e]), extra_ids, V).laid_out().max(dim=-1).indices
+        assert torch.equal(lazy.argmax(), expected), (y, e)
+
+
+def test_a_greedy_cut_draft_drafts_on_the_lazy_head_with_the_same_tokens_and_q(tiny_target, subset_draft):
+    from specviz.runtime import static_decode
+
+    if not static_decode.enabled():
+        pytest.skip("the lazy head is the static step's")
+    from specviz.proposers import draft_model
+
+    seen = []
+    real = draft_model.forward_logits
+
+    def spy(*a, **kw):
+        out = real(*a, **kw)
+        seen.append(type(out).__name__)
+        return out
+
+    draft = DraftModel(subset_draft)
+    greedy = Sampling(temperature=0.0)
+    ctx = tiny_target.tokenizer("hello world", return_tensors="pt").input_ids[0]
+    draft_model.forward_logits = spy
+    try:
+        proposal = draft.propose(draft.init_state(tiny_target), ctx, 4, greedy, None)
+        tokens, lazy_q = proposal.tokens, proposal.q
+    finally:
+        draft_model.forward_logits = real
+    assert "SubsetLogits" in seen
+    eager = draft_model.draft_tokens(subset_draft, draft.init_state(tiny_target), ctx, 4, Sampling(temperature=0.0), None,
+                                     stop=lambda q: False)  # a stop rule reads q per token: the eager path
+    assert torch.equal(tokens, eager[0])
+    torch.testing.assert_close(lazy_q, eager[1], rtol=0, atol=0)

@@ -12,7 +12,7 @@ from typing import Any, Iterable, Sequence
 
 import torch
 
-from ..runtime.argmax_head import HeadLogits
+from ..runtime.argmax_head import LazyLogits
 from ..runtime.kv import context_window, forward_logits, keep_path, rollback, score_tree, session_cache
 from .algorithm import EXACT, Acceptance, TreeVerification, Verification, argmax, verify, verify_tree
 from .bounds import ENGINE_MAX_K as MAX_K  # the engine's hard limit on k; kept as engine.MAX_K
@@ -431,8 +431,8 @@ def _argmax_only(session: Session) -> bool:
 
 
 def greedy_argmax(logits) -> torch.Tensor:
-    """[n]: each row's first largest logit; a screened head's without computing its logits."""
-    return logits.argmax() if isinstance(logits, HeadLogits) else argmax(logits)
+    """[n]: each row's first largest logit; a screened or cut head's without computing its logits."""
+    return logits.argmax() if isinstance(logits, LazyLogits) else argmax(logits)
 
 
 def _check_q_width(q, logits: torch.Tensor) -> None:

@@ -11,6 +11,7 @@ import torch
 from ..core.algorithm import argmax as first_argmax
 from ..core.algorithm import logits_to_probs
 from ..core.records import Deferred, Proposal, Sampling
+from ..runtime.argmax_head import LazyLogits, materialize
 from ..runtime.kv import cache_length, context_window, forward_logits, rollback, session_cache, vocab_size
 from .vocab import context_rows_for, scoring
 
@@ -95,16 +96,20 @@ def draft_tokens(draft, state: _DraftState, ctx, k: int, sampling: Sampling, gen
 def _draft_loop(draft, state: _DraftState, new_ids: list[int], feed, k: int, sampling: Sampling, generator, stop, argmax: bool):
     device = draft.device
     tokens: list[int] = []
-    rows: list[torch.Tensor] = []  # greedy: the logits; sampled: q
+    rows: list = []  # greedy: the logits (a LazyLogits [1, V] where the head gives one); sampled: q
     lazy_q = (sampling.greedy or argmax) and stop is None
     for i in range(k):
-        logits = forward_logits(draft.model, feed, state.cache, 1)[0]  # [V_draft]
+        out = forward_logits(draft.model, feed, state.cache, 1, lazy=lazy_q)  # [1, V_draft], lazily where it can be
         state.ids.extend(new_ids)
-        logits = _fit_vocab(logits, state.vocab)  # [V]
-        if lazy_q:
+        if lazy_q and isinstance(out, LazyLogits) and out.shape[-1] == state.vocab:
+            x = int(out.argmax()[0])  # a screened or cut head's argmax, without the row
+            rows.append(out)
+        elif lazy_q:
+            logits = _fit_vocab(materialize(out)[0], state.vocab)  # [V]
             x = int(first_argmax(logits))
             rows.append(logits)
         else:
+            logits = _fit_vocab(out[0], state.vocab)  # [V]
             q = logits_to_probs(logits, sampling)  # [V]
             if i > 0 and stop is not None and stop(q):
                 break  # the draft is unsure: leave the rest to the target
@@ -117,7 +122,8 @@ def _draft_loop(draft, state: _DraftState, new_ids: list[int], feed, k: int, sam
     if not rows:
         return torch.tensor(tokens, dtype=torch.long), None
     if lazy_q:
-        return torch.tensor(tokens, dtype=torch.long), Deferred(lambda: torch.stack([logits_to_probs(r, sampling) for r in rows]))
+        return torch.tensor(tokens, dtype=torch.long), Deferred(
+            lambda: torch.stack([logits_to_probs(materialize(r)[0] if isinstance(r, LazyLogits) else r, sampling) for r in rows]))
     return torch.tensor(tokens, dtype=torch.long), torch.stack(rows)  # [k'], [k', V]
 
 

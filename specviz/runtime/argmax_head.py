@@ -210,7 +210,21 @@ def build(weight: torch.Tensor, dot: bool | None = None) -> Screen:
     return Screen(w, block(rounded), float(w.norm(dim=-1).max()), float(err.max()), native_dot() if dot is None else dot)
 
 
-class HeadLogits:
+class LazyLogits:
+    """A step's logits [n, V] that a greedy caller may never read whole: ``get()`` computes (once)
+    and returns the tensor, ``argmax()`` [n] gives each row's first largest logit's id, as
+    ``logits.max(-1).indices`` would, without it where it can."""
+
+    shape: torch.Size
+
+    def get(self) -> torch.Tensor:
+        raise NotImplementedError
+
+    def argmax(self) -> torch.Tensor:
+        raise NotImplementedError
+
+
+class HeadLogits(LazyLogits):
     """One step's logits [n, V], computed when first read; its argmax certified without them."""
 
     def __init__(self, hidden: torch.Tensor, full: Callable[[torch.Tensor], torch.Tensor], screen: Screen):
@@ -232,8 +246,8 @@ class HeadLogits:
 
 
 def materialize(logits) -> torch.Tensor:
-    """A tensor of logits from a tensor or a :class:`HeadLogits`."""
-    return logits.get() if isinstance(logits, HeadLogits) else logits
+    """A tensor of logits from a tensor or a :class:`LazyLogits`."""
+    return logits.get() if isinstance(logits, LazyLogits) else logits
 
 
 # -- the choice, per model: screen where it measures faster than the full head ------------------

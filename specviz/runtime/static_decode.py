@@ -494,10 +494,17 @@ class StaticDecoder:
 
     def _head(self, hidden: torch.Tensor, lazy: bool = False):
         """Logits [rows, V] of hidden [rows, d]; ``lazy`` (a greedy step): where the model has a
-        certified argmax screen for this width, logits computed only when read, argmax without them."""
-        screen = argmax_head.screen_of(self.model) if lazy else None
+        certified argmax screen for this width, or a head over part of the vocabulary (a draft's
+        ``vocab=N``: its ``lazy_logits``), an :class:`~specviz.runtime.argmax_head.LazyLogits`:
+        logits computed only when read, argmax without them."""
+        if not lazy:
+            return self._full_head(hidden)
+        screen = argmax_head.screen_of(self.model)
         if screen is not None and screen.used(hidden.shape[0]):
             return argmax_head.HeadLogits(hidden, self._full_head, screen)
+        part = getattr(self.model.get_output_embeddings(), "lazy_logits", None)
+        if part is not None and not self.softcap:
+            return part(hidden, torch.float32)
         return self._full_head(hidden)
 
     def _full_head(self, hidden: torch.Tensor) -> torch.Tensor:
