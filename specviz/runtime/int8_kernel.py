@@ -14,11 +14,12 @@ for this machine (``-march=native``), once per CPU, torch version and source tex
 ``<cache home>/kernels``; later processes load the built library. Where it cannot be built (no
 compiler, no ninja) it returns why, once, and the int8 copies keep PyTorch's kernels. Which kernel
 an ``@int8`` model runs is measured on this machine (:func:`specviz.runtime.int8_speed.choose_kernel`).
-The same library holds ``torch.ops.specviz_int8.screen``, the bf16 product of the certified argmax
-head (:mod:`specviz.runtime.argmax_head`), and ``torch.ops.specviz_int8.dense``, a float32 product
-for a few rows that the body's projections time beside PyTorch's (:mod:`specviz.runtime.projections`),
-and (``layer_kernel.cpp``) ``torch.ops.specviz_int8.layer``: a whole decoder layer of an int8 body
-in one call, the static step's ``fused`` runner (:mod:`specviz.runtime.layer_op`).
+The same library holds ``torch.ops.specviz_int8.dense``, a float32 product for a few rows that the
+body's projections time beside PyTorch's (:mod:`specviz.runtime.projections`); (``screen_kernel.cpp``)
+the certified argmax head's screens, bf16 and int8 (:mod:`specviz.runtime.argmax_head`); and
+(``layer_kernel.cpp``) ``torch.ops.specviz_int8.layer``: a whole decoder layer of an int8 or planned
+float32 body in one call, the static step's ``fused`` runner (:mod:`specviz.runtime.layer_op`). What
+the sources share (block shapes, the per-token quantization, the int8 block sums) is ``kernel_parts.h``.
 """
 
 from __future__ import annotations
@@ -37,8 +38,8 @@ import torch
 log = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).with_name("int8_kernel.cpp")
-SOURCES = (SOURCE, SOURCE.with_name("layer_kernel.cpp"))  # compiled into one library
-HEADERS = (SOURCE.with_name("int8_kernel.h"),)  # what the sources share
+SOURCES = tuple(SOURCE.with_name(f) for f in ("int8_kernel.cpp", "screen_kernel.cpp", "layer_kernel.cpp"))  # one library
+HEADERS = tuple(SOURCE.with_name(f) for f in ("int8_kernel.h", "kernel_parts.h"))  # what the sources share
 BLOCK = 64  # outputs a block: the weight is [N/64, K/4, 64, 4] int8 (int8_kernel.cpp)
 FLAGS = ("-O3", "-march=native", "-fopenmp")  # this CPU's ISA; OpenMP: at::parallel_for's threads
 # torch's own ISA level caps the build's (ATEN_CPU_CAPABILITY=avx2 on an AVX-512 machine emulates an
