@@ -277,6 +277,9 @@ class Session:
         if self.length > 1:
             forward_logits(self.target.model, self.context[:-1], self.cache, 1, lazy=True)  # logits unread: none computed where the head screens
             self.target_forwards += 1
+            share = getattr(self.decoder.proposer, "share_prompt", None)  # a draft that is the target's copy
+            if share is not None:  # takes these keys and values instead of computing its own
+                share(self.proposer_state, self.target, self.cache, self.context[:-1].tolist())
         self._sync()
         self.prefill_ms = (time.perf_counter() - t0) * 1e3
         self._prefilled = True

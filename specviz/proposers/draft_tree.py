@@ -43,7 +43,7 @@ from ..runtime.kv import (
     tree_forward_logits,
     vocab_size,
 )
-from .draft_model import _common_prefix, _fit_vocab, check_same_tokenizer
+from .draft_model import _common_prefix, _fit_vocab, check_same_tokenizer, take_target_prompt
 from .ngram_tree import AUTO_MAX_NODES, cap_shape, decode_shape, shape_nodes
 from .vocab import context_rows_for, scoring
 
@@ -139,6 +139,10 @@ class DraftTree:
         check_tree_support(self.model.model)
         return _TreeDraftState(cache=session_cache(self.model.model), vocab=vocab_size(target.model),
                                context_rows=context_rows_for(self.model.model))
+
+    def share_prompt(self, state: _TreeDraftState, target, target_cache, prompt: list[int]) -> bool:
+        """As :meth:`DraftModel.share_prompt`: the target's prompt states where this draft is its copy."""
+        return take_target_prompt(state, self.model, target, target_cache, prompt)
 
     @torch.inference_mode()
     def propose(self, state: _TreeDraftState, context: torch.Tensor, k: int, sampling: Sampling, generator, stop=None) -> Proposal:

@@ -32,6 +32,9 @@ class NGramOrDraft:
     def init_state(self, target):
         return self.draft.init_state(target)
 
+    def share_prompt(self, state, target, target_cache, prompt: list[int]) -> bool:
+        return self.draft.share_prompt(state, target, target_cache, prompt)
+
     def propose(self, state, context: torch.Tensor, k: int, sampling: Sampling, generator, stop=None) -> Proposal:
         tokens = ngram_lookup(context, k, self.max_ngram, self.min_ngram)  # [<= k] or None
         if tokens is not None and tokens.numel() > 0:

@@ -58,6 +58,26 @@ def forward_logits(model: torch.nn.Module, input_ids: torch.Tensor, cache, keep:
     return out.logits[0, -keep:].float()  # [keep, V]
 
 
+@torch.inference_mode()  # a static step's buffers are inference tensors
+def take_prefix(cache, source, n: int) -> bool:
+    """Start the empty ``cache`` from ``source``'s first ``n`` positions, both a static step's buffers
+    (:class:`~specviz.runtime.static_decode.StaticKV`) of the same layout (layers, kv heads, head
+    size, dtype: a copy of the same model, such as its int8 draft); -> whether it did (else nothing
+    changes but the cache's room)."""
+    if not all(hasattr(c, "reserve") for c in (cache, source)) or cache.length or source.keys is None:
+        return False
+    if not 0 < n <= source.length:
+        return False
+    layers, kv, _, hd = source.keys.shape
+    cache.reserve(n)
+    if (cache.keys.shape[0], cache.keys.shape[1], cache.keys.shape[3], cache.keys.dtype) != (layers, kv, hd, source.keys.dtype):
+        return False
+    cache.keys[:, :, :n] = source.keys[:, :, :n]
+    cache.values[:, :, :n] = source.values[:, :, :n]
+    cache.length = n
+    return True
+
+
 def context_window(model: torch.nn.Module) -> int | None:
     """The most positions ``model`` takes (``max_position_embeddings`` of its config, or of its
     text config for multimodal ones); None when the config sets no limit."""
