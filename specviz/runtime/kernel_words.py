@@ -29,12 +29,13 @@ def describe_kernels(report: dict[str, Any] | None) -> list[str]:
 
 
 def describe_runners(choices: list[dict[str, Any]] | None) -> str:
-    """The static step's runner each model kept and why: every runner's time per call at the width
+    """The static step's runner each model kept and why: every runner's time per call at the widths
     it was chosen on (:func:`specviz.runtime.runners.choices`; "" for none)."""
     parts = []
     for c in choices or []:
-        timed = ", ".join(f"{k} {v:.1f} ms" for k, v in sorted(c["ms"].items(), key=lambda kv: kv[1]))
-        parts.append(f"{c['label']}: {c['kept']} ({timed} a call on {c['width']} token{'s' if c['width'] > 1 else ''})")
+        timed = [", ".join(f"{k} {v:.1f} ms" for k, v in sorted(c[key].items(), key=lambda kv: kv[1]))
+                 + f" a call on {c[n]} token{'s' if c[n] > 1 else ''}" for key, n in (("ms", "width"), ("wide_ms", "wide")) if key in c]
+        parts.append(f"{c['label']}: {c['kept']} ({'; '.join(timed)})")
     return "static decode step: " + "; ".join(parts) if parts else ""
 
 

@@ -119,6 +119,13 @@ def first_row(example: tuple) -> tuple:
     return (*(t[:1] for t in rows), keys, values)
 
 
+def widened(example: tuple, n: int) -> tuple:
+    """The example's first token repeated n times: n rows that each see what the first sees and
+    write its keys and values at its slot (the same values, whatever n), to time a width."""
+    *rows, keys, values = first_row(example)
+    return (*(t.expand(n, *t.shape[1:]).contiguous() for t in rows), keys, values)
+
+
 def two_wide(example: tuple) -> tuple:
     """The example with at least two tokens (its first row repeated), for a graph that must not
     specialise the width to 1; only for tracing with fake tensors, never run."""
@@ -333,8 +340,9 @@ def kept() -> tuple[str, ...]:
 
 
 def choices() -> list[dict]:
-    """Each runner choice this process measured: the body's label, the runner kept, the width it was
-    timed at and each runner's ms per call (for ``specviz bench``'s kernel lines)."""
+    """Each runner choice this process measured: the body's label, the runner kept, and each runner's
+    ms per call at the two widths timed (``width``/``ms`` and ``wide``/``wide_ms``; for ``specviz
+    bench``'s kernel lines)."""
     return [dict(c) for c in _choices]
 
 
@@ -359,9 +367,15 @@ def per_call_s(steps: dict[str, Step], example: tuple, rounds: int = 3) -> dict[
     return {name: failed.get(name) or sorted(v)[len(v) // 2] for name, v in times.items()}
 
 
+# the widths a runner choice times: a decode step's, and a verify pass of k = 4 drafts (the default k)
+TIMED_WIDTHS = (1, 5)
+
+
 class Choice:
     """The runner one body keeps, chosen on the body's first call: the one named, or the fastest
-    of several by measurement (each built within :data:`BUDGET_S`, timed on that call's inputs,
+    of several by measurement (each built within :data:`BUDGET_S`, timed at :data:`TIMED_WIDTHS`
+    on that call's first token, the times summed: a runner fast on one token but slow on a verify
+    pass's five is not kept on a tie at one,
     the builds' cost logged and counted in :func:`build_seconds`). A runner that fails, at build or
     at any call, gives way to ``eager`` for this body, said once in the log with the reason; the
     call that failed is rerun eagerly on the same inputs, so the tokens are the same."""
@@ -371,7 +385,8 @@ class Choice:
         self.body, self.candidates, self.label, self.directory = body, candidates, label, directory
         self.budget_s = budget_s if len(candidates) > 1 else None  # a runner asked for by name may take its time
         self.runner: Runner | None = None  # the one kept, after the first call
-        self.per_call: dict[str, float] = {}  # seconds per call at the choice, by runner
+        self.per_call: dict[str, float] = {}  # seconds a call of each timed width took, summed, by runner
+        self.per_width: dict[int, dict] = {}  # width -> runner -> seconds a call (or the exception it raised)
         self.steps: dict[int | None, Step] = {}  # the kept runner's steps by width (None: every width)
         self.build_s: dict[str, float] = {}  # seconds spent building, by runner (every width)
         self._lock = threading.RLock()
@@ -447,25 +462,47 @@ class Choice:
                 log.warning("specviz: no %s static decode step for %s (%s: %s)", runner.name, self.label, type(e).__name__, e)
         if not built:
             built["eager"] = self._build(EAGER, example, None)
+        extra: dict[str, dict[int, Step]] = {k: {} for k in built}  # per-width runners' steps at the timed widths
         if len(self.candidates) > 1:
-            for k, v in per_call_s({k: b.step for k, b in built.items()}, example).items():
-                if isinstance(v, Exception):  # built, but fails on a real call
+            for n in TIMED_WIDTHS:  # a decode step's width and a verify pass's: a runner kept is fastest over both
+                at_n = first_row(example) if n == 1 else widened(example, n)
+                steps = {}
+                for k, b in built.items():
+                    runner = next(r for r in (*self.candidates, EAGER) if r.name == k)
+                    if runner.any_width(self.body) or n == int(example[0].shape[0]):
+                        steps[k] = b.step
+                    else:
+                        try:
+                            steps[k] = extra[k][n] = self._build(runner, at_n, self.budget_s).step
+                        except Exception as e:  # noqa: BLE001 - a width it cannot build: not kept
+                            steps[k] = e
+                for k, v in per_call_s({k: st for k, st in steps.items() if not isinstance(st, Exception)}, at_n).items():
+                    self.per_width.setdefault(n, {})[k] = v
+                for k, st in steps.items():
+                    if isinstance(st, Exception):
+                        self.per_width.setdefault(n, {})[k] = st
+            for k in list(built):
+                failed = next((t[k] for t in self.per_width.values() if isinstance(t.get(k), Exception)), None)
+                if failed is not None:  # built, but fails on a real call
                     del built[k]
-                    log.warning("specviz: no %s static decode step for %s (%s: %s)", k, self.label, type(v).__name__, v)
+                    log.warning("specviz: no %s static decode step for %s (%s: %s)", k, self.label, type(failed).__name__, failed)
                 else:
-                    self.per_call[k] = v
+                    self.per_call[k] = sum(t[k] for t in self.per_width.values())
         if not built:
             built["eager"] = self._build(EAGER, example, None)
         name = min(built, key=lambda k: self.per_call.get(k, 0.0))
         self.runner = next(r for r in (*self.candidates, EAGER) if r.name == name)
         self.steps = {self._width(example): built[name].step}
+        for n, step in extra.get(name, {}).items():
+            self.steps.setdefault(self._width(widened(example, n)), step)
         _kept.append(name)
         if len(self.candidates) > 1:
-            _choices.append({"label": self.label, "kept": name, "width": int(example[0].shape[0]),
-                             "ms": {k: round(v * 1e3, 3) for k, v in self.per_call.items()}})
-            timed = ", ".join(f"{k} {v * 1e3:.2f} ms" for k, v in sorted(self.per_call.items(), key=lambda kv: kv[1]))
-            log.info("specviz: static decode step of %s, per call on %d token(s): %s; keeping %s", self.label,
-                     int(example[0].shape[0]), timed, name)
+            ms = {n: {k: round(v * 1e3, 3) for k, v in t.items() if k in built} for n, t in self.per_width.items()}
+            _choices.append({"label": self.label, "kept": name, "width": TIMED_WIDTHS[0], "ms": ms[TIMED_WIDTHS[0]],
+                             "wide": TIMED_WIDTHS[1], "wide_ms": ms[TIMED_WIDTHS[1]]})
+            timed = "; ".join(f"on {n} token(s) " + ", ".join(f"{k} {v:.2f} ms" for k, v in sorted(t.items(), key=lambda kv: kv[1]))
+                              for n, t in ms.items())
+            log.info("specviz: static decode step of %s, per call %s; keeping %s", self.label, timed, name)
 
     def _fall_back(self, error: Exception) -> None:
         """Eager from now on for this body (said once)."""
@@ -483,5 +520,5 @@ COMPILE = Runner("compile", _compile, lambda: None if hasattr(torch, "compile") 
 EXPORT = Runner("export", _export, _export_unavailable)
 TRACE = trace_runner(jit_trace)
 
-__all__ = ["BUDGET_S", "Built", "COMPILE", "Choice", "EAGER", "EXPORT", "Runner", "TRACE", "build_seconds", "build_within", "choices",
-           "cache_home", "cache_root", "fingerprint", "first_row", "jit_trace", "kept", "package_path", "per_call_s", "pin_plan", "trace_runner"]
+__all__ = ["BUDGET_S", "TIMED_WIDTHS", "Built", "COMPILE", "Choice", "EAGER", "EXPORT", "Runner", "TRACE", "build_seconds", "build_within", "choices",
+           "cache_home", "cache_root", "fingerprint", "first_row", "jit_trace", "kept", "package_path", "per_call_s", "pin_plan", "trace_runner", "widened"]
