@@ -186,30 +186,21 @@ at::Tensor screen(const at::Tensor& x_, const at::Tensor& w) {
 // superset of the final y >= max - two_b[r], filtered at the end. A row that keeps more than `cap`
 // in a thread reports a NaN max (the caller's full head decides).
 namespace {
-inline uint32_t at_least(const float* v, float t) {  // bit j: v[j] >= t (a NaN never), j < LANES
-#if defined(__AVX512F__)
-  return _mm512_cmp_ps_mask(_mm512_loadu_ps(v), _mm512_set1_ps(t), _CMP_GE_OQ);
-#elif SPECVIZ_AVX2
-  const __m256 tt = _mm256_set1_ps(t);
-  return (uint32_t)_mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(v), tt, _CMP_GE_OQ)) |
-         (uint32_t)_mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(v + 8), tt, _CMP_GE_OQ)) << 8;
-#else
-  uint32_t mask = 0;
-  for (int j = 0; j < LANES; ++j) mask |= (uint32_t)(v[j] >= t) << j;
-  return mask;
+// bit j (j < LANES): v[j] >= t; with NAN_IN, !(v[j] < t): the same but that a NaN is in
+template <bool NAN_IN = false>
+inline uint32_t at_least(const float* v, float t) {
+#if defined(__AVX512F__) || SPECVIZ_AVX2
+  constexpr int order = NAN_IN ? _CMP_NLT_UQ : _CMP_GE_OQ;
 #endif
-}
-
-inline uint32_t not_below(const float* v, float t) {  // bit j: !(v[j] < t) (a NaN always), j < LANES
 #if defined(__AVX512F__)
-  return _mm512_cmp_ps_mask(_mm512_loadu_ps(v), _mm512_set1_ps(t), _CMP_NLT_UQ);
+  return _mm512_cmp_ps_mask(_mm512_loadu_ps(v), _mm512_set1_ps(t), order);
 #elif SPECVIZ_AVX2
   const __m256 tt = _mm256_set1_ps(t);
-  return (uint32_t)_mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(v), tt, _CMP_NLT_UQ)) |
-         (uint32_t)_mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(v + 8), tt, _CMP_NLT_UQ)) << 8;
+  return (uint32_t)_mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(v), tt, order)) |
+         (uint32_t)_mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(v + 8), tt, order)) << 8;
 #else
   uint32_t mask = 0;
-  for (int j = 0; j < LANES; ++j) mask |= (uint32_t)!(v[j] < t) << j;
+  for (int j = 0; j < LANES; ++j) mask |= (uint32_t)(NAN_IN ? !(v[j] < t) : v[j] >= t) << j;
   return mask;
 #endif
 }
@@ -383,7 +374,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> screen8_top(const at::Tensor& x_,
           // 16 outputs a compare: most blocks of most rows hold none at the floor (a scalar test an
           // output cost gemma-3-270m's 9-row pass about 1 ms)
           for (int64_t j0 = 0; j0 < width && !std::isnan(k.top[m]); j0 += LANES) {
-            for (uint32_t mask = not_below(hi + j0, floor); mask; mask &= mask - 1) {
+            for (uint32_t mask = at_least<true>(hi + j0, floor); mask; mask &= mask - 1) {
               const int64_t j = j0 + __builtin_ctz(mask);
               if (j >= width) break;
               k.row.push_back(m), k.col.push_back(n0 + j), k.val.push_back(hi[j]);
