@@ -252,3 +252,21 @@ def test_prompt_lookup_replays_every_prompt_that_runs_not_only_enough_drafts(tin
     ngram = next(f for f in advice.forecasts if f.spec == "ngram" and f.k == 2)
     runs, _ = engine_runs(target, from_spec("ngram", target), 2)
     assert ngram.tau == pytest.approx(A.replayed_tau(runs, 2, MAX_NEW))  # all four prompts' tau
+
+
+@pytest.mark.parametrize("spec,k", [("draft", 3), ("ngram+draft", 2), ("ngram+draft", 5)])
+def test_a_draft_that_starts_from_the_targets_prompt_replays_as_the_engine_runs_it(tiny, decodes, spec, k):
+    """A draft named as the target's own weights (NAME@...: the engine hands it the target's prompt
+    states, proposers.draft_model.take_target_prompt): its rows teacher-forced from those states
+    and ngram+draft's first catch-up from the prompt's end give the engine's steps back."""
+    import copy
+
+    target, noisy = tiny
+    draft = copy.copy(noisy)
+    draft.name = "tiny-target@noisy"  # the target's name: its own weights, as far as the engine can tell
+    proposer = from_spec(f"{spec}:tiny-target@noisy", target, load=lambda name, **kw: draft)
+    runs, _ = engine_runs(target, proposer, k)
+    rows = R.draft_rows(draft, decodes, R.vocab_of(target), target=target)
+    assert R.summary(R.replay(proposer, decodes, k, rows, shared_prompt=True)) == R.summary(runs)
+    own_rows = R.draft_rows(draft, decodes, R.vocab_of(target))  # the prompt through the draft itself
+    assert own_rows != rows  # the target's prompt states are not the draft's

@@ -45,12 +45,12 @@ from ..core.algorithm import TOP_N, top_n
 from ..core.algorithm import argmax as first_argmax
 from ..core.records import Sampling
 from ..core.trees import prune_tree
-from ..proposers.draft_model import DraftModel
+from ..proposers.draft_model import DraftModel, same_weights
 from ..proposers.hybrid import NGramOrDraft
 from ..proposers.ngram import NGram, ngram_lookup
 from ..proposers.ngram_tree import NGramTree
 from ..proposers.vocab import context_rows_for
-from ..runtime.kv import context_window, forward_logits, new_cache, session_cache, vocab_size
+from ..runtime.kv import context_window, forward_logits, new_cache, session_cache, take_prefix, vocab_size
 
 __all__ = ["Decoded", "DraftRows", "ReplayStep", "ReplayNode", "replayable", "draft_rows", "replay", "replay_draft_tree",
            "decoded", "summary", "vocab_of", "GREEDY"]
@@ -134,13 +134,16 @@ def replayable(proposer) -> bool:
 
 
 @torch.inference_mode()
-def draft_rows(draft, runs: Sequence[Decoded], vocab: int, top: int = TOP_N, batched: bool = False) -> list[DraftRows]:
+def draft_rows(draft, runs: Sequence[Decoded], vocab: int, top: int = TOP_N, batched: bool = False,
+               target=None) -> list[DraftRows]:
     """The draft (a LoadedModel) teacher-forced on each decode, its logits laid out on the
     target's ``vocab`` as the engine's draft does. By default as the engine's draft runs: the
-    prompt in one forward on its session cache (its static step where it has one), then g one
-    token at a time, so each position is computed by the same kernels at the same width as a
-    one-token draft step; ``batched``: prompt + g in one forward (faster, but its rounding
-    differs: on gemma-3-270m@int8 one argmax in 192 positions flipped)."""
+    prompt in one forward on its session cache (its static step where it has one; where the draft
+    is ``target``'s own weights, the target's prompt states and the prompt's last token, as
+    :func:`~specviz.proposers.draft_model.take_target_prompt` starts it), then g one token at a
+    time, so each position is computed by the same kernels at the same width as a one-token draft
+    step; ``batched``: prompt + g in one forward (faster, but its rounding differs: on
+    gemma-3-270m@int8 one argmax in 192 positions flipped)."""
     out = []
     for run in runs:
         ids = torch.tensor(run.prompt_ids + run.new_ids, dtype=torch.long, device=draft.device)  # [L + N]
@@ -148,8 +151,12 @@ def draft_rows(draft, runs: Sequence[Decoded], vocab: int, top: int = TOP_N, bat
         if batched:
             logits = forward_logits(draft.model, ids, new_cache(draft.model), keep)  # [N + 1, V_draft]
         else:
-            cache = session_cache(draft.model)
-            rows = [forward_logits(draft.model, ids[:L], cache, 1)]  # [1, V_draft]: after the prompt
+            cache, start = session_cache(draft.model), 0
+            if target is not None and L > 1 and same_weights(draft, target):
+                prefilled = session_cache(target.model)
+                forward_logits(target.model, ids[: L - 1], prefilled, 1, lazy=True)  # the engine's prefill
+                start = L - 1 if take_prefix(cache, prefilled, L - 1) else 0
+            rows = [forward_logits(draft.model, ids[start:L], cache, 1)]  # [1, V_draft]: after the prompt
             rows += [forward_logits(draft.model, ids[L + t: L + t + 1], cache, 1) for t in range(keep - 1)]
             logits = torch.cat(rows)  # [N + 1, V_draft]
         logits = _fit_vocab(logits, vocab)  # [N + 1, V]
@@ -246,11 +253,13 @@ def _draft_chain(w: _Walk, rows: DraftRows, k: int, window: int | None, ms: floa
 
 
 def replay(proposer, runs: Sequence[Decoded], k: int, rows: Sequence[DraftRows] | None = None,
-           clock: Callable[[], float] = time.perf_counter) -> list[list[ReplayStep]]:
+           clock: Callable[[], float] = time.perf_counter, shared_prompt: bool = False) -> list[list[ReplayStep]]:
     """The steps ``proposer`` takes at ``k`` drafts per step on each greedy decode in ``runs``, as
     the engine would take them (constant k, no tree-node cap). ``rows``: the draft's
     :func:`draft_rows` on the same runs (a draft model or ngram+draft). An n-gram's ``draft_ms`` is
-    the time of its own lookup here."""
+    the time of its own lookup here. ``shared_prompt``: the draft starts from the target's prompt
+    states (the target's own weights: ``draft_model.take_target_prompt``), so ngram+draft's first
+    draft step catches up from the prompt's end, not from its start."""
     if not replayable(proposer):
         raise ValueError(f"{getattr(proposer, 'name', proposer)!r} cannot be replayed from a greedy decode")
     needs_rows = isinstance(proposer, (DraftModel, NGramOrDraft))
@@ -260,7 +269,8 @@ def replay(proposer, runs: Sequence[Decoded], k: int, rows: Sequence[DraftRows] 
     window = context_window(draft.model.model) if draft is not None else None  # draft: a DraftModel
     out = []
     for i, run in enumerate(runs):
-        w = _Walk(run, torch.tensor(run.prompt_ids + run.new_ids, dtype=torch.long))
+        w = _Walk(run, torch.tensor(run.prompt_ids + run.new_ids, dtype=torch.long),
+                  draft_valid=max(0, len(run.prompt_ids) - 1) if shared_prompt else 0)
         while w.t < w.n:
             kk = w.k_left(k)
             if kk == 0:

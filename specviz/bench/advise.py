@@ -38,6 +38,7 @@ from ..core.engine import SpeculativeDecoder, encode_prompt
 from ..core.records import Sampling
 from ..prompts import PromptRow
 from ..proposers.advised import AdvisedPick, save_pick
+from ..proposers.draft_model import same_weights
 from ..proposers.hybrid import NGramOrDraft
 from ..proposers.ngram import NGram
 from ..proposers.ngram_tree import NGramTree
@@ -69,6 +70,7 @@ class Candidate:
     calibrate_spec: str  # the spec run during calibration
     proposer: Any = None  # the calibration proposer
     draft: Any = None  # the draft LoadedModel (draft, draft-tree)
+    shares_prompt: bool = False  # its draft is the target's own weights: no prefill of its own (take_target_prompt)
     base: str = ""  # trees: the spec without its shape (what shape=auto looks up)
 
 
@@ -125,6 +127,8 @@ def plan(specs: Sequence[str], target, load=None) -> list[Candidate]:
             cand = Candidate(spec, {"ngram": "ngram", "draft": "draft"}.get(prefix, "chain"), spec)
         cand.proposer = from_spec(cand.calibrate_spec, target, load=load)
         cand.draft = getattr(cand.proposer, "model", None) if cand.kind in ("draft", "draft-tree") else None
+        own = _draft_of(cand.proposer)  # a draft that starts from the target's prompt states, as the engine's does
+        cand.shares_prompt = own is not None and hasattr(cand.proposer, "share_prompt") and same_weights(own, target)
         if prefix == "draft-tree":  # a tree target must take a tree mask (the draft's own check comes at run time)
             from ..runtime.kv import check_tree_support
 
@@ -211,7 +215,7 @@ class Replayed:
 
     def draft_rows(self, draft, key: int) -> list[R.DraftRows]:
         if (str(draft.name), key) not in self.rows:
-            self.rows[(str(draft.name), key)] = R.draft_rows(draft, self.runs[key], R.vocab_of(self.target))
+            self.rows[(str(draft.name), key)] = R.draft_rows(draft, self.runs[key], R.vocab_of(self.target), target=self.target)
         return self.rows[(str(draft.name), key)]
 
 
@@ -250,7 +254,9 @@ def calibrate_by_replay(target, candidates: Sequence[Candidate], prompts: Sequen
         rep.runs[key] = [R.decoded(sess, cat) for sess, cat in sessions]
         seconds = time.perf_counter() - t0
         draft = _draft_of(decoder)
-        again = R.replay(decoder, rep.runs[key], k, rep.draft_rows(draft, key) if draft is not None else None)
+        shared = draft is not None and hasattr(decoder, "share_prompt") and same_weights(draft, target)
+        again = R.replay(decoder, rep.runs[key], k, rep.draft_rows(draft, key) if draft is not None else None,
+                         shared_prompt=shared)
         same = sum(R.summary([a]) == R.summary([b]) for a, b in zip(again, records))
         rep.info.append({"decoded_with": getattr(decoder, "name", "ngram"), "k": k, "prompts": len(records),
                          "new_tokens": sum(len(r.new_ids) for r in rep.runs[key]), "seconds": seconds,
@@ -275,9 +281,9 @@ def calibrate_by_replay(target, candidates: Sequence[Candidate], prompts: Sequen
             continue
         by_k[cand.spec] = {}
         for kk in ks:
-            steps = R.replay(cand.proposer, rep.runs[key], kk, rows)
+            steps = R.replay(cand.proposer, rep.runs[key], kk, rows, shared_prompt=cand.shares_prompt)
             if isinstance(cand.proposer, NGramOrDraft):
-                steps = _hybrid_costed(steps, cost, draft)
+                steps = _hybrid_costed(steps, cost, draft, cand.shares_prompt)
             by_k[cand.spec][kk] = _counts(cand, steps, kk, max_new_tokens)
         cals[cand.spec] = by_k[cand.spec][k]
     if say:
@@ -285,18 +291,19 @@ def calibrate_by_replay(target, candidates: Sequence[Candidate], prompts: Sequen
     return cals, by_k, rep
 
 
-def _hybrid_costed(runs, cost: CostModel, draft):
+def _hybrid_costed(runs, cost: CostModel, draft, shares_prompt: bool = False):
     """ngram+draft's replayed steps with their drafting time from the cost model: the n-gram lookup
     as timed in the replay, and on a draft step the draft's catch-up feed (the first: its prefill,
-    as a calibration run's draft time has it) and k - 1 one-token steps (an estimate: the cost
-    model's feeds are of 1-3 tokens, longer ones extrapolated)."""
+    as a calibration run's draft time has it, unless the draft starts from the target's prompt
+    states) and k - 1 one-token steps (an estimate: the cost model's feeds are of 1-3 tokens, longer
+    ones extrapolated)."""
 
     d = cost.drafts.get(str(draft.name))
     if d is None:
         return runs
     out = []
     for steps in runs:
-        first, new = True, []
+        first, new = not shares_prompt, []
         for s in steps:
             ms = s.draft_ms
             if s.source == "draft" and s.k:
@@ -524,8 +531,9 @@ def run_top(target, advice: Advice, n: int, prompts: Sequence[PromptRow], config
 def draft_prefill_s(candidates, cost, proposer: str, prompt_tokens: float) -> float:
     """The prefill of ``proposer``'s draft model (0 without one) at ``prompt_tokens`` tokens, from
     the cost model's prefill of its context."""
-    draft = next((c.draft for c in candidates if c.spec == proposer), None)
-    if draft is None or str(draft.name) not in cost.drafts:
+    cand = next((c for c in candidates if c.spec == proposer), None)
+    draft = cand.draft if cand is not None else None
+    if draft is None or cand.shares_prompt or str(draft.name) not in cost.drafts:
         return 0.0
     return cost.drafts[str(draft.name)].prefill_s * prompt_tokens / max(1, cost.context)
 
