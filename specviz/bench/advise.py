@@ -127,8 +127,7 @@ def plan(specs: Sequence[str], target, load=None) -> list[Candidate]:
             cand = Candidate(spec, {"ngram": "ngram", "draft": "draft"}.get(prefix, "chain"), spec)
         cand.proposer = from_spec(cand.calibrate_spec, target, load=load)
         cand.draft = getattr(cand.proposer, "model", None) if cand.kind in ("draft", "draft-tree") else None
-        own = _draft_of(cand.proposer)  # a draft that starts from the target's prompt states, as the engine's does
-        cand.shares_prompt = own is not None and hasattr(cand.proposer, "share_prompt") and same_weights(own, target)
+        cand.shares_prompt = _shares_prompt(cand.proposer, target)
         if prefix == "draft-tree":  # a tree target must take a tree mask (the draft's own check comes at run time)
             from ..runtime.kv import check_tree_support
 
@@ -224,6 +223,13 @@ def _draft_of(proposer):
     return getattr(proposer, "model", None) if not isinstance(proposer, (NGram, NGramTree)) else None
 
 
+def _shares_prompt(proposer, target) -> bool:
+    """Whether ``proposer``'s draft starts from the target's prompt states, as the engine starts it
+    (a draft of the target's own weights: ``draft_model.take_target_prompt``)."""
+    draft = _draft_of(proposer)
+    return draft is not None and hasattr(proposer, "share_prompt") and same_weights(draft, target)
+
+
 def calibrate_by_replay(target, candidates: Sequence[Candidate], prompts: Sequence[PromptRow], cost: CostModel, *,
                         ks: Sequence[int], min_drafted: int = 300, max_new_tokens: int = 64, chat: bool = True, seed: int = 0,
                         say: Say | None = None, run_prompts: Sequence[PromptRow] | None = None):
@@ -254,9 +260,8 @@ def calibrate_by_replay(target, candidates: Sequence[Candidate], prompts: Sequen
         rep.runs[key] = [R.decoded(sess, cat) for sess, cat in sessions]
         seconds = time.perf_counter() - t0
         draft = _draft_of(decoder)
-        shared = draft is not None and hasattr(decoder, "share_prompt") and same_weights(draft, target)
         again = R.replay(decoder, rep.runs[key], k, rep.draft_rows(draft, key) if draft is not None else None,
-                         shared_prompt=shared)
+                         shared_prompt=_shares_prompt(decoder, target))
         same = sum(R.summary([a]) == R.summary([b]) for a, b in zip(again, records))
         rep.info.append({"decoded_with": getattr(decoder, "name", "ngram"), "k": k, "prompts": len(records),
                          "new_tokens": sum(len(r.new_ids) for r in rep.runs[key]), "seconds": seconds,

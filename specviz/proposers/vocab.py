@@ -67,6 +67,9 @@ class SubsetHead(torch.nn.Module):
         ids, weight = extra  # [E], [E, d]
         return SubsetLogits(y, self.ids, (x.to(weight.dtype) @ weight.T).to(y.dtype), ids, self.out_features, dtype)
 
+    def extra_repr(self) -> str:
+        return f"rows={self.ids.numel()}, out_features={self.out_features}"
+
 
 class SubsetLogits(LazyLogits):
     """Logits that are -inf outside ``ids`` and ``extra_ids``: y [n, N] at ``ids`` [N], extra [n, E] at
@@ -107,9 +110,6 @@ class SubsetLogits(LazyLogits):
                 return self.get().max(dim=-1).indices
             best.append(int(ids[np.isnan(row) if np.isnan(top) else row == top].min()))
         return torch.tensor(best, dtype=torch.long).reshape(self.shape[:-1])
-
-    def extra_repr(self) -> str:
-        return f"rows={self.ids.numel()}, out_features={self.out_features}"
 
 
 class ContextRows:

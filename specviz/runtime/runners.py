@@ -476,11 +476,8 @@ class Choice:
                             steps[k] = extra[k][n] = self._build(runner, at_n, self.budget_s).step
                         except Exception as e:  # noqa: BLE001 - a width it cannot build: not kept
                             steps[k] = e
-                for k, v in per_call_s({k: st for k, st in steps.items() if not isinstance(st, Exception)}, at_n).items():
-                    self.per_width.setdefault(n, {})[k] = v
-                for k, st in steps.items():
-                    if isinstance(st, Exception):
-                        self.per_width.setdefault(n, {})[k] = st
+                unbuilt = {k: st for k, st in steps.items() if isinstance(st, Exception)}
+                self.per_width[n] = {**per_call_s({k: st for k, st in steps.items() if k not in unbuilt}, at_n), **unbuilt}
             for k in list(built):
                 failed = next((t[k] for t in self.per_width.values() if isinstance(t.get(k), Exception)), None)
                 if failed is not None:  # built, but fails on a real call
