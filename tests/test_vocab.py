@@ -8,6 +8,7 @@ from specviz import Sampling, SpeculativeDecoder
 from specviz.analysis import checks
 from specviz.proposers import DraftModel, from_spec
 from specviz.proposers.vocab import ContextRows, SubsetHead, token_ranking, with_vocab_subset
+from specviz.runtime.argmax_head import materialize
 from specviz.runtime.quantize import Int8Linear, Int8Options
 from tests.test_engine import PROMPTS, hf_greedy
 
@@ -187,14 +188,26 @@ def test_a_greedy_cut_draft_drafts_on_the_lazy_head_with_the_same_tokens_and_q(t
     draft = DraftModel(subset_draft)
     greedy = Sampling(temperature=0.0)
     ctx = tiny_target.tokenizer("hello world", return_tensors="pt").input_ids[0]
-    draft_model.forward_logits = spy
-    try:
-        proposal = draft.propose(draft.init_state(tiny_target), ctx, 4, greedy, None)
-        tokens, lazy_q = proposal.tokens, proposal.q
-    finally:
-        draft_model.forward_logits = real
+    tops: dict[str, list[float]] = {"lazy": [], "laid out": []}
+
+    def run(kind, forward):
+        def stop(top):  # a confidence stop that never stops, recording what it read
+            tops[kind].append(top)
+            return False
+
+        draft_model.forward_logits = forward
+        try:
+            return draft_model.draft_tokens(subset_draft, draft.init_state(tiny_target), ctx, 4, greedy, None, stop=stop)
+        finally:
+            draft_model.forward_logits = real
+
+    tokens, lazy_q = run("lazy", spy)
     assert "SubsetLogits" in seen
-    eager = draft_model.draft_tokens(subset_draft, draft.init_state(tiny_target), ctx, 4, Sampling(temperature=0.0), None,
-                                     stop=lambda q: False)  # a stop rule reads q per token: the eager path
+    # the same drafts from the rows laid out whole (the head's forward as it was before the lazy head)
+    eager = run("laid out", lambda *a, **kw: materialize(real(*a, **kw)))
     assert torch.equal(tokens, eager[0])
-    torch.testing.assert_close(lazy_q, eager[1], rtol=0, atol=0)
+    torch.testing.assert_close(lazy_q.fn(), eager[1].fn(), rtol=0, atol=0)
+    # a confidence stop reads the same top probability from the cut head's rows as from the whole row
+    assert len(tops["lazy"]) == 3
+    torch.testing.assert_close(torch.tensor(tops["lazy"]), torch.tensor(tops["laid out"]), rtol=1e-6, atol=0)
+    torch.testing.assert_close(torch.tensor(tops["lazy"]), lazy_q.fn()[1:].max(-1).values, rtol=1e-6, atol=0)

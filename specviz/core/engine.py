@@ -403,8 +403,8 @@ class Session:
 
 
 def _stop_rule(schedule):
-    """The schedule's stop_drafting, or None when it never stops (then a greedy draft need not
-    compute q per token)."""
+    """The schedule's stop_drafting (it reads each draft's top probability), or None when it never
+    stops."""
     return schedule.stop_drafting if stops_early(schedule) else None
 
 

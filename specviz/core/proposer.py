@@ -32,10 +32,11 @@ class Proposer(Protocol):
         k: int,
         sampling: Sampling,
         generator: torch.Generator,
-        stop: Callable[[torch.Tensor], bool] | None = None,
+        stop: Callable[[float], bool] | None = None,
     ) -> Proposal:
         """Up to k drafted tokens (fewer, even none, is allowed). A proposer with draft
-        distributions may end early when ``stop(q_i)`` says so (the confidence schedule)."""
+        distributions may end early when ``stop(max q_i)`` says so (the confidence schedule: it reads
+        only each draft's top probability, which a cut head gives without the whole row)."""
         ...
 
 

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
-
 from .records import StepRecord
 
 
@@ -18,7 +16,7 @@ class ConstantK:
     def next_k(self, k: int, k_max: int, last: StepRecord) -> int:
         return k
 
-    def stop_drafting(self, q: torch.Tensor) -> bool:
+    def stop_drafting(self, top: float) -> bool:
         return False
 
 
@@ -35,7 +33,7 @@ class HeuristicK:
             return k
         return min(k_max, k + self.up) if last.n_accepted == last.k else max(1, k - self.down)
 
-    def stop_drafting(self, q: torch.Tensor) -> bool:
+    def stop_drafting(self, top: float) -> bool:
         return False
 
 
@@ -54,8 +52,8 @@ class ConfidenceK:
     def next_k(self, k: int, k_max: int, last: StepRecord) -> int:
         return k
 
-    def stop_drafting(self, q: torch.Tensor) -> bool:
-        return float(q.max()) < self.threshold  # q: [V] the draft's distribution for this token
+    def stop_drafting(self, top: float) -> bool:
+        return top < self.threshold  # top: max q, the draft's top probability for this token
 
 
 SCHEDULES = {"constant": ConstantK, "heuristic": HeuristicK, "confidence": ConfidenceK}

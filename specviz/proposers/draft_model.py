@@ -11,7 +11,7 @@ import torch
 from ..core.algorithm import argmax as first_argmax
 from ..core.algorithm import logits_to_probs
 from ..core.records import Deferred, Proposal, Sampling
-from ..runtime.argmax_head import LazyLogits, materialize
+from ..runtime.argmax_head import LazyLogits, materialize, top_probability
 from ..runtime.kv import cache_length, context_window, forward_logits, rollback, session_cache, take_prefix, vocab_size
 from .vocab import context_rows_for, scoring
 
@@ -69,7 +69,8 @@ def draft_tokens(draft, state: _DraftState, ctx, k: int, sampling: Sampling, gen
     LoadedModel), reusing and rolling back its KV cache in ``state``; ``argmax`` takes argmax q
     instead of sampling from q.
     -> (tokens [k'] long, q [k', state.vocab] or None if k' = 0). Under greedy or argmax, where no
-    rule reads q, q is a ``Deferred`` (computed when read) unless ``stop`` needs it per token.
+    rule reads q, q is a ``Deferred`` (computed when read); ``stop(top)`` reads only each draft's top
+    probability (the confidence schedule), from a cut head's own rows where it has one.
 
     Never past the draft's context window: drafting x_k feeds positions up to len(ctx) + k - 2,
     so a draft with a shorter window than the target drafts fewer tokens near its end and none
@@ -102,21 +103,25 @@ def _draft_loop(draft, state: _DraftState, new_ids: list[int], feed, k: int, sam
     device = draft.device
     tokens: list[int] = []
     rows: list = []  # greedy: the logits (a LazyLogits [1, V] where the head gives one); sampled: q
-    lazy_q = (sampling.greedy or argmax) and stop is None
+    lazy_q = sampling.greedy or argmax  # q is only shown: computed when read
     for i in range(k):
         out = forward_logits(draft.model, feed, state.cache, 1, lazy=lazy_q)  # [1, V_draft], lazily where it can be
         state.ids.extend(new_ids)
         if lazy_q and isinstance(out, LazyLogits) and out.shape[-1] == state.vocab:
+            if i > 0 and stop is not None and stop(float(out.top_probability()[0])):
+                break  # the draft is unsure: leave the rest to the target (a cut head's top from its rows)
             x = int(out.argmax()[0])  # a screened or cut head's argmax, without the row
             rows.append(out)
         elif lazy_q:
             logits = _fit_vocab(materialize(out)[0], state.vocab)  # [V]
+            if i > 0 and stop is not None and stop(float(top_probability(logits))):
+                break
             x = int(first_argmax(logits))
             rows.append(logits)
         else:
             logits = _fit_vocab(out[0], state.vocab)  # [V]
             q = logits_to_probs(logits, sampling)  # [V]
-            if i > 0 and stop is not None and stop(q):
+            if i > 0 and stop is not None and stop(float(q.max())):
                 break  # the draft is unsure: leave the rest to the target
             x = int(first_argmax(logits)) if sampling.greedy or argmax else int(torch.multinomial(q, 1, generator=generator))
             rows.append(q)

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..runtime.argmax_head import LazyLogits
+from ..runtime.argmax_head import LazyLogits, top_probability
 
 MIN_VOCAB = 1  # a floor for the argument only: useful sets are thousands of tokens (bench them)
 
@@ -95,12 +95,20 @@ class SubsetLogits(LazyLogits):
             out[..., self.extra_ids] = self.extra.to(self.dtype)
         return out
 
+    def top_probability(self) -> torch.Tensor:
+        """[...]: the largest softmax probability per row, over the values alone (the -inf elsewhere
+        add nothing to the sum), as the laid-out row's."""
+        return top_probability(self._values())
+
+    def _values(self) -> torch.Tensor:
+        return self.y if self.extra is None else torch.cat([self.y, self.extra], dim=-1)  # [..., C]
+
     def argmax(self) -> torch.Tensor:
         """[...]: per row, the smallest id among the largest values (among the NaNs, if any), as
         ``get().max(-1).indices``; a row with every value -inf, from the laid-out row."""
         if self._logits is not None:
             return self._logits.max(dim=-1).indices
-        values = self.y if self.extra is None else torch.cat([self.y, self.extra], dim=-1)  # [..., C]
+        values = self._values()  # [..., C]
         ids = (self.ids if self.extra is None else torch.cat([self.ids, self.extra_ids])).numpy()  # [C]
         rows = values.detach().float().reshape(-1, values.shape[-1]).numpy()  # [n, C]
         best = []

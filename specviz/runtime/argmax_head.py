@@ -223,6 +223,18 @@ class LazyLogits:
     def argmax(self) -> torch.Tensor:
         raise NotImplementedError
 
+    def top_probability(self) -> torch.Tensor:
+        """[n]: each row's largest softmax probability (q's top under greedy, where q is the plain
+        softmax), for a confidence stop; from the whole row unless a subclass knows a cheaper way."""
+        return top_probability(self.get())
+
+
+def top_probability(logits: torch.Tensor) -> torch.Tensor:
+    """Logits [..., V] -> [...]: the largest softmax probability per row, 1 / sum(exp(l - max))."""
+    logits = logits.float()
+    top = logits.max(dim=-1, keepdim=True).values  # [..., 1]
+    return 1.0 / torch.exp(logits - top).sum(dim=-1)
+
 
 class HeadLogits(LazyLogits):
     """One step's logits [n, V], computed when first read; its argmax certified without them."""
