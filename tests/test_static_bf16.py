@@ -12,7 +12,7 @@ import torch
 from specviz import SpeculativeDecoder, autoregressive
 from specviz.models import LoadedModel
 from specviz.proposers import NGram, NGramTree
-from specviz.runtime import projections, static_decode
+from specviz.runtime import body, projections, static_decode
 from specviz.runtime.kv import forward_logits, keep_path, new_cache, rollback, score_tree
 from specviz.runtime.static_decode import StaticKV, static_cache, supports
 from tests.test_engine import PROMPTS
@@ -159,13 +159,13 @@ def test_a_bf16_product_of_the_static_body_rounds_each_row_alike_at_every_width(
     x = torch.randn(9, 2048).to(torch.bfloat16)
     with torch.inference_mode():
         for layer in (planned, down):
-            wide = static_decode._rows(layer, x)  # [9, 640]
+            wide = body._rows(layer, x)  # [9, 640]
             for n in (1, 2, 3, 5):
-                rows = torch.cat([static_decode._rows(layer, x[i : i + n])[:1] for i in range(9 - n + 1)])
+                rows = torch.cat([body._rows(layer, x[i : i + n])[:1] for i in range(9 - n + 1)])
                 assert torch.equal(rows, wide[: 9 - n + 1]), (type(layer).__name__, n)
             torch.testing.assert_close(wide, torch.nn.functional.linear(x, down.weight), atol=1e-2, rtol=1e-2)
     fp32 = torch.nn.Linear(8, 4)
-    assert static_decode._rows(fp32, torch.ones(1, 8)).shape == (1, 4)  # other dtypes: as they are
+    assert body._rows(fp32, torch.ones(1, 8)).shape == (1, 4)  # other dtypes: as they are
 
 
 def test_greedy_speculation_in_bf16_is_the_bf16_targets_own_output(tiny_target, tokenizer):

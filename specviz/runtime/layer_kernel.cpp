@@ -1,10 +1,10 @@
 // One decoder layer in one call: torch.ops.specviz_int8.layer, for the static decode step of an int8
-// draft or a float32 model (static_decode.py's _Body.layer, written out in C++).
+// draft or a float32 model (body.py's DecoderBody.layer, written out in C++).
 //
 // A gemma-3-270m int8 draft's one-token step is 18 layers of ~30 small tensor ops around 4 int8
 // products: the products read 100 MB in ~2.6 ms, and the small ops (norms, rotary, the K/V writes,
 // attention's bmm/softmax, the activation, residual adds), each dispatched alone, cost as much
-// again. Here a layer is one op: the same float32 arithmetic as _Body.layer, in plain loops (a
+// again. Here a layer is one op: the same float32 arithmetic as DecoderBody.layer, in plain loops (a
 // row of 640 or a head of 256 floats is microseconds), the four products on int8_product, or on
 // dense_product for a float32 body's blocked weights (each row's bits then the same at every width:
 // a verify pass's rows are the decode step's).

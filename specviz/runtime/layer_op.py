@@ -4,7 +4,7 @@ An int8 draft's one-token step is mostly not its products: on a Zen 4 EPYC (2 th
 int8 body spent about 2.6 ms of 6 ms in its 72 int8 products and the rest in ~30 small ops a layer
 (norms, rotary, K/V writes, attention, the activation, residual adds), each dispatched alone, even
 traced. ``torch.ops.specviz_int8.layer`` (``layer_kernel.cpp``, built with the int8 kernel) is
-:meth:`specviz.runtime.static_decode._Body.layer` written out in C++ on the same products: one
+:meth:`specviz.runtime.body.DecoderBody.layer` written out in C++ on the same products: one
 call a layer. This runner calls it from Python for each layer (no graph to build) and serves
 float32 bodies whose projections all run on specviz's int8 kernel (``@int8``, ``kernel="blocked"``,
 q/k/v and gate/up fused) or are all planned float32 layers
@@ -98,7 +98,7 @@ def _build(body: torch.nn.Module, example: tuple, directory) -> runners.Step:
     shape = (body.heads, body.kv_heads, body.scaling, body.eps, body.gemma)
 
     def step(tokens, pos, cos, sin, cos_local, sin_local, mask, mask_local, keys, values):
-        # as _Body.forward: tokens, pos [n]; cos/sin [n, 1, hd]; masks [n, S]; keys/values [layers, kv, C, hd]
+        # as DecoderBody.forward: tokens, pos [n]; cos/sin [n, 1, hd]; masks [n, S]; keys/values [layers, kv, C, hd]
         h = F.embedding(tokens, body.embedding) * body.embed_scale  # [n, d]
         for i, fixed in enumerate(args):
             rows = (cos_local, sin_local, mask_local) if body.local[i] else (cos, sin, mask)

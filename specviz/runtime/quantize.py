@@ -396,7 +396,7 @@ class PackedRows(torch.nn.Module):
     layer itself (``group``, :func:`specviz.runtime.projections.fused_of`). An input changed in
     place between two members' calls would be missed: the model's forward never does that."""
 
-    rows_in_one_call, any_width = True, False  # as the fused layer (static_decode._Body)
+    rows_in_one_call, any_width = True, False  # as the fused layer (body.DecoderBody)
 
     def __init__(self, fused: PackedInt8Linear, start: int, stop: int):
         super().__init__()

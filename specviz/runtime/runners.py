@@ -1,6 +1,6 @@
 """How the static decode step's body runs: runners behind one seam (four here, a fifth in layer_op: each layer one op).
 
-The body (:class:`specviz.runtime.static_decode._Body`) is one function of tensors, ``(tokens,
+The body (:class:`specviz.runtime.body.DecoderBody`) is one function of tensors, ``(tokens,
 positions, rotary rows, masks, K/V buffers) -> hidden states``, that writes the new tokens' keys
 and values into the buffers in place. A :class:`Runner` turns it and one example of its inputs
 into a callable of the same inputs (the same hidden states, the same buffer writes):

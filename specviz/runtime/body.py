@@ -1,0 +1,187 @@
+"""The lean decoder body of the static decode step (:mod:`specviz.runtime.static_decode`): one
+function of tensors for n new tokens at positions p..p+n-1, (tokens, positions, rotary rows, masks,
+K/V buffers) -> the final-norm hidden states, writing the tokens' keys and values in place.
+
+Llama and Gemma 3 text layers written out op by op (RMSNorm as one fused op with its scale
+precomputed, rotary from the model's own tables, attention on the buffers up to the context, the
+projections fused q/k/v and gate/up on the kernel measured faster per width,
+:mod:`specviz.runtime.projections`). A runner (:mod:`specviz.runtime.runners`) runs it: eager,
+compiled, exported, traced, or each layer as one C++ op (:mod:`specviz.runtime.layer_op`, the same
+layer in C++). Every shape is written with -1 for n, so one build can serve every width.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from . import projections
+from .projections import fused_of
+
+__all__ = ["DecoderBody"]
+
+
+def _rows(module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """A projection ``module`` on x [n, in] -> [n, out]; bf16: on the rows and one more (the first
+    again), so that every width rounds alike. A bf16 product of one row (oneDNN's, packed or not)
+    sums a long input in another order than products of 2+ rows do (gemma-3-270m's down
+    projection, 2,048 inputs, on a Zen 4 EPYC): a one-token step then rounds apart from the same
+    token's row of a verify pass, and greedy decoding parts from target-only's at near-ties. On
+    2+ rows every time the two give the same floats (no cost measured: bf16's curve is flat)."""
+    if x.dtype == torch.bfloat16:
+        return module(torch.cat((x, x[:1])))[:-1]  # [n + 1, out] -> [n, out]
+    return module(x)
+
+
+def _project(linear: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """``linear`` on x [n, in] -> [n, out], through the planned layer it is part of, if any."""
+    return _rows(fused_of(linear) or linear, x)
+
+
+class DecoderBody(torch.nn.Module):
+    """The decoder body for n new tokens: (tokens [n], positions [n], rotary rows, masks, K/V
+    buffers) -> the final-norm hidden states [n, d]; writes the tokens' keys and values into the
+    buffers. n = 1 is a draft's decode step; n = k + 1 is the target's verify pass."""
+
+    def __init__(self, model: torch.nn.Module, kernel_dir: Path | None = None):
+        super().__init__()
+        text = model.config.get_text_config()
+        body = model.model
+        self.gemma = text.model_type == "gemma3_text"
+        self.layers = body.layers
+        self.embedding = body.embed_tokens.weight  # [V, d]
+        self.dtype = self.embedding.dtype  # float32 or bfloat16: the weights', activations' and K/V buffers'
+        scale = getattr(body.embed_tokens, "embed_scale", None)  # Gemma scales embeddings by sqrt(d)
+        # ... by sqrt(d) rounded to the weights' dtype, as transformers' Gemma3ScaledWordEmbedding does
+        self.embed_scale = float(torch.as_tensor(scale).to(self.dtype)) if scale is not None else 1.0
+        self.d, self.eps = text.hidden_size, text.rms_norm_eps
+        self.heads, self.kv_heads = text.num_attention_heads, text.num_key_value_heads
+        self.head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
+        self.scaling = (text.query_pre_attn_scalar if self.gemma else self.head_dim) ** -0.5
+        self.local = [t == "sliding_attention" for t in (getattr(text, "layer_types", None) or [])] or [False] * len(self.layers)
+
+        def scale(norm) -> torch.Tensor:  # Gemma's RMSNorm multiplies by 1 + w, Llama's by w
+            w = norm.weight.detach().float()
+            return (1.0 + w) if self.gemma else w
+
+        self.norms = []  # per layer: the names of its RMSNorms' scales (buffers), in the order forward uses them
+        for i, layer in enumerate(self.layers):
+            names = ("input_layernorm", "post_attention_layernorm") + (
+                ("pre_feedforward_layernorm", "post_feedforward_layernorm") if self.gemma else ())
+            scales = [scale(getattr(layer, n)) for n in names]
+            if self.gemma:  # q's and k's heads are normed as one [h + kv, hd] tensor: q's scale per query head, then k's
+                q_scale, k_scale = scale(layer.self_attn.q_norm), scale(layer.self_attn.k_norm)  # each [hd]
+                scales.append(torch.cat([q_scale.expand(self.heads, -1), k_scale.expand(self.kv_heads, -1)]))
+            for j, w in enumerate(scales):  # buffers, so an exported graph names them (runners.py)
+                self.register_buffer(f"norm_{i}_{j}", w, persistent=False)
+            self.norms.append([f"norm_{i}_{j}" for j in range(len(scales))])
+        self.register_buffer("final", scale(body.norm), persistent=False)
+        linears = [m for layer in self.layers for m in (
+            layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj, layer.self_attn.o_proj,
+            layer.mlp.gate_proj, layer.mlp.up_proj, layer.mlp.down_proj)]
+        # all n tokens in one call: plain Linears, or int8 ones (specviz.runtime.quantize: no row loop)
+        self.rows_at_once = all(type(m) is torch.nn.Linear or getattr(m, "any_width", False) is True for m in linears)
+        # a feed of n tokens in one call of the body: those, or packed int8 layers (a graph per width)
+        self.feeds_at_once = all(type(m) is torch.nn.Linear or getattr(m, "any_width", False) is True
+                                 or getattr(m, "rows_in_one_call", False) is True for m in linears)
+        # fp32 or bf16 projections: q/k/v and gate/up fused, each kind on the kernel measured faster per width
+        # (projections.py)
+        attns, mlps = [layer.self_attn for layer in self.layers], [layer.mlp for layer in self.layers]
+        self.kernel_plans = {kind: plan for kind, (_, plan) in projections.plan_projections({
+            "qkv": [(a.q_proj, a.k_proj, a.v_proj) for a in attns], "o": [(a.o_proj,) for a in attns],
+            "gate_up": [(m.gate_proj, m.up_proj) for m in mlps], "down": [(m.down_proj,) for m in mlps],
+        }, kernel_dir).items()} if self.rows_at_once else {}
+        fused = [fused_of(a.q_proj, a.k_proj, a.v_proj) for a in attns] + [fused_of(a.o_proj) for a in attns]
+        fused += [fused_of(m.gate_proj, m.up_proj) for m in mlps] + [fused_of(m.down_proj) for m in mlps]
+        self.fused = torch.nn.ModuleList([f for f in fused if f is not None])  # registered: an export names their weights
+        # one build serves every n unless a projection's kernel changes with the width
+        self.any_width = self.rows_at_once and all(getattr(f, "uniform", lambda: True)() for f in self.fused)
+
+    def graph_key(self, n: int) -> object:
+        """What a graph of this body for n tokens depends on: the kernel each planned projection runs
+        at width n (widths that agree share one graph), or n itself for projections that loop over
+        their rows (a packed int8 copy's). Weight-first (code 4) runs one row through another
+        product than wider widths (cpu._weight_first_linear), so its one row has a graph of its own."""
+        if not self.rows_at_once:
+            return n
+        codes = (f.onednn_at[min(n, len(f.onednn_at) - 1)] for f in self.fused if hasattr(f, "onednn_at"))
+        return tuple((c, n == 1) if c == 4 else c for c in codes)
+
+    def _norm(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:  # [..., m] -> [..., m]
+        """RMSNorm in float32 with scale ``w`` (broadcast over x), rounded back to x's dtype (a no-op
+        cast in float32), written out as transformers' Gemma norm writes it (Llama's, in bf16, scales
+        after rounding back: one rounding apart, as ``F.rms_norm`` was). The same floats as
+        ``F.rms_norm``, which on a CPU runs these ops one by one with casts around them: about 10 us
+        a call in a trace against under 2 written out (109 norms a gemma-3-270m step)."""
+        if x.dtype == torch.float32:  # no casts: a trace would keep them as two ops a norm (~180 a step)
+            return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * w
+        xf = x.float()
+        return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps) * w).to(x.dtype)
+
+    def _rope(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:  # [n, h, hd]
+        half = self.head_dim // 2
+        return x * cos + torch.cat((-x[..., half:], x[..., :half]), -1) * sin
+
+    def forward(self, tokens, pos, cos, sin, cos_local, sin_local, mask, mask_local, keys, values):
+        # tokens, pos [n] long; cos/sin [n, 1, hd]; masks [n, S] additive; keys/values [layers, kv, C, hd] (C >= S)
+        return self.run_layers(self.layer, tokens, pos, cos, sin, cos_local, sin_local, mask, mask_local, keys, values)
+
+    def run_layers(self, layer_step, tokens, pos, cos, sin, cos_local, sin_local, mask, mask_local, keys, values):
+        """The forward with each decoder layer run by ``layer_step`` (:meth:`layer`, or a compiled
+        copy of it that every layer shares: specviz.runtime.runners)."""
+        h = F.embedding(tokens, self.embedding) * self.embed_scale  # [n, d]
+        for i, layer in enumerate(self.layers):
+            w = [getattr(self, name) for name in self.norms[i]]
+            rows = (cos_local, sin_local, mask_local) if self.local[i] else (cos, sin, mask)
+            h = layer_step(h, layer, w, pos, *rows, keys[i], values[i])
+        return self._norm(h, self.final)  # [n, d]
+
+    def layer(self, h, layer, w, pos, cos, sin, mask, keys, values):
+        """One decoder layer: h [n, d] -> [n, d]; writes the tokens' keys and values [kv, n, hd] into
+        ``keys``/``values`` [kv, C, hd] at ``pos``. Every shape is written with -1 for n, so one
+        graph (trace, export) serves any number of tokens."""
+        hd, norm = self.head_dim, self._norm
+        kv, group = self.kv_heads, self.heads // self.kv_heads
+        span = mask.shape[1]  # S: attention reads the buffers' first S slots (the buffers hold C >= S)
+        attn, mlp = layer.self_attn, layer.mlp
+        x = norm(h, w[0])
+        qkv = fused_of(attn.q_proj, attn.k_proj, attn.v_proj)
+        if qkv is not None:  # q, k and v in one product (fp32/bf16 planned, or an int8 copy's: one quantization of x)
+            qk, v = _rows(qkv, x).split(((self.heads + kv) * hd, kv * hd), dim=-1)  # [n, (h+kv)*hd], [n, kv*hd]
+        else:
+            qk, v = torch.cat((_rows(attn.q_proj, x), _rows(attn.k_proj, x)), -1), _rows(attn.v_proj, x)
+        qk = qk.view(-1, self.heads + kv, hd)  # [n, h+kv, hd]: q's heads, then k's, normed and rotated as one
+        if self.gemma:
+            qk = norm(qk, w[4])
+        qk = self._rope(qk, cos, sin)
+        q, k = qk[:, : self.heads], qk[:, self.heads :]  # [n, h, hd], [n, kv, hd]
+        keys.index_copy_(1, pos, k.transpose(0, 1))  # [kv, n, hd] at the tokens' positions
+        values.index_copy_(1, pos, v.view(-1, kv, hd).transpose(0, 1))
+        # query head j reads kv head j // g: a kv head's g query heads x n tokens as the rows of one
+        # product with its keys (a broadcast matmul would copy the keys g times, 1 MB a layer)
+        q = q.reshape(-1, kv, group, hd).permute(1, 2, 0, 3).reshape(kv, -1, hd)  # [kv, g*n, hd]
+        seen_k, seen_v = keys.narrow(1, 0, span), values.narrow(1, 0, span)  # [kv, S, hd]: the slots attention reads
+        scores = torch.bmm(q, seen_k.transpose(1, 2)).view(kv, group, -1, span) * self.scaling  # [kv, g, n, S]
+        weights = torch.softmax(scores + mask, dim=-1)  # [kv, g, n, S] in float32 (the mask's dtype)
+        if seen_v.dtype != weights.dtype:
+            weights = weights.to(seen_v.dtype)  # bf16
+        o = torch.bmm(weights.view(kv, -1, span), seen_v).view(kv, group, -1, hd)  # [kv, g, n, hd]
+        o = _project(attn.o_proj, o.permute(2, 0, 1, 3).reshape(-1, self.heads * hd))  # [n, d]
+        if self.gemma:
+            h = h + norm(o, w[1])
+            x = norm(h, w[2])
+            gate, up = self._gate_up(mlp, x)
+            return h + norm(_project(mlp.down_proj, F.gelu(gate, approximate="tanh") * up), w[3])
+        h = h + o
+        x = norm(h, w[1])
+        gate, up = self._gate_up(mlp, x)
+        return h + _project(mlp.down_proj, F.silu(gate) * up)
+
+    @staticmethod
+    def _gate_up(mlp, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:  # [n, d] -> 2 x [n, inter]
+        both = fused_of(mlp.gate_proj, mlp.up_proj)
+        if both is None:
+            return _rows(mlp.gate_proj, x), _rows(mlp.up_proj, x)
+        return _rows(both, x).split((mlp.gate_proj.out_features, mlp.up_proj.out_features), dim=-1)
