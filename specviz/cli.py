@@ -367,7 +367,7 @@ def cmd_advise(args) -> int:
     advice = advise(target, args.proposer or ["ngram"], calib, cache_dir=cache_dir(), load=_loader(args),
                     ks=range(1, args.k_max + 1), min_drafted=args.calibrate_tokens, max_new_tokens=args.max_new_tokens,
                     sampling=sampling, chat=args.chat, seed=args.seed, refresh=args.refresh_costs, say=lambda m: _say(args, m),
-                    run_prompts=held if args.heldout else None)
+                    run_prompts=held if args.heldout else None, schedule=args.schedule)
     print(advice.cost.table() + "\n")
     print(format_advice(advice, top=args.show))
     for line in save_advice(advice):
@@ -534,6 +534,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "(prompt lookup, whose acceptance belongs to the prompt, is calibrated on those)")
     a.add_argument("--calibrate-tokens", type=_positive_int, default=300, help="drafted tokens to calibrate on (default 300)")
     a.add_argument("--k-max", type=int, default=8, help="predict k = 1..K (default 8; the calibration drafts K per step)")
+    a.add_argument("--schedule", default="constant", metavar="NAME", help="constant (default) or confidence:T: the draft "
+                   "chains (draft:, ngram+draft:) advised with a confidence stop, drafting until q's top probability "
+                   "falls below T")
     a.add_argument("--run-top", type=int, default=0, metavar="N", help="run the N best for real and compare (default 0)")
     a.add_argument("--repeats", type=_positive_int, default=1, help="passes over the prompts in --run-top (default 1)")
     a.add_argument("--show", type=int, default=20, help="rows of the ranking to print (default 20)")

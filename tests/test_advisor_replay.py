@@ -270,3 +270,67 @@ def test_a_draft_that_starts_from_the_targets_prompt_replays_as_the_engine_runs_
     assert R.summary(R.replay(proposer, decodes, k, rows, shared_prompt=True)) == R.summary(runs)
     own_rows = R.draft_rows(draft, decodes, R.vocab_of(target))  # the prompt through the draft itself
     assert own_rows != rows  # the target's prompt states are not the draft's
+
+
+def _engine_runs_under(target, proposer, k: int, schedule: str):
+    decoder = SpeculativeDecoder(target, proposer, k=k, sampling=Sampling(), schedule=schedule)
+    runs = []
+    for prompt in PROMPTS:
+        session = decoder.start(prompt, max_new_tokens=MAX_NEW, chat=False, records="lean")
+        while not session.done:
+            session.step()
+        runs.append(list(session.steps))
+    return runs
+
+
+def _a_threshold_that_stops(rows) -> float:
+    """The median of the draft's top probabilities: about half its positions fall below it."""
+    tops = sorted(p for r in rows for p in r.top_p)
+    return round(tops[len(tops) // 2], 3)
+
+
+@pytest.mark.parametrize("spec,k", [("draft", 4), ("ngram+draft", 4), ("draft", 6)])
+def test_a_confidence_stop_replays_as_the_engine_stops(tiny, decodes, spec, k):
+    """Under confidence:T the replay stops each chain where the engine's draft does: every step's
+    kept drafts and committed tokens are the engine's, and so is its length wherever the stop came
+    no later than the first rejected draft (past it the draft conditions on its own rejected token,
+    which teacher forcing does not see: there the length is the replay's estimate)."""
+    target, draft = tiny
+    proposer = from_spec(f"{spec}:tiny-draft", target, load=lambda name, **kw: draft)
+    rows = R.draft_rows(draft, decodes, R.vocab_of(target))
+    threshold = _a_threshold_that_stops(rows)
+    runs = _engine_runs_under(target, proposer, k, f"confidence:{threshold}")
+    replayed = R.replay(proposer, decodes, k, rows, stop=threshold)
+    ours, theirs = R.summary(replayed), R.summary(runs)
+    assert [(kept, n) for _, kept, n in ours] == [(kept, n) for _, kept, n in theirs]
+    assert [min(d, kept + 1) for d, kept, _ in ours] == [min(d, kept + 1) for d, kept, _ in theirs]
+    assert any(s.stopped for r in replayed for s in r)  # the stop ended some chains early
+    assert any(0 < s.k < min(k, MAX_NEW) and s.n_accepted == s.k for r in runs for s in r)  # ... and the engine's too
+    constant = R.summary(R.replay(proposer, decodes, k, rows))
+    assert constant != ours
+
+
+def test_the_advisor_prices_a_confidence_schedule(tiny, decodes, numbers):
+    """advise(schedule="confidence:T"): the draft chains are replayed with the stop and say so (their
+    tau is the engine's own under that schedule); prompt lookup, which never stops, is advised as
+    it runs; the pick saved for auto stays a constant-k configuration."""
+    from specviz.bench.advise import advise, format_advice, pick_of
+
+    target, draft = tiny
+    load = lambda name, **kw: draft  # noqa: E731
+    threshold = _a_threshold_that_stops(R.draft_rows(draft, decodes, R.vocab_of(target)))
+    advice = advise(target, ["ngram", "draft:tiny-draft"], rows_of(PROMPTS), load=load, ks=range(1, 5),
+                    min_drafted=10_000, max_new_tokens=MAX_NEW, chat=False, cache_dir=numbers,
+                    schedule=f"confidence:{threshold}")
+    drafts = [f for f in advice.forecasts if f.proposer == "draft:tiny-draft"]
+    assert drafts and all(f.extra["schedule"] == f"confidence:{threshold:g}" for f in drafts)
+    assert all("schedule" not in f.extra for f in advice.forecasts if f.proposer == "ngram")
+    for f in drafts:
+        runs = _engine_runs_under(target, from_spec(f.spec, target, load=load), f.k, f"confidence:{threshold}")
+        assert f.tau == pytest.approx(A.replayed_tau(runs, f.k, MAX_NEW)), f.label
+    assert f"draft:tiny-draft [confidence:{threshold:g}] k=" in format_advice(advice)
+    assert any("advised under confidence:" in n for n in advice.notes)
+    assert pick_of(advice).spec in ("ngram", "none")  # auto runs constant k: every draft forecast here stops
+    with pytest.raises(ValueError, match="constant and confidence:T schedules"):
+        advise(target, ["ngram"], rows_of(PROMPTS), load=load, ks=range(1, 3), max_new_tokens=MAX_NEW, chat=False,
+               cache_dir=numbers, schedule="heuristic")

@@ -305,7 +305,8 @@ class Forecast:
 
     @property
     def label(self) -> str:
-        return f"{self.spec} k={self.k}"
+        schedule = self.extra.get("schedule")  # a chain run under confidence:T
+        return f"{self.spec} [{schedule}] k={self.k}" if schedule else f"{self.spec} k={self.k}"
 
     @property
     def pays(self) -> bool:
@@ -357,7 +358,8 @@ def _chain_step_s(cal: ChainCalibration, cost: CostModel, k: int, kind: str, dra
     elif kind == "draft" and draft in cost.drafts:
         d = cost.drafts[draft]
         all_kept = _chain_tau(cal, k, "p") - _chain_tau(cal, k - 1, "p")  # P(drafts 1..k kept): next step feeds x_k and the bonus
-        draft_s = (1 - all_kept) * d.feed(1) + all_kept * d.feed(2) + max(0.0, kprime - 1) * d.step_s
+        stopped = 1.0 - cal.reach(k - 1) if cal.steps else 0.0  # a confidence stop before k: one forward more than it drafted
+        draft_s = (1 - all_kept) * d.feed(1) + all_kept * d.feed(2) + (max(0.0, kprime - 1) + stopped) * d.step_s
     else:
         per_token = (cal.draft_ms / 1e3 / cal.drafted_tokens) if cal.drafted_tokens else 0.0
         draft_s = kprime * per_token

@@ -72,10 +72,12 @@ class Decoded:
 @dataclass(frozen=True)
 class DraftRows:
     """A draft's teacher-forced view of one decode: at position t (after prompt + g[:t], t = 0..N),
-    the token it drafts (first argmax) and its top-10 token ids (most likely first)."""
+    the token it drafts (first argmax), its top-10 token ids (most likely first) and its top
+    probability, max q (what a confidence stop reads)."""
 
     argmax: tuple[int, ...]
     top: tuple[tuple[int, ...], ...]
+    top_p: tuple[float, ...] = ()
 
     def rank(self, t: int, token: int) -> int | None:
         """1-based rank of ``token`` in the draft's top-10 at position t (None: not in it)."""
@@ -108,6 +110,7 @@ class ReplayStep:
     drafts: tuple[ReplayDraft, ...] = ()
     source: str = ""  # ngram+draft: "ngram" or "draft"
     feed: int = 0  # ngram+draft draft steps: tokens its draft had to catch up on first (the first: the prompt)
+    stopped: bool = False  # a confidence stop ended the draft before k (its last forward's token not proposed)
 
     @property
     def n_committed(self) -> int:
@@ -161,8 +164,9 @@ def draft_rows(draft, runs: Sequence[Decoded], vocab: int, top: int = TOP_N, bat
             logits = torch.cat(rows)  # [N + 1, V_draft]
         logits = _fit_vocab(logits, vocab)  # [N + 1, V]
         best = first_argmax(logits).tolist()
-        _, tops = top_n(torch.softmax(logits, dim=-1), min(top, vocab))  # as the record's top_q: of q
-        out.append(DraftRows(tuple(best), tuple(tuple(r) for r in tops.tolist())))
+        q = torch.softmax(logits, dim=-1)  # [N + 1, V]: greedy q, the plain softmax
+        probs, tops = top_n(q, min(top, vocab))  # as the record's top_q: of q
+        out.append(DraftRows(tuple(best), tuple(tuple(r) for r in tops.tolist()), tuple(probs[:, 0].tolist())))
     return out
 
 
@@ -238,28 +242,38 @@ def _tree_step(w: _Walk, proposal, ms: float) -> ReplayStep:
     return ReplayStep(len(tokens), len(path), w.committed(len(path)), ms, tree=nodes, accepted_path=tuple(path))
 
 
-def _draft_chain(w: _Walk, rows: DraftRows, k: int, window: int | None, ms: float = 0.0, **extra) -> ReplayStep:
+def _draft_chain(w: _Walk, rows: DraftRows, k: int, window: int | None, ms: float = 0.0, stop: float | None = None,
+                 **extra) -> ReplayStep:
     """A greedy draft model's chain from its teacher-forced argmax: drafted tokens past the first
-    one the target rejects are never compared, so they need not be known."""
+    one the target rejects are never compared, so they need not be known. ``stop``: a confidence
+    stop's threshold, ending the chain before the first draft after the first whose top
+    probability is below it (as ``draft_model._draft_loop``; past a rejection the rows are not the
+    draft's, but the target never reads those drafts)."""
     if window is not None:
         k = min(k, window - w.length + 1)  # draft_tokens: never past the draft's context window
     if k <= 0:
         return ReplayStep(0, 0, w.committed(0), ms, **extra)
+    stopped = False
+    if stop is not None:
+        cut = next((i for i in range(1, k) if w.t + i <= w.n and rows.top_p[w.t + i] < stop), k)
+        stopped, k = cut < k, cut
     kept = 0
     while kept < k and w.t + kept < w.n and rows.argmax[w.t + kept] == w.run.new_ids[w.t + kept]:
         kept += 1
     drafts = tuple(ReplayDraft(tuple((x, float("nan")) for x in rows.top[w.t + i])) for i in range(min(kept + 1, k)))
-    return ReplayStep(k, kept, w.committed(kept), ms, drafts=drafts, **extra)
+    return ReplayStep(k, kept, w.committed(kept), ms, drafts=drafts, stopped=stopped, **extra)
 
 
 def replay(proposer, runs: Sequence[Decoded], k: int, rows: Sequence[DraftRows] | None = None,
-           clock: Callable[[], float] = time.perf_counter, shared_prompt: bool = False) -> list[list[ReplayStep]]:
+           clock: Callable[[], float] = time.perf_counter, shared_prompt: bool = False,
+           stop: float | None = None) -> list[list[ReplayStep]]:
     """The steps ``proposer`` takes at ``k`` drafts per step on each greedy decode in ``runs``, as
     the engine would take them (constant k, no tree-node cap). ``rows``: the draft's
     :func:`draft_rows` on the same runs (a draft model or ngram+draft). An n-gram's ``draft_ms`` is
     the time of its own lookup here. ``shared_prompt``: the draft starts from the target's prompt
     states (the target's own weights: ``draft_model.take_target_prompt``), so ngram+draft's first
-    draft step catches up from the prompt's end, not from its start."""
+    draft step catches up from the prompt's end, not from its start. ``stop``: a confidence
+    schedule's threshold (``confidence:T``), for a draft model's chains."""
     if not replayable(proposer):
         raise ValueError(f"{getattr(proposer, 'name', proposer)!r} cannot be replayed from a greedy decode")
     needs_rows = isinstance(proposer, (DraftModel, NGramOrDraft))
@@ -276,9 +290,9 @@ def replay(proposer, runs: Sequence[Decoded], k: int, rows: Sequence[DraftRows] 
             if kk == 0:
                 w.commit(ReplayStep(0, 0, w.committed(0)))
             elif isinstance(proposer, DraftModel):
-                w.commit(_draft_chain(w, rows[i], kk, window))
+                w.commit(_draft_chain(w, rows[i], kk, window, stop=stop))
             elif isinstance(proposer, NGramOrDraft):
-                w.commit(_hybrid_step(w, proposer, rows[i], kk, window, clock))
+                w.commit(_hybrid_step(w, proposer, rows[i], kk, window, clock, stop))
             else:
                 t0 = clock()
                 proposal = proposer.propose(None, w.ctx[: w.length], kk, GREEDY, None)
@@ -291,7 +305,8 @@ def replay(proposer, runs: Sequence[Decoded], k: int, rows: Sequence[DraftRows] 
     return out
 
 
-def _hybrid_step(w: _Walk, proposer: NGramOrDraft, rows: DraftRows, k: int, window: int | None, clock) -> ReplayStep:
+def _hybrid_step(w: _Walk, proposer: NGramOrDraft, rows: DraftRows, k: int, window: int | None, clock,
+                 stop: float | None = None) -> ReplayStep:
     """ngram+draft: the n-gram's drafts when its lookup finds a match, else the draft's; the draft
     catches up on every token committed since it last ran (``feed``) before drafting."""
     t0 = clock()
@@ -300,9 +315,10 @@ def _hybrid_step(w: _Walk, proposer: NGramOrDraft, rows: DraftRows, k: int, wind
     if tokens is not None and tokens.numel() > 0:
         return _chain_step(w, tokens.tolist(), ms, source="ngram")
     feed = w.length - min(w.draft_valid, w.length - 1)
-    step = _draft_chain(w, rows, k, window, ms, source="draft", feed=feed)
-    # the draft's cache now holds the context and its first k - 1 drafts; those the target kept stay valid
-    w.draft_valid = w.length + min(step.n_accepted, max(0, step.k - 1))
+    step = _draft_chain(w, rows, k, window, ms, stop, source="draft", feed=feed)
+    # the draft's cache now holds the context and its first k - 1 drafts (a stopped chain: all k, the
+    # forward that stopped it fed the last); those the target kept stay valid
+    w.draft_valid = w.length + min(step.n_accepted, step.k if step.stopped else max(0, step.k - 1))
     return step
 
 

@@ -36,6 +36,7 @@ from ..analysis.costmodel import CostModel, load_or_measure
 from ..analysis.treeshape import decode as decode_shape
 from ..core.engine import SpeculativeDecoder, encode_prompt
 from ..core.records import Sampling
+from ..core.schedules import ConfidenceK, changes_nothing, make_schedule, stops_early
 from ..prompts import PromptRow
 from ..proposers.advised import AdvisedPick, save_pick
 from ..proposers.draft_model import same_weights
@@ -72,6 +73,17 @@ class Candidate:
     draft: Any = None  # the draft LoadedModel (draft, draft-tree)
     shares_prompt: bool = False  # its draft is the target's own weights: no prefill of its own (take_target_prompt)
     base: str = ""  # trees: the spec without its shape (what shape=auto looks up)
+    schedule: str = "constant"  # the k schedule it runs under: constant, or confidence:T for a chain that stops on q
+
+    @property
+    def stop(self) -> float | None:
+        """A confidence schedule's threshold where this candidate stops on it (None: constant k)."""
+        return make_schedule(self.schedule).threshold if self.schedule != "constant" else None
+
+    @property
+    def label(self) -> str:
+        """The spec as the sweep names its runs: with ``[confidence:T]`` where it stops on it."""
+        return self.spec if self.schedule == "constant" else f"{self.spec} [{self.schedule}]"
 
 
 @dataclass
@@ -93,6 +105,7 @@ class Advice:
     method: str = "runs"  # "replay" (greedy: every proposer replayed on one decode) or "runs" (a calibration run each)
     replay: dict[str, Any] = field(default_factory=dict)  # the replay's decodes: proposer, prompts, seconds, self-check
     tree_replay: Callable[[Candidate, str, int], A.Replayed | None] | None = None  # replay: (tree, shape, k) -> its exact run
+    schedule: str = "constant"  # the k schedule the draft chains were advised under
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -102,13 +115,16 @@ class Advice:
             "calibration_by_k": {s: {k: c.to_dict() for k, c in by.items()} for s, by in self.by_k.items()},
             "forecasts": [f.to_dict() for f in self.forecasts], "verdicts": self.verdicts, "notes": self.notes,
             "shapes": self.shapes, "prompts": self.prompts, "max_new_tokens": self.max_new_tokens,
-            "tree_budgets": {s: b.to_dict() for s, b in self.budgets.items()},
+            "tree_budgets": {s: b.to_dict() for s, b in self.budgets.items()}, "schedule": self.schedule,
         }
 
 
-def plan(specs: Sequence[str], target, load=None) -> list[Candidate]:
+def plan(specs: Sequence[str], target, load=None, schedule: str = "constant") -> list[Candidate]:
     """Each spec as a Candidate with its calibration proposer built (ValueError for a bad spec,
-    a draft with another tokenizer, a target that cannot take trees)."""
+    a draft with another tokenizer, a target that cannot take trees, a schedule the advisor cannot
+    price). ``schedule``: ``constant`` or ``confidence:T``, the latter for the chains that stop on
+    the draft's q (a draft model, ``ngram+draft``); the rest run constant k under it anyway."""
+    schedule = advisable_schedule(schedule)
     out: list[Candidate] = []
     for spec in specs:
         prefix, arg = check_spec(spec)
@@ -128,6 +144,8 @@ def plan(specs: Sequence[str], target, load=None) -> list[Candidate]:
         cand.proposer = from_spec(cand.calibrate_spec, target, load=load)
         cand.draft = getattr(cand.proposer, "model", None) if cand.kind in ("draft", "draft-tree") else None
         cand.shares_prompt = _shares_prompt(cand.proposer, target)
+        if cand.kind in ("draft", "chain") and changes_nothing(make_schedule(schedule), cand.proposer) is None:
+            cand.schedule = schedule
         if prefix == "draft-tree":  # a tree target must take a tree mask (the draft's own check comes at run time)
             from ..runtime.kv import check_tree_support
 
@@ -136,6 +154,17 @@ def plan(specs: Sequence[str], target, load=None) -> list[Candidate]:
     if not out:
         raise ValueError("give at least one proposer to advise on (--proposer SPEC), e.g. ngram or draft:NAME")
     return out
+
+
+def advisable_schedule(schedule: str | None) -> str:
+    """``constant`` or ``confidence:T`` as the advisor prices them (a ValueError for another
+    schedule: the heuristic's k moves with the last step, which the forecasts do not model)."""
+    sched = make_schedule(schedule or "constant")
+    if isinstance(sched, ConfidenceK):
+        return f"confidence:{sched.threshold:g}"
+    if stops_early(sched) or sched.name != "constant":
+        raise ValueError(f"the advisor prices the constant and confidence:T schedules, not {schedule!r}")
+    return "constant"
 
 
 def lookup_family(cand: Candidate) -> bool:
@@ -159,14 +188,16 @@ def calibrate(target, candidates: Sequence[Candidate], prompts: Sequence[PromptR
     out: dict[str, Any] = {}
     for cand in candidates:
         rows = _prompts_for(cand, prompts, run_prompts)
-        key = (cand.calibrate_spec, id(rows))
+        key = (cand.calibrate_spec, cand.schedule, id(rows))
         if key not in runs_by:
             t0 = time.perf_counter()
             records = "full" if cand.kind == "draft-tree" else "lean"  # a draft tree's ranks read the draft's top-10 of q
-            runs, _, drafted = _run(target, cand.proposer, rows, k, min_drafted, max_new_tokens, sampling, chat, seed, records)
+            runs, _, drafted = _run(target, cand.proposer, rows, k, min_drafted, max_new_tokens, sampling, chat, seed, records,
+                                    cand.schedule)
             runs_by[key] = (runs, time.perf_counter() - t0)
             if say:
-                say(f"calibrated {cand.calibrate_spec}: {drafted} positions drafted on {len(runs)} prompts "
+                under = "" if cand.schedule == "constant" else f" under {cand.schedule}"
+                say(f"calibrated {cand.calibrate_spec}{under}: {drafted} positions drafted on {len(runs)} prompts "
                     f"in {runs_by[key][1]:.1f} s")
         out[cand.spec] = _counts(cand, runs_by[key][0], k, max_new_tokens)
     return out
@@ -181,10 +212,12 @@ def _counts(cand: Candidate, runs, k: int, max_new_tokens: int):
     return A.chain_calibration(cand.spec, runs, k, max_new_tokens=max_new_tokens)
 
 
-def _run(target, proposer, prompts, k, min_drafted, max_new_tokens, sampling, chat, seed, records="lean"):
-    """``proposer`` at k on the prompts in turn until it has drafted ``min_drafted`` positions and
-    seen every kind of prompt; -> (step records per prompt, the finished sessions, positions drafted)."""
-    decoder = SpeculativeDecoder(target, proposer, k=k, sampling=sampling)
+def _run(target, proposer, prompts, k, min_drafted, max_new_tokens, sampling, chat, seed, records="lean",
+         schedule="constant"):
+    """``proposer`` at k (under ``schedule``) on the prompts in turn until it has drafted
+    ``min_drafted`` positions and seen every kind of prompt; -> (step records per prompt, the
+    finished sessions, positions drafted)."""
+    decoder = SpeculativeDecoder(target, proposer, k=k, sampling=sampling, schedule=schedule)
     runs, sessions, drafted = [], [], 0
     kinds, seen = {row.category for row in prompts}, set()
     for row in prompts:
@@ -286,7 +319,7 @@ def calibrate_by_replay(target, candidates: Sequence[Candidate], prompts: Sequen
             continue
         by_k[cand.spec] = {}
         for kk in ks:
-            steps = R.replay(cand.proposer, rep.runs[key], kk, rows, shared_prompt=cand.shares_prompt)
+            steps = R.replay(cand.proposer, rep.runs[key], kk, rows, shared_prompt=cand.shares_prompt, stop=cand.stop)
             if isinstance(cand.proposer, NGramOrDraft):
                 steps = _hybrid_costed(steps, cost, draft, cand.shares_prompt)
             by_k[cand.spec][kk] = _counts(cand, steps, kk, max_new_tokens)
@@ -313,7 +346,7 @@ def _hybrid_costed(runs, cost: CostModel, draft, shares_prompt: bool = False):
             ms = s.draft_ms
             if s.source == "draft" and s.k:
                 feed = d.prefill_s * s.feed / max(1, cost.context) if first else d.feed(s.feed)
-                ms += 1e3 * (feed + (s.k - 1) * d.step_s)
+                ms += 1e3 * (feed + (s.k - 1 + s.stopped) * d.step_s)  # a stopped chain ran one more forward
                 first = False
             new.append(replace(s, draft_ms=ms))
         out.append(new)
@@ -374,6 +407,8 @@ def _forecast(cand: Candidate, cal, cost: CostModel, ks: Sequence[int], notes: l
     kind = cand.kind if cand.kind != "draft" or draft in cost.drafts else "chain"
     by_k = by_k or {}
     fs = [A.predict_chain(by_k.get(k, cal), cost, k, kind, draft, spec=cal.proposer) for k in ks if k <= cal.k]
+    if cand.schedule != "constant":  # run under a confidence stop: the sweep and the ranking say so
+        fs = [replace(f, extra={**f.extra, "schedule": cand.schedule}) for f in fs]
     if kind == "draft" and fs and cost.drafts[draft].step_s >= cost.t(1):
         notes.append(f"{cand.spec}: one draft step costs {cost.drafts[draft].step_s / cost.t(1):.2f} target steps "
                      "here, too slow to pay at any k whatever it accepts.")
@@ -383,12 +418,14 @@ def _forecast(cand: Candidate, cal, cost: CostModel, ks: Sequence[int], notes: l
 def advise(target, specs: Sequence[str], prompts: Sequence[PromptRow], *, cache_dir=None, load=None, ks: Sequence[int] = tuple(range(1, 9)),
            min_drafted: int = 300, max_new_tokens: int = 64, sampling: Sampling = Sampling(), chat: bool = True,
            seed: int = 0, refresh: bool = False, say: Say | None = None, cost_options: dict[str, Any] | None = None,
-           run_prompts: Sequence[PromptRow] | None = None, replay: bool | None = None) -> Advice:
+           run_prompts: Sequence[PromptRow] | None = None, replay: bool | None = None, schedule: str = "constant") -> Advice:
     """Calibrate ``specs`` on ``prompts``, measure (or read) the cost model, forecast every
     configuration at every k in ``ks`` and rank them. ``run_prompts``: the prompts the
     configurations will run on, when not ``prompts`` (prompt lookup is calibrated on them).
     ``replay`` (default: under greedy decoding): acceptance from one greedy decode per prompt,
-    every proposer replayed on it (:func:`calibrate_by_replay`); else a calibration run each."""
+    every proposer replayed on it (:func:`calibrate_by_replay`); else a calibration run each.
+    ``schedule``: ``constant`` or ``confidence:T``, under which the draft chains are calibrated
+    (replayed with the stop, or run with it) and priced (a stopped chain's extra draft forward)."""
     if not prompts:
         raise ValueError("no prompts to calibrate on: give --prompts FILE or a --category with prompts")
     if run_prompts is not None and not run_prompts:
@@ -396,7 +433,7 @@ def advise(target, specs: Sequence[str], prompts: Sequence[PromptRow], *, cache_
     replay = sampling.greedy if replay is None else replay
     if replay and not sampling.greedy:
         raise ValueError("the replay calibration needs greedy decoding (temperature 0)")
-    candidates = plan(specs, target, load)
+    candidates = plan(specs, target, load, schedule)
     ran = run_prompts if run_prompts is not None else prompts
     lengths = [len(encode_prompt(target.tokenizer, p.prompt, chat=chat)) for p in ran]
     context = max(64, int(round((statistics.mean(lengths) + max_new_tokens / 2) / 64.0)) * 64)
@@ -409,6 +446,11 @@ def advise(target, specs: Sequence[str], prompts: Sequence[PromptRow], *, cache_
     if say:
         say(f"cost model {'read from the cache' if cached else 'measured'} in {time.perf_counter() - t0:.1f} s")
     notes: list[str] = [n for n in (cost.static_decode, cost.busy) if n]
+    if any(c.schedule != "constant" for c in candidates):
+        notes.append(f"the draft chains ({', '.join(c.spec for c in candidates if c.schedule != 'constant')}) are advised "
+                     f"under {advisable_schedule(schedule)}: each step stops drafting "
+                     "when the draft's top probability falls below the threshold; the pick saved for auto is the best at "
+                     "constant k.")
     by_k: dict[str, dict[int, A.ChainCalibration]] = {}
     tree_replay, info = None, []
     if replay:
@@ -431,7 +473,7 @@ def advise(target, specs: Sequence[str], prompts: Sequence[PromptRow], *, cache_
     ranked = A.rank(forecasts)  # by the whole run's prediction: a draft's own prefill is the user's cost too
     return Advice(str(target.name), cost, cached, candidates, cals, ranked, A.verdicts(ranked), notes, shapes, budgets,
                   len(ran), mean_prompt, max_new_tokens, by_k, "replay" if replay else "runs",
-                  {"decodes": info}, tree_replay)
+                  {"decodes": info}, tree_replay, advisable_schedule(schedule))
 
 
 def _replay_note(info: dict[str, Any]) -> str:
@@ -461,8 +503,9 @@ def save_shapes(path, advice: Advice) -> None:
 
 
 def pick_of(advice: Advice) -> AdvisedPick:
-    """The first of the ranking as the pick ``auto`` runs ("none" when nothing is predicted to pay)."""
-    top = next((f for f in advice.forecasts if f.tau > 1.0 and f.pays), None)
+    """The first of the ranking run at constant k as the pick ``auto`` runs ("none" when nothing
+    is predicted to pay; ``auto`` runs constant k, so a confidence schedule's forecasts are left out)."""
+    top = next((f for f in advice.forecasts if f.tau > 1.0 and f.pays and "schedule" not in f.extra), None)
     if top is None:
         return AdvisedPick(advice.target, "none", 1, 1.0, 1.0, advice.cost.machine)
     return AdvisedPick(advice.target, top.spec, top.k, top.speedup, top.tau, advice.cost.machine)
@@ -516,8 +559,10 @@ def run_top(target, advice: Advice, n: int, prompts: Sequence[PromptRow], config
     for f in picks:
         p = from_spec(f.spec, target, load=load)
         proposers[p.name] = p
-        wanted[(p.name, f.k)] = f
-    cfg = BenchConfig(**{**config.__dict__, "ks": tuple(sorted({f.k for f in picks}))})
+        sched = f.extra.get("schedule", "constant")
+        wanted[(p.name if sched == "constant" else f"{p.name} [{sched}]", f.k)] = f
+    schedules = tuple(dict.fromkeys(["constant", *(f.extra["schedule"] for f in picks if "schedule" in f.extra)]))
+    cfg = BenchConfig(**{**config.__dict__, "ks": tuple(sorted({f.k for f in picks})), "schedules": schedules})
     sweep = Sweep(target, proposers, prompts, cfg, prompt_source="specviz advise")
     sweep.runs = [r for r in sweep.runs if r.proposer == TARGET_ONLY or (r.proposer, r.k) in wanted]
     if say:
@@ -552,7 +597,7 @@ def compare_run(advice: Advice, f: A.Forecast, row: dict[str, Any], mean_prompt:
     predicted = A.run_speedup(f, advice.cost, mean_prompt, mean_new, drafts)
     measured = row.get("speedup")
     return {
-        "spec": f.spec, "k": f.k, "name": name or f.spec, "proposer": f.proposer,
+        "spec": f.spec, "k": f.k, "name": name or f.spec, "proposer": f.proposer, "schedule": f.extra.get("schedule"),
         "nodes": int(f.drafted_per_step) if f.shape else None,
         "predicted_speedup_loop": f.speedup, "predicted_speedup": predicted,
         "interval": [f.speedup_lo, f.speedup_hi], "measured_speedup": measured,
@@ -571,6 +616,7 @@ def format_runs(runs: Sequence[dict[str, Any]]) -> str:
         meas = f"{r['measured_speedup']:6.2f}x" if r["measured_speedup"] is not None else "      -"
         tau = f"{r['measured_tau']:8.2f}" if r["measured_tau"] is not None else "       -"
         err = f"{100 * r['error']:+6.0f}%" if r["error"] is not None else "      -"
-        lines.append(f"  {r['spec'] + ' k=' + str(r['k']):<44} {r['predicted_tau']:8.2f} {tau} "
+        label = r["spec"] + (f" [{r['schedule']}]" if r.get("schedule") else "")
+        lines.append(f"  {label + ' k=' + str(r['k']):<44} {r['predicted_tau']:8.2f} {tau} "
                      f"{r['predicted_speedup_loop']:6.2f}x {r['predicted_speedup']:6.2f}x {meas} {err}")
     return "\n".join(lines)
