@@ -37,6 +37,7 @@ import platform
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -109,6 +110,12 @@ def cpu_info() -> dict[str, Any]:
 
 
 # -- building the configurations ---------------------------------------------------------------
+
+
+def _run_name(f: A.Forecast) -> str:
+    """The sweep's name for a forecast's configuration: its spec, and ``[confidence:T]`` where it
+    runs under that schedule."""
+    return f"{f.spec} [{f.extra['schedule']}]" if "schedule" in f.extra else f.spec
 
 
 def _is_tree(spec: str) -> bool:
@@ -241,7 +248,8 @@ def check(args, say) -> dict[str, Any]:
     t0 = time.perf_counter()
     advice = advise(target, specs, held if on_held else calib, cache_dir=args.cache_dir, load=load, ks=ks,
                     min_drafted=args.calibrate_tokens, max_new_tokens=args.max_new_tokens, sampling=sampling, chat=args.chat,
-                    refresh=not args.cached_costs, say=say, run_prompts=None if on_held else held)
+                    refresh=not args.cached_costs, say=say, run_prompts=None if on_held else held,
+                    schedule=args.schedule)
     advisor_s = time.perf_counter() - t0
     header["cost_model"] = "read from the cache (not in the advisor's time)" if advice.cost_cached else "measured in this run"
     header["calibrate_on"] = args.calibrate_on
@@ -264,9 +272,13 @@ def check(args, say) -> dict[str, Any]:
             auto = from_spec(f"{shape_base(spec)},shape=auto", target, load=load)
             proposers[auto.name] = auto
             auto_names[spec] = auto.name
+    schedules = ("constant",) if advice.schedule == "constant" else ("constant", advice.schedule)
     config = BenchConfig(ks=tuple(ks), max_new_tokens=args.max_new_tokens, sampling=sampling, chat=args.chat,
-                         repeats=args.repeats)
+                         repeats=args.repeats, schedules=schedules)
     sweep = Sweep(target, proposers, held, config, prompt_source=f"{_shown(args.prompts)} (held out)")
+    if advice.schedule != "constant":  # a chain that stops on q runs under the schedule only, as advised
+        scheduled = {r.proposer for r in sweep.runs if r.proposer.endswith(f" [{advice.schedule}]")}
+        sweep.runs = [r for r in sweep.runs if f"{r.proposer} [{advice.schedule}]" not in scheduled]
     report = _run(sweep, say)
     sweep_s = sweep.wall_s
     measured = _rows(report)
@@ -279,18 +291,22 @@ def check(args, say) -> dict[str, Any]:
         if f is None:
             per_proposer.append({"proposer": spec, "predicted": None, "note": "the advisor made no forecast"})
             continue
-        c = compare_run(advice, f, measured.get((f.spec, f.k)) or {}, mean_prompt)
+        c = compare_run(advice, f, measured.get((_run_name(f), f.k)) or {}, mean_prompt)
         c["within_10pct"] = c["error"] is not None and abs(c["error"]) <= SPEED_TOLERANCE
         c["error_loop"] = ((c["measured_speedup"] - f.speedup) / f.speedup
                            if c["measured_speedup"] is not None and f.speedup else None)
         per_proposer.append(c)
     configs = [r for r in measured.values() if r["speedup"] is not None]
     best = max(configs, key=lambda r: r["speedup"])
+    # the advisor's first choice: auto's pick (constant k), or under a schedule the first of the ranking
+    top = next((f for f in advice.forecasts if f.tau > 1.0 and f.pays), None) if advice.schedule != "constant" else None
+    if top is not None:
+        pick = replace(pick, spec=_run_name(top), k=top.k, speedup=top.speedup, tau=top.tau)
     pick_key = (pick.spec, pick.k) if pick.pays else (TARGET_ONLY, 0)
     pick_row = measured.get(pick_key)
     pick_meas = pick_row["speedup"] if pick_row else None
     gap = (best["speedup"] - pick_meas) / best["speedup"] if pick_meas is not None else None
-    forecast_keys = {(f.spec, f.k) for f in advice.forecasts} | {(TARGET_ONLY, 0)}
+    forecast_keys = {(_run_name(f), f.k) for f in advice.forecasts} | {(TARGET_ONLY, 0)}
     in_space = max((r for r in configs if (r["proposer"], r["k"]) in forecast_keys), key=lambda r: r["speedup"])
     verdict = {
         "pick": {"spec": pick.spec, "k": pick.k, "predicted_speedup": pick.speedup, "measured_speedup": pick_meas},
@@ -396,7 +412,8 @@ def markdown(res: dict[str, Any]) -> str:
             continue
         tau = f"{c['measured_tau']:.2f}" if c["measured_tau"] is not None else "-"
         lo, hi = c["interval"]
-        out.append(f"| `{c['proposer']}` | `{c['spec']}` k={c['k']} | {c['predicted_tau']:.2f} | {tau} | "
+        sched = f" [{c['schedule']}]" if c.get("schedule") else ""
+        out.append(f"| `{c['proposer']}` | `{c['spec']}{sched}` k={c['k']} | {c['predicted_tau']:.2f} | {tau} | "
                    f"{_x(c['predicted_speedup_loop'])} | {lo:.2f}-{hi:.2f}x | {_x(c['predicted_speedup'])} | "
                    f"{_x(c['measured_speedup'])} | {_pct(c['error'])} | {_yes(c['within_10pct'])} |")
     out += ["", "'run': the whole-run prediction (both prefills) that the measured tokens/s ratio is compared with; "
@@ -460,6 +477,8 @@ def parser() -> argparse.ArgumentParser:
                     help="heldout (default): the advisor is given the held-out prompts, as a user gives the prompts "
                          "they will run; calibration: draft models calibrate on the other prompts, prompt lookup on "
                          "the held-out ones (specviz advise --heldout)")
+    ap.add_argument("--schedule", default="constant", help="constant (default) or confidence:T: the draft chains "
+                    "advised and swept with a confidence stop")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's own)")
     ap.add_argument("--device", default="auto")
     ap.add_argument("--dtype", default="auto")
