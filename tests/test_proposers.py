@@ -92,6 +92,23 @@ def test_confidence_schedule_stops_drafting_early(tiny_target, near_draft):
     assert list(res.token_ids) == hf_greedy(tiny_target, PROMPTS[0], 20)
 
 
+def test_a_confidence_stop_says_where_and_why_it_stopped(tiny_target, near_draft):
+    """A step the confidence stop cut short records after how many drafts and on what top
+    probability (under the threshold), and the step view says it in words; a step it did not cut
+    records nothing."""
+    from specviz import viz
+
+    threshold = 0.9
+    res = SpeculativeDecoder(tiny_target, DraftModel(near_draft), k=6, schedule=ConfidenceK(threshold)).generate(
+        PROMPTS[0], max_new_tokens=30)
+    stopped = [s for s in res.steps if "stopped" in s.info]
+    assert stopped and all(s.info["stopped"]["after"] == s.k < 6 and s.info["stopped"]["top"] < threshold for s in stopped)
+    assert all(s.k == min(6, 30 - sum(r.n_committed for r in res.steps[: s.index]) - 1)
+               for s in res.steps if "stopped" not in s.info and s.k)
+    assert "The draft stopped after" in viz.step_summary(stopped[0]) and "under the confidence" in viz.step_summary(stopped[0])
+    assert list(res.token_ids) == hf_greedy(tiny_target, PROMPTS[0], 30)
+
+
 def test_a_confidence_stop_a_proposer_never_reads_is_refused(tiny_target, near_draft):
     """n-gram drafts carry no q: a confidence schedule would rerun constant k under another name
     (a bench once ranked two such identical runs 15% apart)."""

@@ -22,6 +22,7 @@ class _DraftState:
     vocab: int  # the target's vocabulary size: q is laid out on it
     ids: list[int] = field(default_factory=list)  # tokens the cache holds, in order
     context_rows: Any = None  # vocab=N drafts: a ContextRows (context tokens outside the head's set)
+    stopped: float | None = None  # the last proposal: the top probability a confidence stop ended it on
 
 
 DRAFT_POLICIES = ("sampled", "argmax")
@@ -55,12 +56,14 @@ class DraftModel:
     def propose(self, state: _DraftState, context: torch.Tensor, k: int, sampling: Sampling, generator, stop=None) -> Proposal:
         argmax = self.policy == "argmax"
         tokens, q = draft_tokens(self.model, state, context, k, sampling, generator, stop, argmax=argmax)
+        # a confidence stop: after how many drafts, on what top probability (the step view says why k' < k)
+        info = {} if state.stopped is None else {"stopped": {"after": int(tokens.numel()), "top": state.stopped}}
         if isinstance(q, Deferred):  # greedy / argmax drafts: q is only shown, computed when read
             fn, device = q.fn, context.device
             q = Deferred(lambda: fn().to(device))
         elif q is not None:
             q = q.to(context.device)
-        return Proposal(tokens=tokens.to(context.device), q=q, deterministic=argmax)
+        return Proposal(tokens=tokens.to(context.device), q=q, deterministic=argmax, info=info)
 
 
 @torch.inference_mode()
@@ -77,6 +80,7 @@ def draft_tokens(draft, state: _DraftState, ctx, k: int, sampling: Sampling, gen
     past it (the target goes on alone; a proposer may always propose fewer than k).
     """
     device = draft.device
+    state.stopped = None
     window = context_window(draft.model)
     if window is not None:
         k = min(k, window - len(ctx) + 1)
@@ -108,20 +112,20 @@ def _draft_loop(draft, state: _DraftState, new_ids: list[int], feed, k: int, sam
         out = forward_logits(draft.model, feed, state.cache, 1, lazy=lazy_q)  # [1, V_draft], lazily where it can be
         state.ids.extend(new_ids)
         if lazy_q and isinstance(out, LazyLogits) and out.shape[-1] == state.vocab:
-            if i > 0 and stop is not None and stop(float(out.top_probability()[0])):
+            if i > 0 and stop is not None and _stops(state, stop, float(out.top_probability()[0])):
                 break  # the draft is unsure: leave the rest to the target (a cut head's top from its rows)
             x = int(out.argmax()[0])  # a screened or cut head's argmax, without the row
             rows.append(out)
         elif lazy_q:
             logits = _fit_vocab(materialize(out)[0], state.vocab)  # [V]
-            if i > 0 and stop is not None and stop(float(top_probability(logits))):
+            if i > 0 and stop is not None and _stops(state, stop, float(top_probability(logits))):
                 break
             x = int(first_argmax(logits))
             rows.append(logits)
         else:
             logits = _fit_vocab(out[0], state.vocab)  # [V]
             q = logits_to_probs(logits, sampling)  # [V]
-            if i > 0 and stop is not None and stop(float(q.max())):
+            if i > 0 and stop is not None and _stops(state, stop, float(q.max())):
                 break  # the draft is unsure: leave the rest to the target
             x = int(first_argmax(logits)) if sampling.greedy or argmax else int(torch.multinomial(q, 1, generator=generator))
             rows.append(q)
@@ -135,6 +139,15 @@ def _draft_loop(draft, state: _DraftState, new_ids: list[int], feed, k: int, sam
         return torch.tensor(tokens, dtype=torch.long), Deferred(
             lambda: torch.stack([logits_to_probs(materialize(r)[0] if isinstance(r, LazyLogits) else r, sampling) for r in rows]))
     return torch.tensor(tokens, dtype=torch.long), torch.stack(rows)  # [k'], [k', V]
+
+
+def _stops(state: _DraftState, stop, top: float) -> bool:
+    """Whether the stop rule ends the draft on a token whose top probability is ``top`` (kept in
+    ``state.stopped`` when it does)."""
+    if stop(top):
+        state.stopped = top
+        return True
+    return False
 
 
 def same_weights(draft, target) -> bool:

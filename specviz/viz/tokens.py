@@ -496,10 +496,16 @@ def step_summary(record: StepRecord | None, shown: Reveal | None = None) -> str:
     source = record.info.get("source")  # NGramOrDraft: which proposer drafted this step
     if source in ("ngram", "draft") and record.k:
         ms = ("drafted by the n-gram lookup (free) · " if source == "ngram" else "drafted by the draft model · ") + ms
+    stopped = record.info.get("stopped")  # a confidence schedule ended the draft early
+    if isinstance(stopped, dict) and "top" in stopped:
+        n = stopped.get("after", record.k)
+        mapping += (f'<div class="sv-muted sv-stopped">The draft stopped after {n} token{"s" if n != 1 else ""}: '
+                    f'its top probability for the next one was {stopped["top"]:.2f}, under the confidence '
+                    "schedule's threshold, so the target was left to decide from there.</div>")
     d_toks, t_toks = record.info.get("draft_tokens"), record.info.get("target_tokens")
     if isinstance(d_toks, list) and isinstance(t_toks, list):  # a re-tokenizing proposer
         show = lambda toks: " ".join(f"<code>{html.escape(token_label(str(t)))}</code>" for t in toks) or "∅"
-        mapping = (f'<div class="sv-muted sv-mapping">draft model tokens {show(d_toks)} → re-tokenized for the '
+        mapping += (f'<div class="sv-muted sv-mapping">draft model tokens {show(d_toks)} → re-tokenized for the '
                    f"target {show(t_toks)}</div>")
     return (
         f'<div class="sv-step-summary"><b>Step {record.index + 1}</b>: {html.escape(step_summary_text(record))}; '
