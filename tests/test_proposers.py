@@ -109,6 +109,24 @@ def test_a_confidence_stop_says_where_and_why_it_stopped(tiny_target, near_draft
     assert list(res.token_ids) == hf_greedy(tiny_target, PROMPTS[0], 30)
 
 
+def test_the_draft_a_confidence_stop_is_unsure_of_is_its_last_proposed(tiny_target, near_draft):
+    """The stop reads each draft's top probability, max q, and the draft it is unsure of is still
+    proposed (its forward is paid; the target may keep it), then no more."""
+    seen: list[float] = []
+
+    def stop(top):
+        seen.append(top)
+        return len(seen) == 2  # unsure of the second draft
+
+    draft = DraftModel(near_draft, policy="argmax")
+    ctx = tiny_target.tokenizer(PROMPTS[0], return_tensors="pt").input_ids[0]
+    proposal = draft.propose(draft.init_state(tiny_target), ctx, 5, Sampling(temperature=1.0), torch.Generator().manual_seed(0),
+                             stop=stop)
+    assert proposal.tokens.numel() == 2 and len(seen) == 2
+    torch.testing.assert_close(torch.tensor(seen), proposal.q.max(-1).values, rtol=1e-6, atol=0)
+    assert proposal.info["stopped"] == {"after": 2, "top": seen[1]}
+
+
 def test_a_confidence_stop_a_proposer_never_reads_is_refused(tiny_target, near_draft):
     """n-gram drafts carry no q: a confidence schedule would rerun constant k under another name
     (a bench once ranked two such identical runs 15% apart)."""

@@ -210,4 +210,4 @@ def test_a_greedy_cut_draft_drafts_on_the_lazy_head_with_the_same_tokens_and_q(t
     # a confidence stop reads the same top probability from the cut head's rows as from the whole row
     assert len(tops["lazy"]) == 3
     torch.testing.assert_close(torch.tensor(tops["lazy"]), torch.tensor(tops["laid out"]), rtol=1e-6, atol=0)
-    torch.testing.assert_close(torch.tensor(tops["lazy"]), lazy_q.fn()[1:].max(-1).values, rtol=1e-6, atol=0)
+    torch.testing.assert_close(torch.tensor(tops["lazy"]), lazy_q.fn()[:3].max(-1).values, rtol=1e-6, atol=0)

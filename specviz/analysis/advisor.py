@@ -350,6 +350,15 @@ def run_steps_s(step_s: Sequence[float], rates: Sequence[float], new_tokens: int
     return T[new_tokens]
 
 
+def _all_kept(cal: ChainCalibration, k: int) -> float:
+    """P(a step of up to k drafts keeps every draft it made): all k, or all of a chain a confidence
+    stop ended at j < k (steps that drafted exactly j and kept them: reached[j] - drafted[j])."""
+    full = _chain_tau(cal, k, "p") - _chain_tau(cal, k - 1, "p")  # P(drafts 1..k drafted and kept)
+    if not cal.steps:
+        return full
+    return full + sum(cal.reached[j] - cal.drafted[j] for j in range(1, min(k, cal.k))) / cal.steps
+
+
 def _chain_step_s(cal: ChainCalibration, cost: CostModel, k: int, kind: str, draft: str | None) -> tuple[float, float]:
     """(drafting, the whole step) in seconds for a chain step of up to k drafts."""
     kprime = sum(cal.reach(i) for i in range(k))
@@ -357,9 +366,8 @@ def _chain_step_s(cal: ChainCalibration, cost: CostModel, k: int, kind: str, dra
         draft_s = cost.lookup_s.get("ngram", 0.0)
     elif kind == "draft" and draft in cost.drafts:
         d = cost.drafts[draft]
-        all_kept = _chain_tau(cal, k, "p") - _chain_tau(cal, k - 1, "p")  # P(drafts 1..k kept): next step feeds x_k and the bonus
-        stopped = 1.0 - cal.reach(k - 1) if cal.steps else 0.0  # a confidence stop before k: one forward more than it drafted
-        draft_s = (1 - all_kept) * d.feed(1) + all_kept * d.feed(2) + (max(0.0, kprime - 1) + stopped) * d.step_s
+        all_kept = _all_kept(cal, k)  # the next step feeds the last draft and the bonus
+        draft_s = (1 - all_kept) * d.feed(1) + all_kept * d.feed(2) + max(0.0, kprime - 1) * d.step_s
     else:
         per_token = (cal.draft_ms / 1e3 / cal.drafted_tokens) if cal.drafted_tokens else 0.0
         draft_s = kprime * per_token

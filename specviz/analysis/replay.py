@@ -110,7 +110,7 @@ class ReplayStep:
     drafts: tuple[ReplayDraft, ...] = ()
     source: str = ""  # ngram+draft: "ngram" or "draft"
     feed: int = 0  # ngram+draft draft steps: tokens its draft had to catch up on first (the first: the prompt)
-    stopped: bool = False  # a confidence stop ended the draft before k (its last forward's token not proposed)
+    stopped: bool = False  # a confidence stop ended the draft before k (after a draft it was unsure of)
 
     @property
     def n_committed(self) -> int:
@@ -246,17 +246,18 @@ def _draft_chain(w: _Walk, rows: DraftRows, k: int, window: int | None, ms: floa
                  **extra) -> ReplayStep:
     """A greedy draft model's chain from its teacher-forced argmax: drafted tokens past the first
     one the target rejects are never compared, so they need not be known. ``stop``: a confidence
-    stop's threshold, ending the chain before the first draft after the first whose top
-    probability is below it (as ``draft_model._draft_loop``; past a rejection the rows are not the
-    draft's, but the target never reads those drafts)."""
+    stop's threshold, ending the chain after the first draft whose top probability is below it
+    (as ``draft_model._draft_loop``). Up to the first rejected draft the rows are the draft's own;
+    past it the draft conditions on its rejected token, which teacher forcing does not see, so
+    there the chain's length is an estimate (its drafts are never kept either way)."""
     if window is not None:
         k = min(k, window - w.length + 1)  # draft_tokens: never past the draft's context window
     if k <= 0:
         return ReplayStep(0, 0, w.committed(0), ms, **extra)
     stopped = False
     if stop is not None:
-        cut = next((i for i in range(1, k) if w.t + i <= w.n and rows.top_p[w.t + i] < stop), k)
-        stopped, k = cut < k, cut
+        unsure = next((i for i in range(k - 1) if w.t + i <= w.n and rows.top_p[w.t + i] < stop), None)
+        stopped, k = unsure is not None, k if unsure is None else unsure + 1
     kept = 0
     while kept < k and w.t + kept < w.n and rows.argmax[w.t + kept] == w.run.new_ids[w.t + kept]:
         kept += 1
@@ -316,9 +317,8 @@ def _hybrid_step(w: _Walk, proposer: NGramOrDraft, rows: DraftRows, k: int, wind
         return _chain_step(w, tokens.tolist(), ms, source="ngram")
     feed = w.length - min(w.draft_valid, w.length - 1)
     step = _draft_chain(w, rows, k, window, ms, stop, source="draft", feed=feed)
-    # the draft's cache now holds the context and its first k - 1 drafts (a stopped chain: all k, the
-    # forward that stopped it fed the last); those the target kept stay valid
-    w.draft_valid = w.length + min(step.n_accepted, step.k if step.stopped else max(0, step.k - 1))
+    # the draft's cache now holds the context and its first k - 1 drafts; those the target kept stay valid
+    w.draft_valid = w.length + min(step.n_accepted, max(0, step.k - 1))
     return step
 
 

@@ -346,7 +346,7 @@ def _hybrid_costed(runs, cost: CostModel, draft, shares_prompt: bool = False):
             ms = s.draft_ms
             if s.source == "draft" and s.k:
                 feed = d.prefill_s * s.feed / max(1, cost.context) if first else d.feed(s.feed)
-                ms += 1e3 * (feed + (s.k - 1 + s.stopped) * d.step_s)  # a stopped chain ran one more forward
+                ms += 1e3 * (feed + (s.k - 1) * d.step_s)
                 first = False
             new.append(replace(s, draft_ms=ms))
         out.append(new)
@@ -425,7 +425,7 @@ def advise(target, specs: Sequence[str], prompts: Sequence[PromptRow], *, cache_
     ``replay`` (default: under greedy decoding): acceptance from one greedy decode per prompt,
     every proposer replayed on it (:func:`calibrate_by_replay`); else a calibration run each.
     ``schedule``: ``constant`` or ``confidence:T``, under which the draft chains are calibrated
-    (replayed with the stop, or run with it) and priced (a stopped chain's extra draft forward)."""
+    (replayed with the stop, or run with it) and priced at the drafts they make."""
     if not prompts:
         raise ValueError("no prompts to calibrate on: give --prompts FILE or a --category with prompts")
     if run_prompts is not None and not run_prompts:

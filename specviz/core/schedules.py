@@ -39,8 +39,9 @@ class HeuristicK:
 
 @dataclass(frozen=True)
 class ConfidenceK:
-    """Draft up to k tokens, but stop as soon as the draft's top probability falls below
-    ``threshold`` (the low-confidence token is not proposed; the first draft always is)."""
+    """Draft up to k tokens, but stop after the first draft whose top probability is below
+    ``threshold`` (that draft is still proposed: its forward is paid, and the target may keep it,
+    as in ``transformers``' assisted generation)."""
 
     threshold: float = 0.4
     name: str = "confidence"

@@ -72,8 +72,9 @@ def draft_tokens(draft, state: _DraftState, ctx, k: int, sampling: Sampling, gen
     LoadedModel), reusing and rolling back its KV cache in ``state``; ``argmax`` takes argmax q
     instead of sampling from q.
     -> (tokens [k'] long, q [k', state.vocab] or None if k' = 0). Under greedy or argmax, where no
-    rule reads q, q is a ``Deferred`` (computed when read); ``stop(top)`` reads only each draft's top
-    probability (the confidence schedule), from a cut head's own rows where it has one.
+    rule reads q, q is a ``Deferred`` (computed when read). ``stop(top)`` (the confidence schedule)
+    reads each draft's top probability, from a cut head's own rows where it has one: the first
+    draft it says is unsure is the last one proposed (its forward is paid; the target may keep it).
 
     Never past the draft's context window: drafting x_k feeds positions up to len(ctx) + k - 2,
     so a draft with a shorter window than the target drafts fewer tokens near its end and none
@@ -111,25 +112,25 @@ def _draft_loop(draft, state: _DraftState, new_ids: list[int], feed, k: int, sam
     for i in range(k):
         out = forward_logits(draft.model, feed, state.cache, 1, lazy=lazy_q)  # [1, V_draft], lazily where it can be
         state.ids.extend(new_ids)
+        last = i == k - 1 or stop is None  # the stop rule is read where another draft could follow
         if lazy_q and isinstance(out, LazyLogits) and out.shape[-1] == state.vocab:
-            if i > 0 and stop is not None and _stops(state, stop, float(out.top_probability()[0])):
-                break  # the draft is unsure: leave the rest to the target (a cut head's top from its rows)
             x = int(out.argmax()[0])  # a screened or cut head's argmax, without the row
+            unsure = not last and _stops(state, stop, float(out.top_probability()[0]))  # a cut head: from its rows
             rows.append(out)
         elif lazy_q:
             logits = _fit_vocab(materialize(out)[0], state.vocab)  # [V]
-            if i > 0 and stop is not None and _stops(state, stop, float(top_probability(logits))):
-                break
             x = int(first_argmax(logits))
+            unsure = not last and _stops(state, stop, float(top_probability(logits)))
             rows.append(logits)
         else:
             logits = _fit_vocab(out[0], state.vocab)  # [V]
             q = logits_to_probs(logits, sampling)  # [V]
-            if i > 0 and stop is not None and _stops(state, stop, float(q.max())):
-                break  # the draft is unsure: leave the rest to the target
             x = int(first_argmax(logits)) if sampling.greedy or argmax else int(torch.multinomial(q, 1, generator=generator))
+            unsure = not last and _stops(state, stop, float(q.max()))
             rows.append(q)
         tokens.append(x)
+        if unsure:
+            break  # the draft was unsure of x: x is its last draft, the target decides from there
         new_ids = [x]
         feed = torch.tensor(new_ids, dtype=torch.long, device=device)
     assert cache_length(state.cache) == len(state.ids)

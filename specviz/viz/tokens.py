@@ -500,8 +500,8 @@ def step_summary(record: StepRecord | None, shown: Reveal | None = None) -> str:
     if isinstance(stopped, dict) and "top" in stopped:
         n = stopped.get("after", record.k)
         mapping += (f'<div class="sv-muted sv-stopped">The draft stopped after {n} token{"s" if n != 1 else ""}: '
-                    f'its top probability for the next one was {stopped["top"]:.2f}, under the confidence '
-                    "schedule's threshold, so the target was left to decide from there.</div>")
+                    f'its top probability for the last one was {stopped["top"]:.2f}, under the confidence '
+                    "schedule's threshold, so it drafted no further and the target decided from there.</div>")
     d_toks, t_toks = record.info.get("draft_tokens"), record.info.get("target_tokens")
     if isinstance(d_toks, list) and isinstance(t_toks, list):  # a re-tokenizing proposer
         show = lambda toks: " ".join(f"<code>{html.escape(token_label(str(t)))}</code>" for t in toks) or "∅"
