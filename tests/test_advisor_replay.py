@@ -133,6 +133,47 @@ def test_ngram_or_draft_replay_equals_the_engine(tiny, decodes, k):
     assert {s.source for r in replayed for s in r if s.k} == {"ngram", "draft"}
 
 
+@pytest.fixture(scope="module")
+def cut(tiny):
+    """The draft with its head cut to 12 of the 37 tokens (vocab=12): its session's context
+    tokens outside them are scored as they arrive (proposers.vocab.ContextRows)."""
+    from specviz.proposers.vocab import with_vocab_subset
+
+    target, draft = tiny
+    return with_vocab_subset(draft, target, 12)
+
+
+@pytest.mark.parametrize("spec,k,schedule", [("draft", 3, None), ("draft", 6, None), ("ngram+draft", 4, None),
+                                             ("draft", 5, "median"), ("ngram+draft", 5, "median")])
+def test_a_cut_draft_replays_as_the_engine_runs_it(tiny, cut, decodes, spec, k, schedule):
+    """A vocab=N draft's rows teacher-forced with its context rows added as the text arrives give
+    the engine's steps back (with a confidence stop too: kept drafts and committed tokens, and the
+    chain's length up to the first rejected draft)."""
+    target, _ = tiny
+    proposer = from_spec(f"{spec}:tiny-cut", target, load=lambda name, **kw: cut)
+    assert R.replayable(proposer)
+    rows = R.draft_rows(cut, decodes, R.vocab_of(target))
+    stop = _a_threshold_that_stops(rows) if schedule else None
+    runs = _engine_runs_under(target, proposer, k, f"confidence:{stop}" if stop else "constant")
+    ours, theirs = R.summary(R.replay(proposer, decodes, k, rows, stop=stop)), R.summary(runs)
+    assert [(kept, n) for _, kept, n in ours] == [(kept, n) for _, kept, n in theirs]
+    assert [min(d, kept + 1) for d, kept, _ in ours] == [min(d, kept + 1) for d, kept, _ in theirs]
+    if stop is None:
+        assert ours == theirs
+
+
+
+def test_a_cut_drafts_replay_without_its_context_rows_parts_from_the_engine(tiny, cut, decodes, monkeypatch):
+    """The context rows are what makes the cut draft's replay exact: its 12 rows alone keep far
+    fewer drafts than the engine's draft does."""
+    target, _ = tiny
+    proposer = from_spec("draft:tiny-cut", target, load=lambda name, **kw: cut)
+    theirs = R.summary(_engine_runs_under(target, proposer, 4, "constant"))
+    monkeypatch.setattr(R, "context_rows_for", lambda model: None)
+    ours = R.summary(R.replay(proposer, decodes, 4, R.draft_rows(cut, decodes, R.vocab_of(target))))
+    assert ours != theirs and sum(kept for _, kept, _ in ours) < sum(kept for _, kept, _ in theirs)
+
+
 def test_what_cannot_be_replayed_says_so(tiny, decodes):
     target, draft = tiny
     assert not R.replayable(object()) and R.replayable(from_spec("ngram", target))

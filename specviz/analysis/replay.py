@@ -49,7 +49,7 @@ from ..proposers.draft_model import DraftModel, same_weights
 from ..proposers.hybrid import NGramOrDraft
 from ..proposers.ngram import NGram, ngram_lookup
 from ..proposers.ngram_tree import NGramTree
-from ..proposers.vocab import context_rows_for
+from ..proposers.vocab import context_rows_for, scoring
 from ..runtime.kv import context_window, forward_logits, new_cache, session_cache, take_prefix, vocab_size
 
 __all__ = ["Decoded", "DraftRows", "ReplayStep", "ReplayNode", "replayable", "draft_rows", "replay", "replay_draft_tree",
@@ -124,16 +124,14 @@ def decoded(session, category: str = "") -> Decoded:
 
 def replayable(proposer) -> bool:
     """Whether :func:`replay` reproduces ``proposer``'s greedy steps: an n-gram (chain or tree), a
-    draft model with its whole vocabulary (``early-exit`` included; a ``vocab=N`` head scores the
-    context's own tokens as they arrive, which teacher forcing over the whole text cannot follow),
-    or ``ngram+draft`` of one. Not ``xdraft`` (another tokenizer)."""
+    draft model (``early-exit`` included; a ``vocab=N`` head with its session's context rows, added
+    as the teacher-forced text arrives, as the engine's draft adds them: see :func:`draft_rows`), or
+    ``ngram+draft`` of one. Not ``xdraft`` (another tokenizer)."""
     if isinstance(proposer, (NGram, NGramTree)):
         return True
     if isinstance(proposer, NGramOrDraft):
         return replayable(proposer.draft)
-    if isinstance(proposer, DraftModel):
-        return context_rows_for(proposer.model.model) is None
-    return False
+    return isinstance(proposer, DraftModel)
 
 
 @torch.inference_mode()
@@ -146,9 +144,15 @@ def draft_rows(draft, runs: Sequence[Decoded], vocab: int, top: int = TOP_N, bat
     :func:`~specviz.proposers.draft_model.take_target_prompt` starts it), then g one token at a
     time, so each position is computed by the same kernels at the same width as a one-token draft
     step; ``batched``: prompt + g in one forward (faster, but its rounding differs: on
-    gemma-3-270m@int8 one argmax in 192 positions flipped)."""
+    gemma-3-270m@int8 one argmax in 192 positions flipped; a cut head without its context rows).
+
+    A cut head (``vocab=N``) also scores the session's context tokens outside its N (a
+    :class:`~specviz.proposers.vocab.ContextRows`), added as they are fed: at position t the
+    prompt and g[:t], which is the engine's set whenever the drafts before were kept (a draft's
+    own tokens are always in the set already), so the rows are the engine's there too."""
     out = []
     for run in runs:
+        extra = context_rows_for(draft.model)  # a cut head's context rows, this run's own (None: a full head)
         ids = torch.tensor(run.prompt_ids + run.new_ids, dtype=torch.long, device=draft.device)  # [L + N]
         keep, L = len(run.new_ids) + 1, len(run.prompt_ids)
         if batched:
@@ -159,8 +163,11 @@ def draft_rows(draft, runs: Sequence[Decoded], vocab: int, top: int = TOP_N, bat
                 prefilled = session_cache(target.model)
                 forward_logits(target.model, ids[: L - 1], prefilled, 1, lazy=True)  # the engine's prefill
                 start = L - 1 if take_prefix(cache, prefilled, L - 1) else 0
-            rows = [forward_logits(draft.model, ids[start:L], cache, 1)]  # [1, V_draft]: after the prompt
-            rows += [forward_logits(draft.model, ids[L + t: L + t + 1], cache, 1) for t in range(keep - 1)]
+            with scoring(extra, run.prompt_ids):  # the whole prompt, fed or taken from the target
+                rows = [forward_logits(draft.model, ids[start:L], cache, 1)]  # [1, V_draft]: after the prompt
+            for t in range(keep - 1):
+                with scoring(extra, run.new_ids[t: t + 1]):
+                    rows.append(forward_logits(draft.model, ids[L + t: L + t + 1], cache, 1))
             logits = torch.cat(rows)  # [N + 1, V_draft]
         logits = _fit_vocab(logits, vocab)  # [N + 1, V]
         best = first_argmax(logits).tolist()
