@@ -80,11 +80,6 @@ class Candidate:
         """A confidence schedule's threshold where this candidate stops on it (None: constant k)."""
         return make_schedule(self.schedule).threshold if self.schedule != "constant" else None
 
-    @property
-    def label(self) -> str:
-        """The spec as the sweep names its runs: with ``[confidence:T]`` where it stops on it."""
-        return self.spec if self.schedule == "constant" else f"{self.spec} [{self.schedule}]"
-
 
 @dataclass
 class Advice:
@@ -448,9 +443,8 @@ def advise(target, specs: Sequence[str], prompts: Sequence[PromptRow], *, cache_
     notes: list[str] = [n for n in (cost.static_decode, cost.busy) if n]
     if any(c.schedule != "constant" for c in candidates):
         notes.append(f"the draft chains ({', '.join(c.spec for c in candidates if c.schedule != 'constant')}) are advised "
-                     f"under {advisable_schedule(schedule)}: each step stops drafting "
-                     "when the draft's top probability falls below the threshold; the pick saved for auto is the best at "
-                     "constant k.")
+                     f"under {advisable_schedule(schedule)}: each step stops drafting after the first draft whose top "
+                     "probability is below the threshold; the pick saved for auto is the best at constant k.")
     by_k: dict[str, dict[int, A.ChainCalibration]] = {}
     tree_replay, info = None, []
     if replay:
