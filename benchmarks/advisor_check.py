@@ -47,7 +47,8 @@ from specviz.analysis import advisor as A
 from specviz.analysis import treeshape as T
 from specviz.analysis.costmodel import MAX_N
 from specviz.bench import BenchConfig
-from specviz.bench.advise import MAX_TREE_NODES, advise, compare_run, pick_of, plan, save_shapes
+from specviz.bench.advice_out import pick_of, save_shapes
+from specviz.bench.advise import MAX_TREE_NODES, advise, compare_run, plan
 from specviz.bench.config import TARGET_ONLY
 from specviz.bench.sweep import Sweep
 from specviz.core.engine import MAX_K

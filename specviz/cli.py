@@ -350,7 +350,8 @@ def cmd_bench(args) -> int:
 
 def cmd_advise(args) -> int:
     from .bench import BenchConfig
-    from .bench.advise import advise, format_advice, format_runs, run_top, save_advice
+    from .bench.advice_out import format_advice, format_runs, save_advice
+    from .bench.advise import advise, run_top
     from .models import cache_dir
     from .proposers import check_spec
 

@@ -355,7 +355,8 @@ def test_the_advisor_prices_a_confidence_schedule(tiny, decodes, numbers):
     """advise(schedule="confidence:T"): the draft chains are replayed with the stop and say so (their
     tau is the engine's own under that schedule); prompt lookup, which never stops, is advised as
     it runs; the pick saved for auto stays a constant-k configuration."""
-    from specviz.bench.advise import advise, format_advice, pick_of
+    from specviz.bench.advice_out import format_advice, pick_of
+    from specviz.bench.advise import advise
 
     target, draft = tiny
     load = lambda name, **kw: draft  # noqa: E731

@@ -2,7 +2,7 @@
 (optionally) run the top few for real through the sweep to show predicted against measured.
 
     advice = advise(target, ["ngram", "draft:gemma-3-270m@int8", "ngram-tree:3"], prompts, cache_dir=...)
-    print(format_advice(advice))
+    print(format_advice(advice))  # specviz.bench.advice_out
     runs = run_top(target, advice, 3, prompts, BenchConfig(...))
 
 Steps: the cost model (:mod:`specviz.analysis.costmodel`, cached per machine); acceptance; the
@@ -42,13 +42,11 @@ from ..proposers.hybrid import NGramOrDraft
 from ..proposers.ngram import NGram
 from ..proposers.ngram_tree import NGramTree
 from ..proposers.registry import check_spec, from_spec, shape_base
-from .advice_out import format_advice, format_runs, pick_of, save_advice, save_shapes
 from .config import TARGET_ONLY, BenchConfig
 from .sweep import Sweep
 
 __all__ = ["Candidate", "Advice", "plan", "calibrate", "calibrate_by_replay", "Replayed", "lookup_family", "advise", "run_top",
-           "format_advice", "format_runs", "save_shapes", "save_advice", "pick_of", "compare_run", "CALIBRATION_K",
-           "CALIBRATION_TREE_NODES"]
+           "compare_run", "CALIBRATION_K", "CALIBRATION_TREE_NODES"]
 
 CALIBRATION_K = 8  # drafts per step while calibrating (predictions cover k = 1..this)
 CALIBRATION_TREE_NODES = 64  # an n-gram trie's budget while calibrating (its ranks, not its size, are measured)

@@ -18,7 +18,8 @@ import gradio as gr
 
 from ..app import runs
 from ..app.limits import Limits
-from ..bench.advise import CALIBRATION_K, Advice, advise, run_top, save_advice
+from ..bench.advice_out import save_advice
+from ..bench.advise import CALIBRATION_K, Advice, advise, run_top
 from ..bench.config import BenchConfig
 from ..core.records import Sampling
 from ..viz import advisor as VA
