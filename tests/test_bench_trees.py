@@ -218,3 +218,25 @@ def test_draft_tree_rows_in_the_sweep_are_exact_under_greedy(tiny_target, near_d
     row = next(r for r in sweep.report()["rows"] if r["proposer"].startswith("draft-tree"))
     assert row["tree"] and row["same_as_target"] == 1.0  # greedy: the tree's output is the target's
     assert 0 < row["nodes_per_step"] <= 3 and len(row["per_position"]) <= 2
+
+
+def test_the_lab_sweeps_the_k_schedules_chosen(allow_local, models_dir):
+    """The lab's k schedules reach the sweep: a draft model runs under each (its rows named
+    ``[confidence:T]``), the n-gram, which never stops on q, once; a schedule the lab does not offer
+    (the heuristic, whose k would climb past SPECVIZ_MAX_K) or none at all is a message."""
+    from specviz.ui import bench_tab as bt
+
+    args = (models_dir["target"], ["ngram", f"draft:{models_dir['draft']}"], [3], bt.CUSTOM, [], "the cat sat on the mat",
+            1, 8, 0.0, False, "")
+    req = bt.parse_request(*args, ["constant", "confidence:0.5"])
+    assert req.schedules == ("constant", "confidence:0.5") and bt._config(req).schedules == req.schedules
+    state = bt.BenchState()
+    frames = list(bt.on_run(state, *args, ["constant", "confidence:0.5"]))
+    names = {(r["proposer"], r["impl"]) for r in state.report["rows"] if r.get("kind") == "summary"}
+    draft = f"draft:{models_dir['draft']}"
+    assert {(draft, "specviz"), (f"{draft} [confidence:0.5]", "specviz"), ("ngram", "specviz")} <= names, names
+    assert not any(n.startswith("ngram [") for n, _ in names) and "Done in" in str(frames[-1])
+    state.close()
+    for bad, why in ((["heuristic"], "unknown k schedule 'heuristic'"), ([], "at least one k schedule")):
+        with pytest.raises(ValueError, match=why):
+            bt.parse_request(*args, bad)

@@ -52,6 +52,8 @@ from .threads import STOPPED, loading
 log = logging.getLogger("specviz.ui.bench")
 
 K_CHOICES = [1, 2, 3, 4, 5, 6, 8, 10, 12, 16]
+# the lab's k schedules (not the heuristic's, whose k climbs past this server's SPECVIZ_MAX_K)
+SCHEDULE_CHOICES = ["constant", "confidence:0.3", "confidence:0.5", "confidence:0.7"]
 
 
 @dataclass
@@ -64,6 +66,7 @@ class BenchDefaults:
     temperature: float = 0.0
     compare_hf: bool = False
     tree_nodes: str = ""
+    schedules: list[str] = field(default_factory=lambda: ["constant"])
     prompt_source: str = BUNDLED
     custom_prompts: str = ""
 
@@ -88,18 +91,26 @@ class Request:
     sampling: Sampling
     compare_hf: bool
     tree_nodes: tuple[int, ...] = ()
+    schedules: tuple[str, ...] = ("constant",)
 
 
 def parse_request(target, proposers, ks, source, categories, custom, n_prompts, max_new_tokens, temperature, compare_hf,
-                  tree_nodes: str = "") -> Request:
+                  tree_nodes: str = "", schedules: Sequence[str] | None = ("constant",)) -> Request:
     """The tab's raw control values -> a Request; ValueError with a message for the user.
-    ``tree_nodes`` ("4,8,16"): every tree proposer is swept at each node budget (depth = k)."""
+    ``tree_nodes`` ("4,8,16"): every tree proposer is swept at each node budget (depth = k);
+    ``schedules``: the k schedules swept beside each k (a proposer a schedule changes nothing for
+    runs it once, said in the report)."""
     target, specs = target_and_specs(
         target, proposers, "choose at least one proposer (e.g. ngram or draft:MODEL); target-only is always measured")
     nodes = parse_tree_nodes(tree_nodes or "")
     specs = expand_tree_shapes(specs, nodes)
     if not ks:
         raise ValueError("choose at least one k (tokens drafted per step)")
+    if not schedules:
+        raise ValueError("choose at least one k schedule (constant: the same k every step)")
+    for name in schedules:
+        if name not in SCHEDULE_CHOICES:
+            raise ValueError(f"unknown k schedule {name!r} for the lab; choose from {', '.join(SCHEDULE_CHOICES)}")
     kt = B.parse_ks([int(k) for k in ks])
     try:
         n = int(n_prompts)
@@ -113,7 +124,8 @@ def parse_request(target, proposers, ks, source, categories, custom, n_prompts, 
     from ..app.limits import check_bench_request  # hosting limits (SPECVIZ_MAX_*, SPECVIZ_ALLOW_LOCAL_PATHS)
 
     check_bench_request(target, specs, kt, max_new, [r.prompt for r in rows])
-    return Request(target, tuple(specs), kt, tuple(rows), src, max_new, Sampling(temperature=temp), bool(compare_hf), nodes)
+    return Request(target, tuple(specs), kt, tuple(rows), src, max_new, Sampling(temperature=temp), bool(compare_hf), nodes,
+                   tuple(dict.fromkeys(schedules)))
 
 
 # -- rendering ----------------------------------------------------------------------------------
@@ -137,7 +149,8 @@ def _load(req: Request, report: Callable[[str], None]):
 
 
 def _config(req: Request) -> B.BenchConfig:
-    return B.BenchConfig(ks=req.ks, max_new_tokens=req.max_new_tokens, sampling=req.sampling, compare_hf=req.compare_hf)
+    return B.BenchConfig(ks=req.ks, max_new_tokens=req.max_new_tokens, sampling=req.sampling, compare_hf=req.compare_hf,
+                         schedules=req.schedules)
 
 
 def sweep_report(req: Request) -> dict[str, Any]:
@@ -298,6 +311,9 @@ def build_bench_tab(defaults: BenchDefaults | None = None) -> BenchView:
         tree_nodes = gr.Textbox(d.tree_nodes, label="Tree node budgets", placeholder="e.g. 4,8,16", max_lines=1,
                                 elem_id="sv-bench-tree-nodes",
                                 info="sweeps every ngram-tree / draft-tree proposer at each budget (depth = k)")
+        schedules = gr.CheckboxGroup(SCHEDULE_CHOICES, value=d.schedules, label="k schedules", elem_id="sv-bench-schedules",
+                                     info="each swept beside each k; confidence:T stops a draft model's chain after "
+                                          "a draft whose top probability is under T")
     with gr.Row():
         run_btn = gr.Button("▶ Run", variant="primary", elem_id="sv-bench-run", scale=1)
         stop_btn = gr.Button("■ Stop", variant="stop", elem_id="sv-bench-stop", scale=1)
@@ -325,7 +341,8 @@ def build_bench_tab(defaults: BenchDefaults | None = None) -> BenchView:
         json_btn = gr.DownloadButton("⤓ JSON", value=None, interactive=False, elem_id="sv-bench-json", size="md")
         html_btn = gr.DownloadButton("⤓ HTML report", value=None, interactive=False, elem_id="sv-bench-html", size="md")
 
-    controls = [target, proposers, ks, source, categories, custom, n_prompts, max_new, temperature, compare_hf, tree_nodes]
+    controls = [target, proposers, ks, source, categories, custom, n_prompts, max_new, temperature, compare_hf, tree_nodes,
+                schedules]
     view = BenchView(state, controls, run_btn, stop_btn, progress, why, plots, table, csv_btn, json_btn, html_btn,
                      verify_btn, verify_msg)
     source.change(on_source, [source], [categories, custom], queue=False)
