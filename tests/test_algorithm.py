@@ -138,3 +138,31 @@ def test_top_n_equals_topk(shape):
     ref = torch.topk(x, min(10, shape[-1]), dim=-1)
     assert torch.equal(vals, ref.values) and torch.equal(ids, ref.indices)
     assert torch.equal(x.gather(-1, ids), vals)
+
+
+def test_sample_draws_each_id_with_its_weight_and_never_a_zero():
+    """The inverse-CDF sampler: over a vocabulary spanning several blocks, with zeros (top-k, the
+    residual) and weights not normalized, each id comes up at its share (a chi-square test, which
+    the same draws shifted by one id fail) and an id of weight 0 never does."""
+    from specviz.core import algorithm
+
+    g = torch.Generator().manual_seed(7)
+    V = 3 * algorithm.SAMPLE_BLOCK + 37  # blocks, and a partial last one
+    w = torch.softmax(torch.randn(V, generator=g) * 1.5, -1) * 3.0  # total 3: not normalized
+    w[::5] = 0.0
+    w[algorithm.SAMPLE_BLOCK - 1] = 0.0  # a block's last weight
+    n = 60_000
+    counts = torch.bincount(torch.tensor([algorithm.sample(w, g) for _ in range(n)]), minlength=V).double()
+    assert counts[w == 0].sum() == 0
+    expected = n * w.double() / w.double().sum()
+    keep = expected > 5  # chi-square over the ids with enough expected draws, the rest pooled
+    def chi2(c):
+        pooled = torch.cat([c[keep], c[~keep].sum().view(1)]), torch.cat([expected[keep], expected[~keep].sum().view(1)])
+        return float(((pooled[0] - pooled[1]) ** 2 / pooled[1]).sum()), int(keep.sum())
+    stat, dof = chi2(counts)
+    assert stat < dof + 5 * dof ** 0.5, (stat, dof)  # about 5 sigma above the mean
+    shifted, _ = chi2(torch.roll(counts, 1))
+    assert shifted > dof + 5 * dof ** 0.5  # a sampler off by one id fails the same test
+    assert algorithm.sample(torch.tensor([0.0, 0.0, 2.0]), g) == 2 and algorithm.sample(torch.tensor([5.0]), g) == 0
+    with pytest.raises(ValueError, match="no positive weight"):
+        algorithm.sample(torch.zeros(4), g)

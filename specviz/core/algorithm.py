@@ -43,9 +43,33 @@ def logits_to_probs(logits: torch.Tensor, sampling: Sampling) -> torch.Tensor:
     return probs
 
 
+SAMPLE_BLOCK = 512  # the inverse-CDF sampler's first level: sums of this many probabilities
+
+
 def sample(probs: torch.Tensor, generator: torch.Generator | None) -> int:
-    """Draw one token id from a distribution [V]."""
-    return int(torch.multinomial(probs, 1, generator=generator))
+    """Draw one token id from a distribution [V] (weights >= 0, not necessarily normalized: the
+    residual max(0, p - q) is drawn as it is), by inverse transform sampling: u ~ U(0, total),
+    the id whose cumulative weight first exceeds u. In two levels, sums of SAMPLE_BLOCK weights
+    and then one block's, both accumulated in float64, so a 262k vocabulary costs one pass over
+    its weights and one uniform draw (``torch.multinomial`` draws an exponential per token: 5 ms
+    against 0.1 ms on a Zen 4 EPYC). A weight of 0 is never drawn."""
+    V = probs.shape[-1]
+    n = -(-V // SAMPLE_BLOCK)
+    blocks = probs.new_zeros(n * SAMPLE_BLOCK)
+    blocks[:V] = probs
+    blocks = blocks.view(n, SAMPLE_BLOCK)  # [n, B]
+    ends = torch.cumsum(blocks.sum(1, dtype=torch.float64), 0)  # [n]: cumulative weight to each block's end
+    total = float(ends[-1])
+    if not total > 0:
+        raise ValueError("cannot sample from a distribution with no positive weight")
+    u = float(torch.rand(1, generator=generator, dtype=torch.float64, device=probs.device)) * total  # [0, total)
+    b = min(int((ends <= u).sum()), n - 1)  # the first block whose end exceeds u
+    u -= float(ends[b - 1]) if b else 0.0
+    inside = torch.cumsum(blocks[b], 0, dtype=torch.float64)  # [B]
+    i = int((inside <= u).sum())
+    if i >= SAMPLE_BLOCK or blocks[b, i] <= 0:  # u past the block's own rounding of its sum: its last weight > 0
+        i = int(torch.nonzero(blocks[b] > 0)[-1])
+    return b * SAMPLE_BLOCK + i
 
 
 def argmax(logits: torch.Tensor) -> torch.Tensor:

@@ -9,7 +9,7 @@ from typing import Any
 import torch
 
 from ..core.algorithm import argmax as first_argmax
-from ..core.algorithm import logits_to_probs
+from ..core.algorithm import logits_to_probs, sample
 from ..core.records import Deferred, Proposal, Sampling
 from ..runtime.argmax_head import LazyLogits, materialize, top_probability
 from ..runtime.kv import cache_length, context_window, forward_logits, rollback, session_cache, take_prefix, vocab_size
@@ -125,7 +125,7 @@ def _draft_loop(draft, state: _DraftState, new_ids: list[int], feed, k: int, sam
         else:
             logits = _fit_vocab(out[0], state.vocab)  # [V]
             q = logits_to_probs(logits, sampling)  # [V]
-            x = int(first_argmax(logits)) if sampling.greedy or argmax else int(torch.multinomial(q, 1, generator=generator))
+            x = int(first_argmax(logits)) if sampling.greedy or argmax else sample(q, generator)
             unsure = not last and _stops(state, stop, float(q.max()))
             rows.append(q)
         tokens.append(x)
