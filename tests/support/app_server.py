@@ -51,7 +51,7 @@ def tiny_env(root: Path) -> dict[str, str]:
         "SPECVIZ_DEFAULT_PROPOSER": "draft",
         "SPECVIZ_DEFAULT_PROMPT": TINY_PROMPT,
         "SPECVIZ_DEFAULT_MAX_NEW_TOKENS": "40",
-        "SPECVIZ_DEFAULT_TEMPERATURE": "1",  # seed 0: step 1 rejects, step 2 takes a bonus, step 3 rejects
+        "SPECVIZ_DEFAULT_TEMPERATURE": "1",  # rejections to see (test_app_browser.EVERY_KIND_SEED: every kind of token)
         "GRADIO_ANALYTICS_ENABLED": "False",
         "HF_HUB_OFFLINE": "1",
         "SPECVIZ_ALLOW_LOCAL_PATHS": "1",  # the tiny models are local directories
