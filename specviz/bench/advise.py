@@ -425,6 +425,7 @@ def advise(target, specs: Sequence[str], prompts: Sequence[PromptRow], *, cache_
     replay = sampling.greedy if replay is None else replay
     if replay and not sampling.greedy:
         raise ValueError("the replay calibration needs greedy decoding (temperature 0)")
+    schedule = advisable_schedule(schedule)  # "constant" or "confidence:T", as the ranking and the sweep name it
     candidates = plan(specs, target, load, schedule)
     ran = run_prompts if run_prompts is not None else prompts
     lengths = [len(encode_prompt(target.tokenizer, p.prompt, chat=chat)) for p in ran]
@@ -440,7 +441,7 @@ def advise(target, specs: Sequence[str], prompts: Sequence[PromptRow], *, cache_
     notes: list[str] = [n for n in (cost.static_decode, cost.busy) if n]
     if any(c.schedule != "constant" for c in candidates):
         notes.append(f"the draft chains ({', '.join(c.spec for c in candidates if c.schedule != 'constant')}) are advised "
-                     f"under {advisable_schedule(schedule)}: each step stops drafting after the first draft whose top "
+                     f"under {schedule}: each step stops drafting after the first draft whose top "
                      "probability is below the threshold; the pick saved for auto is the best at constant k.")
     by_k: dict[str, dict[int, A.ChainCalibration]] = {}
     tree_replay, info = None, []
@@ -464,7 +465,7 @@ def advise(target, specs: Sequence[str], prompts: Sequence[PromptRow], *, cache_
     ranked = A.rank(forecasts)  # by the whole run's prediction: a draft's own prefill is the user's cost too
     return Advice(str(target.name), cost, cached, candidates, cals, ranked, A.verdicts(ranked), notes, shapes, budgets,
                   len(ran), mean_prompt, max_new_tokens, by_k, "replay" if replay else "runs",
-                  {"decodes": info}, tree_replay, advisable_schedule(schedule))
+                  {"decodes": info}, tree_replay, schedule)
 
 
 def _replay_note(info: dict[str, Any]) -> str:
