@@ -12,10 +12,12 @@ from typing import Any, Iterable, Sequence
 
 import torch
 
-from ..runtime.argmax_head import LazyLogits
+from ..runtime.argmax_head import HeadLogits, LazyLogits
 from ..runtime.kv import context_window, forward_logits, keep_path, rollback, score_tree, session_cache
+from ..runtime.sampled_head import SAMPLE
 from .algorithm import EXACT, Acceptance, TreeVerification, Verification, argmax, verify, verify_tree
 from .bounds import ENGINE_MAX_K as MAX_K  # the engine's hard limit on k; kept as engine.MAX_K
+from .certified import verify_bounded
 from .hooks import Hook, HookList
 from .lazyrec import RECORD_MODES, LazyProbs, chain_record
 from .proposer import Proposer, empty_proposal
@@ -433,6 +435,17 @@ def _argmax_only(session: Session) -> bool:
     return session.decoder.sampling.greedy and session.records == "lean"
 
 
+def _lazy_chain(session: Session) -> bool | str:
+    """How a chain's target pass may leave its logits: unmade for a greedy step (:func:`_argmax_only`),
+    bounded for a sampled one at a plain temperature under the exact rule (``SAMPLE``:
+    :mod:`specviz.core.certified`), else computed."""
+    s = session.decoder.sampling
+    if _argmax_only(session):
+        return True
+    plain = not s.greedy and not s.top_k and (s.top_p is None or s.top_p >= 1.0)
+    return SAMPLE if plain and session.records == "lean" and not session.decoder.acceptance.lossy else False
+
+
 def greedy_argmax(logits) -> torch.Tensor:
     """[n]: each row's first largest logit; a screened or cut head's without computing its logits."""
     return logits.argmax() if isinstance(logits, LazyLogits) else argmax(logits)
@@ -449,7 +462,7 @@ class _Chain:
     @staticmethod
     def score(session: Session, proposal: Proposal) -> torch.Tensor:
         feed = torch.cat([session.context[-1:], proposal.tokens])  # [k+1]
-        return forward_logits(session.target.model, feed, session.cache, proposal.k + 1, lazy=_argmax_only(session))  # [k+1, V]
+        return forward_logits(session.target.model, feed, session.cache, proposal.k + 1, lazy=_lazy_chain(session))  # [k+1, V]
 
     @staticmethod
     def verify(session: Session, proposal: Proposal, logits: torch.Tensor, p: LazyProbs) -> Verification:
@@ -461,6 +474,8 @@ class _Chain:
         else:
             q = proposal.q  # None for point masses (n-gram)
         _check_q_width(q, logits)
+        if isinstance(logits, HeadLogits) and not sampling.greedy:  # bounded logits: the rule on their bounds
+            return verify_bounded(logits, sampling.temperature, q, proposal.tokens, p.get, session.generator)
         # greedy decides on argmax alone: p is computed only if a record or hook reads it
         return verify(
             p if sampling.greedy else p.get(), q, proposal.tokens, generator=session.generator, greedy=sampling.greedy,

@@ -155,7 +155,8 @@ def _load_float(spec: _Spec, dev: torch.device, dt: torch.dtype, report: Progres
     from ..runtime.cpu import speed_up_lm_head
 
     speed_up_lm_head(model, cache_dir())  # a large fp32 or bf16 head on the CPU: oneDNN at the widths it measures faster (cached)
-    from ..runtime import argmax_head
+    from ..runtime import argmax_head, sampled_head
 
+    sampled_head.remember_cache_dir(model, cache_dir())  # where a first sampled step caches its head's timings
     argmax_head.attach(model, cache_dir())  # greedy steps: the argmax through a bf16 or int8 screen where it measures faster (cached)
     return LoadedModel(model, tok, spec.display_name, dev, dt, None)

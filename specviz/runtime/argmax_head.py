@@ -237,7 +237,9 @@ def top_probability(logits: torch.Tensor) -> torch.Tensor:
 
 
 class HeadLogits(LazyLogits):
-    """One step's logits [n, V], computed when first read; its argmax certified without them."""
+    """One step's logits [n, V], computed when first read; its argmax certified without them, and
+    (a bf16 screen's) every logit bounded without them (:meth:`bounds`, for a sampled step:
+    :mod:`specviz.core.certified`)."""
 
     def __init__(self, hidden: torch.Tensor, full: Callable[[torch.Tensor], torch.Tensor], screen: Screen):
         self.hidden, self._full, self.screen, self._logits = hidden, full, screen, None  # hidden [n, d]
@@ -255,6 +257,17 @@ class HeadLogits(LazyLogits):
             return self._logits.max(dim=-1).indices
         best = self.screen.argmax(self.hidden.float())
         return best if best is not None else self.get().max(dim=-1).indices
+
+    def bounds(self) -> tuple[torch.Tensor, list[float]]:
+        """(y [n, V] float32, b per row): every logit within b of its y (the bf16 screen's bound)."""
+        h = self.hidden.float()
+        x, off = self.screen.rows(h)
+        return self.screen.screen(h, x), self.screen.bound(h, off).tolist()
+
+    def exact(self, row: int, ids: torch.Tensor) -> torch.Tensor:
+        """The float32 logits of ``ids`` [m] in row ``row`` -> [m] (each one dot product of the head)."""
+        h = self.hidden[row : row + 1].float()
+        return torch.ops.specviz_int8.pair_dots(h, self.screen.weight, torch.zeros_like(ids), ids)
 
 
 def materialize(logits) -> torch.Tensor:
@@ -285,8 +298,10 @@ def eligible(model: torch.nn.Module, min_elements: int = cpu.MIN_HEAD_ELEMENTS) 
 
 
 def time_widths(head: Callable[[torch.Tensor], torch.Tensor], screen: Screen, widths=WIDTHS,
-                repeats: int = REPEATS) -> dict[int, tuple[float, float]]:
-    """{rows: (full head ms, screened argmax ms)}: medians, the two interleaved, on random rows."""
+                repeats: int = REPEATS, fast: Callable[[torch.Tensor], object] | None = None) -> dict[int, tuple[float, float]]:
+    """{rows: (full head ms, screened argmax ms)}: medians, the two interleaved, on random rows
+    (``fast``: what is timed against the full head instead of the screen's argmax)."""
+    fast_call = fast or screen.argmax
     g = torch.Generator().manual_seed(0)
     d = screen.weight.shape[1]
     out = {}
@@ -296,7 +311,7 @@ def time_widths(head: Callable[[torch.Tensor], torch.Tensor], screen: Screen, wi
         for i in range(repeats + 1):
             for which, sink in ((0, full), (1, fast)) if i % 2 else ((1, fast), (0, full)):
                 t = time.perf_counter()
-                head(h) if which == 0 else screen.argmax(h)
+                head(h) if which == 0 else fast_call(h)
                 if i:  # the first round warms both
                     sink.append((time.perf_counter() - t) * 1e3)
         out[rows] = (statistics.median(full), statistics.median(fast))

@@ -62,7 +62,7 @@ from pathlib import Path
 
 import torch
 
-from . import argmax_head, cpu, layer_op, runners
+from . import argmax_head, cpu, layer_op, runners, sampled_head
 from .body import DecoderBody
 from .hfcompat import cache_kwargs
 from .step_masks import step_masks
@@ -327,13 +327,18 @@ class StaticDecoder:
         cache.length = start + m
         return self._head(hidden, lazy)
 
-    def _head(self, hidden: torch.Tensor, lazy: bool = False):
-        """Logits [rows, V] of hidden [rows, d]; ``lazy`` (a greedy step): where the model has a
+    def _head(self, hidden: torch.Tensor, lazy: bool | str = False):
+        """Logits [rows, V] of hidden [rows, d]; ``lazy`` (True: a greedy step): where the model has a
         certified argmax screen for this width, or a head over part of the vocabulary (a draft's
         ``vocab=N``: its ``lazy_logits``), an :class:`~specviz.runtime.argmax_head.LazyLogits`:
-        logits computed only when read, argmax without them."""
+        logits computed only when read, argmax without them; ``lazy`` = ``sampled_head.SAMPLE`` (a
+        sampled step): a :class:`~specviz.runtime.argmax_head.HeadLogits` whose every logit the bf16
+        screen bounds, at the widths where that measured faster."""
         if not lazy:
             return self._full_head(hidden)
+        if lazy == sampled_head.SAMPLE:  # a sampled step: every logit bounded by a bf16 screen, where faster
+            screen = sampled_head.screen_for(self.model, hidden.shape[0])
+            return argmax_head.HeadLogits(hidden, self._full_head, screen) if screen is not None else self._full_head(hidden)
         screen = argmax_head.screen_of(self.model)
         if screen is not None and screen.used(hidden.shape[0]):
             return argmax_head.HeadLogits(hidden, self._full_head, screen)
