@@ -13,7 +13,7 @@ from specviz import Hook, Sampling, SpeculativeDecoder
 from specviz.core import certified
 from specviz.core.algorithm import verify
 from specviz.proposers import DraftModel, NGram
-from specviz.runtime import argmax_head
+from specviz.runtime import argmax_head, sampled_head
 from tests.support.kernel import NEEDS_OP
 
 N = 20_000
@@ -188,3 +188,52 @@ def test_full_records_top_k_and_typical_keep_the_full_head(tiny_target, bounded_
         SpeculativeDecoder(tiny_target, NGram(), k=3, sampling=sampling).generate(
             "the cat sat on the mat. the cat", max_new_tokens=8, records=records)
     assert not bounded_head
+
+
+@needs_op
+def test_the_sampled_heads_choice_is_measured_reported_and_set(tiny_target, monkeypatch, tmp_path):
+    model = tiny_target.model
+    monkeypatch.setenv("SPECVIZ_ARGMAX_HEAD", "on")
+    monkeypatch.setenv("SPECVIZ_SAMPLED_HEAD", "auto")
+    assert argmax_head.attach(model, min_elements=0) is not None
+    try:
+        sampled_head.remember_cache_dir(model, tmp_path)
+        sampled_head._TIMED.pop(model, None)
+        screen = sampled_head.screen_for(model, 1)  # the first sampled step times it
+        report = sampled_head.report(model)
+        if report is None:
+            assert screen is None  # the full head measured faster at every width (a tiny head may)
+        else:
+            assert set(report["widths"]) == {str(r) for r in argmax_head.WIDTHS} and report["kind"] == "bf16 bounds"
+            assert (screen is not None) == (1 in report["used"])
+        monkeypatch.setenv("SPECVIZ_SAMPLED_HEAD", "on")
+        assert sampled_head.screen_for(model, 40) is not None  # every width
+        monkeypatch.setenv("SPECVIZ_SAMPLED_HEAD", "0")
+        assert sampled_head.screen_for(model, 1) is None
+        monkeypatch.setenv("SPECVIZ_SAMPLED_HEAD", "sometimes")
+        with pytest.raises(ValueError, match="SPECVIZ_SAMPLED_HEAD"):
+            sampled_head.screen_for(model, 1)
+    finally:
+        argmax_head.detach(model)
+    monkeypatch.setenv("SPECVIZ_SAMPLED_HEAD", "on")
+    assert sampled_head.screen_for(model, 1) is None  # no argmax screen: no bounds either
+
+
+@needs_op
+def test_a_real_screens_bounds_hold_and_the_rule_on_them_outputs_p():
+    """The bf16 screen op's values and bound (HeadLogits.bounds) around a random head's logits, and
+    10,000 bonus draws on them: TV to p under 0.04 (about 20 tokens hold the mass: noise ~0.015)."""
+    g = torch.Generator().manual_seed(3)
+    w = torch.randn(3000, 48, generator=g)
+    h = torch.randn(2, 48, generator=g) * 0.6
+    logits = h @ w.T  # [2, V]
+    L = argmax_head.HeadLogits(h, lambda x: x @ w.T, argmax_head.build(w))
+    y, b = L.bounds()
+    assert ((y - logits).abs() <= torch.tensor(b)[:, None]).all()
+    assert torch.allclose(L.exact(1, torch.tensor([5, 7])), logits[1, [5, 7]], atol=1e-4)
+    p = torch.softmax(logits, -1)
+    counts = torch.zeros(3000)
+    no_drafts = torch.zeros(0, dtype=torch.long)
+    for _ in range(10_000):
+        counts[certified.verify_bounded(L, 1.0, None, no_drafts, lambda: p, g).next_token] += 1
+    assert tv(counts, p[0]) < 0.04

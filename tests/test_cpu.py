@@ -198,9 +198,14 @@ def test_a_sweep_names_every_kernel_it_chose_with_both_timings():
     assert kernel_words.kernel_summary(meta).endswith("; int8: blocked")
     meta["argmax_head"] = {"widths": {"1": [20.6, 9.8], "17": [39.4, 41.5], "5": [15.4, 13.2]}, "used": [1, 2, 3, 4, 5, 9]}
     assert kernel_words.describe_kernels(meta)[-1] == (
-        "greedy argmax: the LM head's bf16 screen at 1-5 rows, 9 rows (full head -> screened argmax: "
+        "greedy argmax: the LM head's bf16 screen at 1-5 rows, 9 rows (full head -> screened: "
         "1 row 20.6 -> 9.8 ms, 5 rows 15.4 -> 13.2 ms, 17 rows 39.4 -> 41.5 ms)")
     assert kernel_words.kernel_summary(meta).endswith("; int8: blocked; greedy argmax: bf16 screen at 1-5 rows, 9 rows")
+    meta["sampled_head"] = {"widths": {"1": [20.8, 10.3], "9": [27.6, 16.3]}, "used": list(range(1, 10)), "kind": "bf16 bounds"}
+    assert kernel_words.describe_kernels(meta)[-1] == (
+        "sampled steps' logits bounded through the LM head's bf16 screen at 1-9 rows (full head -> screened: "
+        "1 row 20.8 -> 10.3 ms, 9 rows 27.6 -> 16.3 ms)")
+    del meta["sampled_head"]
     meta["static_decode_choices"] = [{"label": "Gemma3ForCausalLM (int8)", "kept": "fused", "width": 1,
                                       "ms": {"trace": 6.02, "fused": 4.1, "eager": 9.4}, "wide": 5,
                                       "wide_ms": {"trace": 8.0, "fused": 5.2, "eager": 12.0}}]

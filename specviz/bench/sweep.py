@@ -23,6 +23,7 @@ from ..runtime.argmax_head import report as argmax_report
 from ..runtime.cpu import head_kernel_report, machine_id
 from ..runtime.int8_speed import kernel_choice as int8_kernel_choice
 from ..runtime.runners import choices as runner_choices
+from ..runtime.sampled_head import report as sampled_head_report
 from ..runtime.static_decode import enabled as static_decode_enabled
 from ..runtime.static_decode import projection_kernel_report, runners_kept, trace_seconds
 from .config import SCHEMA, TARGET_ONLY, BenchConfig, BenchEvent, RunSpec
@@ -285,6 +286,8 @@ class Sweep:
             "lm_head": head_kernel_report(getattr(self.target, "model", None)),  # specviz.runtime.cpu: kernel per width
             # greedy lean steps: the certified argmax's bf16 screen, per width (specviz.runtime.argmax_head)
             "argmax_head": argmax_report(self.target.model) if getattr(self.target, "model", None) is not None else None,
+            # sampled lean steps: every logit bounded through a bf16 screen, per width (specviz.runtime.sampled_head)
+            "sampled_head": sampled_head_report(self.target.model) if getattr(self.target, "model", None) is not None else None,
             "projections": projection_kernel_report(getattr(self.target, "model", None)),  # the body's, per kind
             # an @int8 model's products: the kernel chosen here and its timings (only a sweep that runs one)
             "int8_kernel": int8_kernel_choice() if self._runs_int8() else None,

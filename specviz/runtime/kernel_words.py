@@ -24,6 +24,7 @@ def describe_kernels(report: dict[str, Any] | None) -> list[str]:
     if int8.get("kernel"):  # an @int8 model was loaded: its products' kernel (specviz.runtime.int8_speed.choose_kernel)
         lines.append(f"int8 products: {int8['kernel']} ({int8.get('why', '')})")
     lines.append(describe_argmax(meta.get("argmax_head")))
+    lines.append(describe_argmax(meta.get("sampled_head"), "sampled steps' logits bounded through"))
     lines.append(describe_runners(meta.get("static_decode_choices")))
     return [line for line in lines if line]
 
@@ -39,15 +40,16 @@ def describe_runners(choices: list[dict[str, Any]] | None) -> str:
     return "static decode step: " + "; ".join(parts) if parts else ""
 
 
-def describe_argmax(report: dict[str, Any] | None) -> str:
-    """Greedy steps' argmax through the LM head's bf16 or int8 screen (:func:`specviz.runtime.argmax_head.report`):
-    where it is used and, per width timed, the full head against the screened argmax ("" for None)."""
+def describe_argmax(report: dict[str, Any] | None, what: str = "greedy argmax:") -> str:
+    """Greedy steps' argmax through the LM head's bf16 or int8 screen (:func:`specviz.runtime.argmax_head.report`),
+    or (``what``) sampled steps' bounds (:func:`specviz.runtime.sampled_head.report`): where it is used and, per
+    width timed, the full head against the screen's ("" for None)."""
     if not report or not report.get("widths"):
         return ""
     widths = sorted((int(r), a, b) for r, (a, b) in report["widths"].items())
     times = ", ".join(f"{r} row{'s' if r > 1 else ''} {a:.1f} -> {b:.1f} ms" for r, a, b in widths)
-    return (f"greedy argmax: the LM head's {report.get('kind', 'bf16')} screen at {_screened(report)}"
-            f" (full head -> screened argmax: {times})")
+    kind = report.get("kind", "bf16").split()[0]
+    return f"{what} the LM head's {kind} screen at {_screened(report)} (full head -> screened: {times})"
 
 
 def _screened(report: dict[str, Any]) -> str:
