@@ -197,6 +197,10 @@ def test_the_sampled_heads_choice_is_measured_reported_and_set(tiny_target, monk
     monkeypatch.setenv("SPECVIZ_SAMPLED_HEAD", "auto")
     assert argmax_head.attach(model, min_elements=0) is not None
     try:
+        from specviz.models import model_bytes
+
+        extra = sampled_head.screen_bytes(model)  # the bf16 copy (blocked), counted in the cache's budget
+        assert extra >= model.get_output_embeddings().weight.numel() * 2 and model_bytes(tiny_target) > extra
         sampled_head.remember_cache_dir(model, tmp_path)
         sampled_head._TIMED.pop(model, None)
         screen = sampled_head.screen_for(model, 1)  # the first sampled step times it
@@ -216,7 +220,7 @@ def test_the_sampled_heads_choice_is_measured_reported_and_set(tiny_target, monk
     finally:
         argmax_head.detach(model)
     monkeypatch.setenv("SPECVIZ_SAMPLED_HEAD", "on")
-    assert sampled_head.screen_for(model, 1) is None  # no argmax screen: no bounds either
+    assert sampled_head.screen_for(model, 1) is None and sampled_head.screen_bytes(model) == 0  # no screen: no bounds
 
 
 @needs_op

@@ -52,9 +52,12 @@ def _memory_budget() -> int | None:
 
 def model_bytes(lm: LoadedModel) -> int:
     """Memory the model's weights take: parameters and buffers (shared tensors once), plus the
-    packed weights of int8 Linear layers, which are neither."""
+    packed weights of int8 Linear layers, which are neither, and its head's screens
+    (:func:`specviz.runtime.sampled_head.screen_bytes`)."""
+    from ..runtime.sampled_head import screen_bytes
+
     seen: set[int] = set()
-    total = 0
+    total = screen_bytes(lm.model)
     for t in (*lm.model.parameters(), *lm.model.buffers()):
         if t.device.type == "meta" or id(t) in seen:
             continue

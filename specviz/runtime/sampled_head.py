@@ -99,6 +99,19 @@ def _timed(model: torch.nn.Module, screen: argmax_head.Screen) -> argmax_head.Sc
     return dataclasses.replace(screen, use_at=use_at, times=times)
 
 
+def screen_bytes(model: torch.nn.Module) -> int:
+    """Memory ``model``'s head screens take beside its weights: the argmax screen's copy and, where
+    that is the int8 one, the bf16 copy a sampled step builds (counted before it is built)."""
+    screen = argmax_head.screen_of(model)
+    if screen is None:
+        return 0
+    tensors = [v for v in vars(screen).values() if isinstance(v, torch.Tensor) and v is not screen.weight]
+    total = sum(t.numel() * t.element_size() for t in tensors)
+    if not isinstance(screen, argmax_head.Screen):
+        total += screen.weight.numel() * 2  # the bf16 copy (argmax_head.build)
+    return int(total)
+
+
 def report(model: torch.nn.Module) -> dict | None:
     """The sampled steps' choice and timings, once a sampled step made it: {"widths": {rows: [full ms,
     bounded ms]}, "used": [...]}, or None."""
