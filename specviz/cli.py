@@ -116,15 +116,26 @@ def format_stats(stats, header: str = "") -> str:
 # ---------------------------------------------------------------------------------------------
 
 
-def _warm(target, k: int) -> float:
+def _warm(target, k: int, sampled: bool = False) -> float:
     """Build the target's static decode step (its runner chosen) for one token and a verify pass of
-    k + 1 before the clocks start -> the seconds it took (0.0 when built or not served)."""
+    k + 1, and for a sampled run the head's bf16 screen (timed once per machine), before the clocks
+    start -> the seconds it took (0.0 when built or not served)."""
+    import time
+
     import torch
 
+    from .runtime import sampled_head
     from .runtime.static_decode import warm
 
     model = getattr(target, "model", None)
-    return warm(model, widths=(1, k + 1)) if isinstance(model, torch.nn.Module) else 0.0
+    if not isinstance(model, torch.nn.Module):
+        return 0.0
+    built = warm(model, widths=(1, k + 1))
+    if not sampled:
+        return built
+    screened = time.perf_counter()
+    sampled_head.screen_for(model, 1)
+    return built + (time.perf_counter() - screened)
 
 
 def _say(args, msg: str) -> None:
@@ -211,7 +222,7 @@ def cmd_generate(args) -> int:
             shown.append(render_steps([record], color=True))
 
     hooks = [TraceRecorder(args.trace)] if args.trace else [Shown()] if color and lean else []
-    built = _warm(target, k)
+    built = _warm(target, k, sampled=not sampling.greedy)
     if built > 0.05:
         _say(args, f"built the target's static decode step in {built:.1f} s (once per process; not in the times below)")
     result = decoder.generate(prompt, max_new_tokens=args.max_new_tokens, seed=args.seed, hooks=hooks, chat=args.chat,
