@@ -130,12 +130,8 @@ def _warm(target, k: int, sampled: bool = False) -> float:
     model = getattr(target, "model", None)
     if not isinstance(model, torch.nn.Module):
         return 0.0
-    built = warm(model, widths=(1, k + 1))
-    if not sampled:
-        return built
-    screened = time.perf_counter()
-    sampled_head.screen_for(model, 1)
-    return built + (time.perf_counter() - screened)
+    built, t = warm(model, widths=(1, k + 1)), time.perf_counter()
+    return built + (time.perf_counter() - t if sampled and sampled_head.screen_for(model, 1) is not None else 0.0)
 
 
 def _say(args, msg: str) -> None:

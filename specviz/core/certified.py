@@ -55,6 +55,11 @@ SLACK = 1e-6  # Z's interval widened by this much, for the float sums it is comp
 MAX_TRIES = 64  # proposals a rejection sampler makes before it draws from the exact row instead
 
 
+def plain_temperature(sampling) -> bool:
+    """Whether ``sampling`` is one this module bounds: a temperature > 0, no top-k, no top-p."""
+    return not sampling.greedy and not sampling.top_k and (sampling.top_p is None or sampling.top_p >= 1.0)
+
+
 @dataclass
 class BoundedRow:
     """One row of logits l [V] within certified bounds, at temperature T, as the rule reads it.

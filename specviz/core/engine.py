@@ -17,7 +17,7 @@ from ..runtime.kv import context_window, forward_logits, keep_path, rollback, sc
 from ..runtime.sampled_head import SAMPLE
 from .algorithm import EXACT, Acceptance, TreeVerification, Verification, argmax, verify, verify_tree
 from .bounds import ENGINE_MAX_K as MAX_K  # the engine's hard limit on k; kept as engine.MAX_K
-from .certified import verify_bounded
+from .certified import plain_temperature, verify_bounded
 from .hooks import Hook, HookList
 from .lazyrec import RECORD_MODES, LazyProbs, chain_record
 from .proposer import Proposer, empty_proposal
@@ -439,10 +439,9 @@ def _lazy_chain(session: Session) -> bool | str:
     """How a chain's target pass may leave its logits: unmade for a greedy step (:func:`_argmax_only`),
     bounded for a sampled one at a plain temperature under the exact rule (``SAMPLE``:
     :mod:`specviz.core.certified`), else computed."""
-    s = session.decoder.sampling
     if _argmax_only(session):
         return True
-    plain = not s.greedy and not s.top_k and (s.top_p is None or s.top_p >= 1.0)
+    plain = plain_temperature(session.decoder.sampling)
     return SAMPLE if plain and session.records == "lean" and not session.decoder.acceptance.lossy else False
 
 
