@@ -205,6 +205,7 @@ def test_a_sweep_names_every_kernel_it_chose_with_both_timings():
     assert kernel_words.describe_kernels(meta)[-1] == (
         "sampled steps' logits bounded through the LM head's bf16 screen at 1-9 rows (full head -> screened: "
         "1 row 20.8 -> 10.3 ms, 9 rows 27.6 -> 16.3 ms)")
+    assert kernel_words.kernel_summary(meta).endswith("; sampled steps: bf16 screen's bounds at 1-9 rows")
     del meta["sampled_head"]
     meta["static_decode_choices"] = [{"label": "Gemma3ForCausalLM (int8)", "kept": "fused", "width": 1,
                                       "ms": {"trace": 6.02, "fused": 4.1, "eager": 9.4}, "wide": 5,

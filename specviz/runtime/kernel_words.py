@@ -80,6 +80,8 @@ def kernel_summary(report: dict[str, Any] | None) -> str:
         parts.append(f"int8: {int8['kernel']}")
     if (meta.get("argmax_head") or {}).get("widths"):
         parts.append(f"greedy argmax: {meta['argmax_head'].get('kind', 'bf16')} screen at {_screened(meta['argmax_head'])}")
+    if (meta.get("sampled_head") or {}).get("widths"):
+        parts.append(f"sampled steps: bf16 screen's bounds at {_screened(meta['sampled_head'])}")
     parts += [f"{c['label']} step: {c['kept']}" for c in meta.get("static_decode_choices") or []]
     return "; ".join(parts)
 
