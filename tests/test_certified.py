@@ -183,11 +183,55 @@ def test_a_sampled_lean_session_decides_on_bounds(tiny_target, near_draft, bound
 
 
 @needs_op
-def test_full_records_top_k_and_typical_keep_the_full_head(tiny_target, bounded_head):
-    for sampling, records in ((Sampling(0.8), "full"), (Sampling(0.8, top_k=5), "lean"), (Sampling(0.8, top_p=0.9), "lean")):
+def test_full_records_and_top_p_alone_keep_the_full_head(tiny_target, bounded_head, monkeypatch):
+    import specviz.core.engine as engine
+
+    top_k = []
+    real = certified.top_k_probs
+    monkeypatch.setattr(engine, "top_k_probs", lambda *a: top_k.append(1) or real(*a))
+    for sampling, records in ((Sampling(0.8), "full"), (Sampling(0.8, top_p=0.9), "lean")):
         SpeculativeDecoder(tiny_target, NGram(), k=3, sampling=sampling).generate(
             "the cat sat on the mat. the cat", max_new_tokens=8, records=records)
-    assert not bounded_head
+    assert not bounded_head and not top_k
+
+
+@pytest.mark.parametrize("top_k, top_p, T", [(1, None, 0.7), (5, None, 1.0), (40, 0.9, 0.7), (16, 0.5, 2.0)])
+def test_a_top_k_p_from_bounds_is_the_full_heads(top_k, top_p, T):
+    """The top-k p made from the screen's candidates' exact logits equals logits_to_probs on the
+    whole row, ties at the k-th logit included."""
+    from specviz.core.algorithm import logits_to_probs
+
+    g = torch.Generator().manual_seed(top_k)
+    logits = torch.randn(3, 500, generator=g) * 3
+    logits[1, :8] = logits[1].max()  # eight ids tied at the top
+    logits[2, 10:30] = torch.sort(logits[2], descending=True).values[top_k - 1]  # ties at the k-th value
+    sampling = Sampling(T, top_k=top_k, top_p=top_p)
+    bounded = Bounded(logits, b=0.7)
+    p = certified.top_k_probs(bounded, sampling)
+    ref = logits_to_probs(logits, sampling)
+    assert torch.equal(p > 0, ref > 0) and torch.allclose(p, ref, rtol=1e-6, atol=0)
+
+
+@needs_op
+@pytest.mark.parametrize("proposer", ["none", "ngram", "draft"])
+def test_a_top_k_lean_session_draws_the_full_heads_tokens(tiny_target, near_draft, bounded_head, monkeypatch, proposer):
+    """Top-k p is exact from the bounds, so a seed draws the same tokens as on the full head."""
+    import specviz.core.engine as engine
+
+    make = {"none": lambda: None, "ngram": NGram, "draft": lambda: DraftModel(near_draft)}[proposer]
+    made = []
+    real = certified.top_k_probs
+    monkeypatch.setattr(engine, "top_k_probs", lambda *a: (lambda p: made.append(p is not None) or p)(real(*a)))
+
+    def run():
+        return SpeculativeDecoder(tiny_target, make(), k=3, sampling=Sampling(0.9, top_k=8, top_p=0.95)).generate(
+            "the cat sat on the mat. the cat", max_new_tokens=16, seed=3, records="lean").token_ids
+
+    bounded = run()
+    assert made and all(made)  # every step's p from the bounds
+    calls = len(made)
+    monkeypatch.setenv("SPECVIZ_SAMPLED_HEAD", "0")
+    assert bounded == run() and len(made) == calls  # the full head: the same tokens
 
 
 @needs_op

@@ -298,7 +298,7 @@ def measure(target, *, context: int = 256, max_n: int = MAX_N, repeats: int = RE
     stop early once ``budget_s`` is spent (at least two always run, the first doubling as the
     warm-up). ``levels``: the drafts (by name) whose draft-tree levels to measure (None: all)."""
     from ..core.algorithm import logits_to_probs
-    from ..core.certified import bounded_rows, plain_temperature
+    from ..core.certified import bounded_rows, bounded_sampling, plain_temperature, top_k_probs
     from ..core.engine import greedy_argmax
     from ..core.records import Sampling
     from ..runtime.argmax_head import HeadLogits, materialize
@@ -324,17 +324,19 @@ def measure(target, *, context: int = 256, max_n: int = MAX_N, repeats: int = RE
     chain_par = torch.arange(-1, max_n - 1, dtype=torch.long, device=device)  # [max_n] a chain's parents
 
     greedy = sampling.greedy
-    lazy = True if greedy else SAMPLE if plain_temperature(sampling) else False  # as the engine's lean chain steps
+    lazy = True if greedy else SAMPLE if bounded_sampling(sampling) else False  # as the engine's lean chain steps
 
     def decide(logits) -> None:  # as a step with lean records (a benchmark) ends its pass
         # greedy: the argmax alone, a screened head's without its logits (runtime.argmax_head); sampled: each
         # row's bounds (core.certified; the engine makes them up to the first rejection), else every row's p
         if greedy:
             greedy_argmax(logits)
-        elif isinstance(logits, HeadLogits):
+        elif isinstance(logits, HeadLogits) and plain_temperature(sampling):
             row = bounded_rows(logits, sampling.temperature, lambda: logits_to_probs(materialize(logits), sampling))
             for r in range(logits.shape[0]):
                 row(r)
+        elif isinstance(logits, HeadLogits) and top_k_probs(logits, sampling) is not None:
+            pass  # a top-k p, exact from a few exact logits a row
         else:
             logits_to_probs(materialize(logits), sampling)
 

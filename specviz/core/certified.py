@@ -24,8 +24,11 @@ and gives every logit within a proven bound, y_i - b <= l_i <= y_i + b
 
 So every decision is the one the rule takes on exact p with the same u, and the tokens drawn
 follow the same distribution (other draws of the generator than the full head's sampler, so a
-seed gives other tokens). Plain temperature only: top-k and top-p cut p by ranks and
-cumulative mass, which this module does not bound (the engine keeps the full head for them).
+seed gives other tokens). A top-k step (:func:`top_k_probs`) needs no bounds on p at all: the k
+largest logits lie among a few ids the screen names, whose exact logits give p exactly (then the
+full rule, and its top-p if any, as on the full head; a seed gives the same tokens). Top-p alone
+cuts p by cumulative mass over the whole row, which this module does not bound: the engine keeps
+the full head for it.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from .algorithm import (
     acceptance_ratio,
     accepts,
     check_draft_ids,
+    logits_to_probs,
     point_mass_residual,
     residual_distribution,
     sample,
@@ -55,9 +59,38 @@ SLACK = 1e-6  # Z's interval widened by this much, for the float sums it is comp
 MAX_TRIES = 64  # proposals a rejection sampler makes before it draws from the exact row instead
 
 
+MAX_TOP_K_CANDIDATES = 8192  # top-k: more ids than this within 2b of the k-th screen value: the full head
+
+
 def plain_temperature(sampling) -> bool:
     """Whether ``sampling`` is one this module bounds: a temperature > 0, no top-k, no top-p."""
     return not sampling.greedy and not sampling.top_k and (sampling.top_p is None or sampling.top_p >= 1.0)
+
+
+def bounded_sampling(sampling) -> bool:
+    """Whether a sampled step under ``sampling`` can skip the whole head: a plain temperature
+    (:func:`verify_bounded`), or a top-k (with or without top-p: :func:`top_k_probs`)."""
+    return plain_temperature(sampling) or (not sampling.greedy and bool(sampling.top_k))
+
+
+def top_k_probs(logits, sampling) -> torch.Tensor | None:
+    """p [n, V] under a top-k ``sampling`` (and its top-p, if any), exactly, from a step's bounded
+    logits: the k largest logits lie among the ids whose screen value is within 2b of the k-th
+    largest one (each of the k ids with the largest y - b has a logit >= that k-th y - b, so every
+    id of y + b below it is outside the top k); :func:`specviz.core.algorithm.logits_to_probs` on
+    their exact logits alone is the full head's p there (top-k, then top-p, on the same values),
+    and every other id's p is 0. None where a row has more than MAX_TOP_K_CANDIDATES candidates
+    (the caller reads the full head)."""
+    y, b = logits.bounds()  # [n, V], [n]
+    k = min(int(sampling.top_k), y.shape[-1])
+    p = torch.zeros_like(y)  # [n, V]
+    for r in range(y.shape[0]):
+        kth = float(top_n(y[r], k)[0][-1])
+        ids = torch.nonzero(y[r] >= kth - 2 * b[r]).flatten()  # [m] every id of the top k, and some more
+        if ids.numel() > MAX_TOP_K_CANDIDATES:
+            return None
+        p[r, ids] = logits_to_probs(logits.exact(r, ids), sampling)  # the rest of the row is 0 under top-k
+    return p
 
 
 @dataclass

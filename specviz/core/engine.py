@@ -17,7 +17,7 @@ from ..runtime.kv import context_window, forward_logits, keep_path, rollback, sc
 from ..runtime.sampled_head import SAMPLE
 from .algorithm import EXACT, Acceptance, TreeVerification, Verification, argmax, verify, verify_tree
 from .bounds import ENGINE_MAX_K as MAX_K  # the engine's hard limit on k; kept as engine.MAX_K
-from .certified import plain_temperature, verify_bounded
+from .certified import bounded_sampling, plain_temperature, top_k_probs, verify_bounded
 from .hooks import Hook, HookList
 from .lazyrec import RECORD_MODES, LazyProbs, chain_record
 from .proposer import Proposer, empty_proposal
@@ -441,8 +441,8 @@ def _lazy_chain(session: Session) -> bool | str:
     :mod:`specviz.core.certified`), else computed."""
     if _argmax_only(session):
         return True
-    plain = plain_temperature(session.decoder.sampling)
-    return SAMPLE if plain and session.records == "lean" and not session.decoder.acceptance.lossy else False
+    bounded = bounded_sampling(session.decoder.sampling)
+    return SAMPLE if bounded and session.records == "lean" and not session.decoder.acceptance.lossy else False
 
 
 def greedy_argmax(logits) -> torch.Tensor:
@@ -474,7 +474,11 @@ class _Chain:
             q = proposal.q  # None for point masses (n-gram)
         _check_q_width(q, logits)
         if isinstance(logits, HeadLogits) and not sampling.greedy:  # bounded logits: the rule on their bounds
-            return verify_bounded(logits, sampling.temperature, q, proposal.tokens, p.get, session.generator)
+            if plain_temperature(sampling):
+                return verify_bounded(logits, sampling.temperature, q, proposal.tokens, p.get, session.generator)
+            exact = top_k_probs(logits, sampling)  # [k+1, V] a top-k p, exact from a few exact logits a row
+            if exact is not None:
+                p.known(exact)
         # greedy decides on argmax alone: p is computed only if a record or hook reads it
         return verify(
             p if sampling.greedy else p.get(), q, proposal.tokens, generator=session.generator, greedy=sampling.greedy,

@@ -36,6 +36,10 @@ class LazyProbs:
             self._p = logits_to_probs(materialize(self.logits), self.sampling)  # [n, V]
         return self._p
 
+    def known(self, p: torch.Tensor) -> None:
+        """p computed another way (exactly: a top-k p from a few exact logits a row), kept as p."""
+        self._p = p
+
 
 class StepTensors:
     """The tensors one step's record is computed from, and memoised top-10 lists."""
