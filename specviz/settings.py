@@ -97,10 +97,11 @@ SETTINGS: tuple[Setting, ...] = (
             "width; `int8`: the int8 one at every width; `0`: the full float32 head", "engine",
             ("specviz/runtime/argmax_head.py",)),
     Setting("SPECVIZ_SAMPLED_HEAD", "auto",
-            "sampled steps (plain temperature, the exact rule, lean records) on a model whose greedy argmax screens its "
-            "head: every logit bounded through the head's bf16 screen and the rule decided on the bounds (the full head "
-            "only where they cannot decide; same distribution); used at the widths it measured faster on the first "
-            "sampled step on this machine (cached); `on`: at every width; `0`: the full float32 head", "engine",
+            "sampled chain steps (a plain temperature or a top-k, the exact rule, lean records) on a model whose greedy "
+            "argmax screens its head: every logit bounded through the head's bf16 screen and the rule decided on the "
+            "bounds, or a top-k p made exactly from the ids they name (the full head only where they cannot decide; "
+            "same distribution); used at the widths it measured faster on the first sampled step on this machine "
+            "(cached); `on`: at every width; `0`: the full float32 head", "engine",
             ("specviz/runtime/sampled_head.py",)),
     Setting("SPECVIZ_INDUCTOR_GEMM", "on",
             "`0`: never compile Inductor's C++ GEMM for a large fp32 LM head (its 6-18 s compile per process); "
