@@ -437,7 +437,7 @@ def _argmax_only(session: Session) -> bool:
 
 def _lazy_chain(session: Session) -> bool | str:
     """How a chain's target pass may leave its logits: unmade for a greedy step (:func:`_argmax_only`),
-    bounded for a sampled one at a plain temperature under the exact rule (``SAMPLE``:
+    bounded for a sampled one at a plain temperature or a top-k under the exact rule (``SAMPLE``:
     :mod:`specviz.core.certified`), else computed."""
     if _argmax_only(session):
         return True
