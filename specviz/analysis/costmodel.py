@@ -335,9 +335,7 @@ def measure(target, *, context: int = 256, max_n: int = MAX_N, repeats: int = RE
             row = bounded_rows(logits, sampling.temperature, lambda: logits_to_probs(materialize(logits), sampling))
             for r in range(logits.shape[0]):
                 row(r)
-        elif isinstance(logits, HeadLogits) and top_k_probs(logits, sampling) is not None:
-            pass  # a top-k p, exact from a few exact logits a row
-        else:
+        elif not isinstance(logits, HeadLogits) or top_k_probs(logits, sampling) is None:  # (a top-k p: a few logits a row)
             logits_to_probs(materialize(logits), sampling)
 
     def chain_pass(n: int) -> None:

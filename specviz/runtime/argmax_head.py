@@ -348,13 +348,10 @@ def attach(model: torch.nn.Module, cache_dir: str | Path | None = None,
     for kind in ({"on": ("bf16",), "int8": ("int8",)}.get(mode) or KINDS):
         key = (f"argmax screen{'' if kind == 'bf16' else ' ' + kind} | {cpu.machine_id()} | torch {torch.__version__}"
                f" | {torch.get_num_threads()} threads | {shape[0]}x{shape[1]} | {int8_kernel._name()}")
-        times = _cached_times(cpu._read_cache(path).get(key)) if path is not None and mode == "auto" else None
-        if mode == "auto" and times is None:  # measured here once: its copy built for that
-            built[kind] = makers[kind](head.weight)
-            with torch.inference_mode():
-                times = time_widths(head, built[kind])
-            if path is not None and not cpu.busy():
-                cpu._write_cache(path, key, {"ms": {str(r): list(v) for r, v in times.items()}})
+        times = None
+        if mode == "auto":  # measured here once (its copy built for that), or read from the cache
+            times = measured_widths(path, key, lambda kind=kind: time_widths(
+                head, built.setdefault(kind, makers[kind](head.weight))))
         if any(_use_at(times or {})):
             timed[kind] = times or {}
     if not timed:
@@ -368,6 +365,19 @@ def attach(model: torch.nn.Module, cache_dir: str | Path | None = None,
     log.info("specviz: greedy argmax through the %s screen of the %dx%d head (%s; %.1f s)",
              screen.kind, *shape, _words(screen.times), time.perf_counter() - t)
     return screen
+
+
+def measured_widths(path: Path | None, key: str, measure: Callable[[], dict[int, tuple[float, float]]]
+                    ) -> dict[int, tuple[float, float]]:
+    """{rows: (full head ms, screened ms)} cached under ``key`` in the JSON file ``path``, else
+    ``measure()`` now (no grad) and cached there (not on a busy machine; ``path`` None: never)."""
+    times = _cached_times(cpu._read_cache(path).get(key)) if path is not None else None
+    if times is None:
+        with torch.inference_mode():
+            times = measure()
+        if path is not None and not cpu.busy():
+            cpu._write_cache(path, key, {"ms": {str(r): list(v) for r, v in times.items()}})
+    return times
 
 
 def _use_at(times: dict[int, tuple[float, float]]) -> tuple[bool, ...]:

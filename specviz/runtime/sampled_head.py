@@ -84,12 +84,7 @@ def _timed(model: torch.nn.Module, screen: argmax_head.Screen) -> argmax_head.Sc
     path = path / cpu.CACHE_FILE if path is not None else None
     key = (f"sampling screen | {cpu.machine_id()} | torch {torch.__version__} | {torch.get_num_threads()} threads"
            f" | {shape[0]}x{shape[1]} | {'bf16 rows' if screen.dot else 'float32 rows'}")
-    times = argmax_head._cached_times(cpu._read_cache(path).get(key)) if path is not None else None
-    if times is None:
-        with torch.inference_mode():
-            times = argmax_head.time_widths(head, screen, fast=lambda h: _bounded(screen, h))
-        if path is not None and not cpu.busy():
-            cpu._write_cache(path, key, {"ms": {str(r): list(v) for r, v in times.items()}})
+    times = argmax_head.measured_widths(path, key, lambda: argmax_head.time_widths(head, screen, fast=lambda h: _bounded(screen, h)))
     use_at = argmax_head._use_at(times)
     if not any(use_at):
         log.info("specviz: sampled steps keep the full float32 head (%s)", argmax_head._words(times))
