@@ -404,6 +404,27 @@ def test_model_handler_on_tiny_checkpoints(tmp_path):
     assert "sv-msg-error" in html and "missing" in html
 
 
+def test_part2_first_click_shows_the_proof_not_an_error(tmp_path, monkeypatch):
+    """Issue 52: with the playground's defaults (the n-gram proposer) part 2 opened on the n-gram and a
+    prefix it never drafts on, so its first click was a red error. The defaults now take the draft
+    model, and the n-gram's fallback prefix repeats itself, so the first click samples."""
+    from specviz.ui import learn_tab as lt
+    from tests.support import app_server
+
+    target, draft = app_server.make_tiny_models(tmp_path)
+    monkeypatch.setenv("SPECVIZ_DEFAULT_TARGET", target)
+    monkeypatch.setenv("SPECVIZ_DEFAULT_DRAFT", draft)
+    monkeypatch.setenv("SPECVIZ_DEFAULT_PROPOSER", "ngram")  # the playground's own default
+    monkeypatch.delenv("SPECVIZ_DEFAULT_PROMPT", raising=False)
+    d = lt.LearnDefaults.from_env()
+    assert d.proposer == lt.DRAFT_MODEL and d.draft == draft and d.prefix == lt.DEFAULT_PREFIX
+    # the page's own first click: the defaults of every control in part 2
+    html, fig = list(lt.on_model_sample(d.target, d.proposer, d.draft, d.prefix, "exact", 1.0, 1.0, 10_000, 0))[-1]
+    assert "sv-msg-error" not in html and "Both match p" in html and len(fig.data) == 4
+    html, _ = list(lt.on_model_sample(target, lt.NGRAM, "", lt.NGRAM_PREFIX, "exact", 1.0, 1.0, 1000, 0))[-1]
+    assert "sv-msg-error" not in html and "n-gram drafts" in html
+
+
 def test_bench_file_and_playground_runs(tmp_path):
     from specviz.ui import learn_tab as lt
 

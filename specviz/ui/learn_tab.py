@@ -35,6 +35,9 @@ DRAFT_MODEL = "draft model"
 NGRAM = "n-gram (point mass)"
 PART2_RULES = [("exact", "exact"), (learn.RULES["typical"], "typical")]
 DEFAULT_PREFIX = "The quick brown fox jumps over the"
+# The n-gram drafts only where the prefix's last tokens occurred before: a prefix that repeats itself
+# (any tokenizer splits both halves alike), for a start without a draft model.
+NGRAM_PREFIX = "Roses are red, violets are blue. Roses are red, violets are"
 
 INTRO = r"""
 A draft model proposes a token $x \sim q$; the target model, which defines the distribution $p$ we
@@ -108,13 +111,18 @@ class LearnDefaults:
 
     @classmethod
     def from_env(cls) -> "LearnDefaults":
-        """The playground's starting models (SPECVIZ_DEFAULT_TARGET / _DRAFT / _PROPOSER / _PROMPT)."""
+        """The playground's starting models (SPECVIZ_DEFAULT_TARGET / _DRAFT / _PROMPT), set so that
+        the first click on Sample shows the proof: the draft model whenever there is one (the
+        playground's default n-gram has no distribution to compare, and after most prefixes it
+        drafts nothing at all), else the n-gram on a prefix that repeats itself."""
         from .playground import Defaults, draft_choices, target_choices
 
         d = Defaults.from_env()
-        prefix = os.environ.get("SPECVIZ_DEFAULT_PROMPT", "").strip() or DEFAULT_PREFIX
-        return cls(target=d.target, draft=d.draft, proposer=NGRAM if d.proposer == "ngram" else DRAFT_MODEL,
-                   prefix=prefix, target_choices=tuple(target_choices(d)), draft_choices=tuple(draft_choices(d)))
+        proposer = DRAFT_MODEL if d.draft.strip() else NGRAM
+        typed = os.environ.get("SPECVIZ_DEFAULT_PROMPT", "").strip()
+        prefix = typed or (DEFAULT_PREFIX if proposer == DRAFT_MODEL else NGRAM_PREFIX)
+        return cls(target=d.target, draft=d.draft, proposer=proposer, prefix=prefix,
+                   target_choices=tuple(target_choices(d)), draft_choices=tuple(draft_choices(d)))
 
 
 def preset_rows(name: str) -> list[list[Any]]:
