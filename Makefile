@@ -49,7 +49,7 @@ bench: setup
 	$(BIN)/specviz bench --target gemma-3-270m --proposer ngram --proposer draft:gemma-3-270m@int8,vocab=16384 \
 	  --proposer ngram+draft:gemma-3-270m@int8,vocab=16384 --proposer ngram-tree:3 \
 	  --proposer draft-tree:gemma-3-270m@int8,vocab=16384 --proposer early-exit:6 --k 1,2,4,8 \
-	  --prompts benchmarks/prompts/fresh-zen4i.jsonl --max-new-tokens 64 --threads 2 \
+	  --prompts benchmarks/prompts/mixed.jsonl --set fresh-zen4i --max-new-tokens 64 --threads 2 \
 	  --compare-hf --json bench.json --csv bench.csv
 
 # The GPU check needs only torch + transformers and this source tree, so it runs with whatever

@@ -1,6 +1,6 @@
 """Check issue 23's "Done when" in one process: the advisor's predictions against a full sweep.
 
-On prompts of several kinds (default ``benchmarks/prompts/advisor_check.jsonl``: the last
+On prompts of several kinds (default the set ``advisor_check`` of ``benchmarks/prompts/advisor.jsonl``: the last
 ``--heldout`` are measured, none of them used to tune anything), greedy:
 
 1. times the advisor (``specviz.bench.advise.advise``: cost model, acceptance, prediction) and
@@ -59,7 +59,8 @@ from specviz.proposers.ngram_tree import advised_shapes_path
 from specviz.proposers.registry import check_spec, from_spec, shape_base
 from specviz.runtime import static_decode
 
-PROMPTS = Path(__file__).parent / "prompts" / "advisor_check.jsonl"
+PROMPTS = Path(__file__).parent / "prompts" / "advisor.jsonl"
+DEFAULT_SET = "advisor_check"  # the default file's set this check was written for
 
 
 def _shown(path: str | Path) -> str:
@@ -206,7 +207,9 @@ def _run(sweep: Sweep, say) -> dict[str, Any]:
 def check(args, say) -> dict[str, Any]:
     if args.threads:
         torch.set_num_threads(args.threads)
-    rows = load_prompts(args.prompts)
+    chosen = args.set or (DEFAULT_SET if Path(args.prompts) == PROMPTS else None)
+    rows = load_prompts(args.prompts, sets=[chosen] if chosen else None)
+    source = _shown(args.prompts) + (f" --set {chosen}" if chosen else "")  # what the records name
     if args.heldout < 1 or args.heldout >= len(rows):
         raise SystemExit(f"--heldout {args.heldout}: need 1..{len(rows) - 1} of the {len(rows)} prompts")
     calib, held = rows[: len(rows) - args.heldout], rows[len(rows) - args.heldout:]
@@ -221,7 +224,7 @@ def check(args, say) -> dict[str, Any]:
     ks = range(1, args.k_max + 1)
     header = {"started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "cpu": cpu_info(), "target": str(target.name),
               "dtype": str(target.dtype).removeprefix("torch."), "device": str(target.device), "proposers": specs,
-              "prompts": _shown(args.prompts), "calibration_prompts": [r.id for r in calib],
+              "prompts": source, "calibration_prompts": [r.id for r in calib],
               "heldout_prompts": [r.id for r in held], "categories": sorted({r.category for r in held}),
               "k_max": args.k_max, "max_new_tokens": args.max_new_tokens, "repeats": args.repeats,
               "calibrate_tokens": args.calibrate_tokens, "chat": args.chat, "greedy": True}
@@ -276,7 +279,7 @@ def check(args, say) -> dict[str, Any]:
     schedules = ("constant",) if advice.schedule == "constant" else ("constant", advice.schedule)
     config = BenchConfig(ks=tuple(ks), max_new_tokens=args.max_new_tokens, sampling=sampling, chat=args.chat,
                          repeats=args.repeats, schedules=schedules)
-    sweep = Sweep(target, proposers, held, config, prompt_source=f"{_shown(args.prompts)} (held out)")
+    sweep = Sweep(target, proposers, held, config, prompt_source=f"{source} (held out)")
     if advice.schedule != "constant":  # a chain that stops on q runs under the schedule only, as advised
         scheduled = {r.proposer for r in sweep.runs if r.proposer.endswith(f" [{advice.schedule}]")}
         sweep.runs = [r for r in sweep.runs if f"{r.proposer} [{advice.schedule}]" not in scheduled]
@@ -339,7 +342,7 @@ def check(args, say) -> dict[str, Any]:
             wanted[(p.name, T.decode(shape).depth)] = (label, shape)
         cfg = BenchConfig(ks=tuple(sorted({k for _, k in wanted})), max_new_tokens=args.max_new_tokens,
                           sampling=sampling, chat=args.chat, repeats=args.repeats)
-        tsweep = Sweep(target, tree_props, held, cfg, prompt_source=f"{_shown(args.prompts)} (held out), tree shapes")
+        tsweep = Sweep(target, tree_props, held, cfg, prompt_source=f"{source} (held out), tree shapes")
         tsweep.runs = [r for r in tsweep.runs if r.proposer == TARGET_ONLY or (r.proposer, r.k) in wanted]
         trep = _rows(_run(tsweep, say))
         rows_out = []
@@ -466,7 +469,9 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--proposer", action="append", metavar="SPEC",
                     help="repeatable; {target} is replaced by the target's name (default: ngram, "
                          "draft:{target}@int8, ngram-tree:3)")
-    ap.add_argument("--prompts", default=str(PROMPTS), help="JSONL prompts (default advisor_check.jsonl)")
+    ap.add_argument("--prompts", default=str(PROMPTS), help="JSONL prompts (default advisor.jsonl)")
+    ap.add_argument("--set", default=None, help=f"only this named set of the file (default: {DEFAULT_SET} of the "
+                    "default file, every line of another)")
     ap.add_argument("--heldout", type=int, default=3, help="the last N prompts (categories taken in turn) are held out "
                     "and measured; with --calibrate-on calibration the rest calibrate the draft models (default 3)")
     ap.add_argument("--limit", type=int, default=0, help="measure on only the first N held-out prompts (default: all)")

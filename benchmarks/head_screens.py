@@ -1,7 +1,7 @@
 """The certified argmax head's two screens side by side on a model's own hidden states, per width.
 
     PYTHONPATH=$PWD python benchmarks/head_screens.py [--model gemma-3-270m]
-        [--prompts benchmarks/prompts/fresh-zen4n.jsonl] [--widths 1,2,3,5,9] [--repeats 8] [--threads 2]
+        [--prompts benchmarks/prompts/code.jsonl --set fresh-zen4n] [--widths 1,2,3,5,9] [--repeats 8] [--threads 2]
 
 The hidden states are the model's own on the prompts' last 20 positions each (text, as a decode
 step sees it). Per width, interleaved in each round: the full float32 head's argmax (on its
@@ -27,18 +27,20 @@ from specviz.runtime import argmax_head
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="gemma-3-270m")
-    ap.add_argument("--prompts", default="benchmarks/prompts/fresh-zen4n.jsonl")
+    ap.add_argument("--prompts", default="benchmarks/prompts/code.jsonl")
+    ap.add_argument("--set", default=None, help="only this named set of the file (default: fresh-zen4n of code.jsonl)")
     ap.add_argument("--widths", default="1,2,3,5,9")
     ap.add_argument("--repeats", type=int, default=8)
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
+    sets = [args.set] if args.set else (["fresh-zen4n"] if args.prompts == ap.get_default("prompts") else None)
     torch.set_num_threads(args.threads)
     lm = load_model(args.model)
     weight = lm.model.get_output_embeddings().weight.detach()  # [V, d]
     screens = {"bf16": argmax_head.build(weight), "int8": argmax_head.build_int8(weight)}
     with torch.inference_mode():
         rows = [lm.model.model(input_ids=lm.tokenizer(r.prompt, return_tensors="pt").input_ids).last_hidden_state[0, -20:]
-                for r in load_prompts(args.prompts, limit=2)]
+                for r in load_prompts(args.prompts, limit=2, sets=sets)]
         hidden = torch.cat(rows).float().contiguous()  # [40, d]
         full = (hidden @ weight.T).max(dim=-1).indices  # [40]
         same = all(torch.equal(s.argmax(hidden[i : i + 5]), full[i : i + 5])

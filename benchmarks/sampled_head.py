@@ -4,7 +4,7 @@ with ``auto``, the order alternating by round, the same seeds in both; the first
 Prints tok/s per mode (median over the timed rounds) and how many outputs were identical (a top-k
 p is exact from the bounds, so a seed draws the same tokens; a plain temperature draws other ones).
 
-    PYTHONPATH=$PWD python benchmarks/sampled_head.py --prompts benchmarks/prompts/fresh-zen4x.jsonl \\
+    PYTHONPATH=$PWD python benchmarks/sampled_head.py --prompts benchmarks/prompts/code.jsonl --set fresh-zen4x \\
         [--temperature 0.7] [--top-k 64] [--top-p 0.95] [--proposer draft:gemma-3-270m@int8,vocab=16384] [--k 4]
 """
 
@@ -26,6 +26,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--target", default="gemma-3-270m")
     ap.add_argument("--prompts", required=True)
+    ap.add_argument("--set", action="append", help="only these named sets of the file (repeatable)")
     ap.add_argument("--proposer", action="append", default=[], help="besides target-only; repeatable")
     ap.add_argument("--k", type=int, default=4)
     ap.add_argument("--temperature", type=float, default=0.7)
@@ -37,7 +38,7 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     target = load_model(args.target)
-    prompts = [row.prompt for row in load_prompts(args.prompts)]
+    prompts = [row.prompt for row in load_prompts(args.prompts, sets=args.set)]
     sampling = Sampling(args.temperature, top_k=args.top_k, top_p=args.top_p)
     rates: dict[tuple[str, str], list[float]] = {}
     same = total = 0

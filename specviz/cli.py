@@ -260,10 +260,9 @@ def cmd_generate(args) -> int:
 def _prompt_rows(args):
     from . import prompts as P
 
-    rows = P.load_prompts(args.prompts, categories=args.category or None, limit=args.limit)
+    rows = P.load_prompts(args.prompts, categories=args.category or None, limit=args.limit, sets=args.set)
     if not rows:
-        cats = ", ".join(P.categories(args.prompts))
-        raise CLIError(f"no prompts selected (categories available: {cats})")
+        raise CLIError(P.empty_reason(args.prompts, args.set))
     return rows
 
 
@@ -515,6 +514,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--prompts", metavar="FILE.jsonl", default=None,
                    help="JSONL prompts with 'prompt' or 'turns'[0] (default: the bundled Spec-Bench dev set)")
     b.add_argument("--category", action="append", metavar="NAME", help="repeatable: only these prompt categories")
+    b.add_argument("--set", action="append", metavar="NAME", help="repeatable: only these named sets (each line's 'set')")
     b.add_argument("--limit", type=int, default=None, help="at most N prompts, taking the categories in turn (default: all)")
     _add_sampling_args(b)
     b.add_argument("--compare-hf", action="store_true",
@@ -539,6 +539,7 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--proposer", action="append", metavar="SPEC", help=f"repeatable: {syntax_list(include_none=False)} (default: ngram)")
     a.add_argument("--prompts", metavar="FILE.jsonl", default=None, help="JSONL prompts (default: the bundled set)")
     a.add_argument("--category", action="append", metavar="NAME", help="repeatable: only these prompt categories")
+    a.add_argument("--set", action="append", metavar="NAME", help="repeatable: only these named sets (each line's 'set')")
     a.add_argument("--limit", type=int, default=4, help="prompts to use (default 4)")
     a.add_argument("--heldout", type=int, default=0, help="keep the last N prompts out of calibration and run on them "
                    "(prompt lookup, whose acceptance belongs to the prompt, is calibrated on those)")

@@ -6,6 +6,7 @@ import csv
 import io
 import json
 from dataclasses import replace
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -454,7 +455,7 @@ def test_report_html(report):
 def test_reports_written_before_typed_rows_still_load_and_summarize_alike(name):
     from pathlib import Path
 
-    data = B.load_report(Path(__file__).resolve().parents[1] / "assets" / name)
+    data = B.load_report(Path(__file__).resolve().parents[1] / "benchmarks" / "results" / name)
     typed = [B.PromptResult.from_record(r) for r in data["prompt_rows"]]
     added = {"tree_steps", "nodes_per_step", "tree"}  # fields added since these reports were written (token trees)
     for new, old in zip((B.to_record(r) for r in typed), data["prompt_rows"]):
@@ -475,7 +476,7 @@ def test_remote_reports_written_before_load_as_typed_rows_and_summarize_alike(na
     same records back, and the local lab's summarize gives the same summary rows."""
     from pathlib import Path
 
-    data = B.load_report(Path(__file__).resolve().parents[1] / "assets" / name)
+    data = B.load_report(Path(__file__).resolve().parents[1] / "benchmarks" / "results" / name)
     typed = [B.prompt_result(r) for r in data["prompt_rows"]]
     assert all(isinstance(r, B.RemotePromptResult) and r.draft_ms is None for r in typed)
     added = {"tree_steps", "nodes_per_step", "tree"}  # fields the local rows have that the remote ones lacked
@@ -501,9 +502,9 @@ def test_the_warm_up_builds_every_width_the_timed_runs_use(tiny_target, monkeypa
     from specviz.core.bounds import ENGINE_MAX_K
     from specviz.runtime import cpu, projections, runners, static_decode
     from tests.support.tiny import loaded, perturbed
-    from tests.test_static_decode import _timings
+    from tests.test_static_decode import _timings, graph_runner
 
-    monkeypatch.setenv("SPECVIZ_STATIC_DECODE", "trace")
+    graph_runner(monkeypatch)  # a step per kernel set, as compile and export build
     monkeypatch.setenv("SPECVIZ_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(projections, "MIN_BODY_ELEMENTS", 0)  # tiny projections planned: a graph per kernel set
     monkeypatch.setattr(cpu, "time_weights", _timings("mixed"))  # F.linear at one row, oneDNN from two
@@ -544,3 +545,72 @@ def test_the_int8_kernel_is_named_only_by_a_sweep_that_runs_an_int8_model(tiny_t
     assert B.run_sweep(tiny_target, {"ngram": NGram()}, ["the cat"], cfg)["meta"]["int8_kernel"] is None
     named = B.Sweep(tiny_target, {"draft:tiny@int8": NGram()}, ["the cat"], cfg)
     assert named._runs_int8() and named.report()["meta"]["int8_kernel"]["kernel"] == "blocked"
+
+
+def _write_jsonl(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def test_one_set_of_a_merged_prompt_file_reads_as_the_file_it_was(tmp_path):
+    """A set filtered out of a file of several gives the rows, order and category round robin its
+    own file gave, so a command run on the old file gives the same prompts with --set."""
+    from specviz.prompts import empty_reason, load_prompts, set_names
+
+    mine = [{"id": f"a-{i}", "category": c, "prompt": f"prompt {i}"} for i, c in enumerate("xxyzx")]
+    other = [{"id": f"b-{i}", "set": "b", "category": c, "prompt": f"other {i}"} for i, c in enumerate("yx")]
+    alone = _write_jsonl(tmp_path / "a.jsonl", mine)
+    merged = _write_jsonl(tmp_path / "kind.jsonl", other[:1] + [{**r, "set": "a"} for r in mine] + other[1:])
+    for kw in ({}, {"limit": 3}, {"categories": ["x"]}, {"categories": ["x", "z"], "limit": 2}):
+        old = [(r.prompt, r.category, r.id) for r in load_prompts(alone, **kw)]
+        new = [(r.prompt, r.category, r.id) for r in load_prompts(merged, sets=["a"], **kw)]
+        assert new == old and new, kw
+    assert [r.id for r in load_prompts(alone)] == ["a-0", "a-2", "a-3", "a-1", "a-4"]  # categories in turn
+    assert len(load_prompts(merged)) == 7 and set_names(merged) == ["b", "a"]
+    assert {r.set_name for r in load_prompts(merged, sets=["a", "b"])} == {"a", "b"}
+    assert "no prompt set c in" in empty_reason(merged, ["c"]) and "(sets: b, a)" in empty_reason(merged, ["c"])
+    assert "categories available: x, y, z" in empty_reason(alone, None)
+
+
+def test_bench_and_advise_take_a_set_and_name_the_sets_when_it_is_missing(tmp_path, capsys):
+    from specviz import cli
+
+    path = _write_jsonl(tmp_path / "kind.jsonl", [{"id": "q", "set": "one", "category": "code", "prompt": "x"}])
+    for sub in ("bench", "advise"):
+        rc = cli.main([sub, "--target", "none-needed", "--prompts", str(path), "--set", "two"])
+        err = capsys.readouterr().err
+        assert rc == 2 and "no prompt set two in" in err and "(sets: one)" in err, (sub, err)
+
+
+PROMPT_DIR = Path(__file__).resolve().parents[1] / "benchmarks" / "prompts"
+
+
+def test_the_bench_prompt_files_hold_named_sets_and_every_command_names_one_that_exists():
+    """benchmarks/prompts/ holds a few files by kind, each line with an id and the set it came
+    from; every `--prompts benchmarks/prompts/F.jsonl [... --set S]` in the README, the Makefile
+    and docs/ names a file that exists and sets that file holds."""
+    import re
+
+    from specviz.prompts import read_jsonl
+
+    sets_of, ids = {}, []
+    for path in sorted(PROMPT_DIR.glob("*.jsonl")):
+        rows = read_jsonl(path)
+        assert rows and all(r.set_name and r.id and r.category for r in rows), path.name
+        sets_of[path.name] = {r.set_name for r in rows}
+        ids += [r.id for r in rows]
+    assert len(ids) == len(set(ids)), "prompt ids repeat across benchmarks/prompts/"
+    every = [s for names in sets_of.values() for s in names]
+    assert len(every) == len(set(every)), "a set is split across files"
+    assert len(sets_of) <= 6, "prompt sets by kind, not one file per run"
+    root = PROMPT_DIR.parents[1]
+    pages = [root / "README.md", root / "Makefile", *sorted((root / "docs").glob("*.md"))]
+    command = re.compile(r"--prompts\s+benchmarks/prompts/([\w.-]+)((?:\s+\\?\s*--(?!prompts)[\w-]+(?:\s+[^\s-][^\s]*)?)*)")
+    checked = 0
+    for page in pages:
+        for name, rest in command.findall(page.read_text(encoding="utf-8")):
+            assert name in sets_of, f"{page.name}: benchmarks/prompts/{name} does not exist"
+            for wanted in re.findall(r"--set\s+([\w.-]+)", rest):
+                assert wanted in sets_of[name], f"{page.name}: {name} holds no set {wanted}"
+                checked += 1
+    assert checked >= 3

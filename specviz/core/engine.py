@@ -12,14 +12,13 @@ from typing import Any, Iterable, Sequence
 
 import torch
 
-from ..runtime.argmax_head import HeadLogits, LazyLogits
 from ..runtime.kv import context_window, forward_logits, keep_path, rollback, score_tree, session_cache
-from ..runtime.sampled_head import SAMPLE
-from .algorithm import EXACT, Acceptance, TreeVerification, Verification, argmax, verify, verify_tree
+from .algorithm import EXACT, Acceptance, TreeVerification, Verification, verify, verify_tree
 from .bounds import ENGINE_MAX_K as MAX_K  # the engine's hard limit on k; kept as engine.MAX_K
 from .certified import bounded_sampling, plain_temperature, top_k_probs, verify_bounded
 from .hooks import Hook, HookList
 from .lazyrec import RECORD_MODES, LazyProbs, chain_record
+from .logits import Want, greedy_argmax, is_bounded
 from .proposer import Proposer, empty_proposal
 from .records import GenerationResult, Proposal, Sampling, Stats, StepRecord, TopToken, evolve
 from .schedules import changes_nothing, make_schedule, stops_early
@@ -437,17 +436,12 @@ def _argmax_only(session: Session) -> bool:
 
 def _lazy_chain(session: Session) -> bool | str:
     """How a chain's target pass may leave its logits: unmade for a greedy step (:func:`_argmax_only`),
-    bounded for a sampled one at a plain temperature or a top-k under the exact rule (``SAMPLE``:
+    bounded for a sampled one at a plain temperature or a top-k under the exact rule (``Want.BOUNDS``:
     :mod:`specviz.core.certified`), else computed."""
     if _argmax_only(session):
-        return True
+        return Want.ARGMAX
     bounded = bounded_sampling(session.decoder.sampling)
-    return SAMPLE if bounded and session.records == "lean" and not session.decoder.acceptance.lossy else False
-
-
-def greedy_argmax(logits) -> torch.Tensor:
-    """[n]: each row's first largest logit; a screened or cut head's without computing its logits."""
-    return logits.argmax() if isinstance(logits, LazyLogits) else argmax(logits)
+    return Want.BOUNDS if bounded and session.records == "lean" and not session.decoder.acceptance.lossy else Want.FULL
 
 
 def _check_q_width(q, logits: torch.Tensor) -> None:
@@ -473,7 +467,7 @@ class _Chain:
         else:
             q = proposal.q  # None for point masses (n-gram)
         _check_q_width(q, logits)
-        if isinstance(logits, HeadLogits) and not sampling.greedy:  # bounded logits: the rule on their bounds
+        if is_bounded(logits) and not sampling.greedy:  # bounded logits: the rule on their bounds
             if plain_temperature(sampling):
                 return verify_bounded(logits, sampling.temperature, q, proposal.tokens, p.get, session.generator)
             exact = top_k_probs(logits, sampling)  # [k+1, V] a top-k p, exact from a few exact logits a row

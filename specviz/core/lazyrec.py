@@ -13,8 +13,8 @@ from typing import Any, Callable
 
 import torch
 
-from ..runtime.argmax_head import materialize
 from .algorithm import TOP_N, logits_to_probs, top_n
+from .logits import materialize
 from .records import Deferred, DraftDecision, LazyFields, StepRecord
 
 RECORD_MODES = ("full", "lean")
