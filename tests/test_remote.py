@@ -322,3 +322,66 @@ def test_remote_rows_are_the_local_labs_typed_rows():
     assert {k: v for k, v in defs.items() if k != "sources"} == definitions(remote=True)
     spec_row = next(r for r in rows if r.proposer == "spec")
     assert spec_row.speedup is not None and spec_row.same_as_target is not None
+
+
+# -- what engines report wrongly, and the readout's last line -------------------------------------
+
+
+def test_k_learnt_after_a_warmup_that_drafted_nothing(capsys, tmp_path):
+    """llama.cpp exports its per-position counters (their width is k) only once a step drafted; a
+    warm-up that drafted nothing used to leave k = 0, the rows read as target-only and the readout
+    said no speculative configuration had been measured."""
+    out_json = tmp_path / "r.json"
+    with StubServer(StubConfig(engine="llamacpp", draft_above=16)) as spec, \
+            StubServer(StubConfig(engine="llamacpp", spec=False)) as base:
+        rc, out, err = run(capsys, "--remote", f"ngram={spec.url}", "--baseline-remote", base.url, "--limit", "2",
+                           "--max-new-tokens", "24", "--json", str(out_json))
+    assert rc == 0, err
+    report = json.loads(out_json.read_text())
+    server = report["meta"]["servers"][0]
+    assert server["warmup"]["drafted"] == 0  # the case itself: the warm-up drafted nothing
+    assert server["k"] == K and server["k_source"].startswith("/metrics per-position width")
+    assert all(p["k"] == K for p in report["prompt_rows"] if p["proposer"] == "ngram")
+    rows = {r["proposer"]: r for r in report["rows"]}
+    assert rows["ngram"]["k"] == K and rows["ngram"]["drafted"] == 2 * K * len(STEP_ACCEPTED)
+    assert "Only: ngram k=3" in out and "No speculative configuration" not in out
+
+
+def test_readout_when_no_remote_server_drafted():
+    from specviz.analysis.metrics import why_no_speedup
+
+    rows = [{"proposer": "ngram", "k": 0, "impl": "remote", "acceptance_rate": None, "speedup": 1.0},
+            {"proposer": "target-only", "k": 0, "impl": "remote", "acceptance_rate": None, "speedup": 1.0}]
+    md = why_no_speedup(rows)["markdown"]
+    assert "No remote server drafted a token" in md and "No speculative configuration" not in md
+
+
+def test_logprob_check_rules():
+    from specviz.remote.engines import logprob_check
+
+    def body(lps):
+        return {"choices": [{"text": "x", "logprobs": {"tokens": ["a"] * len(lps), "token_logprobs": lps}}]}
+
+    assert logprob_check({"choices": [{"text": "x"}]}, 3)["status"] == "not returned"
+    assert logprob_check(body([0.0, 0.0]), 0)["status"] == "not checked"
+    bad = logprob_check(body([0.0, 0.0, 0.0, -1.2]), 3)
+    assert bad["status"] == "zero while speculating" and "#27972" in bad["note"] and bad["zeros"] == 3
+    assert logprob_check(body([0.0, -0.1, -2.0, -1.2]), 3)["status"] == "plausible"
+
+
+@pytest.mark.parametrize("logprobs,flagged", [("zero-when-spec", True), ("real", False)])
+def test_zero_logprobs_while_speculating_are_flagged(capsys, tmp_path, logprobs, flagged):
+    """llama.cpp issue #27972: every token of a speculated batch gets logprob 0.0; the warm-up's
+    logprobs say so, and the readout presents none of them as the target's probabilities."""
+    out_json = tmp_path / "r.json"
+    with StubServer(StubConfig(engine="llamacpp", logprobs=logprobs)) as spec, \
+            StubServer(StubConfig(engine="llamacpp", spec=False)) as base:
+        rc, out, err = run(capsys, "--remote", f"ngram={spec.url}", "--baseline-remote", base.url, "--limit", "1",
+                           "--max-new-tokens", "16", "--json", str(out_json))
+    assert rc == 0, err
+    servers = {s["label"]: s for s in json.loads(out_json.read_text())["meta"]["servers"]}
+    lp = servers["ngram"]["logprobs"]
+    assert lp["accepted"] == sum(STEP_ACCEPTED) and lp["tokens"] == 16
+    assert lp["status"] == ("zero while speculating" if flagged else "plausible")
+    assert ("logprobs not the target's" in out and "#27972" in out) is flagged
+    assert servers["target-only"]["logprobs"] is None  # the baseline's timed path is never asked for logprobs

@@ -254,6 +254,9 @@ def why_no_speedup(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     remote = [r for r in rows if r.get("impl") == "remote" and r.get("k") and r.get("acceptance_rate") is not None]
     if remote:
         return _why_remote(remote)
+    if any(r.get("impl") == "remote" for r in rows):  # servers measured, none of them drafted
+        return {"best": None, "worst": None, "markdown": "_No remote server drafted a token in this run: acceptance, "
+                "tau and the speedup of speculation need drafts (more new tokens, or prompts that repeat themselves)._"}
     cand = [
         r for r in rows
         if r.get("impl") == "specviz" and r.get("k") and r.get("speedup") is not None

@@ -71,6 +71,10 @@ def bench_remote(args, prompts, say: Callable[[Any, str], None],
                   f"k={s['k'] if s['k'] is not None else '?'}{' from ' + s['k_source'] if s['k_source'] else ''}; "
                   f"per-request stats: {s['per_request_stats'] or 'none'}; spec counters in /metrics: {'yes' if s['spec_counters'] else 'no'}")
     print(format_remote_table(report["rows"]))
+    for s in m["servers"]:
+        lp = s.get("logprobs") or {}
+        if lp.get("status") == "zero while speculating":
+            print(f"  {s['label']}: logprobs not the target's: {lp['note']}")
     for r in report["rows"]:
         if r.get("unavailable") and r["k"]:
             print(f"  {r['proposer']}: not available from this engine: {', '.join(r['unavailable'])}")

@@ -133,13 +133,18 @@ class Client:
         return None
 
     def complete(self, prompt: str, max_tokens: int, model: str | None = None, temperature: float = 0.0,
-                 seed: int | None = 0) -> tuple[dict[str, Any], float]:
-        """POST /v1/completions -> (the JSON body, wall seconds). Raises RemoteError on failure."""
+                 seed: int | None = 0, logprobs: int | None = None) -> tuple[dict[str, Any], float]:
+        """POST /v1/completions -> (the JSON body, wall seconds). Raises RemoteError on failure.
+
+        ``logprobs``: ask for the top-n logprobs of each token (the warm-up only: llama.cpp ranks
+        the whole vocabulary for them, which would slow a timed request)."""
         payload: dict[str, Any] = {"prompt": prompt, "max_tokens": max_tokens, "temperature": temperature, "stream": False, "n": 1}
         if model:
             payload["model"] = model
         if seed is not None:
             payload["seed"] = seed
+        if logprobs is not None:
+            payload["logprobs"] = logprobs
         t0 = time.perf_counter()
         r = self._call("POST", "/v1/completions", json=payload)
         wall = time.perf_counter() - t0

@@ -29,7 +29,8 @@ from typing import Any, Mapping, Sequence
 from ..core.stats import position_counts
 
 __all__ = ["RequestStats", "parse_vllm", "parse_sglang", "parse_llamacpp", "parse_request_stats",
-           "engine_from_body", "positions_from_steps", "positions_from_histogram"]
+           "engine_from_body", "positions_from_steps", "positions_from_histogram", "token_logprobs", "logprob_check",
+           "ZERO_LOGPROBS"]
 
 
 @dataclass(frozen=True)
@@ -231,3 +232,36 @@ def positions_from_histogram(histogram: Sequence[int], k: int | None = None) -> 
     steps = sum(histogram)
     hits = [sum(histogram[j] for j in range(i + 1, len(histogram))) for i in range(width)]
     return hits, [steps] * width
+
+
+ZERO_LOGPROBS = ("the engine returns logprob 0.0 (probability 1) for the tokens it accepted from a draft, not the "
+                 "target's probabilities (llama.cpp issue #27972): specviz reports none of them")
+
+
+def token_logprobs(body: Mapping[str, Any]) -> list[float]:
+    """The completion's per-token logprobs (``choices[0].logprobs.token_logprobs``), [] without them."""
+    lp = _choice0(body).get("logprobs")
+    values = lp.get("token_logprobs") if isinstance(lp, Mapping) else None
+    if not isinstance(values, list):
+        return []
+    return [float(v) for v in values if isinstance(v, (int, float))]
+
+
+def logprob_check(body: Mapping[str, Any], accepted: int | None) -> dict[str, Any]:
+    """Whether a response's logprobs can be the target's: a request that accepted drafted tokens
+    and returned at least as many logprobs of exactly 0.0 is llama.cpp's bug #27972 (every token
+    of a speculated batch gets probability 1), since a real model rarely puts probability 1.0 in
+    float32 on a token. Returns ``{"tokens", "zeros", "accepted", "status", "note"}``; status:
+    "not returned", "not checked" (no accepted drafts: the bug cannot show), "plausible",
+    "zero while speculating" (do not present them)."""
+    values = token_logprobs(body)
+    zeros = sum(1 for v in values if v == 0.0)
+    out: dict[str, Any] = {"tokens": len(values), "zeros": zeros, "accepted": accepted}
+    if not values:
+        return {**out, "status": "not returned", "note": "the engine returned no logprobs"}
+    if not accepted:
+        return {**out, "status": "not checked", "note": "the checked request accepted no drafts, so a wrong logprob could not show"}
+    if zeros >= accepted:
+        return {**out, "status": "zero while speculating",
+                "note": f"{zeros} of {len(values)} token logprobs are exactly 0.0 in a request that accepted {accepted} drafts: {ZERO_LOGPROBS}"}
+    return {**out, "status": "plausible", "note": f"{zeros} of {len(values)} token logprobs are exactly 0.0 with {accepted} drafts accepted"}

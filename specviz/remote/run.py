@@ -20,6 +20,11 @@ drafts, so a target-only server has tau = 1.0; per-position denominators from co
 histogram are every draft step); what a server cannot know (draft and verify times, so c and v)
 is None.
 
+The warm-up request of each speculative server also asks for logprobs and checks them
+(:func:`.engines.logprob_check`): llama.cpp returns 0.0 for every token of a speculated batch
+(its issue #27972), so ``meta["servers"][i]["logprobs"]`` says whether they can be the target's;
+the timed requests never ask for them (llama.cpp ranks the whole vocabulary for them).
+
 A failure after the first measured request (the server died, a timeout) stops the sweep: the rows
 measured so far stay, and ``meta["stopped_reason"]`` / ``meta["stopped_at"]`` say where.
 """
@@ -38,7 +43,8 @@ from ..bench.rows import REMOTE_IMPL, RemotePromptResult, SummaryRow, to_record
 from ..bench.summary import summarize
 from ..prompts import PromptRow
 from .client import BASELINE, Client, Endpoint, RemoteError
-from .engines import RequestStats, engine_from_body, parse_request_stats, positions_from_histogram, positions_from_steps
+from .engines import (RequestStats, engine_from_body, logprob_check, parse_request_stats, positions_from_histogram,
+                      positions_from_steps)
 from .prom import SpecCounters, engine_from_metrics, parse_spec_counters
 
 __all__ = ["RemoteConfig", "RemoteSweep", "IMPL", "NO_SPEC"]
@@ -73,6 +79,7 @@ class ServerInfo:
     detected_by: list[str] = field(default_factory=list)
     batch_diff: SpecCounters | None = None  # --concurrency > 1: the counters diffed around all requests
     warmup: dict[str, Any] | None = None  # the warm-up request's counts (the server's counters include them)
+    logprobs: dict[str, Any] | None = None  # engines.logprob_check on the warm-up: can its logprobs be the target's?
 
 
 class RemoteSweep:
@@ -189,13 +196,14 @@ class RemoteSweep:
         except ValueError:
             return None
 
-    def _measure(self, ep: Endpoint, prompt: str, max_tokens: int, scrape: bool = True) -> dict[str, Any]:
+    def _measure(self, ep: Endpoint, prompt: str, max_tokens: int, scrape: bool = True, logprobs: int | None = None) -> dict[str, Any]:
         c, info = self.clients[ep.url], self.info[ep]
         before = self._scrape(ep) if scrape else None
         if info.engine == "sglang":  # its OpenAI routes may leave meta_info out; the native route has it
             body, wall = c.generate_sglang(prompt, max_tokens, temperature=self.config.temperature)
         else:
-            body, wall = c.complete(prompt, max_tokens, model=info.model, temperature=self.config.temperature, seed=self.config.seed)
+            body, wall = c.complete(prompt, max_tokens, model=info.model, temperature=self.config.temperature, seed=self.config.seed,
+                                    logprobs=logprobs)
         after = self._scrape(ep) if scrape else None
         diff = after.minus(before) if before is not None and after is not None else None
         stats = parse_request_stats(body, info.engine)
@@ -221,7 +229,8 @@ class RemoteSweep:
             for ep in self.endpoints:
                 where = f"warm-up of {ep.label} ({ep.url})"
                 tokens = min(cfg.max_new_tokens, 16) if cfg.warmup else 1
-                out = self._measure(ep, self.prompts[0].prompt, tokens)
+                # the warm-up also asks for logprobs, to catch an engine whose logprobs are not the target's
+                out = self._measure(ep, self.prompts[0].prompt, tokens, logprobs=None if ep.baseline else 1)
                 info = self.info[ep]
                 if out["stats"] is not None and out["stats"].has_spec:
                     info.per_request = out["stats"].source
@@ -229,6 +238,8 @@ class RemoteSweep:
                 self._set_k(info, out)
                 w = self._row(ep, -1, self.prompts[0], out)
                 info.warmup = {key: getattr(w, key) for key in ("new_tokens", "drafted", "accepted", "draft_steps", "per_position_hits", "counters_diff")}
+                if not ep.baseline and info.engine != "sglang":
+                    info.logprobs = logprob_check(out["body"], w.accepted)
             self.warmup_s = time.perf_counter() - t0
             for i, prompt in enumerate(self.prompts if cfg.concurrency == 1 else ()):
                 order = self.order(i)
@@ -240,6 +251,7 @@ class RemoteSweep:
                         return
                     where = f"prompt {i + 1}/{len(self.prompts)} ({prompt.id}) on {ep.label} ({ep.url})"
                     out = self._measure(ep, prompt.prompt, cfg.max_new_tokens)
+                    self._learn_k(ep, out)
                     self.prompt_rows.append(self._row(ep, i, prompt, out))
                     self._link(i)
                     done += 1
@@ -270,6 +282,7 @@ class RemoteSweep:
             outs = list(pool.map(lambda p: self._measure(ep, p.prompt, self.config.max_new_tokens, scrape=False), self.prompts))
         after = self._scrape(ep)
         self.info[ep].batch_diff = after.minus(before) if before is not None and after is not None else None
+        self._learn_k(ep, {"stats": None, "diff": self.info[ep].batch_diff})
         rows = []
         for i, (prompt, out) in enumerate(zip(self.prompts, outs)):
             row = self._row(ep, i, prompt, out)
@@ -292,6 +305,20 @@ class RemoteSweep:
             info.k, info.k_source = len(out["diff"].per_pos), "/metrics per-position width"
         elif st is not None and st.per_step_drafted:
             info.k, info.k_source = max(st.per_step_drafted), "per_step_drafted max"
+
+    def _learn_k(self, ep: Endpoint, out: Mapping[str, Any]) -> None:
+        """A k the warm-up could not tell, learnt from a later request, stamped on the rows so far.
+
+        llama.cpp exports its per-position counters (whose width is its n_max) only once a step
+        has drafted, and a short warm-up may draft nothing: its rows would keep k = 0 and read as
+        target-only (the readout then found no speculative configuration at all)."""
+        info = self.info[ep]
+        if info.k is not None:
+            return
+        self._set_k(info, out)
+        if info.k is not None:
+            self.prompt_rows = [replace(r, k=info.k) if r.url == ep.url and r.proposer == ep.label else r
+                                for r in self.prompt_rows]
 
     # -- rows -------------------------------------------------------------------------------
     def _row(self, ep: Endpoint, i: int, prompt: PromptRow, out: Mapping[str, Any]) -> RemotePromptResult:
@@ -369,6 +396,7 @@ class RemoteSweep:
                 "spec_counters": info.has_counters if info else None, "per_request_stats": info.per_request if info else None,
                 "counters_diff_all_requests": asdict(info.batch_diff) if info and info.batch_diff else None,
                 "warmup": info.warmup if info else None,
+                "logprobs": info.logprobs if info else None,
             })
         models = sorted({s["model"] for s in servers if s["model"]})
         meta = {

@@ -25,6 +25,8 @@ class StubConfig:
     openai: bool = True  # False: 404 on every OpenAI route
     die_after: int | None = None  # completions answered before the server stops
     delay_s: float = 0.0  # sleep before answering a completion
+    draft_above: int = 0  # requests of at most this many tokens draft nothing (llama.cpp's short warm-up)
+    logprobs: str = "real"  # "real": negative logprobs; "zero-when-spec": 0.0 for every token (llama.cpp #27972)
     counts: dict = field(default_factory=lambda: {"drafts": 0, "draft_tokens": 0, "accepted": 0, "per_pos": [0] * K, "requests": 0})
 
 
@@ -47,7 +49,7 @@ def _metrics_text(cfg: StubConfig) -> str:
         for name, key in (("draft_tokens", "draft_tokens"), ("accepted_tokens", "accepted"), ("drafts", "drafts")):
             lines += [f"# HELP llamacpp:spec_decode_num_{name}_total x", f"# TYPE llamacpp:spec_decode_num_{name}_total counter",
                       f"llamacpp:spec_decode_num_{name}_total {c[key] if cfg.spec else 0}"]
-        if cfg.spec and c["requests"]:
+        if cfg.spec and c["drafts"]:  # the server exports per-position counts once a step has drafted
             lines += ["# HELP llamacpp:spec_decode_num_accepted_tokens_per_pos_total x",
                       "# TYPE llamacpp:spec_decode_num_accepted_tokens_per_pos_total counter"]
             lines += [f'llamacpp:spec_decode_num_accepted_tokens_per_pos_total{{position="{i}"}} {v}' for i, v in enumerate(c["per_pos"])]
@@ -57,8 +59,9 @@ def _metrics_text(cfg: StubConfig) -> str:
     return "# HELP process_cpu_seconds_total x\n# TYPE process_cpu_seconds_total counter\nprocess_cpu_seconds_total 1.0\n"
 
 
-def _completion(cfg: StubConfig, max_tokens: int) -> dict:
-    steps = STEP_ACCEPTED if cfg.spec else ()
+def _completion(cfg: StubConfig, max_tokens: int, logprobs: int | None = None) -> dict:
+    drafts = cfg.spec and max_tokens > cfg.draft_above
+    steps = STEP_ACCEPTED if drafts else ()
     n = max(max_tokens, sum(a + 1 for a in steps)) if steps else max_tokens
     accepted = sum(steps)
     if cfg.spec:
@@ -73,23 +76,28 @@ def _completion(cfg: StubConfig, max_tokens: int) -> dict:
     body = {"id": "cmpl-1", "object": "text_completion", "model": "stub",
             "choices": [{"index": 0, "text": " tok" * n, "finish_reason": "length"}],
             "usage": {"prompt_tokens": 5, "completion_tokens": n, "total_tokens": 5 + n}}
+    if logprobs is not None:  # the OpenAI completions shape: one logprob per generated token
+        lp = 0.0 if cfg.spec and cfg.logprobs == "zero-when-spec" else -0.25
+        body["choices"][0]["logprobs"] = {"tokens": [" tok"] * n, "token_logprobs": [lp] * n, "text_offset": list(range(n))}
     if not cfg.spec:
         return body
     hist = [list(steps).count(j) for j in range(K + 1)]
+    n_steps = max(len(steps), 1)
     if cfg.engine.startswith("vllm"):
-        sd = {"mean_acceptance_length": 1 + accepted / len(steps), "draft_acceptance_rate": accepted / (K * len(steps)),
+        sd = {"mean_acceptance_length": 1 + accepted / n_steps, "draft_acceptance_rate": accepted / (K * n_steps),
               "acceptance_histogram": hist, "num_spec_steps": len(steps), "num_accepted_draft_tokens": accepted,
               "num_draft_tokens": K * len(steps), "num_spec_tokens": K}
-        if cfg.engine == "vllm":
+        if cfg.engine == "vllm" and steps:
             sd["per_step_accepted"] = list(steps)
             sd["per_step_drafted"] = [K] * len(steps)
         body["metrics"] = {"speculative_decoding": sd}
     elif cfg.engine == "sglang":
         body["meta_info"] = {"spec_verify_ct": len(steps), "spec_accept_token_num": accepted, "spec_draft_token_num": K * len(steps),
-                             "spec_accept_histogram": hist, "spec_accept_length": n / len(steps), "completion_tokens": n}
+                             "spec_accept_histogram": hist, "spec_accept_length": n / n_steps, "completion_tokens": n}
     elif cfg.engine == "llamacpp":
-        body["timings"] = {"prompt_n": 5, "prompt_ms": 1.0, "predicted_n": n, "predicted_ms": 10.0,
-                           "predicted_per_second": 100.0 * n, "draft_n": K * len(steps), "draft_n_accepted": accepted}
+        body["timings"] = {"prompt_n": 5, "prompt_ms": 1.0, "predicted_n": n, "predicted_ms": 10.0, "predicted_per_second": 100.0 * n}
+        if steps:  # the server leaves both out when the request drafted nothing
+            body["timings"].update({"draft_n": K * len(steps), "draft_n_accepted": accepted})
     return body
 
 
@@ -149,7 +157,7 @@ class StubServer:
                     return None
                 if cfg.delay_s:
                     time.sleep(cfg.delay_s)
-                return self._send(200, json.dumps(_completion(cfg, int(payload.get("max_tokens", 16)))))
+                return self._send(200, json.dumps(_completion(cfg, int(payload.get("max_tokens", 16)), payload.get("logprobs"))))
 
         class Quiet(ThreadingHTTPServer):
             def handle_error(self, request, client_address):  # the "dying" server drops connections on purpose
