@@ -4,7 +4,7 @@ Builds llama-server once (cached), starts three servers on 127.0.0.1 (n-gram spe
 same GGUF as its own draft model, and no speculation as the baseline), runs the remote benchmark
 over the bundled prompts and stops them:
 
-    python benchmarks/remote_llama.py --limit 8 --max-new-tokens 64 --json assets/remote-llama.json
+    python benchmarks/remote_llama.py --limit 8 --max-new-tokens 64 --json benchmarks/results/remote-llama.json
     python benchmarks/remote_llama.py --prompts benchmarks/prompts/heldout.jsonl --limit 6 --max-new-tokens 64
 """
 

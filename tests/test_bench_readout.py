@@ -55,9 +55,9 @@ def test_the_summary_gives_the_rows_own_per_position_prediction():
 def test_a_real_report_gives_each_configuration_one_prediction_and_no_tau_prediction_from_its_own_counts():
     from specviz.viz import bench as V
 
-    path = ROOT / "assets" / "bench-gemma-cpu.json"
+    path = ROOT / "benchmarks" / "results" / "bench-gemma-cpu.json"
     if not path.exists():
-        pytest.skip("no bench report in assets/")
+        pytest.skip("no bench report in benchmarks/results/")
     rep = json.loads(path.read_text())
     md = V.why_markdown(rep)
     heads = re.findall(r"\*\*(?:Best|Worst|Only): (\S+ k=\d+) \(measured ([\d.]+)x, predicted ([\d.]+)x", md)

@@ -170,6 +170,27 @@ def test_every_relative_link_points_to_a_file_that_exists(page):
     assert not broken, f"{page.name}: broken links {broken}"
 
 
+def test_reference_pages_are_short_and_the_results_log_is_dated_newest_first():
+    """docs/benchmarks.md and docs/advisor.md say what, how, the current result and how to read it;
+    the measurements go to docs/results-log.md, one dated section each, newest first."""
+    for name in ("benchmarks.md", "advisor.md"):
+        n = len((ROOT / "docs" / name).read_text(encoding="utf-8").splitlines())
+        assert n <= 250, f"docs/{name} has {n} lines: move the measurements to docs/results-log.md"
+    text = re.sub(r"```.*?```", "", (ROOT / "docs" / "results-log.md").read_text(encoding="utf-8"), flags=re.S)
+    heads = re.findall(r"^## (.*)$", text, flags=re.M)
+    dates = [re.match(r"(\d{4}-\d{2}-\d{2})", h) for h in heads]
+    assert len(heads) > 10 and all(dates), [h for h, d in zip(heads, dates) if not d]
+    days = [d.group(1) for d in dates]
+    assert days == sorted(days, reverse=True), "results-log.md: newest first"
+
+
+def test_assets_holds_only_what_the_readme_and_the_docs_show():
+    """Bench records live in benchmarks/results/; assets/ keeps what a page shows or links."""
+    pages = "".join(p.read_text(encoding="utf-8") for p in [README, *DOCS])
+    unshown = [p.name for p in (ROOT / "assets").iterdir() if f"assets/{p.name}" not in pages]
+    assert not unshown, f"nothing shows these: move bench records to benchmarks/results/ ({unshown})"
+
+
 def test_slugs_follow_github():
     assert _slug("A forward's cost (the static decode step)") == "a-forwards-cost-the-static-decode-step"
     assert _slug("llama.cpp through `specviz bench --remote`") == "llamacpp-through-specviz-bench---remote"

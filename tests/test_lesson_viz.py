@@ -374,9 +374,9 @@ def test_readme_sweep_agrees_within_10_percent_or_says_why():
     """Every specviz row of the README's benchmark: tau within 10%; the speedup within 10% or a
     measured reason (prefill, time between steps, the decode loops' own ratio) on the page."""
     for name in ("bench-gemma-cpu.json", "bench-gemma-cpu-schedules.json"):
-        path = ROOT / "assets" / name
+        path = ROOT / "benchmarks" / "results" / name
         if not path.exists():
-            pytest.skip(f"{name} is not in assets/")
+            pytest.skip(f"{name} is not in benchmarks/results/")
         rep = json.loads(path.read_text())
         base = next(r for r in rep["rows"] if r["k"] == 0 and r["impl"] == "specviz")
         for r in rep["rows"]:
@@ -528,9 +528,9 @@ def test_augmented_rows_feed_the_benchmark_charts():
     from specviz.analysis.prediction import augment_rows
     from specviz.viz import bench as vb
 
-    path = ROOT / "assets" / "bench-gemma-cpu.json"
+    path = ROOT / "benchmarks" / "results" / "bench-gemma-cpu.json"
     if not path.exists():
-        pytest.skip("no bench report in assets/")
+        pytest.skip("no bench report in benchmarks/results/")
     rep = json.loads(path.read_text())
     rows = augment_rows(rep["rows"], rep["prompt_rows"])
     assert rows is not rep["rows"] and "predicted_tau_positional" not in rep["rows"][1]
