@@ -11,26 +11,39 @@ the scales and bias applied in the same pass, the output rows split across torch
 
 :func:`load` compiles it with ``torch.utils.cpp_extension`` (the C++ toolchain Inductor also uses)
 for this machine (``-march=native``), once per CPU, torch version and source text, into
-``<cache home>/kernels``; later processes load the built library. Where it cannot be built (no
-compiler, no ninja) it returns why, once, and the int8 copies keep PyTorch's kernels. Which kernel
-an ``@int8`` model runs is measured on this machine (:func:`specviz.runtime.int8_speed.choose_kernel`).
+``<cache home>/kernels/specviz_kernels_<digest>.so``; later processes load the built library. A build
+can be killed halfway (a closed laptop, a Space restarted mid-build), and cpp_extension waits forever
+on the ``lock`` such a build leaves, so no build runs where a later process will look: each builds
+in a fresh ``<name>.build-*`` directory beside the library and moves the finished library into place
+(``os.replace``: whole or absent). A process finding another's build waits for it only
+:data:`WAIT_S` seconds (then it uses PyTorch's kernels and the log says where that build is); a build
+directory whose process is gone, or untouched for :data:`STALE_S` seconds, is removed (said in the
+log, with its path). Where it cannot be built (no C++ compiler, no ninja) :func:`load` says why,
+once, and every caller keeps PyTorch's kernels. Which kernel an ``@int8`` model runs is measured on
+this machine (:func:`specviz.runtime.int8_speed.choose_kernel`).
 The same library holds ``torch.ops.specviz_int8.dense``, a float32 product for a few rows that the
 body's projections time beside PyTorch's (:mod:`specviz.runtime.projections`); (``screen_kernel.cpp``)
 the certified argmax head's screens, bf16 and int8 (:mod:`specviz.runtime.argmax_head`); and
 (``layer_kernel.cpp``) ``torch.ops.specviz_int8.layer``: a whole decoder layer of an int8 or planned
 float32 body in one call, the static step's ``fused`` runner (:mod:`specviz.runtime.layer_op`). What
 the sources share (block shapes, the per-token quantization, the int8 block sums) is ``kernel_parts.h``.
+(The ops keep their first namespace, ``specviz_int8``; the library is named for all it holds.)
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
+import json
 import logging
 import os
 import shutil
+import socket
 import sys
+import tempfile
 import threading
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -45,6 +58,10 @@ FLAGS = ("-O3", "-march=native", "-fopenmp")  # this CPU's ISA; OpenMP: at::para
 # torch's own ISA level caps the build's (ATEN_CPU_CAPABILITY=avx2 on an AVX-512 machine emulates an
 # AVX2-only CPU: torch's kernels, oneDNN's with ONEDNN_MAX_CPU_ISA=AVX2, and these)
 CAPS = {"AVX2": ("-mno-avx512f",), "DEFAULT": ("-mno-avx",)}
+PREFIX = "specviz_kernels_"  # the library: every op the sources define, not only the int8 product
+WAIT_S = 300.0  # the longest a process waits for another's build (15-200 s on a busy 2-core box): then PyTorch's kernels
+STALE_S = 900.0  # a build directory nothing was written to for this long was left by a killed build
+POLL_S = 0.5
 
 _state: dict[str, str | None] = {}
 _lock = threading.Lock()
@@ -63,7 +80,7 @@ def _name() -> str:
 
     text = "".join(f.read_text() for f in (*SOURCES, *HEADERS))
     ident = f"{text}|{flags()}|{torch.__version__}|{machine_id()}"
-    return f"specviz_int8_{hashlib.sha256(ident.encode()).hexdigest()[:12]}"
+    return f"{PREFIX}{hashlib.sha256(ident.encode()).hexdigest()[:12]}"
 
 
 def _ninja_on_path() -> None:
@@ -80,11 +97,11 @@ def _ninja_on_path() -> None:
 
 
 def _library() -> Path:
-    """Where this machine's build of the op lives."""
+    """Where this machine's build of the ops lives: ``<cache home>/kernels/<name>.so``, present only whole."""
     from .runners import cache_home
 
     name = _name()
-    return cache_home() / "kernels" / name / f"{name}.so"
+    return cache_home() / "kernels" / f"{name}.so"
 
 
 def needs_build() -> bool:
@@ -94,10 +111,136 @@ def needs_build() -> bool:
     return not _library().is_file()
 
 
+def toolchain() -> str | None:
+    """Why nothing can be built here (no C++ compiler, no ninja on PATH), or None. Asked before a
+    build: cpp_extension would otherwise fail later and in many words."""
+    cxx = os.environ.get("CXX") or "c++"  # what cpp_extension runs
+    if shutil.which(cxx) is None:
+        return f"no C++ compiler on PATH ({cxx})"
+    _ninja_on_path()
+    return None if shutil.which("ninja") else "no ninja on PATH (pip install ninja)"
+
+
+# -- build directories: one per build, beside the library -----------------------------------------
+
+
+@dataclass(frozen=True)
+class BuildDir:
+    """A build's directory under kernels/ (``<name>.build-*``, or a ``lock``-holding one of an
+    older layout): who made it (host and pid, where it says) and how long ago anything in it changed."""
+
+    path: Path
+    host: str | None
+    pid: int | None
+    idle_s: float
+
+
+def _idle_s(path: Path, now: float) -> float:
+    """Seconds since the directory or anything in it last changed (a compiler writing its objects counts)."""
+    try:
+        stamps = [path.stat().st_mtime, *(p.stat().st_mtime for p in path.iterdir())]
+    except OSError:  # removed meanwhile
+        return 0.0
+    return max(0.0, now - max(stamps))
+
+
+def build_dirs(kernels: Path, now: float | None = None) -> list[BuildDir]:
+    """Every build directory under ``kernels`` (finished or not, live or not)."""
+    now = time.time() if now is None else now
+    found = []
+    for path in sorted(kernels.iterdir()) if kernels.is_dir() else ():
+        if not path.is_dir() or not (".build-" in path.name or (path / "lock").exists()):
+            continue
+        try:
+            owner = json.loads((path / "owner.json").read_text())
+        except (OSError, ValueError):
+            owner = {}
+        pid = owner.get("pid")
+        found.append(BuildDir(path, owner.get("host"), pid if isinstance(pid, int) else None, _idle_s(path, now)))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # someone else's process: alive
+        return True
+    return True
+
+
+def stale(build: BuildDir, host: str | None = None, stale_s: float | None = None) -> str | None:
+    """Why ``build`` is a killed build's leftover (its process is gone from this host; nothing
+    written for ``stale_s`` seconds), or None while it may still be running."""
+    host = socket.gethostname() if host is None else host
+    if build.pid is not None and build.host == host and not _alive(build.pid):
+        return f"its process {build.pid} is gone"
+    limit = STALE_S if stale_s is None else stale_s
+    return f"nothing written for {build.idle_s:.0f} s" if build.idle_s > limit else None
+
+
+def clear_stale(kernels: Path) -> list[BuildDir]:
+    """Remove the stale build directories under ``kernels`` (each said in the log); -> the live ones."""
+    live = []
+    for build in build_dirs(kernels):
+        why = stale(build)
+        if why is None:
+            live.append(build)
+            continue
+        log.warning("specviz: removing %s, a native build that did not finish (%s)", build.path, why)
+        shutil.rmtree(build.path, ignore_errors=True)
+    return live
+
+
+def _build(built: Path) -> None:
+    """Compile the ops in a fresh directory beside ``built``, load them, move the library into place."""
+    from torch.utils import cpp_extension
+
+    name = built.stem
+    work = Path(tempfile.mkdtemp(prefix=f"{name}.build-", dir=built.parent))
+    try:
+        (work / "owner.json").write_text(json.dumps({"host": socket.gethostname(), "pid": os.getpid()}))
+        log.info("specviz: building specviz's native kernels for this CPU (once, in %s)", work)
+        t = time.perf_counter()
+        cpp_extension.load(name=name, sources=[str(f) for f in SOURCES], extra_cflags=list(flags()),
+                           extra_ldflags=["-fopenmp"], build_directory=str(work), is_python_module=False,
+                           verbose=False)  # loads it too
+        os.replace(work / built.name, built)  # whole or not at all, for every other process
+        log.info("specviz: built %s in %.0f s", built, time.perf_counter() - t)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _load_or_build(built: Path, wait_s: float) -> str | None:
+    """Load the library at ``built``, building it first where no other process is; -> None, or why not."""
+    deadline = time.monotonic() + wait_s
+    said = False
+    while True:
+        if built.is_file():
+            torch.ops.load_library(str(built))
+            log.info("specviz: native kernels loaded from %s", built)
+            return None
+        live = clear_stale(built.parent)
+        mine = [b for b in live if b.path.name.startswith(built.stem)]
+        if not mine:
+            why = toolchain()
+            if why is None:
+                _build(built)
+            return why
+        if time.monotonic() >= deadline:
+            return (f"another process is still building them in {mine[0].path} ({wait_s:.0f} s waited); this "
+                    "process runs PyTorch's kernels, a later one loads the finished library")
+        if not said:
+            log.info("specviz: waiting up to %.0f s for the native build under way in %s", wait_s, mine[0].path)
+            said = True
+        time.sleep(POLL_S)
+
+
 def load() -> str | None:
-    """Build (first time on this machine) and load the op. -> None when ``torch.ops.specviz_int8.linear``
-    is ready, else why not (said once in the log; the int8 copies then keep PyTorch's kernels).
-    ``SPECVIZ_INT8_KERNEL=0`` turns it off."""
+    """Build (first time on this machine) and load the ops. -> None when ``torch.ops.specviz_int8.linear``
+    is ready, else why not (said once in the log with the path taken: PyTorch's kernels). Never
+    waits on a lock: see the module's text. ``SPECVIZ_INT8_KERNEL=0`` turns it off."""
     with _lock:
         if "why" in _state:
             return _state["why"]
@@ -105,26 +248,17 @@ def load() -> str | None:
         if os.environ.get("SPECVIZ_INT8_KERNEL", "1") == "0":
             why = "turned off (SPECVIZ_INT8_KERNEL=0)"
         elif not hasattr(torch.ops.specviz_int8, "linear"):  # not loaded in this process yet
-            from torch.utils import cpp_extension
-
             built = _library()
-            name, directory = built.stem, built.parent
             try:
-                directory.mkdir(parents=True, exist_ok=True)
-                if built.is_file() and not (directory / "lock").exists():  # built, and no build under way
-                    torch.ops.load_library(str(built))
-                else:
-                    _ninja_on_path()
-                    log.info("specviz: building the int8 kernel for this CPU (once, into %s)", directory)
-                    cpp_extension.load(name=name, sources=[str(f) for f in SOURCES], extra_cflags=list(flags()),
-                                       extra_ldflags=["-fopenmp"], build_directory=str(directory),
-                                       is_python_module=False, verbose=False)
-            except Exception as e:  # noqa: BLE001 - no compiler, no ninja, a failed build: PyTorch's kernels
-                why = f"could not build it here ({type(e).__name__}: {str(e).strip().splitlines()[-1][:160] if str(e).strip() else ''})"
+                built.parent.mkdir(parents=True, exist_ok=True)
+                why = _load_or_build(built, WAIT_S)
+            except Exception as e:  # noqa: BLE001 - a failed build, an unwritable cache: PyTorch's kernels
+                text = str(e).strip()
+                why = f"could not build them here ({type(e).__name__}: {text.splitlines()[-1][:160] if text else ''})"
         if why is None:
             _register_fake()
         else:
-            log.warning("specviz: specviz's int8 kernel is not used: %s", why)
+            log.warning("specviz: no native kernels, PyTorch's kernels serve: %s", why)
         _state["why"] = why
         return why
 
