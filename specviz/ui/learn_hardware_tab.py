@@ -22,7 +22,7 @@ from .handlers import friendly_error
 
 __all__ = ["HardwareSectionView", "build_hardware_section", "on_hardware"]
 
-DEFAULT_A, DEFAULT_C = 0.7, 0.1
+DEFAULT_A, DEFAULT_C = hw.START_POINTS[0]  # the preferred opening point (hw.default_point picks the one shown)
 
 HARDWARE_TEXT = r"""
 The expected speedup of part 3 is $\dfrac{E(a, k)}{k\,c + v}$, and $v$ is not one number: it is the
@@ -68,11 +68,12 @@ def build_hardware_section() -> HardwareSectionView:
                       elem_id="sv-learn-hardware"):
         gr.Markdown(HARDWARE_TEXT, latex_delimiters=[{"left": "$$", "right": "$$", "display": True},
                                                      {"left": "$", "right": "$", "display": False}])
+        a0, c0 = hw.default_point(_cache_dir())  # a point where the two best k differ here, as the title says
         with gr.Row():
-            a = gr.Slider(0.0, 0.99, value=DEFAULT_A, step=0.01, label="a: acceptance rate", elem_id="sv-learn-hw-a")
-            c = gr.Slider(0.0, 1.0, value=DEFAULT_C, step=0.01, label="c: draft step cost / target step cost",
+            a = gr.Slider(0.0, 0.99, value=a0, step=0.01, label="a: acceptance rate", elem_id="sv-learn-hw-a")
+            c = gr.Slider(0.0, 1.0, value=c0, step=0.01, label="c: draft step cost / target step cost",
                           elem_id="sv-learn-hw-c")
-        words0, fig0 = on_hardware(DEFAULT_A, DEFAULT_C)
+        words0, fig0 = on_hardware(a0, c0)
         words = gr.HTML(words0, elem_id="sv-learn-hw-words")
         plot = gr.Plot(fig0, show_label=False, elem_id="sv-learn-hw-plot")
     for comp in (a, c):

@@ -54,6 +54,7 @@ class SpeedupStory:
     measured: float | None  # tokens/s over the target-only run's tokens/s
     numbers: dict = field(default_factory=dict)  # a, k, c, v, tau, tokens, forwards, f, k_eff
     band: SpeedupInterval | None = None  # the measured speedup's bootstrap interval over the steps' timings
+    lossy: bool = False  # typical acceptance: every number is the LOSSY rule's, said in the headline
 
     @property
     def text(self) -> str:
@@ -64,6 +65,7 @@ class SpeedupStory:
         body = "".join(f"<li>{html.escape(s)}</li>" for s in self.sentences)
         advice = f'<p class="sv-why-advice">{html.escape(self.advice)}</p>' if self.advice else ""
         limit = f' data-limit="{self.limit}"' if self.limit else ""
+        limit += ' data-lossy="true"' if self.lossy else ""
         if self.band is not None:
             b = self.band
             limit += (f' data-noise="{"within" if b.within_noise else "clear"}" data-low="{b.low:.4f}"'
@@ -102,7 +104,8 @@ def explain_speedup(*, a: float | None, k: int, tau: float, tokens: int, target_
                     drafted_fraction: float = 1.0, drafted_per_step: float | None = None,
                     proposer: str = "draft model", prefill_forwards: int = 1,
                     per_position: Sequence[float] = (), v_curve: Mapping[int, float] | None = None,
-                    counts: StepCounts | None = None, band: SpeedupInterval | None = None) -> SpeedupStory:
+                    counts: StepCounts | None = None, band: SpeedupInterval | None = None,
+                    temperature: float | None = None, lossy: bool = False) -> SpeedupStory:
     """The story of one run's speedup, in plain words.
 
     a: acceptance rate (accepted / drafted; None when nothing was drafted); k: the draft length
@@ -115,7 +118,9 @@ def explain_speedup(*, a: float | None, k: int, tau: float, tokens: int, target_
     machine's verify cost for a (k+1)-token pass, in target steps) let the card name a better k
     from the run's own acceptance (see :func:`best_k_from_positions`); band: the measured speedup's
     interval (:func:`specviz.analysis.noise.speedup_interval`): when it contains 1.0x the card says
-    "within noise" and calls the run even.
+    "within noise" and calls the run even; temperature: the run's (None: not known), so that a
+    greedy run is never told to lower it; lossy: typical acceptance (LOSSY), said in the headline,
+    since its speedup is not the exact rule's.
     """
     if k < 0 or tau < 0 or tokens < 0 or target_forwards < 0:
         raise ValueError("k, tau, tokens and target_forwards must be >= 0; pass the run's own Stats values")
@@ -150,8 +155,9 @@ def explain_speedup(*, a: float | None, k: int, tau: float, tokens: int, target_
         sentences.append("Whether that is faster depends on what drafting and the wider verify pass cost in target "
                          "steps; run target-only on the same prompt and settings to measure them.")
         limit = "coverage" if drafted_fraction < 0.5 else ("a" if a < 0.5 else None)
-        return SpeedupStory("unknown" if speedup is None else _verdict(speedup), limit, head, tuple(sentences),
-                            "Press “Run target-only” to measure the speedup.", None, speedup, nums)
+        return SpeedupStory("unknown" if speedup is None else _verdict(speedup), limit, _lossy_head(head, lossy),
+                            tuple(sentences), "Press “Run target-only” to measure the speedup.", None, speedup, nums,
+                            lossy=lossy)
 
     step_cost = k_eff * c + v
     if step_cost <= 0:
@@ -181,15 +187,14 @@ def explain_speedup(*, a: float | None, k: int, tau: float, tokens: int, target_
         head = f"Speedup {_x(measured)}{spread}: " + {"faster": "speculation pays here.", "even": "about even with target-only.",
                                                       "slower": "slower than target-only."}[verdict]
         if predicted is not None and abs(measured - predicted) > 0.1 * predicted:
-            sentences.append(
-                f"Measured {_x(measured)} against {_x(predicted)} from the decode loop: the measurement also counts "
-                f"{_prefill_words(proposer)}, the time between steps and timing noise.")
+            sentences.append(_gap_sentence(measured, predicted, proposer))
     else:
         head = f"Expected about {_x(predicted)} (decode loop only); run target-only to measure it."
+    head = _lossy_head(head, lossy)
     if measured is not None and measured < SLOWER and predicted >= FASTER:
         limit = "overhead"  # the decode loop pays; what is lost is outside it
     advice = _advice(limit, verdict, a=a, k=k, c=c, v=v, proposer=proposer, gains=gains, tau=tau,
-                     f=drafted_fraction, predicted=predicted)
+                     f=drafted_fraction, predicted=predicted, greedy=temperature is not None and temperature <= 0)
     if per_position and v_curve:
         kb, sb = best_k_from_positions(per_position, c, v_curve, drafted_fraction)
         now = dict(best_k_curve(per_position, c, v_curve, drafted_fraction)).get(k)
@@ -197,18 +202,40 @@ def explain_speedup(*, a: float | None, k: int, tau: float, tokens: int, target_
             advice += (f" From this run's own per-position acceptance and this machine's verify costs, k = {kb} "
                        f"would give about {_x(sb)} (k = {k}: {_x(now)}).")
             nums["best_k"] = kb
-    return SpeedupStory(verdict, limit, head, tuple(sentences), advice, predicted, measured, nums, band)
+    return SpeedupStory(verdict, limit, head, tuple(sentences), advice, predicted, measured, nums, band, lossy)
+
+
+def _lossy_head(head: str, lossy: bool) -> str:
+    """The headline of a typical-acceptance run: LOSSY first, since no number on the card is the exact rule's."""
+    return f"LOSSY (typical acceptance, not the target's distribution): {head[0].lower()}{head[1:]}" if lossy else head
+
+
+def _gap_sentence(measured: float, predicted: float, proposer: str) -> str:
+    """Why the measured speedup is not the decode loop's: below it, the costs outside the loop; above
+    it, those same costs and the noise happened to favour speculation (never told as a loss)."""
+    if measured < predicted:
+        return (f"Measured {_x(measured)}, below the {_x(predicted)} of the decode loop: the measurement also counts "
+                f"{_prefill_words(proposer)}, the time between steps and timing noise.")
+    return (f"Measured {_x(measured)}, above the {_x(predicted)} of the decode loop: what the two runs spend outside "
+            f"it ({_prefill_words(proposer)}, the time between steps) and timing noise came out in speculation's "
+            "favour this time.")
 
 
 def _advice(limit: str, verdict: str, *, a: float, k: int, c: float, v: float, proposer: str, gains: dict,
-            tau: float, f: float = 1.0, predicted: float | None = None) -> str:
+            tau: float, f: float = 1.0, predicted: float | None = None, greedy: bool = False) -> str:
+    # greedy (T = 0) keeps a draft when it is the target's argmax: no temperature to lower
+    ways = ["a draft closer to the target"] + ([] if greedy else ["a lower temperature"]) + (["a smaller k"] if k > 1 else [])
+    closer = ", ".join(ways[:-1]) + " or " + ways[-1] if len(ways) > 1 else ways[0]
+    closer = f"{closer[0].upper()}{closer[1:]} keeps more of them."
+    smaller = "Lower k or use" if k > 1 else "Use"  # at k = 1 there is no smaller k to take
     what = {
-        "a": (f"The limit is acceptance: {1 - a:.0%} of the drafts are thrown away. A draft closer to the target, "
-              "a lower temperature or a smaller k keeps more of them."),
-        "c": (f"The limit is the draft's cost: {k} draft tokens cost {k * c:.2f} target steps a round (free drafts "
-              f"would give {_x(gains['c'])}). Lower k or use a cheaper proposer (ngram drafts for free)."),
+        "a": f"The limit is acceptance: {1 - a:.0%} of the drafts are thrown away. {closer}",
+        "c": (f"The limit is the draft's cost: {_n(k, 'draft token')} cost{'s' if k == 1 else ''} {k * c:.2f} target steps a round (free drafts "
+              f"would give {_x(gains['c'])}). {smaller} a cheaper proposer (ngram drafts for free)."),
         "v": (f"The limit is the verify pass: scoring {k + 1} tokens costs {v:.2f} decode steps on this machine "
-              f"(at v = 1 it would give {_x(gains['v'])}). A smaller k keeps the pass narrow; a GPU makes it nearly free."),
+              f"(at v = 1 it would give {_x(gains['v'])}). "
+              + ("A smaller k keeps the pass narrow" if k > 1 else "At k = 1 the pass is as narrow as it gets")
+              + "; a GPU makes it nearly free."),
         "coverage": (f"The limit is coverage: {1 - f:.0%} of the steps drafted nothing. Text that repeats itself "
                      "(code, extraction, quoting the prompt) gives the n-gram lookup more to draft, or use a draft model."),
         "overhead": (f"The limit is outside the decode loop, which alone runs at {_x(predicted or 0.0)}: "
@@ -312,7 +339,8 @@ def run_interval(steps: Sequence[StepRecord], stats: Stats, baseline_steps: Sequ
 
 def explain_run(steps: Sequence[StepRecord], stats: Stats, baseline: Stats | None = None, *, k: int,
                 proposer: str = "draft model", v_curve: Mapping[int, float] | None = None,
-                baseline_steps: Sequence[StepRecord] = ()) -> SpeedupStory:
+                baseline_steps: Sequence[StepRecord] = (), temperature: float | None = None,
+                lossy: bool = False) -> SpeedupStory:
     """The card for a playground run: its steps and Stats, and a finished target-only run's Stats
     (same target, prompt and settings) if there is one; with its steps (``baseline_steps``) the
     speedup gets its noise band (:func:`run_interval`)."""
@@ -328,4 +356,5 @@ def explain_run(steps: Sequence[StepRecord], stats: Stats, baseline: Stats | Non
         drafted_per_step=(stats.drafted / stats.steps) if stats.steps else None, proposer=proposer,
         prefill_forwards=prefill, per_position=stats.per_position, v_curve=v_curve, counts=run_counts(steps),
         band=run_interval(steps, stats, baseline_steps, baseline) if speed is not None else None,
+        temperature=temperature, lossy=lossy,
     )

@@ -178,7 +178,8 @@ def _caption(record: StepRecord, phase: str, shown: int, rule: str) -> str:
     if phase == "draft":
         return f"The proposer drafted {k} token{'s' if k != 1 else ''}; q is how likely it found each one."
     if phase == "verify":
-        return f"One target forward over the context and all {k} drafts gives p at {k + 1} positions (the last one for a bonus)."
+        drafts = "its 1 draft" if k == 1 else f"all {k} drafts"
+        return f"One target forward over the context and {drafts} gives p at {k + 1} positions (the last one for a bonus)."
     if phase == "decide":
         how = {"exact": "accept while u ≤ min(1, p/q)", "typical": "accept while p > the threshold (LOSSY)",
                "greedy": "accept while x = argmax p (temperature 0: no u, the ratio is not used)"}[rule]

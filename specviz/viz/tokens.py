@@ -108,7 +108,7 @@ def _next_tip(record: StepRecord, greedy: bool) -> str:
         lines.append(f"p = {_fmt(record.next_p)}" + (f"   residual = {_fmt(r)}" if r is not None else ""))
     elif record.next_kind == "bonus":
         lines = [
-            head + f"bonus token: all {record.k} drafts accepted",
+            head + f"bonus token: {_all_accepted(record.k)}",
             f"token {label}  (id {record.next_token_id})",
             ("argmax p" if greedy else "sampled from p") + f" at position {record.k + 1}",
             f"p = {_fmt(record.next_p)}",
@@ -441,11 +441,16 @@ def default_position(record: StepRecord | None, shown: Reveal | None = None) -> 
     return record.n_accepted
 
 
+def _all_accepted(n: int) -> str:
+    """"all 4 drafts accepted"; one draft: "the 1 draft accepted" (never "all 1 drafts")."""
+    return "the 1 draft accepted" if n == 1 else f"all {n} drafts accepted"
+
+
 def tree_rate_note(c: StepCounts) -> str:
     """What a tree's acceptance divides by: "accepted path 4 of depth 4 (12 nodes drafted: the rate
     over nodes is 33%)"; a chain: "4 of 5 drafts accepted"."""
     if not c.tree:
-        return f"{c.path_accepted} of {c.nodes_drafted} drafts accepted"
+        return f"{c.path_accepted} of {c.nodes_drafted} draft{'' if c.nodes_drafted == 1 else 's'} accepted"
     rate = f"{c.rate_over_nodes:.0%}" if c.nodes_drafted else "—"
     return (f"accepted path {c.path_accepted} of depth {c.depth} ({c.nodes_drafted} nodes drafted: "
             f"the rate over nodes is {rate})")
@@ -466,7 +471,7 @@ def step_summary_text(record: StepRecord) -> str:
             return f"{head}, a leaf reached + bonus token {nxt}{lossy}"
         return f"{head}, a node at depth {c.path_accepted + 1} rejected, correction {nxt} {how}{lossy}"
     if c.next_kind == "bonus":
-        return f"all {c.nodes_drafted} drafts accepted + bonus token {nxt}{lossy}"
+        return f"{_all_accepted(c.nodes_drafted)} + bonus token {nxt}{lossy}"
     return f"{tree_rate_note(c)}, draft {c.path_accepted + 1} rejected, correction {nxt} {how}{lossy}"
 
 
