@@ -81,10 +81,10 @@ SETTINGS: tuple[Setting, ...] = (
             "where the converted built-in models (and their `@int8` copies, under int8/, the static step's AOTInductor packages, under static_decode/, and the measured kernel choices) are kept",
             "models (app, API, CLI)", ("specviz/runtime/runners.py",)),
     Setting("SPECVIZ_STATIC_DECODE", "auto",
-            "how drafts and the target run the static decode step: `auto` keeps the fastest of trace, eager "
+            "how drafts and the target run the static decode step: `auto` keeps the fastest of eager "
             "(and export once its package is on disk, fused for an int8 body on specviz's kernel or a planned float32 "
             "one: each layer one C++ op) measured on the first call; `all` measures compile and export too (each build within 120 s); "
-            "`eager`, `trace`, `compile`, `export`, `fused`: that runner (eager if it "
+            "`eager`, `compile`, `export`, `fused`: that runner (eager if it "
             "fails); `0`: the `transformers` forward instead (for comparisons)", "engine",
             ("specviz/runtime/static_decode.py",)),
     Setting("SPECVIZ_CPU_HEAD", "on",

@@ -208,11 +208,11 @@ def test_a_sweep_names_every_kernel_it_chose_with_both_timings():
     assert kernel_words.kernel_summary(meta).endswith("; sampled steps: bf16 screen's bounds at 1-9 rows")
     del meta["sampled_head"]
     meta["static_decode_choices"] = [{"label": "Gemma3ForCausalLM (int8)", "kept": "fused", "width": 1,
-                                      "ms": {"trace": 6.02, "fused": 4.1, "eager": 9.4}, "wide": 5,
-                                      "wide_ms": {"trace": 8.0, "fused": 5.2, "eager": 12.0}}]
+                                      "ms": {"export": 6.02, "fused": 4.1, "eager": 9.4}, "wide": 5,
+                                      "wide_ms": {"export": 8.0, "fused": 5.2, "eager": 12.0}}]
     assert kernel_words.describe_kernels(meta)[-1] == (
-        "static decode step: Gemma3ForCausalLM (int8): fused (fused 4.1 ms, trace 6.0 ms, eager 9.4 ms a call on 1 token; "
-        "fused 5.2 ms, trace 8.0 ms, eager 12.0 ms a call on 5 tokens)")
+        "static decode step: Gemma3ForCausalLM (int8): fused (fused 4.1 ms, export 6.0 ms, eager 9.4 ms a call on 1 token; "
+        "fused 5.2 ms, export 8.0 ms, eager 12.0 ms a call on 5 tokens)")
     assert kernel_words.kernel_summary(meta).endswith("; Gemma3ForCausalLM (int8) step: fused")
 
 

@@ -83,9 +83,11 @@ def test_bfloat16_is_served_and_float16_is_not(tiny_target):
     assert "float32 or bfloat16" in supports(copy.deepcopy(m32).to(torch.float16))
 
 
-@pytest.mark.parametrize("runner", ["eager", "trace"])
+@pytest.mark.parametrize("runner", ["eager", "graphs"])
 def test_a_bf16_body_gives_the_transformers_bf16_logits(runner, pair, monkeypatch, tmp_path):
-    monkeypatch.setenv("SPECVIZ_STATIC_DECODE", runner)
+    from tests.test_static_decode import use_runner
+
+    runner = use_runner(monkeypatch, runner)
     monkeypatch.setenv("SPECVIZ_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(static_decode, "MIN_CAPACITY", 16)  # the buffers grow on the way
     monkeypatch.setattr(static_decode, "SPAN", 8)
@@ -99,9 +101,11 @@ def test_planned_bf16_projections_give_the_same_logits(timing, pair, monkeypatch
     each kind on its measured kernel per width; here a stand-in clock), with the same logits."""
     from specviz.runtime import cpu
 
+    from tests.test_static_decode import graph_runner
+
     if not _onednn_runs_bf16():
         pytest.skip("this CPU's oneDNN has no bf16 inner product: the plan keeps F.linear (test_cpu)")
-    monkeypatch.setenv("SPECVIZ_STATIC_DECODE", "trace")
+    graph_runner(monkeypatch)
     monkeypatch.setenv("SPECVIZ_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(projections, "MIN_BODY_ELEMENTS", 0)  # tiny models' projections planned too
     monkeypatch.setattr(cpu, "time_weights", _timings(timing))
@@ -112,7 +116,7 @@ def test_planned_bf16_projections_give_the_same_logits(timing, pair, monkeypatch
     assert all(f.weight.dtype == torch.bfloat16 for f in body.fused)
     if cpu.pack(body.fused[0].weight) is not None:  # this build reorders bf16 weights: oneDNN reads the packed copies
         assert all(f.packed is not None and f.packed.is_mkldnn for f in body.fused)
-    assert cache.decoder.runner == "trace"  # the packed copies are buffers a trace takes
+    assert cache.decoder.runner == "compile"  # a step per kernel set reads the packed copies
 
 
 def _onednn_runs_bf16() -> bool:

@@ -73,7 +73,7 @@ def test_the_logits_are_the_transformers_forwards(model, monkeypatch):
     assert isinstance(cache, StaticKV)
     got = [forward_logits(model.model, torch.tensor(ids[:10]), cache, 2)]  # the batched prefill, 2 rows kept
     for i in range(10, 30, 1):
-        got.append(forward_logits(model.model, torch.tensor(ids[i : i + 1]), cache, 1))  # one traced step
+        got.append(forward_logits(model.model, torch.tensor(ids[i : i + 1]), cache, 1))  # one static step
     got = torch.cat(got)  # [21, V]: positions 8..29
     assert cache.get_seq_length() == 30 and cache.capacity == 32
     torch.testing.assert_close(got, want[8:], atol=2e-4, rtol=1e-4)
@@ -124,15 +124,15 @@ def test_a_prompt_goes_in_either_way_as_the_transformers_forward(model, way, mon
 
 
 @pytest.mark.parametrize("first", [1, 5])
-def test_one_trace_serves_any_number_of_tokens(model, monkeypatch, first):
-    """The target's verify pass feeds k + 1 tokens at once, a draft one: the same traced graph
-    (traced on whichever comes first) gives the transformers logits for every width, rollbacks
+def test_one_step_serves_any_number_of_tokens(model, monkeypatch, first):
+    """The target's verify pass feeds k + 1 tokens at once, a draft one: the same step
+    (built on whichever comes first) gives the transformers logits for every width, rollbacks
     between them included, with the sliding window cutting inside a multi-token feed."""
     monkeypatch.setattr(static_decode, "MIN_CAPACITY", 8)
     monkeypatch.setattr(static_decode, "SPAN", 4)
     ids = [1] + [(11 * i + 2) % 30 + 3 for i in range(39)]  # 40 tokens
     want = reference_logits(model.model, ids)  # [40, V]
-    static_decode._decoders.pop(model.model, None)  # trace anew, on a feed of `first` tokens
+    static_decode._decoders.pop(model.model, None)  # built anew, on a feed of `first` tokens
     cache = static_cache(model.model)
     forward_logits(model.model, torch.tensor(ids[:3]), cache, 1)
     at = 3
@@ -229,20 +229,20 @@ def test_target_steps_run_on_it_and_stay_exact(tiny_target, gemma, monkeypatch):
 
 
 @torch.no_grad()
-def test_an_int8_body_traces_once_for_every_width(gemma, monkeypatch):
+def test_an_int8_body_builds_once_for_every_width(gemma, monkeypatch):
     """An int_mm int8 copy (per-token activation scales computed for all rows at once, q/k/v and
-    gate/up fused, torch._int_mm) is traced once: that one graph feeds a chain's tokens several at
-    a time and scores a tree, with the same distributions as its transformers forward."""
-    monkeypatch.setenv("SPECVIZ_STATIC_DECODE", "trace")
+    gate/up fused, torch._int_mm) is built once by a graph runner: that one step feeds a chain's
+    tokens several at a time and scores a tree, with the same distributions as its transformers forward."""
+    built = graph_runner(monkeypatch)
     static = int8_matches(gemma.model, "int_mm")
-    assert static.decoder.runner == "trace" and set(static.decoder._steps) == {None}  # one graph, every width
+    assert static.decoder.runner == "compile" and set(static.decoder._steps) == {None} and len(built) == 1
     assert len(static.decoder.body.fused) == 2 * len(gemma.model.model.layers)
 
 
 @torch.no_grad()
-@pytest.mark.parametrize("runner", ["trace", "eager", "fused"])
+@pytest.mark.parametrize("runner", ["eager", "fused"])
 def test_a_blocked_int8_body_serves_every_width_on_specviz_own_kernel(gemma, monkeypatch, runner):
-    """kernel="blocked" (specviz.runtime.int8_kernel): one graph for every width, traced, eager or
+    """kernel="blocked" (specviz.runtime.int8_kernel): one step for every width, eager or
     each layer one op (fused), the same distributions as its transformers forward (which calls the fused layer's rows)."""
     from specviz.runtime import int8_kernel
 
@@ -252,18 +252,6 @@ def test_a_blocked_int8_body_serves_every_width_on_specviz_own_kernel(gemma, mon
     static = int8_matches(gemma.model, "blocked")
     assert static.decoder.runner == runner and set(static.decoder._steps) == {None}
     assert len(static.decoder.body.fused) == 2 * len(gemma.model.model.layers)
-
-
-@torch.no_grad()
-def test_a_packed_int8_body_traces_per_width(gemma, monkeypatch):
-    """The packed kernel's forward branches on its row count, which a trace fixes: a chain's feed
-    goes through the body FEED_WIDTH (2) tokens a call (a draft's catch-up [x_k, bonus] reads each
-    weight once), so no feed length builds a graph of its own; a tree through a graph of its
-    width; the same distributions as its transformers forward."""
-    monkeypatch.setenv("SPECVIZ_STATIC_DECODE", "trace")
-    static = int8_matches(gemma.model, "packed")
-    assert static.decoder.body.feeds_at_once and not static.decoder.body.rows_at_once
-    assert set(static.decoder._steps) == {1, 2, 5}  # one token, two (three at once: 2 + 1), the 5-wide tree
 
 
 @torch.no_grad()
@@ -277,7 +265,7 @@ def int8_matches(model, kernel: str = "int_mm") -> StaticKV:
     q8 = quantize_int8(copy.deepcopy(model), options=Int8Options(smooth_alpha=None, kernel=kernel))
     ids = [1, 5, 9, 12, 7, 5, 9, 30, 4, 8, 6, 3, 10]
     dynamic, static = new_cache(q8), static_cache(q8)
-    assert static.decoder.body.any_width == (kernel != "packed")  # int_mm, blocked: no loop over rows, one build for every width
+    assert static.decoder.body.any_width  # int_mm, blocked: no loop over rows, one build for every width
 
     def close(a, b):  # int8 rounding may differ, the distribution does not
         for x, y in zip(torch.softmax(a, -1), torch.softmax(b, -1)):
@@ -337,7 +325,32 @@ def test_warm_builds_the_step_before_a_session_and_changes_nothing(tokenizer):
 
 # -- the runners (specviz.runtime.runners) --------------------------------------------------------
 
-RUNNERS = ["eager", "trace", pytest.param("compile", marks=pytest.mark.slow), pytest.param("export", marks=pytest.mark.slow)]
+RUNNERS = ["eager", "graphs", pytest.param("compile", marks=pytest.mark.slow), pytest.param("export", marks=pytest.mark.slow)]
+
+
+def graph_runner(monkeypatch) -> list[int]:
+    """A stand-in for a graph runner (compile, export: a step built per set of kernels the body
+    runs at a width, see its graph_key) whose steps are the eager body, built in no time: the
+    runner machinery of those runners (has_graph, warm, a step per width) in fast tests. Installed
+    as "compile" and asked for by name. -> the widths it built steps for, in order."""
+    import dataclasses
+
+    from specviz.runtime import runners
+
+    built = []
+    monkeypatch.setitem(static_decode.RUNNERS, "compile", dataclasses.replace(
+        runners.COMPILE, build_step=lambda body, example, directory: built.append(int(example[0].shape[0])) or body))
+    monkeypatch.setenv("SPECVIZ_STATIC_DECODE", "compile")
+    return built
+
+
+def use_runner(monkeypatch, runner: str) -> str:
+    """Ask for ``runner`` by name ("graphs": :func:`graph_runner`) -> the name the decoder keeps."""
+    if runner == "graphs":
+        graph_runner(monkeypatch)
+        return "compile"
+    monkeypatch.setenv("SPECVIZ_STATIC_DECODE", runner)
+    return runner
 
 
 def chains_match(model, widths=(1, 4, 1, 9, 2, 6)) -> StaticKV:
@@ -385,7 +398,7 @@ def test_every_runner_gives_the_transformers_logits(runner, tiny_target, tokeniz
     the transformers forward, the runner serving every call; and an int8 copy (its chain fed
     several tokens at a time, its tree, one build for every width) keeps its distributions, the
     runner serving it too. compile and export build for minutes on two cores: slow."""
-    monkeypatch.setenv("SPECVIZ_STATIC_DECODE", runner)
+    runner = use_runner(monkeypatch, runner)
     monkeypatch.setenv("SPECVIZ_CACHE_DIR", str(tmp_path))  # export's packages
     monkeypatch.setattr(static_decode, "MIN_CAPACITY", 16)  # the buffers grow on the way
     monkeypatch.setattr(static_decode, "SPAN", 8)
@@ -404,7 +417,7 @@ def test_every_runner_gives_the_transformers_logits(runner, tiny_target, tokeniz
         chains_match(twin, widths=(1, 5))
         assert runners._built[-1].note.startswith("loaded")
         monkeypatch.delenv("SPECVIZ_STATIC_DECODE")  # and the default measures it against the others
-        assert [r.name for r in static_decode.candidates(static_decode.StaticDecoder(twin).body)] == ["trace", "export", "eager"]
+        assert [r.name for r in static_decode.candidates(static_decode.StaticDecoder(twin).body)] == ["export", "eager"]
 
 
 @pytest.fixture
@@ -448,25 +461,25 @@ def test_a_failing_runner_gives_way_to_eager_with_the_same_tokens(fresh, monkeyp
     assert len(calls) == (0 if when == "build" else 4)
 
 
-def test_by_default_the_fastest_is_kept_by_measurement(fresh, monkeypatch, caplog):
-    """Unset, the step times trace and eager on its first call (export too once a package of the
-    model is on disk) and keeps the fastest, saying the times once; no TorchScript setting is left
-    changed (the plan is fixed at build, no flag is flipped per call)."""
+@NEEDS_OP[0]
+def test_by_default_the_fastest_is_kept_by_measurement(gemma, monkeypatch, caplog, specviz_op):
+    """Unset, the step times the runners that serve the body on its first call (an int8 copy on
+    specviz's kernel: fused and eager; export too once a package of the model is on disk) and keeps
+    the fastest, saying the times once; a float32 body no other runner serves runs eagerly, unmeasured."""
     monkeypatch.delenv("SPECVIZ_STATIC_DECODE", raising=False)
-    strategy = torch._C._jit_set_fusion_strategy([("STATIC", 2)])
-    torch._C._jit_set_fusion_strategy(strategy)
     with caplog.at_level("INFO", logger="specviz.runtime.runners"):
-        chains_match(fresh.model, widths=(1, 5))
-    decoder = static_decode._decoders[fresh.model]
-    assert set(decoder._runner.per_call) == {"trace", "eager"}
+        decoder = int8_matches(gemma.model, "blocked").decoder
+    assert set(decoder._runner.per_call) == {"fused", "eager"}
     assert decoder.runner == min(decoder._runner.per_call, key=decoder._runner.per_call.get)
     assert sum("keeping" in r.getMessage() for r in caplog.records) == 1
-    assert torch._C._get_graph_executor_optimize() and torch._C._jit_set_fusion_strategy(strategy) == strategy
     assert static_decode.trace_seconds() > 0 and decoder.runner in static_decode.runners_kept()
+    plain = static_decode.StaticDecoder(copy.deepcopy(gemma.model)).body
+    assert [r.name for r in static_decode.candidates(plain)] == ["eager"]
 
 
 @pytest.mark.parametrize("value, mode", [("", "auto"), ("1", "auto"), ("0", "off"), ("off", "off"), ("export", "export"),
-                                         ("TRACE", "trace"), ("all", "all"), ("fastest", "auto")])
+                                         ("FUSED", "fused"), ("all", "all"), ("fastest", "auto"),
+                                         ("trace", "auto")])  # TorchScript's runner is gone: measured instead
 def test_the_setting(monkeypatch, value, mode):
     monkeypatch.setenv("SPECVIZ_STATIC_DECODE", value)
     assert static_decode.mode() == mode and static_decode.enabled() == (mode != "off")
@@ -514,7 +527,7 @@ def test_planned_projections_give_the_transformers_logits(runner, timing, tiny_t
     calls = []
     onednn = cpu._onednn_linear
     monkeypatch.setattr(cpu, "_onednn_linear", lambda *a: calls.append(a[0].shape[0]) or onednn(*a))
-    monkeypatch.setenv("SPECVIZ_STATIC_DECODE", runner)
+    runner = use_runner(monkeypatch, runner)
     monkeypatch.setenv("SPECVIZ_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(projections, "MIN_BODY_ELEMENTS", 0)  # tiny models' projections planned too
     monkeypatch.setattr(cpu, "time_weights", _timings(timing))
@@ -546,7 +559,7 @@ def test_planned_projections_give_the_transformers_logits(runner, timing, tiny_t
         assert timing != "wfirst" or 2 not in calls  # two rows: weight-first too
         export_mixed = runner == "export" and not uniform  # one graph of symbolic width: eager, said once
         assert cache.decoder.runner == ("eager" if export_mixed else runner)
-        if runner == "trace":
+        if runner == "compile" and request.node.callspec.params["runner"] == "graphs":
             # one row, and every wider width; or one for all; weight-first's one and two rows differ (bmm, mm)
             assert len(cache.decoder._steps) == (1 if uniform else 2)
         if timing == "wfirst":  # one row (bmm), two (mm) and wider (oneDNN): three graphs where all three widths run
@@ -562,7 +575,7 @@ def test_warm_builds_a_graph_for_every_width_asked(tiny_target, monkeypatch, tmp
     same kernels share one), so no later call of those widths builds anything."""
     from specviz.runtime import cpu, runners
 
-    monkeypatch.setenv("SPECVIZ_STATIC_DECODE", "trace")
+    widths = graph_runner(monkeypatch)
     monkeypatch.setenv("SPECVIZ_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(projections, "MIN_BODY_ELEMENTS", 0)
     monkeypatch.setattr(cpu, "time_weights", _timings("mixed"))  # F.linear at one row, oneDNN from two
@@ -577,18 +590,18 @@ def test_warm_builds_a_graph_for_every_width_asked(tiny_target, monkeypatch, tmp
     forward_logits(model, torch.tensor([1, 5, 9, 2]), cache, 1)
     for n in (1, 3, 5, 2):
         forward_logits(model, torch.arange(3, 3 + n), cache, n)
-    assert runners.build_seconds() == built
+    assert runners.build_seconds() == built and widths == [1, 2]  # one row, then one wider width for 2..5
 
 
 def test_a_second_decoder_on_a_model_reuses_its_planned_layers(tiny_target, monkeypatch, tmp_path):
     """A second StaticDecoder on the same model (runners timed side by side) takes the first's
     planned layers instead of planning its own. Its graphs reach them through the model's own
-    projections, so planning anew took them from the first body: the first's trace of a new width
-    then read a packed weight from outside its modules, failed ("Unsupported value kind: Tensor")
-    and ran eagerly from then on."""
+    projections, so planning anew took them from the first body: the first's graph of a new width
+    then read a packed weight from outside its modules (TorchScript's trace, since removed, failed:
+    "Unsupported value kind: Tensor") and ran eagerly from then on."""
     from specviz.runtime import cpu
 
-    monkeypatch.setenv("SPECVIZ_STATIC_DECODE", "trace")
+    graph_runner(monkeypatch)
     monkeypatch.setenv("SPECVIZ_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(projections, "MIN_BODY_ELEMENTS", 0)
     monkeypatch.setattr(cpu, "time_weights", _timings("packed"))  # oneDNN on the packed copies from two rows
@@ -604,7 +617,7 @@ def test_a_second_decoder_on_a_model_reuses_its_planned_layers(tiny_target, monk
     forward_logits(model, torch.tensor(ids[:3]), second.new_cache(), 1)
     got = forward_logits(model, torch.tensor(ids[3:8]), first, 5)  # the first body's first graph: 5 rows, packed
     torch.testing.assert_close(got, want[3:8], atol=2e-4, rtol=1e-4)
-    assert first.decoder.runner == "trace"
+    assert first.decoder.runner == "compile"
 
 
 def test_a_projection_plan_is_measured_once_per_machine_and_cached(tiny_target, monkeypatch, tmp_path):
@@ -630,13 +643,13 @@ def test_an_early_exit_body_built_first_keeps_its_plain_layers_when_the_target_p
     """An early-exit draft shares the target's first layers, and a sweep builds its body first (when
     it builds its decoders). Its kind too small to plan (the o projections of one layer) stayed
     plain; the target then planned that kind over all its layers, the shared one included, and the
-    draft's first trace read the new fused layer from outside its own modules ("Unsupported value
-    kind: Tensor"): the draft ran eagerly for the rest of the sweep. Now layers a body reads stay
-    as it left them, and the target plans the rest."""
+    draft's first graph read the new fused layer from outside its own modules (TorchScript's trace,
+    since removed: "Unsupported value kind: Tensor"): the draft ran eagerly for the rest of the
+    sweep. Now layers a body reads stay as it left them, and the target plans the rest."""
     from specviz.proposers import EarlyExit
     from specviz.runtime import cpu
 
-    monkeypatch.setenv("SPECVIZ_STATIC_DECODE", "trace")
+    graph_runner(monkeypatch)
     monkeypatch.setenv("SPECVIZ_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(cpu, "time_weights", _timings("packed"))
     target = loaded(copy.deepcopy(tiny_target.model), tiny_target.tokenizer, "tiny-ee-target")
@@ -651,6 +664,6 @@ def test_an_early_exit_body_built_first_keeps_its_plain_layers_when_the_target_p
     assert projections.fused_of(layers[1].self_attn.o_proj) is not None  # the target's own: planned
     for k in (1, 2, 3):
         assert SpeculativeDecoder(target, ee, k=k).generate(prompt, max_new_tokens=12).token_ids == want
-    assert static_decode.static_cache(ee.model.model).decoder.runner == "trace"
-    assert static_decode.static_cache(target.model).decoder.runner == "trace"
+    assert static_decode.static_cache(ee.model.model).decoder.runner == "compile"
+    assert static_decode.static_cache(target.model).decoder.runner == "compile"
     assert list(want) == hf_greedy(target, prompt, 12)

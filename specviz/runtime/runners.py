@@ -1,4 +1,4 @@
-"""How the static decode step's body runs: runners behind one seam (four here, a fifth in layer_op: each layer one op).
+"""How the static decode step's body runs: runners behind one seam (three here, a fourth in layer_op: each layer one op).
 
 The body (:class:`specviz.runtime.body.DecoderBody`) is one function of tensors, ``(tokens,
 positions, rotary rows, masks, K/V buffers) -> hidden states``, that writes the new tokens' keys
@@ -13,12 +13,9 @@ into a callable of the same inputs (the same hidden states, the same buffer writ
   AOTInductor into a package on disk (:func:`package_path`: keyed by the body's code, shapes,
   constants and the torch version, under ``$SPECVIZ_CACHE_DIR/static_decode`` like the converted
   models, or a directory the caller names); the weights stay out of the package and are lent to
-  it at load (``load_constants(user_managed=True)``), so a package is a few MB and is built once;
-- ``trace``: TorchScript's ``torch.jit.trace`` (deprecated upstream, gone on Python 3.14+). Its
-  execution plan is fixed once, at build, under a lock (:func:`pin_plan`), instead of flipping
-  the process-global ``torch.jit.optimized_execution`` on every call.
+  it at load (``load_constants(user_managed=True)``), so a package is a few MB and is built once.
 
-The fifth, ``fused`` (:mod:`specviz.runtime.layer_op`), runs each decoder layer of an int8 body as
+The fourth, ``fused`` (:mod:`specviz.runtime.layer_op`), runs each decoder layer of an int8 body as
 one C++ op; it is a :class:`Runner` like these and chosen the same way.
 
 Every build is timed (:class:`Built`); which runner a model keeps is chosen by
@@ -38,7 +35,6 @@ import sys
 import textwrap
 import threading
 import time
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -267,61 +263,6 @@ def _export_unavailable() -> str | None:
     return None if hasattr(torch._inductor, "aoti_compile_and_package") else "no AOTInductor packaging in this torch"
 
 
-# -- TorchScript trace ---------------------------------------------------------------------------
-
-_jit_lock = threading.Lock()
-
-
-def pin_plan(step: torch.jit.ScriptModule, example: tuple) -> None:
-    """Fix the traced graph's execution plan on one call, for every later call in any thread.
-
-    TorchScript's profiling executor would re-profile and re-specialise the graph for every new
-    width and context span. With a bailout depth of zero it instead builds, on its first call, one
-    plan with only the shape-independent passes and returns it on every later call whatever the
-    global settings are then. The depth is process-global (``torch._C._jit_set_fusion_strategy``;
-    there is no per-graph setting), so it is set and restored around this one call under a lock:
-    another TorchScript graph first run in that window gets the same plain plan, nothing worse.
-    No global flag is flipped per call (the old ``torch.jit.optimized_execution(False)`` around
-    every call could interleave between two sessions)."""
-    with _jit_lock:
-        old = torch._C._jit_set_fusion_strategy([("STATIC", 0)])
-        try:
-            with torch.jit.optimized_execution(True):
-                step(*example)
-        finally:
-            torch._C._jit_set_fusion_strategy(old)
-
-
-def _trace_unavailable() -> str | None:
-    if sys.version_info >= (3, 14):
-        return "TorchScript does not support Python 3.14+"
-    return None if hasattr(torch.jit, "trace") else "no torch.jit.trace in this torch"
-
-
-_TRACE_DEPRECATED = r"`torch\.jit\.trace(_method)?` is deprecated"  # torch's DeprecationWarning on tracing
-
-
-def jit_trace(body: torch.nn.Module, example: tuple) -> torch.jit.ScriptModule:
-    """TorchScript's trace of the body (the ``trace`` runner's)."""
-    with warnings.catch_warnings():
-        # The trace's notes on Python values it keeps as constants (a body of projections that
-        # loop over rows, traced per width) and torch's deprecation of jit.trace itself.
-        warnings.filterwarnings("ignore", category=torch.jit.TracerWarning)
-        warnings.filterwarnings("ignore", _TRACE_DEPRECATED, DeprecationWarning)
-        return torch.jit.trace(body, example, check_trace=False)
-
-
-def trace_runner(trace: Callable[[torch.nn.Module, tuple], torch.jit.ScriptModule]) -> Runner:
-    """The ``trace`` runner around ``trace`` (body, example) -> a traced module."""
-
-    def build(body: torch.nn.Module, example: tuple, directory: Path | None) -> Step:
-        step = trace(body, example)
-        pin_plan(step, example)
-        return step
-
-    return Runner("trace", build, _trace_unavailable)
-
-
 # -- the choice ----------------------------------------------------------------------------------
 
 _built: list[Built] = []  # every build in this process
@@ -515,7 +456,6 @@ class Choice:
 EAGER = Runner("eager", _eager, every_body_any_width=True)
 COMPILE = Runner("compile", _compile, lambda: None if hasattr(torch, "compile") else "no torch.compile")
 EXPORT = Runner("export", _export, _export_unavailable)
-TRACE = trace_runner(jit_trace)
 
-__all__ = ["BUDGET_S", "TIMED_WIDTHS", "Built", "COMPILE", "Choice", "EAGER", "EXPORT", "Runner", "TRACE", "build_seconds", "build_within", "choices",
-           "cache_home", "cache_root", "fingerprint", "first_row", "jit_trace", "kept", "package_path", "per_call_s", "pin_plan", "trace_runner", "widened"]
+__all__ = ["BUDGET_S", "TIMED_WIDTHS", "Built", "COMPILE", "Choice", "EAGER", "EXPORT", "Runner", "build_seconds", "build_within", "choices",
+           "cache_home", "cache_root", "fingerprint", "first_row", "kept", "package_path", "per_call_s", "widened"]

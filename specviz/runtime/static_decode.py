@@ -1,4 +1,4 @@
-"""A lean decode step on the CPU: static KV buffers, one compiled (or traced) body per model.
+"""A lean decode step on the CPU: static KV buffers, one body per model, run by a measured runner.
 
 For a small model most of a decode step is not the matrix products: gemma-3-270m's int8 copy
 spends about 6 ms of a 24 ms token in its int8 GEMMs and the rest in Python and in ~2,000 small
@@ -15,16 +15,13 @@ target-only decoding; n = k + 1: the target's verify pass):
 - the function runs through a runner (:mod:`specviz.runtime.runners`): ``eager`` (op by op from
   Python), ``compile`` (``torch.compile``: one decoder layer compiled, shared by every layer),
   ``export`` (``torch.export`` + AOTInductor, a package on disk built once per model and torch
-  version), ``trace`` (TorchScript, its plan fixed once at build) or, for an int8 body on specviz's
-  kernel, ``fused`` (each layer one C++ op: :mod:`specviz.runtime.layer_op`). Each model keeps the fastest
+  version) or, for an int8 body on specviz's kernel, ``fused`` (each layer one C++ op: :mod:`specviz.runtime.layer_op`). Each model keeps the fastest
   of :data:`AUTO` measured on its first call, or the one ``SPECVIZ_STATIC_DECODE`` names
   (:func:`mode`); any runner that fails gives way to eager, said once in the log. Building is
   logged and counted (:func:`trace_seconds`). Every shape in the body is written with -1 for n,
-  so with plain ``nn.Linear`` projections, or an int8 copy's on the ``int_mm`` kernel
-  (:mod:`specviz.runtime.quantize`: per-token scales for all rows at once, ``torch._int_mm``, q/k/v
-  and gate/up fused), one build serves every width (tested). The default packed int8 kernel's
-  projections loop over their rows in Python, which a graph unrolls: its chain feeds go one token
-  at a time through a one-token graph, and a tree gets a graph per width.
+  so with plain ``nn.Linear`` projections, or an int8 copy's (:mod:`specviz.runtime.quantize`:
+  per-token scales for all rows at once, specviz's blocked kernel or ``torch._int_mm``, q/k/v and
+  gate/up fused), one build serves every width (tested).
 
 A float32 or bfloat16 body's projections run fused (q/k/v, gate/up) on the kernel measured faster at each
 width on this machine (:func:`specviz.runtime.projections.plan_projections`, cached): when one kind changes kernel with
@@ -74,8 +71,8 @@ DTYPES = (torch.float32, torch.bfloat16)  # the weights the body serves
 MIN_CAPACITY = 128  # positions a new cache holds; it doubles when full
 SPAN = 64  # attention reads the buffers up to the position rounded up to a multiple of this
 FEED_WIDTH = 2  # a body with a graph per width (packed int8) takes a feed this many tokens a call at most
-RUNNERS = {r.name: r for r in (runners.EAGER, runners.COMPILE, runners.EXPORT, runners.TRACE, layer_op.RUNNER)}
-AUTO = ("fused", "trace", "export", "eager")  # measured by default; export only from a package already on disk,
+RUNNERS = {r.name: r for r in (runners.EAGER, runners.COMPILE, runners.EXPORT, layer_op.RUNNER)}
+AUTO = ("fused", "export", "eager")  # measured by default; export only from a package already on disk,
 # fused only for a body it serves (layer_op.why_not)
 _OFF, _ON = ("0", "false", "no", "off"), ("", "1", "true", "yes", "on", "auto")
 
@@ -105,7 +102,7 @@ def candidates(body: torch.nn.Module, package_dir: Path | None = None) -> tuple[
         return (RUNNERS[how],)
     serves = {"export": lambda: runners.package_path(body, package_dir).exists(), "fused": lambda: layer_op.why_not(body) is None}
     if how == "all":
-        return tuple(RUNNERS[k] for k in ("fused", "trace", "export", "compile", "eager") if k != "fused" or serves[k]())
+        return tuple(RUNNERS[k] for k in ("fused", "export", "compile", "eager") if k != "fused" or serves[k]())
     return tuple(RUNNERS[k] for k in AUTO if k not in serves or serves[k]())
 
 
@@ -410,7 +407,7 @@ def trace_seconds() -> float:
 
 
 def runners_kept() -> str:
-    """The runners this process's static decode steps kept ("trace", "export, eager", ...; "" if none)."""
+    """The runners this process's static decode steps kept ("fused", "export, eager", ...; "" if none)."""
     return ", ".join(runners.kept())
 
 
