@@ -285,3 +285,59 @@ def test_a_real_screens_bounds_hold_and_the_rule_on_them_outputs_p():
     for _ in range(10_000):
         counts[certified.verify_bounded(L, 1.0, None, no_drafts, lambda: p, g).next_token] += 1
     assert tv(counts, p[0]) < 0.04
+
+
+def test_a_broken_bound_is_said_and_the_exact_row_decides(wide, caplog):
+    """A screen whose values sit below the logits by more than b (a bug the rule must not hide): it is
+    found on the row's exact ids before any draw, logged and kept in BROKEN_BOUNDS, never clipped
+    away, and the exact row decides (the bonus draws follow p); one id broken outside S is found when
+    the envelope proposes it."""
+    logits, p, _ = toy(5, vocab=16, k=0, sharp=1.0)
+    bad = Bounded(logits, 0.05)
+    bad.y = logits - 0.5  # every logit 0.5 above its screen value: outside y + b
+    certified.BROKEN_BOUNDS.clear()
+    counts = torch.zeros(16)
+    g = torch.Generator().manual_seed(0)
+    no_drafts = torch.zeros(0, dtype=torch.long)
+    with caplog.at_level("ERROR", logger="specviz.core.certified"):
+        for _ in range(4000):
+            counts[certified.verify_bounded(bad, 1.0, None, no_drafts, lambda: p, g).next_token] += 1
+    assert certified.BROKEN_BOUNDS and all(r > 1.0 for _, r in certified.BROKEN_BOUNDS)
+    assert "above its certified bound" in caplog.text
+    assert tv(counts, p[0]) < 0.05
+    certified.BROKEN_BOUNDS.clear()
+    one = Bounded(logits, 0.05)
+    low = int(logits[0].argmin())  # outside S (the top 3 by y), proposed now and then
+    one.y[0, low] -= 0.5
+    for _ in range(4000):
+        certified.verify_bounded(one, 1.0, None, no_drafts, lambda: p, g)
+    assert [i for i, _ in certified.BROKEN_BOUNDS] and {i for i, _ in certified.BROKEN_BOUNDS} == {low}
+    certified.BROKEN_BOUNDS.clear()
+
+
+def test_sound_bounds_never_break(wide):
+    certified.BROKEN_BOUNDS.clear()
+    g = torch.Generator().manual_seed(1)
+    for seed in range(40):
+        logits, p, q = toy(seed, vocab=50, k=3, T=0.7)
+        certified.verify_bounded(Bounded(logits, 0.8, seed), 0.7, q, torch.tensor([1, 2, 3]), lambda: p, g)
+    assert certified.BROKEN_BOUNDS == []
+
+
+@needs_op
+def test_the_screens_bound_covers_the_float32_recompute():
+    """The bf16 bound holds against the survivors' float32 recompute (pair_dots), not only the real
+    dot product: on a long row (d = 4096) every |y - exact| <= b, and b carries the recompute's term."""
+    g = torch.Generator().manual_seed(7)
+    w = torch.randn(512, 4096, generator=g) / 64
+    h = torch.randn(2, 4096, generator=g) * 3
+    L = argmax_head.HeadLogits(h, lambda x: x @ w.T, argmax_head.build(w))
+    y, b = L.bounds()
+    ids = torch.arange(512)
+    for r in range(2):
+        assert bool(((y[r] - L.exact(r, ids)).abs() <= b[r]).all())
+        term = argmax_head.recompute_error(4096) * float(h[r].norm()) * float(w.norm(dim=-1).max())
+        assert b[r] >= term
+    screen8 = argmax_head.build_int8(w)
+    extra = argmax_head.recompute_error(4096) * w.double().norm(dim=1)
+    assert bool((screen8.err.double() >= extra).all())

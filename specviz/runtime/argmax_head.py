@@ -18,8 +18,9 @@ The bound. With w' = bf16(w) (denormals flushed to zero), N = max_i |w_i|, E = m
 d = h's length and u = 2^-24 (float32's unit roundoff):
     |h.w - h'.w'| <= |h| E + |h - h'| (N + E)                 (the weight's and the row's rounding)
     float32 sums of d products, in any order, are within 1.01 d u |h'| (N + E) of h'.w'
-so B = |h| E + |h - h'| (N + E) + 1.01 d u |h'| (N + E) per row of h (the middle term 0 for a
-float32 row). The bf16 instruction's sums are counted with 2u (whatever its rounding mode) and
+so B = |h| E + |h - h'| (N + E) + 1.01 d u |h'| (N + E) + 1.01 d u |h| N per row of h (the middle
+term 0 for a float32 row; the last one the survivors' float32 recompute, so that the certified argmax
+is that recompute's own argmax over the whole head: docs/exactness.md states every bound once). The bf16 instruction's sums are counted with 2u (whatever its rounding mode) and
 2d 2^-126 more (it flushes denormal results to zero), and B is taken 0.1% wide for the float32
 norms it is computed from. On gemma-3-270m's head at its own hidden states this keeps a handful of
 the 262,144 rows.
@@ -102,7 +103,8 @@ class Screen:
             off = self.rows(h)[1]
         hn, d, w = h.norm(dim=-1), h.shape[-1], self.norm_max + self.err_max  # [n]
         sums = 1.01 * d * (2 * U32 if self.dot else U32) * (hn + off) * w + (2 * d * TINY if self.dot else 0.0)
-        return (hn * self.err_max + off * w + sums) * 1.001
+        recompute = recompute_error(d) * hn * self.norm_max  # the survivors' float32 recompute, in any order
+        return (hn * self.err_max + off * w + sums + recompute) * 1.001
 
     def screen(self, h: torch.Tensor, x: torch.Tensor | None = None) -> torch.Tensor:
         """h' @ bf16(W)^T [n, V], float32, of float32 hidden states h [n, d] (``x``: h' where already made)."""
@@ -120,6 +122,15 @@ class Screen:
         if not bool(torch.isfinite(top).all()):
             return None  # an overflow (the bound says nothing), or too many survivors
         return _first_best(self.weight, h, rows, cols)
+
+
+def recompute_error(d: int) -> float:
+    """gamma_d / (|h| |w|): a float32 dot product of length d, summed in any order, is within
+    1.01 d u |h| |w| of the real one (u = 2^-24; d u < 0.01). Every bound here includes it once
+    more for the exact logits the survivors are recomputed to (``pair_dots``), so the certified
+    argmax is the recompute's own argmax over the whole head, not just within rounding of it
+    (docs/exactness.md)."""
+    return 1.01 * d * U32
 
 
 def _first_best(weight: torch.Tensor, h: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
@@ -143,7 +154,7 @@ class Int8Screen:
     blocked: torch.Tensor  # [ceil(V/64), ceil(d/4), 64, 4] int8: the int8 product's layout
     scale: torch.Tensor  # [V] float32
     wsum: torch.Tensor  # [V] int32: sum_k q_ik (the zero points multiply it)
-    err: torch.Tensor  # [V] float32: |w_i - w'_i|, rounded up
+    err: torch.Tensor  # [V] float32: |w_i - w'_i| + the recompute's rounding per unit |h|, rounded up
     wn: torch.Tensor  # [V] float32: |w'_i|, rounded up
     use_at: tuple[bool, ...] = (False, True)
     times: dict[int, tuple[float, float]] = dataclasses.field(default_factory=dict)
@@ -175,7 +186,9 @@ def build_int8(weight: torch.Tensor) -> Int8Screen:
     inf = torch.tensor(float("inf"))
     for i in range(0, w.shape[0], 16384):  # in double, a slice at a time (the whole head would take 2.7 GB)
         wide = q[i : i + 16384].double() * scale[i : i + 16384].double()[:, None]  # w'_i exactly
-        err[i : i + 16384] = torch.nextafter((w[i : i + 16384].double() - wide).norm(dim=1).float(), inf)  # rounded up
+        # |w_i - w'_i|, plus the recompute's rounding per unit |h| (recompute_error), rounded up
+        err_i = (w[i : i + 16384].double() - wide).norm(dim=1) + recompute_error(w.shape[1]) * w[i : i + 16384].double().norm(dim=1)
+        err[i : i + 16384] = torch.nextafter(err_i.float(), inf)
         wn[i : i + 16384] = torch.nextafter(wide.norm(dim=1).float(), inf)
     return Int8Screen(w, blocked, scale, wsum, err, wn)
 
