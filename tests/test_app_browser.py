@@ -161,6 +161,10 @@ def page(browser, app_url):
     pg.set_default_timeout(TIMEOUT_MS)
     pg.goto(app_url)
     pg.wait_for_selector("#sv-step-btn")
+    # these tests read each Step committed: the teacher's quick mode, one click off the page's lesson mode
+    assert pg.is_checked("#sv-lesson-mode input")
+    pg.click("#sv-lesson-mode input")
+    pg.wait_for_function("!document.querySelector('#sv-lesson-mode input').checked")
     pg.js_errors = errors
     yield pg
     context.close()

@@ -19,8 +19,10 @@ MOMENTS = {
                " && !!document.querySelector('#sv-race .sv-race-spec')"
                " && !!document.querySelector('#sv-why .sv-why:not([data-verdict=\"unknown\"]):not([data-verdict=\"none\"])')"
                " && document.querySelector('#sv-status').innerText.includes('Tour done')",
-    "rejection": "!!document.querySelector('#sv-phase .sv-phase[data-phase=\"decide\"] .sv-phase-cell[data-kind=\"rejected\"]')"
-                 " && document.querySelector('#sv-status').innerText.includes('Tour: step')",
+    # issue 52: the step with the rejection, at its start (draft phase), lesson mode on
+    "rejection": "!!document.querySelector('#sv-phase .sv-phase[data-phase=\"draft\"]')"
+                 " && document.querySelector('#sv-lesson-mode input').checked"
+                 " && document.querySelector('#sv-status').innerText.includes('Lesson mode is on')",
     "no-pay": "!!document.querySelector('#sv-why .sv-why[data-limit]')"
               " && document.querySelector('#sv-why').innerText.includes('not trained')"
               " && document.querySelector('#sv-status').innerText.includes('Tour done')",
@@ -28,6 +30,19 @@ MOMENTS = {
             " && !!document.querySelector('#sv-tree .js-plotly-plot')"
             " && document.querySelector('#sv-status').innerText.includes('Tour: step')",
 }
+
+
+REJECTED_SHOWN = "!!document.querySelector('#sv-phase .sv-phase[data-phase=\"decide\"] .sv-phase-cell[data-kind=\"rejected\"]')"
+
+
+def _walk_to_the_rejection(page, most: int = 16) -> None:
+    """phase ▶ from the rejection tour's draft phase until the rejected draft is decided."""
+    for _ in range(most):
+        if page.evaluate(REJECTED_SHOWN):
+            return
+        page.click("#sv-next-phase")
+        page.wait_for_timeout(300)
+    page.wait_for_function(REJECTED_SHOWN)
 
 
 def _page(browser, url, width=1280, height=800):
@@ -68,7 +83,9 @@ def test_each_tour_arrives_at_its_moment_in_view(browser, app_url, tour, size):
             assert _in_view(boxes["sv-nav"]), (when, boxes)
             assert "just above" in page.inner_text("#sv-status")
         page.wait_for_timeout(1600)
-    if tour == "rejection":  # the inspector shows the rejected draft
+    if tour == "rejection":  # nothing told yet; phase ▶ walks it to the rejected draft
+        assert "rejected" not in page.inner_text("#sv-draft-table")
+        _walk_to_the_rejection(page)
         assert "rejected" in page.inner_text("#sv-draft-table")
     if SHOTS:
         page.screenshot(path=f"{SHOTS}/tour-{tour}-{size[0]}.png")
@@ -229,7 +246,7 @@ def test_animate_this_step_walks_every_phase_with_no_click(browser, app_url):
 @pytest.mark.browser
 def test_guess_first_then_the_draw_and_the_score(browser, app_url):
     page = _page(browser, app_url)
-    page.click("#sv-lesson-mode input")
+    assert page.is_checked("#sv-lesson-mode input")  # a first visit is in lesson mode (issue 52)
     page.click("#sv-step-btn")
     page.wait_for_function("document.querySelector('#sv-phase .sv-phase')?.dataset.phase === 'draft'")
     assert page.is_disabled("#sv-guess-accept")  # no p yet: nothing to bet on
@@ -325,6 +342,7 @@ def test_verdicts_and_legends_fit_and_a_tap_shows_a_tokens_numbers(browser, app_
     assert tip.is_visible() and "p" in tip.inner_text() and "q" in tip.inner_text()
     page.click("#sv-tour-rejection")  # sampled: u against min(1, p/q)
     page.wait_for_function(MOMENTS["rejection"])
+    _walk_to_the_rejection(page)
     page.wait_for_timeout(1500)
     _verdicts_fit(page)
     assert [c for c in page.evaluate(_TITLE_OVER_LEGEND) if c[1]] == []

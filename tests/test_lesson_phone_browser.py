@@ -220,7 +220,7 @@ def _check_reveal(page, said: str, expected_total: int, book: list) -> dict:
 @pytest.mark.browser
 def test_a_guess_first_walk_at_t_above_0_on_a_phone_never_contradicts_itself(browser, app_url):
     page = _page(browser, app_url)  # the tiny defaults: the draft proposer at T = 1, k = 4
-    page.click("#sv-lesson-mode input")
+    assert page.is_checked("#sv-lesson-mode input")  # a first visit is in lesson mode
     book: list = []
     for step in (1, 2):
         if step == 1:

@@ -25,7 +25,7 @@ NAMES = ["target", "proposer", "draft", "k", "temperature", "top_p", "top_k", "s
          "schedule", "layers", "rule", "options"]
 
 
-def _tour(env, key):
+def _tour(env, key, **change):
     """Run a tour's two handlers as the page chains them: -> (state, last frame, control values)."""
     from specviz.ui import lesson
     from specviz.ui.playground_view import OUTPUTS
@@ -33,13 +33,17 @@ def _tour(env, key):
 
     st = PlaygroundState()
     setup = lesson.tour_setup(key)(st)
-    assert set(setup) <= set(NAMES) | set(OUTPUTS)
+    assert set(setup) <= set(NAMES) | set(OUTPUTS) | {"lesson_mode"}
+    assert setup["lesson_mode"]["value"] is True and st.lesson_mode  # every tour is a lesson: the box says so
     controls = {n: u["value"] for n, u in setup.items() if n in NAMES and isinstance(u, dict) and "value" in u}
     raw = dict(zip(NAMES, _raw(env)))
     raw.update(controls)
     raw["max_new_tokens"] = 24
+    raw.update(change)
     frames = list(lesson.tour_run(key)(st, *[raw[n] for n in NAMES]))
-    assert frames and all(set(f) <= set(OUTPUTS) for f in frames)
+    assert frames and all(set(f) <= set(OUTPUTS) | set(NAMES) for f in frames)
+    for f in frames:  # a control the run sets (the rejection tour's seed) is applied as the page would
+        raw.update({n: u["value"] for n, u in f.items() if n in NAMES and isinstance(u, dict) and "value" in u})
     return st, frames[-1], raw
 
 
@@ -68,17 +72,67 @@ def test_tour_speedup_ends_on_the_card_and_the_race(tiny_env):
     st.close()
 
 
-def test_tour_rejection_stops_on_a_rejection_in_its_decide_phase(tiny_env):
+def test_tour_rejection_stops_on_a_rejection_in_its_draft_phase_in_lesson_mode(tiny_env):
+    """Issue 52: the tour lands on the step with the rejection at its start (draft phase, lesson mode
+    on, nothing of p or u shown yet), and phase ▶ walks it to the rejected draft's decide frame."""
+    from specviz.ui import lesson
+
     st, frame, raw = _tour(tiny_env, "rejection")
-    assert raw["temperature"] > 0
+    assert raw["temperature"] > 0 and raw["seed"] == 0  # the tiny pair rejects on seed 0: no search
     rec = st.shown_step()
     assert any(d.verdict == "rejected" for d in rec.drafts), st.message
-    assert st.phase and st.phase[0] == "decide"
+    assert st.lesson_mode and st.phase == ("draft", -1) and st.selected_pos is None
     phase = _lesson(frame)["phase"]
-    assert 'data-phase="decide"' in phase and 'data-kind="rejected"' in phase
-    assert st.selected_pos == next(d.position for d in rec.drafts if d.verdict == "rejected")
+    assert 'data-phase="draft"' in phase and 'data-kind="rejected"' not in phase  # not told yet
     _arrives(frame, "rejection")
-    assert "◀ phase / phase ▶" in st.message[0]  # the nav row it names arrives in view with the phase
+    assert "◀ phase / phase ▶" in st.message[0] and "Lesson mode is on" in st.message[0]
+    assert "seed" not in frame and "ran to the end" not in st.message[0]
+    for _ in range(20):  # phase ▶ until the rejected draft is decided
+        out = lesson.on_phase(st, 1)
+        if 'data-kind="rejected"' in out["phase"]:
+            break
+    assert st.phase[0] == "decide" and st.shown_step() is rec
+    assert rec.drafts[st.selected_pos].verdict == "rejected"
+    st.close()
+
+
+def test_tour_rejection_runs_the_next_seed_after_a_run_without_one_and_says_so(tiny_env, monkeypatch):
+    """A seed whose run accepts every draft (issue 52: 51 of 51 on one start of the app) no longer ends
+    the tour: it runs the next seed, says which seeds it ran, and sets the seed box to the run shown."""
+    from specviz.ui import lesson
+
+    real, real_restart, restarts = lesson._rejected_pos, lesson._restart, []
+
+    def restart(state, settings, search):
+        restarts.append(settings.seed)
+        return (yield from real_restart(state, settings, search))
+
+    # seed 0 "accepts every draft": its rejections are not seen, as if its draws had all fallen below the ratio
+    monkeypatch.setattr(lesson, "_restart", restart)
+    monkeypatch.setattr(lesson, "_rejected_pos", lambda r: real(r) if restarts else None)
+    st, frame, raw = _tour(tiny_env, "rejection")
+    assert restarts == [1] and st.settings.seed == 1 and raw["seed"] == 1 and frame["seed"]["value"] == 1, st.message
+    rec = st.shown_step()
+    assert any(d.verdict == "rejected" for d in rec.drafts) and st.phase == ("draft", -1)
+    text = st.message[0]
+    assert text.startswith("Seed 0 ran to the end (") and "without a rejection, so the tour ran seed 1" in text
+    _arrives(frame, "rejection")
+    st.close()
+
+
+def test_tour_rejection_that_finds_none_says_what_it_ran(tiny_env):
+    """The draft is the target itself: min(1, p/q) = 1, every draft is kept, on every seed. The tour
+    runs TOUR_SEEDS seeds, then says so and which, and the seed box shows the last run."""
+    from specviz.ui import lesson
+
+    st, frame, raw = _tour(tiny_env, "rejection", draft=tiny_env["SPECVIZ_DEFAULT_TARGET"], max_new_tokens=6)
+    last = lesson.TOUR_SEEDS - 1
+    assert st.settings.seed == last and frame["seed"]["value"] == last
+    text = st.message[0]
+    assert text.startswith(f"Seeds 0 to {last} ran to the end (") and "without a rejection" in text
+    assert "data-arrive" not in frame["status"]
+    kept, drafted = map(int, re.search(r"(\d+) of (\d+) drafts accepted", text).groups())
+    assert kept == drafted >= lesson.TOUR_SEEDS  # every run drafted, and every draft was kept
     st.close()
 
 
@@ -344,3 +398,23 @@ def test_guess_first_at_greedy_asks_for_the_argmax_and_in_a_tree_walks_the_path(
     assert len(made) == len(path) and st.guesses.right == sum(d.verdict == "accepted" for d in path)
     assert "Path node" in made[0]["guess"] or len(made) == 1
     st.close()
+
+
+def test_lesson_mode_is_the_pages_default_at_the_top_of_the_inspector():
+    """Issue 52: a first visit opens in lesson mode (the page's state and its box agree), and the box
+    is the step inspector's first control, above the step slider and the nav row; quick mode is
+    one click (untick it)."""
+    from specviz.ui import build_demo, lesson
+    from specviz.ui.state import PlaygroundState
+
+    demo = build_demo()
+    comps = demo.config["components"]
+    order = [c.get("props", {}).get("elem_id") for c in comps]
+    box = comps[order.index("sv-lesson-mode")]["props"]
+    assert box["value"] is True and "quick mode" in box["label"]
+    assert order.index("sv-lesson-mode") < order.index("sv-step-slider") < order.index("sv-nav")
+    states = [demo.blocks[c["id"]] for c in comps if c["type"] == "state"]
+    first = next(s.value for s in states if s.value == PlaygroundState.lesson_first)()
+    assert first.lesson_mode and not PlaygroundState().lesson_mode  # the Python API's state stays quick
+    lesson.on_lesson_mode(first, False)
+    assert not first.lesson_mode

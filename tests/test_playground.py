@@ -186,6 +186,9 @@ def test_the_playground_offers_typical_acceptance_labelled_lossy(models_dir, all
     assert "LOSSY" in vt.step_summary_text(next(s for s in reversed(st.steps) if s.k))  # the last step that drafted
     assert any(row[5].startswith("p>") for row in vt.draft_table_rows(st.steps[0])[:-1])
     assert frames and "Traceback" not in frames[-1]["status"]
+    last = {k: v for f in frames for k, v in f.items()}  # issue 52: LOSSY on every number the run shows
+    assert 'data-lossy="true"' in last["metrics"] and "LOSSY" in str(last["acceptance"].plot)
+    assert "LOSSY" in str(last["tokens_per_step"].plot) and "LOSSY (typical acceptance" in last["why"]
     back = load_trace(st.trace_path).steps  # the run's own trace (the download)
     assert [s.rule for s in back] == [s.rule for s in st.steps] and back[0].drafts == st.steps[0].drafts
     st.close()
@@ -250,3 +253,35 @@ def test_a_loaded_trace_restores_the_whole_run_and_leaves_nothing_behind(models_
     assert st.mode == "live" and st.settings == settings and len(st.steps) == 1 and st.phase is None
     live.close()
     st.close()
+
+
+def test_before_the_first_click_the_page_says_a_step_waits_for_the_preparation_and_about_how_long(tmp_path, monkeypatch):
+    """Issue 52: the page looked ready while its first Step sat 10-22 s behind the start-up preparation.
+    While it runs, the note under the buttons says what a Step would wait for and about how long (the
+    last start's total on this machine, kept in the cache directory; a first start says it has none);
+    once it is over the note goes and its timer stops."""
+    import html as html_text
+    import threading
+
+    from specviz.app import runs, warmup
+    from specviz.ui import playground as pg
+
+    s = warmup.StartUp()
+    s.record = tmp_path / "startup-seconds.json"
+    monkeypatch.setattr(warmup, "STARTUP", s)
+    monkeypatch.setattr(runs, "STARTUP", s)
+    assert pg.startup_note() == ""  # nothing at work: a Step would not wait
+    for first in (True, False):
+        release = threading.Event()
+        s.start(["tiny-slow"], lambda name, progress=None: release.wait(30) and object(), lambda msg: None)
+        note = html_text.unescape(pg.startup_note())
+        assert "Start-up preparation at work: loading tiny-slow" in note and "waits for it" in note, note
+        assert ("no earlier start on this machine" in note) == first
+        assert first or "the last start's took" in note
+        html, timer = pg.on_startup_tick()
+        assert html["visible"] is True and timer.active is True
+        release.set()
+        s._thread.join(30)
+        html, timer = pg.on_startup_tick()
+        assert html["visible"] is False and timer.active is False and pg.startup_note() == ""
+        assert s.record.exists()  # the total, for the next start's estimate

@@ -496,3 +496,45 @@ def test_playground_plot_payloads_are_the_figures_json(real_run):
         payload = plot(figure.spec(*args))
         assert payload.type == "plotly"
         assert json.loads(payload.plot) == json.loads(figure(*args).to_json()), figure.__name__
+
+
+def test_topk_figure_draws_a_token_outside_a_top_list_as_absent_not_zero():
+    """Issue 52: a token in only one top list lost its other bar (read as p = 0), and a token only the
+    residual lists showed neither. Each missing value is a hatched stub in its series' slot, named
+    "not in this top list"; a value known to be 0 (an n-gram's q, a residual where p <= q) stays 0."""
+    fig = viz.topk_figure(rejected_step(), 1)
+    labels = list(_trace(fig, "p (target)")[0].x)
+    absent = {t.meta: t for t in fig.data if t.name == "not in this top list"}
+    assert set(absent) == {"p", "q", "residual"}
+    assert sum(bool(t.showlegend) for t in absent.values()) == 1  # one legend entry
+    stub = lambda what, label: absent[what].y[labels.index(label)] is not None  # noqa: E731
+    assert stub("p", "Y") and stub("q", "Y")  # residual-only: neither p nor q is in its top list
+    assert stub("p", "yy") and not stub("q", "yy")  # only in q's list
+    assert not stub("p", "&lt;script&gt;") and not stub("q", "&lt;script&gt;")  # both known
+    (r,) = _trace(fig, "residual")
+    assert r.y[labels.index("&lt;script&gt;")] == 0.0 and not stub("residual", "&lt;script&gt;")  # p <= q: exactly 0
+    assert stub("residual", "yy")  # p unknown there: the residual is not known to be 0
+    for t in fig.data:  # each stub shares its series' slot (offsetgroup), so the bars stay in line
+        if t.name == "not in this top list":
+            assert t.offsetgroup == t.meta and "not in this top list" in t.hovertemplate
+    fig = viz.topk_figure(bonus_step(), 0)  # an n-gram: q is exactly 0 off its token, never "absent"
+    assert not any(t.name == "not in this top list" and t.meta == "q" for t in fig.data)
+    (q,) = _trace(fig, "q (point mass)")
+    assert all(v is not None for v in q.y)
+
+
+def test_a_typical_acceptance_run_is_marked_lossy_on_every_number():
+    """Issue 52: the metric cards, the acceptance and tokens-per-step charts of a typical-acceptance run
+    say LOSSY; an exact run's never do."""
+    from dataclasses import replace
+
+    steps = [replace(rejected_step(0), rule="typical"), replace(rejected_step(1), rule="typical")]
+    stats = compute_stats(steps, 1.0, 2)
+    html = viz.metrics_html(stats, steps=steps)
+    assert 'data-lossy="true"' in html and html.count(">LOSSY<") == html.count('class="sv-card ')
+    assert "LOSSY" in viz.acceptance_by_position_figure(stats, lossy=True).layout.title.text
+    assert "LOSSY" in viz.tokens_per_step_figure(steps).layout.title.text
+    exact = [rejected_step(0), rejected_step(1)]
+    assert "LOSSY" not in viz.metrics_html(compute_stats(exact, 1.0, 2), steps=exact)
+    assert "LOSSY" not in viz.tokens_per_step_figure(exact).layout.title.text
+    assert "LOSSY" not in viz.acceptance_by_position_figure(compute_stats(exact, 1.0, 2)).layout.title.text

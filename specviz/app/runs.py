@@ -502,7 +502,8 @@ TOURS: tuple[Tour, ...] = (
     Tour("speedup", "Show me a speedup",
          "the run and a target-only run on the same prompt: the race and the card say why it is faster"),
     Tour("rejection", "Show me a rejection",
-         "the first step with a rejected draft, in its decide phase: u against min(1, p/q), then the resample"),
+         "a step where a draft gets rejected, from its start: q, then p, then u against min(1, p/q) and the "
+         "resample"),
     Tour("no-pay", "Show me a pair that does not pay",
          "a proposer whose drafts are rarely right (the target's first layer, but its whole output head): the card "
          "says what limits it"),

@@ -17,10 +17,12 @@ model budget could not hold beside the defaults (:func:`room_for`) is skipped wi
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
 import weakref
+from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
 import torch
@@ -28,7 +30,10 @@ import torch
 from ..runtime import static_decode
 from .limits import Limits
 
-__all__ = ["STARTUP", "StartUp", "estimate_bytes", "lowest_priority", "prepare", "room_for", "warm_static_steps"]
+__all__ = ["STARTUP", "StartUp", "estimate_bytes", "lowest_priority", "prepare", "record_path", "room_for",
+           "warm_static_steps"]
+
+RECORD_FILE = "startup-seconds.json"  # in the cache directory: how long the last start's preparation took
 
 Progress = Callable[[str], None]
 Fits = Callable[[str, list], "str | None"]  # (name, [(name, LoadedModel)] ready) -> why it must be skipped, or None
@@ -124,6 +129,8 @@ class StartUp:
         self.later_stage: str | None = None
         self.later_started: float | None = None
         self.skipped: dict[str, str] = {}
+        self.record: Path | None = None  # where a preparation's total seconds are kept for the next start's estimate
+        self.expected_s: float | None = None  # the last start's total for these names (read from ``record``)
         self._done = threading.Event()
         self._done.set()
         self._later_done = threading.Event()
@@ -140,12 +147,32 @@ class StartUp:
     def later_running(self) -> bool:
         return not self._later_done.is_set()
 
+    def how_long(self) -> str:
+        """About how long the defaults' preparation has left, in words, from the last start's total on
+        this machine (``record``); a first start says what it does instead of guessing a number."""
+        if self.expected_s is None or self.started is None:
+            return ("no earlier start on this machine to go by; a first start also converts the built-in models "
+                    "once, about a minute for Gemma")
+        left = self.expected_s - (time.perf_counter() - self.started)
+        if left >= 1:
+            return f"about {left:.0f} s more: the last start's took {self.expected_s:.0f} s"
+        return f"any moment now: the last start's took {self.expected_s:.0f} s"
+
+    def ahead(self) -> str | None:
+        """Said on the page before any click while the defaults are being prepared (what a Step or
+        Play would wait for, and about how long); None when a Step would not wait."""
+        stage, started = self.stage, self.started
+        if not self.running or stage is None or started is None:
+            return None
+        return (f"Start-up preparation at work: {stage} ({time.perf_counter() - started:.0f} s so far; "
+                f"{self.how_long()}). A Step, Play or tour of the default models waits for it, then runs.")
+
     def line(self) -> str | None:
         """The status line's words while it runs ("… (4 s so far)"), else None."""
         stage, started = self.stage, self.started
         if self.running and stage is not None and started is not None:
             return (f"Waiting for the start-up preparation of the default configuration: {stage} "
-                    f"({time.perf_counter() - started:.0f} s since the app started it)…")
+                    f"({time.perf_counter() - started:.0f} s since the app started it; {self.how_long()})…")
         stage, started = self.later_stage, self.later_started
         if self.later_running and stage is not None and started is not None:
             what = " and ".join(dict.fromkeys(self.later.values())) or "other models"
@@ -213,6 +240,7 @@ class StartUp:
                     say(f"could not rehearse the default configuration: {e}")
                 self.seconds["rehearsal"] = time.perf_counter() - t
         finally:
+            self._keep_total(names, time.perf_counter() - (self.started or 0.0))
             self.stage = None
             self._done.set()
             say(f"start-up preparation done in {time.perf_counter() - (self.started or 0.0):.1f} s "
@@ -221,6 +249,26 @@ class StartUp:
                 self.later_thread = threading.Thread(target=self._run_later, args=(loaded, load, say, fits or room_for),
                                                      name="specviz-warm-up-later", daemon=True)
                 self.later_thread.start()
+
+    def _read_total(self, names: tuple[str, ...]) -> float | None:
+        """The last start's total seconds for the same models, from ``record`` (None: none, or unreadable)."""
+        try:
+            if self.record is None:
+                return None
+            saved = json.loads(self.record.read_text(encoding="utf-8"))
+            return float(saved["seconds"]) if saved.get("names") == list(names) else None
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def _keep_total(self, names: tuple[str, ...], seconds: float) -> None:
+        """Keep this preparation's total for the next start's estimate (a failed one is not a measure)."""
+        if self.record is None or self.errors:
+            return
+        try:
+            self.record.parent.mkdir(parents=True, exist_ok=True)
+            self.record.write_text(json.dumps({"names": list(names), "seconds": round(seconds, 1)}), encoding="utf-8")
+        except OSError:
+            pass
 
     def _run_later(self, ready: list[tuple[str, Any]], load: Callable[..., Any], say: Progress, fits: Fits) -> None:
         """Load and build each later model that the limits leave room for, at the lowest priority
@@ -265,6 +313,7 @@ class StartUp:
             if self.running or self.later_running:
                 return None
             self.names, self.seconds, self.errors = tuple(dict.fromkeys(names)), {}, {}
+            self.expected_s = self._read_total(self.names)
             self.later = {n: what for n, what in (later or {}).items() if n not in self.names}
             self.skipped, self.later_thread = {}, None
             self.started, self.stage = time.perf_counter(), "starting"
@@ -278,6 +327,13 @@ class StartUp:
 
 
 STARTUP = StartUp()
+
+
+def record_path() -> Path:
+    """Where the app keeps its last preparation's total: the cache directory (``SPECVIZ_CACHE_DIR``)."""
+    from ..runtime.runners import cache_home
+
+    return cache_home() / RECORD_FILE
 
 
 def prepare(names: Iterable[str], load: Callable[..., Any] | None = None, say: Progress | None = None,

@@ -141,6 +141,7 @@ def warm_up(names: list[str] | None = None) -> threading.Thread | None:
         names = [d.target] + ([d.draft] if d.proposer in USES_DRAFT_MODEL else [])
         rehearse = functools.partial(_rehearse, d)
         later = tour_drafts(d)
+        warmup.STARTUP.record = warmup.record_path()  # its total: the next start's "about N s" before a Step
     return warmup.prepare(names, rehearse=rehearse, later=later)
 
 

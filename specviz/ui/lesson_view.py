@@ -151,8 +151,11 @@ def why_html(state: PlaygroundState) -> str:
                 '</div><p class="sv-muted">Run some steps, then “Run target-only”: this card explains the speedup '
                 f'from the run\'s own numbers.</p><p class="sv-muted">{WHEN_IT_PAYS}</p>{note}</div>')
     base = state.comparable_baseline()
+    st = state.settings
     story = explain_run(state.visible_steps(), stats, base, k=_k(state), proposer=_proposer_name(state),
-                        baseline_steps=state.baseline_steps if base is not None else ())
+                        baseline_steps=state.baseline_steps if base is not None else (),
+                        temperature=st.temperature if st is not None else None,
+                        lossy=st is not None and st.acceptance == "typical" and st.temperature > 0)
     return story.html() + note
 
 
@@ -241,11 +244,15 @@ def build_nav() -> dict[str, gr.Button]:
     return buttons
 
 
+LESSON_LABEL = ("Lesson mode: each Step opens in its draft phase and phase ▶ walks it to the verdict "
+                "(untick for the quick mode: each Step committed at once)")
+
+
 def build_lesson_mode() -> tuple[gr.Checkbox, gr.Button]:
-    """The lesson mode switch and the "animate this step" button (at the Play speed's pace)."""
+    """The lesson mode switch, on for a first visit (PlaygroundState.lesson_first) and after a tour,
+    at the top of the step inspector, and "animate this step" (at the Play speed's pace)."""
     with gr.Row(elem_id="sv-lesson-row"):
-        box = gr.Checkbox(value=False, label="Lesson mode: each new step opens in its draft phase; phase ▶ at commit "
-                          "moves on to the next step", elem_id="sv-lesson-mode", scale=3)
+        box = gr.Checkbox(value=True, label=LESSON_LABEL, elem_id="sv-lesson-mode", scale=3)
         animate = gr.Button("▶ animate this step", size="sm", min_width=140, scale=1, elem_id="sv-animate")
     return box, animate
 

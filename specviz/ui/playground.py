@@ -335,6 +335,30 @@ def on_load_trace(state: PlaygroundState, path: Any) -> Frame:
         return status_only(state)
 
 
+# -- the start-up preparation, said before the first click ---------------------------------------
+
+
+STARTUP_TICK_S = 1.0  # the note under the buttons is redrawn this often while the preparation runs
+
+
+def startup_note() -> str:
+    """What a Step pressed now would wait for (the start-up preparation of the default models) and
+    about how long, as the page shows it before any click; "" when a Step would not wait: a page
+    that looked ready and then sat 10-22 s on its first Step told nothing (issue 52)."""
+    from ..app.warmup import STARTUP
+
+    line = STARTUP.ahead()
+    return viz.message_html(line, "info") if line else ""
+
+
+def on_startup_tick() -> tuple[Any, Any]:
+    """The timer's tick: the note (hidden once the preparation is over) and the timer, which stops then."""
+    from ..app.warmup import STARTUP
+
+    note = startup_note()
+    return gr.update(value=note, visible=bool(note)), gr.Timer(active=STARTUP.running)
+
+
 # -- the settings' controls ----------------------------------------------------------------------
 
 
@@ -378,5 +402,5 @@ def on_auto_k(target: str, proposer: str, k: float) -> Any:
 __all__ = [
     "Defaults", "auto_draft", "draft_choices", "ensure_live_session", "load_run", "on_baseline", "on_charts", "on_load_trace",
     "on_auto_k", "on_pause", "on_pick", "on_play", "on_position", "on_proposer_change", "on_reset", "on_step", "on_step_slider",
-    "on_table_pick", "on_target_change", "target_choices",
+    "on_startup_tick", "on_table_pick", "on_target_change", "startup_note", "target_choices",
 ]

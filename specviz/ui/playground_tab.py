@@ -26,7 +26,7 @@ def build_playground(defaults: pg.Defaults | None = None) -> PlaygroundView:
     d = defaults or pg.Defaults.from_env()
     lim = Limits.from_env()  # the sliders stop at the host's caps
     examples = runs.example_prompts()
-    state = gr.State(PlaygroundState, delete_callback=lambda s: s.close() if isinstance(s, PlaygroundState) else None)
+    state = gr.State(PlaygroundState.lesson_first, delete_callback=lambda s: s.close() if isinstance(s, PlaygroundState) else None)
 
     with gr.Row(equal_height=False, elem_id="sv-main-row"):
         with gr.Column(scale=1, min_width=280, elem_id="sv-settings"):
@@ -75,6 +75,8 @@ def build_playground(defaults: pg.Defaults | None = None) -> PlaygroundView:
                 base_btn = gr.Button("Run target-only", elem_id="sv-baseline-btn", min_width=150)
                 speed = gr.Dropdown(list(lesson_view.SPEEDS), value=next(iter(lesson_view.SPEEDS)), label="Play speed",
                                     min_width=150, elem_id="sv-speed")
+            startup = gr.HTML(pg.startup_note, elem_id="sv-startup", padding=False)  # before a click: Step waits?
+            startup_timer = gr.Timer(pg.STARTUP_TICK_S, active=True)
             status = gr.HTML(viz.message_html("Press Step to run one speculative step, or Play to run to the end.", "info"),
                              elem_id="sv-status")
             metrics = gr.HTML(viz.metrics_html(None), elem_id="sv-metrics")
@@ -86,11 +88,11 @@ def build_playground(defaults: pg.Defaults | None = None) -> PlaygroundView:
             baseline = gr.HTML("", elem_id="sv-baseline", visible=False, js_on_load=TOKENS_JS)
 
     gr.HTML('<div class="sv-section-title">Step inspector</div>')
+    lesson_mode, animate = lesson_view.build_lesson_mode()  # first: how each Step opens (on for a student)
     with gr.Row(equal_height=False):
         with gr.Column(scale=5, min_width=300):
             step_slider = gr.Slider(1, 2, value=1, step=1, label="Step", interactive=False, elem_id="sv-step-slider")
             nav = lesson_view.build_nav()
-            lesson_mode, animate = lesson_view.build_lesson_mode()
             phase = lesson_view.build_phase()
             guess, guess_accept, guess_reject = lesson_view.build_guess()
             position = gr.Radio([], label="Position in the step", type="index", elem_id="sv-position")
@@ -132,6 +134,7 @@ def build_playground(defaults: pg.Defaults | None = None) -> PlaygroundView:
     play_btn.click(by_name(pg.on_play, named), inputs, outs, **engine)
     base_btn.click(by_name(pg.on_baseline, named), inputs, outs, **engine)
     pause_btn.click(pg.on_pause, [state], None, queue=False)
+    startup_timer.tick(pg.on_startup_tick, None, [startup, startup_timer], queue=False, show_progress="hidden")
     reset_btn.click(by_name(pg.on_reset, named), [state], outs, **fast)
     tokens.pick(by_name(pg.on_pick, named), [state], outs, **fast)
     step_slider.release(by_name(pg.on_step_slider, named), [state, step_slider], outs, **fast)

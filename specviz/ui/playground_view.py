@@ -78,7 +78,7 @@ def render(
     if run:
         out["tokens"] = viz.tokens_html(state.prompt_text, steps, selected_step=_shown_index(state), shown=shown)
         out["metrics"] = viz.metrics_html(stats, state.comparable_baseline(), engine_ms=state.last_engine_ms,
-                                          steps=known)
+                                          steps=known, lossy=_lossy(state))
     if baseline:
         visible = bool(state.baseline_steps) or state.baseline_session is not None
         b = state.baseline_stats()
@@ -97,13 +97,22 @@ def render(
     if chart:
         out["topk"] = plot(viz.topk_figure.spec(rec, pos, shown))
     if plots:
-        out["acceptance"] = plot(viz.acceptance_by_position_figure.spec(stats, run_counts(known)))
+        out["acceptance"] = plot(viz.acceptance_by_position_figure.spec(stats, run_counts(known), lossy=_lossy(state)))
         out["timeline"] = plot(viz.timeline_figure.spec(steps[:len(known)]))
         out["tokens_per_step"] = plot(viz.tokens_per_step_figure.spec(steps[:len(known)]))
     if download:
         path = state.trace_path if steps else None
         out["download"] = gr.update(value=path, interactive=bool(path))
     return {**out, **render_lesson(state, run=run, inspector=inspector, chart=chart, baseline=baseline, plots=plots)}
+
+
+def _lossy(state: PlaygroundState) -> bool:
+    """Whether the run's numbers are typical acceptance's (LOSSY): its settings say so (sampled), or a
+    loaded trace's steps were judged by it."""
+    st = state.settings
+    if st is not None:
+        return st.acceptance == "typical" and st.temperature > 0
+    return any(getattr(r, "rule", "exact") == "typical" for r in state.steps)
 
 
 def _shown_index(state: PlaygroundState) -> int | None:

@@ -178,6 +178,15 @@ class PlaygroundState:
         self._trace_fh: IO[str] | None = None
         self.trace_path: str | None = None
 
+    @classmethod
+    def lesson_first(cls) -> "PlaygroundState":
+        """A page's first state: lesson mode on, so a student's first Step opens in its draft phase
+        (q only) and walks to the verdict; the teacher's quick mode (each Step committed) is the
+        box at the top of the step inspector. The Python API's state starts in quick mode."""
+        state = cls()
+        state.lesson_mode = True
+        return state
+
     def __deepcopy__(self, memo) -> "PlaygroundState":
         # gr.State copies its value; a session handle must not be copied (it owns a lock and
         # model caches). The app passes the class itself, so every browser gets a fresh one.

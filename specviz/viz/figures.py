@@ -223,14 +223,21 @@ def topk_figure(record: StepRecord | None, position: int | None = None, shown: R
     def bars(name: str, what: str, values: dict[int, float], color: str) -> dict:
         ys = [values.get(t) for t in ids]  # hover text from viz.numbers: 4.12e-4, never 0.000
         return dict(type="bar", name=name, x=labels, y=ys, marker=dict(color=color), customdata=[fmt_prob(y) for y in ys],
-                    hovertemplate=f"%{{x}}<br>{what} = %{{customdata}}<extra></extra>")
+                    offsetgroup=what, hovertemplate=f"%{{x}}<br>{what} = %{{customdata}}<extra></extra>")
 
-    traces = [bars("p (target)", "p", p_map, COLORS["p"])] if shown is None or shown.p else []
+    point_mass = pos < k and not record.drafts[pos].top_q
+    if point_mass:  # an n-gram's q: 1 on its token and exactly 0 on every other, not "unknown"
+        q_map = {t: q_map.get(t, 0.0) for t in ids}
+    # the residual is exactly 0 wherever p <= q (both known); elsewhere a token outside its top list is unknown
+    r_map = {**{t: 0.0 for t in ids if t in p_map and t in q_map and p_map[t] <= q_map[t]}, **r_map} if residual else r_map
+    series = [("p (target)", "p", p_map, COLORS["p"])] if shown is None or shown.p else []
     if pos < k:
-        traces.append(bars("q (draft)" if record.drafts[pos].top_q else "q (point mass)", "q", q_map, COLORS["q"]))
+        series.append(("q (point mass)" if point_mass else "q (draft)", "q", q_map, COLORS["q"]))
     if residual:
-        traces.append(bars("residual norm(max(0, p − q))", "residual", r_map, COLORS["residual"]))
+        series.append(("residual norm(max(0, p − q))", "residual", r_map, COLORS["residual"]))
+    traces = [bars(*one) for one in series]
     ymax = max([score(t) for t in ids] + [0.05])
+    traces += absent_bars(labels, ids, series, ymax)
     if drafted is not None:
         # A marker TRACE, not an annotation: Plotly places an annotation's x on a category axis with
         # r2c, which reads a number-like label ("9") as a category INDEX (the 10th bar); a trace's x
@@ -260,11 +267,28 @@ def topk_figure(record: StepRecord | None, position: int | None = None, shown: R
     )
 
 
+def absent_bars(labels: list[str], ids: list[int], series: list[tuple[str, str, dict, str]], ymax: float) -> list[dict]:
+    """A hatched stub, in its series' slot, for each token outside that series' top list: its value
+    is not recorded (smaller than the list's last), which an empty slot would show as 0 (issue 52:
+    p = None for a drafted token, a residual-only token with neither bar). One legend entry."""
+    out, stub = [], ymax * 0.06
+    for name, what, values, color in series:
+        ys = [None if t in values else stub for t in ids]
+        if all(y is None for y in ys):
+            continue
+        out.append(dict(type="bar", name="not in this top list", x=labels, y=ys, offsetgroup=what,
+                        legendgroup="absent", showlegend=not out, meta=what,
+                        marker=dict(color="rgba(0,0,0,0)", line=dict(color=color, width=1),
+                                    pattern=dict(shape="/", fgcolor=color, size=5)),
+                        hovertemplate=f"%{{x}}<br>{what}: not in this top list (below its last entry)<extra></extra>"))
+    return out
+
+
 # -- run plots ---------------------------------------------------------------------------------
 
 
 @_with_spec
-def acceptance_by_position_figure(stats: Stats | None, counts: StepCounts | None = None) -> dict:
+def acceptance_by_position_figure(stats: Stats | None, counts: StepCounts | None = None, lossy: bool = False) -> dict:
     """Acceptance rate per draft position i (steps with draft i accepted / steps with >= i drafts).
     ``counts`` (:func:`specviz.core.stepwords.run_counts` of the run) words a token-tree run: its
     positions are depths and the overall line is the accepted path over the depth."""
@@ -272,6 +296,8 @@ def acceptance_by_position_figure(stats: Stats | None, counts: StepCounts | None
     title = "Acceptance rate by tree depth" if tree else "Acceptance rate by draft position"
     if stats is None or not stats.per_position:
         return empty_figure.spec(title, "No drafts yet")
+    if lossy:  # typical acceptance: these rates are the LOSSY rule's
+        title += " · LOSSY"
     overall, name = stats.acceptance_rate, f"overall {stats.acceptance_rate:.0%}"
     if tree:
         overall = counts.rate
@@ -350,6 +376,7 @@ def tokens_per_step_figure(steps: Sequence[StepRecord]) -> dict:
                        hovertemplate="step %{x}: at most %{y}<extra></extra>"))
     tau = sum(s.n_committed for s in steps) / len(steps)
     kmax = max(depth)
-    return _spec(traces, f"{title} · τ = {tau:.2f}", height=HEIGHT + 40, barmode="stack", bargap=0.15,
+    lossy = " · LOSSY" if any(s.rule == "typical" for s in steps) else ""  # typical acceptance's tokens
+    return _spec(traces, f"{title} · τ = {tau:.2f}{lossy}", height=HEIGHT + 40, barmode="stack", bargap=0.15,
                  margin=dict(t=40, b=MARGIN_BELOW), legend=LEGEND_BELOW, xaxis=_step_axis(len(steps)),
                  yaxis=dict(dtick=1 if kmax <= 8 else 2, rangemode="tozero"))

@@ -271,6 +271,10 @@ def message_html(text: str, kind: str = "error", arrive: tuple[str, ...] = ()) -
 _TAU = '<span class="sv-sym" style="text-transform:none">τ</span>'
 
 
+LOSSY_TAG = ('<span class="sv-lossy-tag" title="typical acceptance: the output is not exactly the target\'s '
+             'distribution">LOSSY</span>')
+
+
 def _card(key: str, label: str, value: str, sub: str = "", cls: str = "") -> str:
     sub_html = f'<div class="sv-card-sub">{sub}</div>' if sub else ""
     return (
@@ -280,11 +284,15 @@ def _card(key: str, label: str, value: str, sub: str = "", cls: str = "") -> str
 
 
 def metrics_html(stats: Stats | None, baseline_stats: Stats | None = None, *, engine_ms: float | None = None,
-                 steps: Sequence[StepRecord] | None = None) -> str:
+                 steps: Sequence[StepRecord] | None = None, lossy: bool | None = None) -> str:
     """Metric cards: steps, drafted, accepted, acceptance rate, tau, tokens/s, target forward
     passes vs target-only, and the speedup against ``baseline_stats`` (pass a finished
     target-only run on the same target, prompt and settings, else None). ``steps`` (the run's
-    records) let a token-tree run say what its rate divides by (:func:`run_counts`)."""
+    records) let a token-tree run say what its rate divides by (:func:`run_counts`). ``lossy``
+    (default: any of ``steps`` judged by typical acceptance) tags every card LOSSY: each number
+    is the typical rule's, not the exact rule's."""
+    if lossy is None:
+        lossy = any(getattr(r, "rule", "exact") == "typical" for r in steps or ())
     s = stats
     c = run_counts(steps) if steps else None
     if s is None:
@@ -321,6 +329,9 @@ def metrics_html(stats: Stats | None, baseline_stats: Stats | None = None, *, en
         hint = "run target-only to compare" if baseline_stats is None else "needs a speculative run"
         cards.append(_card("speedup", "Speedup", "—", hint, "sv-pending"))
     extra = f' data-engine-ms="{engine_ms:.3f}"' if engine_ms is not None else ""
+    if lossy:
+        extra += ' data-lossy="true"'
+        cards = [c.replace('<div class="sv-card-value">', LOSSY_TAG + '<div class="sv-card-value">', 1) for c in cards]
     return f'<div class="sv-metrics"{extra}>{"".join(cards)}</div>'
 
 
