@@ -274,10 +274,7 @@ def _report_html(report) -> str:
 
 
 def cmd_bench(args) -> int:
-    from tqdm import tqdm
-
     from . import bench as B
-    from .analysis.metrics import why_no_speedup
     from .analysis.prediction import augment_rows
     from .proposers import check_spec, from_spec
 
@@ -320,37 +317,12 @@ def cmd_bench(args) -> int:
     passes = f" x {config.repeats} passes" if config.repeats > 1 else ""
     _say(args, f"{len(prompts)} prompts{passes} x {len(sweep.runs)} configurations = {sweep.total} timed runs"
                + (" after a warm-up" if config.warmup else ""))
-    with tqdm(total=sweep.total, file=sys.stderr, unit="run", dynamic_ncols=True, disable=args.quiet or None) as bar:
-        try:
-            for ev in sweep:
-                if ev.kind == "warmup":
-                    bar.set_description("warm-up")
-                elif ev.kind == "run":
-                    bar.set_description(ev.label[:48])
-                    bar.update(1)
-        except KeyboardInterrupt:  # Ctrl-C: keep what was measured (the report says stopped)
-            sweep.stopped = True
-            _say(args, f"interrupted after {len(sweep.prompt_rows)} of {sweep.total} runs: reporting those")
+    from .bench.console import report_text, run_with_progress
+
+    run_with_progress(sweep, lambda msg: _say(args, msg), quiet=args.quiet)  # a bar on a terminal, a line a prompt in a log
     report = sweep.report()
     rows = augment_rows(report["rows"], report["prompt_rows"])  # each row's per-position prediction
-    print(B.format_table(rows))
-    m = report["meta"]
-    print(
-        f"\n{m['runs_done']} runs, sweep {m['wall_s']:.1f} s: timed decoding {m['timed_s']:.1f} s, warm-up "
-        f"{m['warmup_s']:.1f} s{_trace_note(m)}, overhead {m['overhead_s']:.2f} s ({100 * m['overhead_frac']:.1f}%)."
-        " tokens/s = total new tokens / total time; speedup vs the same impl's target-only."
-    )
-    print(f"CPU: {m.get('cpu')}, {m['threads']} threads, torch {m['torch']}")
-    from .runtime.kernel_words import describe_kernels
-
-    for line in describe_kernels(m):  # the target's kernels per width (head, projections), measured or cached
-        print(line)
-    why = why_no_speedup(rows)["markdown"].replace("**", "")  # as the HTML report and the Benchmark tab explain them
-    print("\n" + why)
-    from .analysis.hardware import roofline_lines
-
-    print("\n" + "\n".join(roofline_lines(report["rows"], target.model, "int8" if target.quantize == "int8" else None,
-                                           m.get("bandwidth_gb_s") or ())))
+    print(report_text(report, rows, target, _trace_note(report["meta"])))
     for line in B.write_reports(report, args.json, args.csv, args.html, html_renderer=_report_html):
         _say(args, line)
     return 0

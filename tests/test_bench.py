@@ -357,6 +357,8 @@ def test_csv_columns_and_the_reports_definitions_read_the_metrics_table(report):
         "speedup_median", "speedup_vs_specviz", "acceptance_rate", "mean_acceptance_length", "per_position",
         "steps", "drafted", "accepted", "draft_ms", "verify_ms", "other_ms", "prefill_ms", "step_ms", "c", "v",
         "expected_tokens_per_step", "predicted_speedup", "same_as_target", "nodes_per_step", "tree",
+        # the robust statistics (issue 51), after every column files written before had
+        "speedup_low", "speedup_high", "verdict", "flagged_runs", "reruns",
     ]
     assert B.CSV_COLUMNS[3:] == [m.name for m in metrics.METRICS if m.csv]
     defs = report["meta"]["definitions"]
@@ -451,6 +453,10 @@ def test_report_html(report):
     assert len(small) < len(page) / 5
 
 
+# fields added by the robust statistics (issue 51): a run's stall score and re-run, a summary's interval and verdict
+ROBUST_FIELDS = {"stall_score", "rerun_from_s", "flagged", "speedup_low", "speedup_high", "verdict", "flagged_runs", "reruns"}
+
+
 @pytest.mark.parametrize("name", ["bench-gemma-cpu.json", "bench-gemma-cpu-schedules.json"])
 def test_reports_written_before_typed_rows_still_load_and_summarize_alike(name):
     from pathlib import Path
@@ -458,6 +464,7 @@ def test_reports_written_before_typed_rows_still_load_and_summarize_alike(name):
     data = B.load_report(Path(__file__).resolve().parents[1] / "benchmarks" / "results" / name)
     typed = [B.PromptResult.from_record(r) for r in data["prompt_rows"]]
     added = {"tree_steps", "nodes_per_step", "tree"}  # fields added since these reports were written (token trees)
+    added |= ROBUST_FIELDS
     for new, old in zip((B.to_record(r) for r in typed), data["prompt_rows"]):
         assert {k: v for k, v in new.items() if k not in added} == old  # same keys, same values
         assert list(k for k in new if k not in added) == list(old)  # same order
@@ -480,6 +487,7 @@ def test_remote_reports_written_before_load_as_typed_rows_and_summarize_alike(na
     typed = [B.prompt_result(r) for r in data["prompt_rows"]]
     assert all(isinstance(r, B.RemotePromptResult) and r.draft_ms is None for r in typed)
     added = {"tree_steps", "nodes_per_step", "tree"}  # fields the local rows have that the remote ones lacked
+    added |= ROBUST_FIELDS
     for new, old in zip((B.to_record(r) for r in typed), data["prompt_rows"]):
         assert {k: v for k, v in new.items() if k not in added} == old
     again = B.summarize(data["prompt_rows"])

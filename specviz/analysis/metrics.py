@@ -28,6 +28,7 @@ from .theory import (
 __all__ = [
     "expected_tokens_per_step", "expected_speedup", "measured_c", "measured_v", "predicted_speedup",
     "ideal_speedups", "limiting_factor", "explain_row", "explain_remote_row", "why_no_speedup", "per_position_rates",
+    "robust_speedup",
     "Metric", "METRICS", "metric", "definitions", "metrics_markdown", "ideal_gains", "limit_of",
 ]
 
@@ -75,7 +76,7 @@ METRICS: tuple[Metric, ...] = (
     Metric("ms_per_token", "", "ms", "1000 / tokens_per_s", title="ms per token"),
     Metric("speedup", "S", "x", "tokens_per_s / the same impl's target-only tokens_per_s, on the prompts both ran",
            remote="tokens_per_s / the target-only server's tokens_per_s on the same prompts"),
-    Metric("speedup_median", "", "x", "median over prompts of the per-prompt speedup"),
+    Metric("speedup_median", "", "x", "median over prompts (and passes) of the per-prompt speedup, flagged runs left out"),
     Metric("speedup_vs_specviz", "", "x", "tokens_per_s / specviz's target-only tokens_per_s (transformers rows against specviz)",
            remote="none: no specviz target-only run"),
     Metric("acceptance_rate", "a", "", "accepted draft tokens / drafted tokens, pooled over prompts",
@@ -105,6 +106,13 @@ METRICS: tuple[Metric, ...] = (
     Metric("same_as_target", "", "", "share of prompts whose output equals target-only's (greedy only)"),
     Metric("nodes_per_step", "k'", "", "drafted / steps: positions verified per step besides the root (a chain: about k)"),
     Metric("tree", "", "", "whether the proposer drafted token trees (positions are then depths)"),
+    Metric("speedup_low", "", "x", "the low end of speedup_median's 90% bootstrap interval (prompts, then their passes, resampled)"),
+    Metric("speedup_high", "", "x", "the high end of speedup_median's 90% bootstrap interval"),
+    Metric("verdict", "", "", "faster or slower when the whole interval is on one side of 1.0x, else within noise "
+           "(from the median, never the total)"),
+    Metric("flagged_runs", "", "", "runs left out of every number: still over twice the time their configuration and "
+           "prompt predict after one re-run (a stalled machine)"),
+    Metric("reruns", "", "", "runs flagged as stalled and re-run once; the re-run's numbers are kept"),
     Metric("draft_steps", "", "", "steps that drafted at least one token, summed", vllm="spec_decode_num_drafts", scope="remote"),
     Metric("engine_mean_acceptance_length", "", "tokens/step",
            "1 + accepted / draft steps: the engines' own tau, over the steps that drafted only",
@@ -235,8 +243,7 @@ def explain_row(row: Mapping[str, Any]) -> dict[str, Any]:
         "c": "the draft's cost limits it: drafting eats the time the accepted tokens save",
         "v": "the verify pass's cost limits it: scoring k+1 tokens costs much more than one decode step",
     }[limit]
-    speed = row.get("speedup")
-    speed_txt = f"measured {_fmt(speed)}x" if isinstance(speed, (int, float)) else "not measured"
+    speed_txt = _measured_words(row)
     speedup_positional = row.get("predicted_speedup_positional")
     predicted = speedup_positional if isinstance(speedup_positional, (int, float)) else gains["now"]
     how = "from its per-position acceptance" if isinstance(speedup_positional, (int, float)) else "i.i.d."
@@ -245,8 +252,30 @@ def explain_row(row: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def robust_speedup(row: Mapping[str, Any]) -> float | None:
+    """The speedup a verdict is read from: the median of the per-prompt speedups where the row has
+    it (one stalled run cannot move it far), else the total."""
+    median = row.get("speedup_median")
+    return median if isinstance(median, (int, float)) else row.get("speedup")
+
+
+def _measured_words(row: Mapping[str, Any]) -> str:
+    """ "measured 1.35x, the median over prompts (90% interval 1.21-1.50x; total 0.45x)" or
+    "measured 1.35x" for a row with no median."""
+    speed, total = robust_speedup(row), row.get("speedup")
+    if not isinstance(speed, (int, float)):
+        return "not measured"
+    low, high = row.get("speedup_low"), row.get("speedup_high")
+    if not isinstance(row.get("speedup_median"), (int, float)) or low is None or high is None:
+        return f"measured {_fmt(speed)}x"
+    noise = ", within noise of target-only" if row.get("verdict") == "within noise" else ""
+    tot = f"; total {_fmt(total)}x" if isinstance(total, (int, float)) else ""
+    return f"measured {_fmt(speed)}x, the median over prompts (90% interval {_fmt(low)}-{_fmt(high)}x{tot}){noise}"
+
+
 def why_no_speedup(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """Explanations for the best and the worst speculative configuration among summary rows.
+    """Explanations for the best and the worst speculative configuration among summary rows,
+    ranked by :func:`robust_speedup` (the median over prompts, not the total a stall can drag).
 
     Only specviz rows that drafted (have a, c and v) are considered. Returns
     ``{"best": explain_row(...) | None, "worst": ... | None, "markdown": str}``.
@@ -264,8 +293,8 @@ def why_no_speedup(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     ]
     if not cand:
         return {"best": None, "worst": None, "markdown": "_No speculative configuration has been measured yet._"}
-    best = max(cand, key=lambda r: r["speedup"])
-    worst = min(cand, key=lambda r: r["speedup"])
+    best = max(cand, key=robust_speedup)
+    worst = min(cand, key=robust_speedup)
     eb, ew = explain_row(best), explain_row(worst)
     parts = []
     for title, e in (("Best", eb), ("Worst", ew)) if best is not worst else (("Only", eb),):

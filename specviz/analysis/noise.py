@@ -18,17 +18,22 @@ It assumes steps are exchangeable within a run (no trend such as a warm-up or a 
 busier part-way; a one-off first step widens the interval rather than being explained). The draw
 is seeded, so a run always shows the same interval. Pure function of numbers (torch for the
 resampling); no timing here.
+
+A sweep over many prompts (specviz.bench) has two more: :func:`median_interval`, the median of
+the per-prompt speedups with a bootstrap interval over prompts and passes, and
+:func:`stall_scores`, which finds the runs a stalled machine slowed (see their section below).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Hashable, Mapping, Sequence
 
 import torch
 
-__all__ = ["SpeedupInterval", "speedup_interval", "RESAMPLES", "LEVEL"]
+__all__ = ["SpeedupInterval", "speedup_interval", "RESAMPLES", "LEVEL", "MedianInterval", "median_interval", "stall_scores",
+           "STALL_FACTOR", "WIDE"]
 
 RESAMPLES = 2000  # bootstrap resamples
 LEVEL = 0.9  # the interval's central share
@@ -96,3 +101,123 @@ def speedup_interval(spec_tokens: Sequence[float], spec_ms: Sequence[float], bas
     tail = (1 - level) / 2
     low, high = (float(torch.quantile(ratios, q)) for q in (tail, 1 - tail))
     return SpeedupInterval(point, min(low, point), max(high, point), level, resamples)
+
+
+# ---------------------------------------------------------------------------------------------
+# A benchmark over many prompts: the median of per-prompt ratios, and the runs a stall hit
+# ---------------------------------------------------------------------------------------------
+#
+# A sweep's one-pass total (summed tokens / summed seconds) is at the mercy of one stalled run: on
+# a shared machine a run that takes 1-2 s can take 12-30 s once, and the total of a configuration
+# whose every prompt ran 1.35x faster then reads 0.45x. Two pure tools for that, used by
+# specviz.bench: the median of the per-prompt ratios with a bootstrap interval over prompts and
+# repeats (a stall moves a median by at most one rank), and a score per run that says how far it
+# fell from what its configuration and its prompt predict (a stall scores 5-30, noise under 2).
+
+STALL_FACTOR = 2.0  # a run scoring above this is flagged (twice the time its configuration and prompt predict)
+WIDE = 0.25  # an interval wider than this share of its median is called wide (more repeats would narrow it)
+
+
+@dataclass(frozen=True)
+class MedianInterval:
+    """The median of per-prompt ratios and its bootstrap interval (``low``..``high`` at ``level``)."""
+
+    median: float
+    low: float
+    high: float
+    level: float
+    n: int  # ratios (prompts x passes)
+    groups: int  # prompts
+
+    @property
+    def verdict(self) -> str:
+        """"faster" or "slower" when the whole interval is on one side of 1.0x, else "within noise"."""
+        return "faster" if self.low > 1.0 else "slower" if self.high < 1.0 else "within noise"
+
+    @property
+    def wide(self) -> bool:
+        """The interval spans more than ``WIDE`` of its median (or 1.0x): more passes would narrow it."""
+        return self.high - self.low > WIDE * self.median or (self.verdict == "within noise" and self.n > 1)
+
+    def words(self) -> str:
+        """ "median 1.35× (90% interval 1.21–1.50×)" """
+        return f"median {self.median:.2f}× ({self.level:.0%} interval {self.low:.2f}–{self.high:.2f}×)"
+
+
+def median_interval(groups: Sequence[Sequence[float]], *, level: float = LEVEL, resamples: int = RESAMPLES,
+                    seed: int = 0) -> MedianInterval:
+    """The median of every ratio in ``groups`` (one group per prompt, one ratio per pass over it),
+    with a two-level percentile bootstrap: prompts are resampled with replacement, then each drawn
+    prompt's passes, and the median of the drawn ratios recomputed (seeded: the same interval every
+    time). One prompt with one pass: the interval is the point. ValueError when there is no ratio."""
+    groups = [list(g) for g in groups if len(g)]
+    values = [x for g in groups for x in g]
+    if not values:
+        raise ValueError("no ratios to take a median of")
+    if any(not math.isfinite(x) for x in values):
+        raise ValueError("ratios must be finite")
+    if not 0 < level < 1:
+        raise ValueError(f"level must be between 0 and 1, got {level!r}")
+    point = float(torch.tensor(values, dtype=torch.float64).quantile(0.5))
+    if len(values) == 1:
+        return MedianInterval(point, point, point, level, 1, 1)
+    width = max(len(g) for g in groups)
+    table = torch.full((len(groups), width), float("nan"), dtype=torch.float64)  # [G, R]: a prompt's ratios, NaN-padded
+    for i, g in enumerate(groups):
+        table[i, : len(g)] = torch.tensor(g, dtype=torch.float64)
+    counts = torch.tensor([len(g) for g in groups])  # [G]
+    gen = torch.Generator().manual_seed(int(seed))
+    picked = torch.randint(0, len(groups), (resamples, len(groups)), generator=gen)  # [B, G] prompts drawn
+    slots = torch.rand(resamples, len(groups), width, generator=gen)  # [B, G, R] -> a pass of the drawn prompt
+    passes = (slots * counts[picked].unsqueeze(-1)).long()  # [B, G, R], each below its prompt's count
+    drawn = table[picked.unsqueeze(-1), passes]  # [B, G, R]
+    keep = torch.arange(width).view(1, 1, width) < counts[picked].unsqueeze(-1)  # a prompt draws as many passes as it has
+    drawn = torch.where(keep, drawn, torch.full_like(drawn, float("nan"))).flatten(1)  # [B, G * R]
+    medians = torch.nanquantile(drawn, 0.5, dim=1)  # [B]
+    tail = (1 - level) / 2
+    low, high = (float(torch.quantile(medians, q)) for q in (tail, 1 - tail))
+    return MedianInterval(point, min(low, point), max(high, point), level, len(values), len(groups))
+
+
+def stall_scores(seconds: Mapping[tuple[Hashable, Hashable], float]) -> dict[tuple[Hashable, Hashable], float]:
+    """How far each run fell from what its configuration and its prompt predict. ``seconds`` maps
+    (prompt, configuration) to a run's time per target pass (any unit); a run's score is the
+    smaller of
+
+    - its time over its configuration's median on the other prompts, and
+    - the same over this prompt's factor: the lower median, over the prompt's other
+      configurations, of each one's time here over its own median elsewhere (a long prompt slows
+      every configuration alike),
+
+    so a run is scored high only when it is slow against its own configuration *and* against what
+    its prompt explains; a stall elsewhere cannot make a run look slow by making its prompt look
+    fast. Medians throughout, so one stalled run barely moves what the others are judged by. A run
+    with no other prompt to compare with gets no score (absent from the result)."""
+    by_config: dict[Hashable, dict[Hashable, float]] = {}
+    for (p, c), x in seconds.items():
+        by_config.setdefault(c, {})[p] = x
+
+    def elsewhere(c: Hashable, p: Hashable) -> float | None:
+        others = [x for q, x in by_config[c].items() if q != p and x > 0]
+        return _median(others) if others else None
+
+    out = {}
+    for (p, c), x in seconds.items():
+        expected = elsewhere(c, p)
+        if expected is None:
+            continue
+        factors = []
+        for d, runs in by_config.items():
+            base = elsewhere(d, p) if d != c and p in runs else None
+            if base:
+                factors.append(runs[p] / base)
+        raw = x / expected
+        out[(p, c)] = min(raw, raw / _median(factors, low=True)) if factors else raw
+    return out
+
+
+def _median(xs: Sequence[float], low: bool = False) -> float:
+    """The median; ``low``: the lower of the two middle values (of two: the smaller)."""
+    s = sorted(xs)
+    mid = len(s) // 2
+    return s[mid] if len(s) % 2 else s[mid - 1] if low else (s[mid - 1] + s[mid]) / 2

@@ -62,6 +62,12 @@ class BenchConfig:
     # read the memory bandwidth (a 256 MB read) before and after each of specviz's target-only runs on a
     # CPU, so a roofline compares decoding with the bandwidth of the same minutes (it varies on a shared host)
     probe_bandwidth: bool = False
+    # a stalled machine (specviz.bench.stalls): a run over stall_factor times what its configuration and prompt
+    # predict, and at least stall_min_s seconds slower, is re-run once after the last prompt (rerun_stalls);
+    # one still far out is left out of the summary and named in the report
+    rerun_stalls: bool = True
+    stall_factor: float = 2.0
+    stall_min_s: float = 0.25
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "ks", parse_ks(self.ks))
@@ -73,6 +79,8 @@ class BenchConfig:
             raise ValueError(f"max_new_tokens must be a whole number >= 1, got {self.max_new_tokens!r}")
         if isinstance(self.repeats, bool) or not isinstance(self.repeats, int) or self.repeats < 1:
             raise ValueError(f"repeats must be a whole number >= 1, got {self.repeats!r}")
+        if not self.stall_factor > 1 or not self.stall_min_s >= 0:
+            raise ValueError(f"stall_factor must be > 1 and stall_min_s >= 0, got {self.stall_factor!r} and {self.stall_min_s!r}")
         if not isinstance(self.sampling, Sampling):
             raise ValueError("sampling must be a specviz.Sampling")
 
@@ -95,7 +103,7 @@ class RunSpec:
 class BenchEvent:
     """What the sweep reports as it goes (the UI streams these)."""
 
-    kind: str  # "warmup" | "run" | "stopped" | "done"
+    kind: str  # "warmup" | "run" | "rerun" (a run a stall hit, timed again) | "stopped" | "done"
     done: int  # timed runs finished
     total: int  # timed runs planned
     label: str  # what just ran (or is about to)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 import time
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -82,7 +82,8 @@ def _self_assistant(model, k: int):
     return view
 
 
-def _run_hf(target, ids: list[int], max_new_tokens: int, sampling: Sampling, seed: int, extra: dict[str, Any], eos) -> dict[str, Any]:
+def _run_hf(target, ids: list[int], max_new_tokens: int, sampling: Sampling, seed: int, extra: dict[str, Any], eos,
+            clock: Callable[[], float] = time.perf_counter) -> dict[str, Any]:
     from transformers.utils import logging as hf_logging
 
     model = target.model
@@ -106,10 +107,10 @@ def _run_hf(target, ids: list[int], max_new_tokens: int, sampling: Sampling, see
         with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []), torch.inference_mode():
             torch.manual_seed(seed)  # generate() samples from the global RNG; fork_rng restores it after
             _sync(device)
-            t0 = time.perf_counter()
+            t0 = clock()
             out = model.generate(streamer=counter, **kwargs)
             _sync(device)
-            wall = time.perf_counter() - t0
+            wall = clock() - t0
     finally:
         hf_logging.set_verbosity(verbosity)
     new = out[0, len(ids):].tolist()

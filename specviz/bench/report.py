@@ -100,16 +100,29 @@ def _f(v: Any, fmt: str) -> str:
     return "-" if v is None else format(v, fmt)
 
 
+def _band(r: Mapping[str, Any]) -> str:
+    """ "1.21-1.50" (speedup_median's interval), "*" after it for a verdict within noise; "-" without one."""
+    low, high = r.get("speedup_low"), r.get("speedup_high")
+    if low is None or high is None or not r.get("k"):
+        return "-"
+    return f"{low:.2f}-{high:.2f}" + ("*" if r.get("verdict") == "within noise" else "")
+
+
 def format_table(rows: Sequence[Row | Mapping[str, Any]]) -> str:
-    """A plain-text table of summary rows (typed or records): "predicted" is a row's per-position
-    prediction where it has one (``analysis.prediction.augment_rows``), "iid" the i.i.d. formula's."""
+    """A plain-text table of summary rows (typed or records): "speedup" is the total (tokens over
+    seconds), "median" the median of the per-prompt speedups and "90% band" its interval (a "*":
+    within noise of 1.0x), "reruns" the runs a stall hit (re-run / still flagged); "predicted" is a
+    row's per-position prediction where it has one (``analysis.prediction.augment_rows``), "iid"
+    the i.i.d. formula's."""
     rows = [to_record(r) for r in rows]
-    head = ["proposer", "k", "impl", "prompts", "tokens", "tok/s", "ms/tok", "speedup", "vs specviz", "accept", "tau", "c", "v",
-            "predicted", "iid"]
+    head = ["proposer", "k", "impl", "prompts", "tokens", "tok/s", "ms/tok", "speedup", "median", "90% band", "reruns",
+            "vs specviz", "accept", "tau", "c", "v", "predicted", "iid"]
     body = [
         [
             str(r["proposer"]), str(r["k"]), r["impl"], str(r["prompts"]), str(r["new_tokens"]),
             _f(r["tokens_per_s"], ".2f"), _f(r["ms_per_token"], ".1f"), _f(r["speedup"], ".2f") + ("x" if r["speedup"] is not None else ""),
+            _f(r.get("speedup_median"), ".2f") + ("x" if r.get("speedup_median") is not None else ""), _band(r),
+            f"{r.get('reruns') or 0}/{r.get('flagged_runs') or 0}" if r.get("reruns") or r.get("flagged_runs") else "",
             _f(r["speedup_vs_specviz"], ".2f") if r["impl"] == "hf" else "",
             _f(r["acceptance_rate"], ".2f"), _f(r["mean_acceptance_length"], ".2f"),
             _f(r["c"], ".3f"), _f(r["v"], ".2f"), _f(r.get("predicted_speedup_positional"), ".2f"),

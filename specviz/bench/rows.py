@@ -71,6 +71,11 @@ class PromptResult(_Row):
     same_as_target: bool | None = None  # greedy: output identical to specviz target-only (None: not checked)
     acceptance_rate: float | None = None  # accepted / drafted
     mean_acceptance_length: float | None = None  # new_tokens / steps (tau)
+    # a stalled machine (specviz.bench.stalls): this run's time per target pass over what its configuration
+    # on the other prompts and its prompt's other configurations predict (analysis.noise.stall_scores)
+    stall_score: float | None = None
+    rerun_from_s: float | None = None  # this run is a re-run: the wall_s of the first one, which was flagged
+    flagged: bool = False  # far outside its prompt's other runs even so (or not re-run): left out of the summary
 
 
 @dataclass(frozen=True)
@@ -107,6 +112,11 @@ class SummaryRow(_Row):
     expected_tokens_per_step: float | None = None  # theory at the measured a and k
     predicted_speedup: float | None = None  # theory at the measured a, k, c and v
     same_as_target: float | None = None  # share of prompts whose output matched target-only (greedy)
+    speedup_low: float | None = None  # speedup_median's bootstrap interval over prompts and passes (analysis.noise)
+    speedup_high: float | None = None
+    verdict: str | None = None  # "faster", "slower" or "within noise": from the median's interval, never the total
+    flagged_runs: int = 0  # runs left out: still far outside their prompt's other runs after a re-run
+    reruns: int = 0  # runs flagged and re-run once (the re-run's numbers kept)
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,11 @@
 """Per-prompt rows -> one summary row per configuration (see :mod:`specviz.bench` for the aggregation),
-local and remote alike (a remote server's rows add what only a server gives, :class:`RemoteSummaryRow`)."""
+local and remote alike (a remote server's rows add what only a server gives, :class:`RemoteSummaryRow`).
+
+A run flagged as stalled (``PromptResult.flagged``: still far outside its prompt's other runs after
+its re-run, :mod:`specviz.bench.stalls`) is left out of every number of its configuration, and a
+prompt whose target-only run is flagged gives no ratio; the verdict comes from the median of the
+per-prompt ratios and its interval (:func:`specviz.analysis.noise.median_interval`), never from
+the total, which one stalled run can drag across 1.0x."""
 
 from __future__ import annotations
 
@@ -7,6 +13,7 @@ import statistics
 from typing import Any, Mapping, Sequence
 
 from ..analysis import metrics
+from ..analysis.noise import median_interval
 from .config import TARGET_ONLY, RunSpec
 from .rows import PromptResult, RemotePromptResult, RemoteSummaryRow, SummaryRow, prompt_result
 
@@ -22,9 +29,19 @@ def summarize(prompt_rows: Sequence[PromptResult | Mapping[str, Any]],
     per (proposer, k, impl), in ``order`` (RunSpecs or (proposer, k, impl) tuples) when given
     (see :mod:`specviz.bench` for the aggregation)."""
     groups: dict[tuple[str, int, str], list[PromptResult]] = {}
-    for record in prompt_rows:
-        r = prompt_result(record)
-        groups.setdefault((r.proposer, r.k, r.impl), []).append(r)
+    flagged: dict[tuple[str, int, str], int] = {}
+    typed = [prompt_result(record) for record in prompt_rows]
+    stalled_bases = {(r.impl, r.prompt_index) for r in typed if r.k == 0 and r.proposer == TARGET_ONLY and r.flagged}
+    for r in typed:
+        key = (r.proposer, r.k, r.impl)
+        groups.setdefault(key, [])
+        if r.flagged:
+            flagged[key] = flagged.get(key, 0) + 1
+        else:
+            groups[key].append(r)
+    for key in groups:  # every run flagged: keep them rather than drop the configuration (its counts still say so)
+        if not groups[key]:
+            groups[key] = [r for r in typed if (r.proposer, r.k, r.impl) == key]
     wanted = [tuple(s) if not isinstance(s, RunSpec) else (s.proposer, s.k, s.impl) for s in order or ()]
     keys = [key for key in wanted if key in groups]
     keys += [k for k in groups if k not in keys]
@@ -34,14 +51,29 @@ def summarize(prompt_rows: Sequence[PromptResult | Mapping[str, Any]],
     if sv:
         steps = sum(r.steps for r in sv)
         base_step_ms = (sum(r.draft_ms + r.verify_ms + r.other_ms for r in sv) / steps) if steps else None
-    return [_summary(groups[key], *key, bases, base_step_ms) for key in keys]
+    return [_summary(groups[key], *key, bases, base_step_ms, flagged.get(key, 0), stalled_bases) for key in keys]
+
+
+def _robust(rows: Sequence[PromptResult], impl: str, stalled_bases: set[tuple[str, int]]) -> dict[str, Any]:
+    """The median of the per-prompt speedups, its interval over prompts and passes and the verdict
+    they give (a prompt whose target-only run is flagged gives no ratio)."""
+    by_prompt: dict[tuple[str, str], list[float]] = {}
+    for r in rows:
+        if r.speedup is not None and (impl, r.prompt_index) not in stalled_bases:
+            by_prompt.setdefault((r.category, r.prompt_id), []).append(r.speedup)
+    if not by_prompt:
+        return {"speedup_median": None}
+    band = median_interval(list(by_prompt.values()))
+    return {"speedup_median": band.median, "speedup_low": band.low, "speedup_high": band.high, "verdict": band.verdict}
 
 
 def _summary(rows: list[PromptResult], proposer: str, k: int, impl: str, bases: dict[str, list[PromptResult]],
-             base_step_ms: float | None) -> SummaryRow:
+             base_step_ms: float | None, flagged: int = 0, stalled_bases: set[tuple[str, int]] = frozenset()) -> SummaryRow:
     n = sum(r.new_tokens for r in rows)
     wall = sum(r.wall_s for r in rows)
-    per = [r.speedup for r in rows if r.speedup is not None]
+    robust = _robust(rows, impl, stalled_bases)
+    if k == 0:
+        robust["verdict"] = None  # target-only: the baseline itself
     steps = _sum(rows, "steps")  # None: a server that reports no accepted count
     drafted, accepted = _sum(rows, "drafted"), _sum(rows, "accepted")
     width = max((len(r.per_position_hits or []) for r in rows), default=0)
@@ -69,7 +101,7 @@ def _summary(rows: list[PromptResult], proposer: str, k: int, impl: str, bases: 
         proposer=proposer, k=k, impl=impl, prompts=len(rows), new_tokens=n, wall_s=wall,
         tokens_per_s=n / wall if wall > 0 else 0.0, ms_per_token=1e3 * wall / n if n else None,
         speedup=_ratio(rows, bases[impl]), speedup_vs_specviz=_ratio(rows, bases["specviz"]),
-        speedup_median=statistics.median(per) if per else None,
+        **robust, flagged_runs=flagged, reruns=sum(1 for r in rows if r.rerun_from_s is not None),
         steps=steps, drafted=drafted, accepted=accepted, acceptance_rate=a,
         mean_acceptance_length=n / steps if steps else None,
         per_position=metrics.per_position_rates(hits, trials),

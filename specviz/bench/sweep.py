@@ -26,8 +26,10 @@ from ..runtime.runners import choices as runner_choices
 from ..runtime.sampled_head import report as sampled_head_report
 from ..runtime.static_decode import enabled as static_decode_enabled
 from ..runtime.static_decode import projection_kernel_report, runners_kept, trace_seconds
+from . import stalls
 from .config import SCHEMA, TARGET_ONLY, BenchConfig, BenchEvent, RunSpec
 from .hf import _hf_kwargs, _run_hf, _sync
+from .prompt_notes import at_once_record, chat_note
 from .report import _version
 from .rows import PromptResult, SummaryRow, to_record
 from .summary import summarize
@@ -48,7 +50,9 @@ class Sweep:
         config: BenchConfig = BenchConfig(),
         *,
         prompt_source: str = "",
+        clock: Callable[[], float] = time.perf_counter,
     ):
+        """``clock``: what times each run (seconds); a test passes a stand-in to put a stall in one."""
         if not prompts:
             raise ValueError("no prompts to benchmark: pick a category with prompts or type some prompts")
         self.target = target
@@ -99,6 +103,10 @@ class Sweep:
         self._out_ids: dict[RunSpec, list[int]] = {}  # the current prompt's outputs, for same_as_target
         self.bandwidth_probes: list[float] = []  # GB/s read beside target-only's runs (config.probe_bandwidth)
         self.started_at = time.strftime("%Y-%m-%dT%H:%M:%S")
+        self.clock = clock
+        self.reruns: list[dict[str, Any]] = []  # the runs a stall hit, re-run once (specviz.bench.stalls)
+        self.ended_at_once: list[dict[str, Any]] = []  # prompts whose target-only run ended at once, and why
+        self.chat_note = chat_note(target, config.chat)  # the chat template on a base model, or none to apply
 
     @property
     def total(self) -> int:
@@ -164,16 +172,55 @@ class Sweep:
                     self.timed_s += out["wall_s"]
                     self._out_ids[spec] = out.pop("token_ids")
                     row = self._prompt_row(spec, i, prompt, ids, out)
+                    self._note_at_once(spec, row, self._out_ids[spec])
                     self.prompt_rows.append(row)
                     self._link(i)
                     done += 1
                     yield BenchEvent("run", done, self.total, f"prompt {i + 1}/{len(self.prompts)}: {spec.label}",
                                      self.prompt_rows[-1], j == len(order) - 1)
                 self._out_ids.clear()
+            yield from self._rerun_stalls(stop, done)
             self.finished = True
             yield BenchEvent("done", done, self.total, "done")
         finally:
             self.wall_s = time.perf_counter() - self._started
+
+    def _rerun_stalls(self, stop: Callable[[], bool], done: int) -> Iterator[BenchEvent]:
+        """Re-run once every run a stall hit (:mod:`specviz.bench.stalls`), worst first, each
+        replacing its row; then score every run again and flag those still far out (left out of
+        the summary). A "rerun" event per re-run. Nothing is re-run with ``config.rerun_stalls``
+        off or once Stop was pressed (the runs found are then flagged as they are)."""
+        cfg = self.config
+        hit = stalls.stalled(self.prompt_rows, cfg.stall_factor, cfg.stall_min_s)
+        before = {j: (self.prompt_rows[j], s) for j, s in zip(hit, (stalls.scores(self.prompt_rows)[j] for j in hit))}
+        redone: set[int] = set()
+        for j in hit if cfg.rerun_stalls else ():
+            if stop():
+                break
+            old = self.prompt_rows[j]
+            spec, ids = RunSpec(old.proposer, old.k, old.impl), self._ids[old.prompt_index]
+            out = self._run(spec, ids, cfg.max_new_tokens)
+            out.pop("token_ids")
+            self.timed_s += out["wall_s"]
+            row = self._prompt_row(spec, old.prompt_index, self.prompts[old.prompt_index], ids, out)
+            self.prompt_rows[j] = replace(row, rerun_from_s=old.wall_s, same_as_target=old.same_as_target)
+            self._link(old.prompt_index)
+            redone.add(j)
+            yield BenchEvent("rerun", done, self.total, f"re-ran {stalls.label(old)} ({old.wall_s:.2f} s -> "
+                             f"{row.wall_s:.2f} s)", self.prompt_rows[j], True)
+        scores = stalls.scores(self.prompt_rows)
+        for j, (r, s) in enumerate(zip(self.prompt_rows, scores)):
+            out_still = s is not None and s > cfg.stall_factor and stalls.excess_s(r, s) >= cfg.stall_min_s
+            self.prompt_rows[j] = replace(r, stall_score=s, flagged=out_still)
+        self.reruns = [stalls.rerun_record(old, s, self.prompt_rows[j] if j in redone else None)
+                       for j, (old, s) in before.items()]
+
+    def _note_at_once(self, spec: RunSpec, row: PromptResult, token_ids: list[int]) -> None:
+        """Keep specviz's target-only run of a prompt that ended at once (first pass only)."""
+        if spec == RunSpec(TARGET_ONLY, 0, "specviz") and row.prompt_index < len(self.prompts) // self.config.repeats:
+            rec = at_once_record(row, token_ids, self.target.tokenizer, self.chat_note)
+            if rec is not None:
+                self.ended_at_once.append(rec)
 
     def _probes(self, spec: RunSpec) -> Callable[[], None]:
         """With ``config.probe_bandwidth``, before specviz's target-only run on a CPU: one read of
@@ -190,8 +237,9 @@ class Sweep:
 
     def _run(self, spec: RunSpec, ids: list[int], max_new_tokens: int) -> dict[str, Any]:
         if spec.impl == "specviz":
-            return _run_specviz(self._decoders[spec], ids, max_new_tokens, self.config.seed)
-        return _run_hf(self.target, ids, max_new_tokens, self.config.sampling, self.config.seed, self._hf[spec], self.eos)
+            return _run_specviz(self._decoders[spec], ids, max_new_tokens, self.config.seed, self.clock)
+        return _run_hf(self.target, ids, max_new_tokens, self.config.sampling, self.config.seed, self._hf[spec], self.eos,
+                       self.clock)
 
     def order(self, i: int) -> list[RunSpec]:
         """The configurations in the order prompt ``i`` runs them: all back to back, rotated by
@@ -212,15 +260,14 @@ class Sweep:
 
     def _link(self, i: int) -> None:
         """(Re)compute prompt ``i``'s per-prompt speedups and output checks against its
-        target-only runs, as soon as those have run (they need not run first)."""
-        first = len(self.prompt_rows)
-        while first > 0 and self.prompt_rows[first - 1].prompt_index == i:
-            first -= 1
-        rows = self.prompt_rows[first:]
+        target-only runs, as soon as those have run (they need not run first), and again after a
+        re-run (the outputs are then not checked again: a re-run keeps its first run's check)."""
+        at = [j for j, r in enumerate(self.prompt_rows) if r.prompt_index == i]
+        rows = [self.prompt_rows[j] for j in at]
         bases = {r.impl: r for r in rows if r.k == 0}
         base_ids = self._out_ids.get(RunSpec(TARGET_ONLY, 0, "specviz"))
         greedy = self.config.sampling.greedy
-        for j, r in enumerate(rows, first):
+        for j, r in zip(at, rows):
             change: dict[str, Any] = {}
             for key, impl in (("speedup", r.impl), ("speedup_vs_specviz", "specviz")):
                 b = bases.get(impl)
@@ -262,6 +309,10 @@ class Sweep:
             "prompts": len(self.prompts) // cfg.repeats,
             "repeats": cfg.repeats,
             "prompt_source": self.prompt_source,
+            "reruns": self.reruns,  # runs a stall hit: configuration, prompt, seconds before and after (bench.stalls)
+            "flagged_runs": sum(1 for r in self.prompt_rows if r.flagged),  # still far out: left out of the summary
+            "ended_at_once": self.ended_at_once,  # prompts whose target-only run ended at once, with the reason
+            "chat_note": self.chat_note,  # a warning when the chat template wraps a base model's prompts
             "categories": sorted({p.category for p in self.prompts}),
             "runs_planned": self.total,
             "runs_done": len(self.prompt_rows),
@@ -333,13 +384,14 @@ def run_sweep(
 # ---------------------------------------------------------------------------------------------
 
 
-def _run_specviz(decoder: SpeculativeDecoder, ids: list[int], max_new_tokens: int, seed: int) -> dict[str, Any]:
+def _run_specviz(decoder: SpeculativeDecoder, ids: list[int], max_new_tokens: int, seed: int,
+                 clock: Callable[[], float] = time.perf_counter) -> dict[str, Any]:
     _sync(decoder.target.device)
-    t0 = time.perf_counter()
+    t0 = clock()
     session = decoder.start(ids, max_new_tokens=max_new_tokens, seed=seed, records="lean")  # nobody reads top-10s or texts here
     while not session.done:
         session.step()
-    wall = time.perf_counter() - t0
+    wall = clock() - t0
     steps = session.steps
     hits, trials = step_position_counts(steps)  # as the engine's Stats count them
     return {

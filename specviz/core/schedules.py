@@ -73,9 +73,11 @@ def changes_nothing(schedule, proposer) -> str | None:
     tree is grown to its node budget)."""
     if proposer is None or not stops_early(schedule) or getattr(proposer, "stops_on_q", True):
         return None
+    tree = hasattr(type(proposer), "max_nodes")  # a token tree (draft-tree, ngram-tree): grown to its node budget
+    why = " and ".join(w for w, yes in (("its n-gram drafts carry no probabilities", proposer.name.startswith("ngram")),
+                                        ("its token tree is grown to its node budget", tree)) if yes) or "it never reads them"
     return (f"the {schedule.name} schedule stops drafting when the draft's top probability is low, and "
-            f"{proposer.name} never ends a proposal on it (n-gram drafts carry no probabilities; a token tree "
-            f"is grown to its node budget): it would run exactly as constant k. Use constant or heuristic.")
+            f"{proposer.name} never ends a proposal on it ({why}): it would run exactly as constant k. Use constant or heuristic.")
 
 
 def make_schedule(spec: str | object | None):

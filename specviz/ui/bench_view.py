@@ -178,9 +178,9 @@ def sweep_frames(state: BenchState, events: Iterable[Any], live_report: Callable
         if ev.kind == "warmup":
             yield render(state, None, progress_html(0, ev.total, warm_up))
             continue
-        if ev.kind != "run":
+        if ev.kind not in ("run", "rerun"):  # a rerun: a run a stall hit, timed again after the last prompt
             continue
-        msg = progress_html(ev.done, ev.total, f"Ran {ev.label}")
+        msg = progress_html(ev.done, ev.total, f"Ran {ev.label}" if ev.kind == "run" else ev.label[0].upper() + ev.label[1:])
         yield render(state, live_report() if redraw.due(force=ev.prompt_done) else None, msg)
 
 

@@ -19,6 +19,7 @@ from ..analysis.metrics import METRICS, definitions, expected_tokens_per_step
 from ..runtime.kernel_words import describe_kernels, kernel_summary
 from .bench_readout import why_markdown
 from .bench_rows import _chain_a, report_rows
+from .bench_table import TABLE_COLUMNS, table_help, table_rows
 from .figures import _figure as house_figure
 from .theme import COLORS, FONT
 
@@ -146,17 +147,37 @@ def latency_figure(rows: Sequence[Row]) -> go.Figure:
     return _k_figure(rows, traces, title, "ms per token", refs)
 
 
+def _speedup_hover(r: Row) -> str:
+    """The total beside the median, the interval, the verdict and the re-runs (speedup_figure's tooltip)."""
+    out = ""
+    if r.get("speedup_low") is not None and r.get("speedup_high") is not None:
+        out += f"<br>90% interval {r['speedup_low']:.2f}-{r['speedup_high']:.2f}" + (f" ({r['verdict']})" if r.get("verdict") else "")
+    if isinstance(r.get("speedup"), (int, float)):
+        out += f"<br>total (tokens / seconds): {r['speedup']:.2f}"
+    if r.get("reruns") or r.get("flagged_runs"):
+        out += f"<br>stalled runs: {r.get('reruns') or 0} re-run, {r.get('flagged_runs') or 0} left out"
+    if r["impl"] == "hf" and r.get("speedup_vs_specviz"):
+        out += f"<br>vs specviz target-only: {r['speedup_vs_specviz']:.2f}"
+    return out
+
+
 def speedup_figure(rows: Sequence[Row]) -> go.Figure:
-    """Speedup over target-only vs k (1.0 = no gain)."""
-    title = "Speedup vs k"
+    """Speedup over target-only vs k (1.0 = no gain): the median of the per-prompt speedups with its
+    90% interval as error bars where the rows have it (what the verdicts read; one stalled run
+    cannot drag it across 1.0x), else the total."""
+    title = "Speedup vs k (median over prompts)"
     if not _series(rows):
         return _empty(title)
     colors = _colors(rows)
-    traces = [
-        _line(rs, "speedup", _name(p, i), colors[p], IMPL_DASH[i], extra=lambda r: (
-            f"<br>vs specviz target-only: {r['speedup_vs_specviz']:.2f}" if r["impl"] == "hf" and r.get("speedup_vs_specviz") else ""))
-        for p, i, rs in _series(rows)
-    ]
+    traces = []
+    for p, i, rs in _series(rows):
+        key = "speedup_median" if all(isinstance(r.get("speedup_median"), (int, float)) for r in rs) else "speedup"
+        trace = _line(rs, key, _name(p, i), colors[p], IMPL_DASH[i], extra=_speedup_hover)
+        pts = [r for r in rs if isinstance(r.get(key), (int, float)) and math.isfinite(r[key])]
+        if key == "speedup_median" and all(r.get("speedup_low") is not None and r.get("speedup_high") is not None for r in pts):
+            trace["error_y"] = dict(type="data", symmetric=False, array=[r["speedup_high"] - r[key] for r in pts],
+                                    arrayminus=[r[key] - r["speedup_low"] for r in pts], color=colors[p], thickness=1.2, width=4)
+        traces.append(trace)
     return _k_figure(rows, traces, title, "speedup (x)", [(1.0, "target-only = 1.0")])
 
 
@@ -441,44 +462,6 @@ def build_figures(report: Mapping[str, Any] | None) -> dict[str, go.Figure]:
         else:
             out[name] = fn(prompt_rows if per_prompt else rows)
     return out
-
-
-# -- table ------------------------------------------------------------------------------------
-
-TABLE_COLUMNS = [
-    ("proposer", "proposer", None), ("k", "k", None), ("impl", "impl", None), ("prompts", "prompts", None),
-    ("new_tokens", "tokens", None), ("tokens_per_s", "tok/s", ".2f"), ("ms_per_token", "ms/token", ".1f"),
-    ("speedup", "speedup", ".2f"), ("speedup_median", "median speedup", ".2f"),
-    ("speedup_vs_specviz", "vs specviz target-only", ".2f"), ("acceptance_rate", "acceptance a", ".3f"),
-    ("mean_acceptance_length", "tokens/step", ".2f"), ("c", "c", ".3f"), ("v", "v", ".2f"),
-    ("predicted_speedup", "predicted (i.i.d.)", ".2f"), ("nodes_per_step", "nodes/step", ".2f"),
-    ("predicted_tau_positional", "tokens/step predicted", ".2f"),
-    ("predicted_speedup_positional", "speedup predicted", ".2f"), ("same_as_target", "same text", ".2f"),
-]
-
-
-def table_help() -> list[str]:
-    """Each TABLE_COLUMNS column's definition (METRICS; "" for the configuration's own columns),
-    for header tooltips."""
-    return [_METRICS[key].definition if key in _METRICS else "" for key, _, _ in TABLE_COLUMNS]
-
-
-def table_rows(rows: Sequence[Row]) -> tuple[list[str], list[list[Any]]]:
-    """(headers, rows of display values) for a table of summary rows."""
-    headers = [h for _, h, _ in TABLE_COLUMNS]
-    body = []
-    for r in rows:
-        line = []
-        for key, _, fmt in TABLE_COLUMNS:
-            v = r.get(key)
-            if v is None:
-                line.append("")
-            elif fmt and isinstance(v, (int, float)):
-                line.append(format(v, fmt))
-            else:
-                line.append(v)
-        body.append(line)
-    return headers, body
 
 
 # -- the standalone page ----------------------------------------------------------------------

@@ -10,18 +10,26 @@ from typing import Any, Mapping
 
 from ..analysis.metrics import why_no_speedup
 from ..analysis.prediction import ASSUMPTIONS
+from ..bench.verdicts import noise_markdown
 from .bench_rows import report_rows
 
-__all__ = ["best_k_markdown", "why_markdown"]
+__all__ = ["TAB_REPEATS_HINT", "best_k_markdown", "why_markdown"]
+
+# what narrows a wide interval, said where the lab runs (the tab has no passes control; the CLI has)
+TAB_REPEATS_HINT = "more prompts narrow it, or `specviz bench --repeats {n}` (each pass adds a ratio per prompt)"
 
 
 def why_markdown(report: Mapping[str, Any] | None) -> str:
-    """"Why (no) speedup?": the a/c/v explanation of the best and worst configuration, each with
+    """"Why (no) speedup?": the a/c/v explanation of the best and worst configuration (ranked by the
+    median over prompts), what the sweep says about its own numbers (specviz.bench.verdicts), each with
     the per-position prediction (measured vs predicted, the gap's measured reasons), the formula's
     assumptions, and the theory's best k on this machine's verify curve when it was measured."""
     rows = report_rows(report)
     why = why_no_speedup(rows)
     md = why["markdown"]
+    noise = noise_markdown(report or {}, TAB_REPEATS_HINT)  # verdicts vs totals, re-runs, wide intervals, at-once prompts
+    if noise:
+        md += "\n\n" + noise
     notes = []
     for e in (why.get("best"), why.get("worst")):
         if not e:
