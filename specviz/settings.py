@@ -1,19 +1,24 @@
 """Every ``SPECVIZ_*`` environment variable specviz reads, in one list.
 
 Each :class:`Setting` names one variable, its default, what it does, where it applies and the
-files that read it. The reading sites stay where they are (each parses its own value); this module
-is the register they are checked against (``tests/test_docs.py``: every ``SPECVIZ_*`` name in the
-package is here, and every name here is read) and the source of the settings table in
-``docs/hosting.md`` (:func:`markdown_table`).
+files that read it. This module is the register they are checked against (``tests/test_docs.py``:
+every ``SPECVIZ_*`` name in the package is here, and every name here is read) and the source of
+the settings table in ``docs/hosting.md`` (:func:`markdown_table`).
+
+It is also the one place below ``specviz/app`` and ``specviz/cli`` that reads the environment:
+the runtime asks :func:`value`, :func:`word` or :func:`turned_off` with the variable's name at
+its call site (which ``read_in`` names), so what a module reads is still found by its name there,
+and reading a name this register lacks is an error, not a silent default.
 
 A bottom-layer module: it imports nothing from specviz.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
-__all__ = ["Setting", "SETTINGS", "by_name", "markdown_table", "names"]
+__all__ = ["OFF", "Setting", "SETTINGS", "by_name", "foreign", "markdown_table", "names", "turned_off", "value", "word"]
 
 
 @dataclass(frozen=True)
@@ -109,10 +114,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("SPECVIZ_CPU_KERNELS", "on",
             "`0`: keep the body's fp32 projections as they are (`F.linear`, unfused) instead of q/k/v and gate/up "
             "fused, each on the kernel measured faster per width", "engine", ("specviz/runtime/projections.py",)),
-    Setting("SPECVIZ_INT8_KERNEL", "measured",
+    Setting("SPECVIZ_INT8_KERNEL", "blocked where it builds",
             "the int8 kernel of an `@int8` model: by default `blocked` (specviz's own, built for this CPU once, "
-            "into kernels/ of the cache) where it measures faster than `packed`, else `packed`; `packed`, "
-            "`int_mm`, `blocked`: that one; `0`: never build specviz's own", "engine",
+            "into kernels/ of the cache) where it builds, else `int_mm` (`torch._int_mm`); `int_mm`: that one; "
+            "`0`: never build specviz's own (so `int_mm`)", "engine",
             ("specviz/runtime/int8_speed.py", "specviz/runtime/int8_kernel.py")),
     Setting("SPECVIZ_THREADS", "2", "torch CPU threads of `python -m specviz.analysis.hardware` and "
             "`benchmarks/lm_head.py`", "benchmarks", ("specviz/analysis/hardware.py", "benchmarks/lm_head.py")),
@@ -146,6 +151,35 @@ def by_name(name: str) -> Setting:
         if s.name == name:
             return s
     raise KeyError(f"{name} is not a specviz setting; known: {', '.join(names())}")
+
+
+# -- reading them --------------------------------------------------------------------------------
+
+OFF = ("0", "false", "no", "off")  # the values that turn an on-by-default setting off
+
+
+def value(name: str, default: str = "") -> str:
+    """The registered variable ``name`` as the environment holds it, unchanged, or ``default`` when
+    it is unset or empty (KeyError for a name the register lacks)."""
+    by_name(name)
+    return os.environ.get(name) or default
+
+
+def word(name: str, default: str = "") -> str:
+    """:func:`value`, stripped and lower-cased (``default`` when that leaves nothing): a mode such as
+    ``auto``, ``on`` or a runner's name."""
+    return value(name).strip().lower() or default
+
+
+def turned_off(name: str) -> bool:
+    """Whether the on-by-default setting ``name`` is set to one of :data:`OFF`."""
+    return word(name) in OFF
+
+
+def foreign(name: str) -> str:
+    """Another library's variable that specviz only reports, never sets (oneDNN's and MKL's ISA
+    caps in a machine's cache key), or "" when unset."""
+    return os.environ.get(name, "")
 
 
 def _cell(text: str) -> str:

@@ -283,3 +283,24 @@ def test_a_report_written_by_the_cli_names_its_reruns(tmp_path, tiny_target, vir
     assert [r["label"] for r in back["meta"]["reruns"]] == ["ngram k=1 on prompt 2 (coding 2)"]
     assert json.loads(path.read_text())["rows"][1]["reruns"] == 1
     assert stalls.rerun_sentence(back["meta"]["reruns"][0]).endswith("(kept).")
+
+
+def test_specviz_bench_in_a_log_says_a_line_a_prompt_and_prints_the_median_beside_the_total(capsys, tmp_path):
+    from specviz import cli
+
+    tok = make_char_tokenizer()
+    target = tmp_path / "target"
+    make_llama(len(tok), 64, 2, seed=0, sharpen=30.0).save_pretrained(str(target))
+    tok.save_pretrained(str(target))
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt": p.prompt, "category": p.category, "id": p.id}) + "\n" for p in PROMPTS[:3]))
+    rc = cli.main(["bench", "--target", str(target), "--proposer", "ngram", "--k", "1,2", "--prompts", str(prompts),
+                   "--max-new-tokens", "6", "--no-warmup", "--no-chat"])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    lines = [line for line in err.splitlines() if line.startswith("specviz: prompt ")]
+    assert len(lines) == 3 and lines[0].startswith("specviz: prompt 1/3 (writing 1) done: 3 runs in ")
+    assert "target-only" in lines[0] and "tok/s" in lines[0] and "3/9 runs" in lines[0]
+    head = out.splitlines()[0].split()
+    assert head[head.index("speedup") + 1: head.index("speedup") + 4] == ["median", "90%", "band"]
+    assert "verdicts come from the median" in out
