@@ -133,7 +133,15 @@ def test_the_panel_builds_inside_blocks(models_dir):
     demo.get_config_file()  # the config serializes (the session state is a plain class)
 
 
-def test_zerogpu_is_refused_in_one_line(monkeypatch, models_dir, allow_local):
+def test_on_zerogpu_the_calibration_is_one_gpu_call_and_a_refusal_is_one_line(monkeypatch, models_dir, allow_local):
+    """(The forked worker itself: tests/test_zerogpu.py.)"""
+    calls = []
+
+    def refused(fn, *args):
+        calls.append(fn.__name__)
+        raise ValueError("ZeroGPU: You have exceeded your GPU quota (60s requested vs. 10s left).")
+
     monkeypatch.setattr(at.zerogpu, "active", lambda: True)
+    monkeypatch.setattr(at.zerogpu, "on_gpu", refused)
     outs = list(at.on_calibrate(at.AdvisorState(), *_raw(models_dir["target"], ["ngram"])))
-    assert len(outs) == 1 and "not available on ZeroGPU" in _text(outs[0]["advisor_msg"])
+    assert calls == ["advise_report"] and "exceeded your GPU quota" in _text(outs[-1]["advisor_msg"])

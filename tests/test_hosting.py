@@ -245,3 +245,54 @@ def test_hub_pairs_join_the_menus_only_when_the_hub_answers(monkeypatch):
         assert any(c == kind.prefix or c.startswith(kind.prefix + ":") for c in bench_choices), kind.prefix
     for target, draft in M.HUB_PAIRS.items():  # every pair passes the web UI's name check
         assert L.check_model_name(target, L.Limits()) == target and L.check_model_name(draft, L.Limits()) == draft
+
+
+# -- serving with no C++ compiler ------------------------------------------------------------------
+
+NO_COMPILER_CHILD = r"""
+import logging, sys, time
+logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(name)s: %(message)s")
+from pathlib import Path
+import torch
+import app  # as a Space starts it: the page built, then the kernels said once
+from specviz.app import runs
+from specviz.runtime import inductor_gemm
+from specviz.ui.state import parse_settings
+from tests.support.tiny import TINY_PROMPT, make_tiny_models
+
+print("WHY", app.native_kernels(), app.native_kernels(), flush=True)  # a second ask says nothing more
+t = time.monotonic()
+print("GEMM", inductor_gemm.frozen_gemm(torch.randn(64, 32)), round(time.monotonic() - t), flush=True)
+target, draft = make_tiny_models(Path(sys.argv[1]))
+settings = parse_settings(target, "draft", draft, 3, 0.0, 1.0, 0, 0, 16, TINY_PROMPT, True)
+for target_only in (False, True):
+    decoder = runs.build_decoder(settings, lambda _msg: None, target_only=target_only)
+    print("TOKENS", list(decoder.generate(settings.prompt, max_new_tokens=16, seed=0, chat=True).token_ids), flush=True)
+"""
+
+
+def test_the_app_serves_and_decodes_with_no_compiler_on_path(tmp_path):
+    """No C++ compiler (PATH holds only the Python's own directory; CC and CXX unset) and a fresh
+    cache: the app starts, says once that PyTorch's kernels serve, tries every compiled runner
+    (``SPECVIZ_STATIC_DECODE=all``: torch.compile, AOTInductor) and Inductor's GEMM without a hang
+    or a traceback, and decodes greedily what target-only decodes."""
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SPECVIZ_", "CC", "CXX", "TORCHINDUCTOR_"))}
+    env.update(PATH=os.path.dirname(sys.executable), PYTHONPATH=str(root), SPECVIZ_CACHE_DIR=str(tmp_path / "cache"),
+               TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"), SPECVIZ_STATIC_DECODE="all",
+               SPECVIZ_ALLOW_LOCAL_PATHS="1", SPECVIZ_HUB_MODELS="0", HF_HUB_OFFLINE="1", GRADIO_ANALYTICS_ENABLED="False")
+    run = subprocess.run([sys.executable, "-c", NO_COMPILER_CHILD, str(tmp_path / "models")], cwd=root, env=env,
+                         capture_output=True, text=True, timeout=600)
+    out, log = run.stdout, run.stderr
+    assert run.returncode == 0, out[-2000:] + log[-4000:]
+    why = next(line for line in out.splitlines() if line.startswith("WHY"))
+    assert why.count("no C++ compiler on PATH") == 2, why
+    assert log.count("PyTorch's kernels serve") == 1 and "no C++ compiler on PATH" in log, log[-3000:]
+    assert "GEMM None" in out and "Traceback" not in log, log[-3000:]
+    spec, target_only = (line for line in out.splitlines() if line.startswith("TOKENS"))
+    assert spec == target_only
+    assert not (tmp_path / "cache" / "kernels").exists() or not any((tmp_path / "cache" / "kernels").iterdir())

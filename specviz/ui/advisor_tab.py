@@ -11,7 +11,7 @@ line in the page.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterator, Sequence
 
 import gradio as gr
@@ -104,6 +104,8 @@ def _calibrate(state: AdvisorState, req: AdvisorRequest, report: Callable[[str],
     from ..app.limits import check_prompts_fit
     from ..models import cache_dir
 
+    if zerogpu.active():  # the GPU is lent per call, in a forked worker: calibrate and rank there, in one call
+        return zerogpu.on_gpu(advise_report, req)
     load = _loader(state, report)
     target = load(req.target)
     check_prompts_fit(target.tokenizer, [r.prompt for r in req.prompts], chat=True)
@@ -115,6 +117,26 @@ def _calibrate(state: AdvisorState, req: AdvisorRequest, report: Callable[[str],
                     chat=True, say=report)
     state.target = target
     return advice
+
+
+def _run_top(state: AdvisorState, advice: Advice, n: int, req: AdvisorRequest, config: BenchConfig,
+             report: Callable[[str], None]):
+    if zerogpu.active():  # the target lives in the GPU worker: the runs go there, in one call
+        return zerogpu.on_gpu(top_report, req, advice, n, config)
+    return run_top(state.target, advice, n, list(req.prompts), config, load=_loader(state, report), say=report)
+
+
+def advise_report(req: AdvisorRequest) -> Advice:
+    """The calibration and ranking in one call, pure (a request in, the Advice out): what ZeroGPU
+    runs in its GPU worker; without the replay closure the ranking used, which cannot cross back."""
+    return replace(_calibrate(AdvisorState(), req, lambda msg: log.info("%s", msg)), tree_replay=None)
+
+
+def top_report(req: AdvisorRequest, advice: Advice, n: int, config: BenchConfig):
+    """``run_top`` with the target loaded here, pure: the ZeroGPU worker's half of Run the top N."""
+    state, say = AdvisorState(), lambda msg: log.info("%s", msg)
+    state.target = _loader(state, say)(req.target)
+    return _run_top(state, advice, n, req, config, say)
 
 
 def _saved(advice: Advice) -> str:
@@ -141,10 +163,6 @@ def on_calibrate(state: AdvisorState, *raw) -> Iterator[dict[str, Any]]:
             req = parse_request(*raw)
         except ValueError as e:
             yield _msg(str(e), "error")
-            return
-        if zerogpu.active():  # the GPU is lent per call in a forked worker: no machine whose costs stay put
-            yield _msg("the advisor is not available on ZeroGPU: it times this machine, and the GPU here is lent per "
-                       "call; run `specviz advise` where the model will run", "error")
             return
         state.advice, state.request = None, None
         yield {**_msg(f"Loading {req.target}…"), "advisor_run_btn": gr.update(interactive=False), "advisor_runs": ""}
@@ -182,8 +200,7 @@ def on_run_top(state: AdvisorState, n: Any, repeats: Any = 1) -> Iterator[dict[s
         config = BenchConfig(max_new_tokens=req.max_new_tokens, sampling=req.sampling, chat=True, repeats=max(1, repeats))
         yield {**_msg(f"Running the top {n} for real on {len(req.prompts)} prompts…"), "advisor_runs": ""}
         result = yield from loading(
-            lambda report: run_top(state.target, advice, n, list(req.prompts), config, load=_loader(state, report),
-                                   say=report), lambda m: _msg(m), name="specviz-advisor-run")
+            lambda report: _run_top(state, advice, n, req, config, report), lambda m: _msg(m), name="specviz-advisor-run")
         out, _report = result
         errors = [abs(r["error"]) for r in out if r.get("error") is not None]
         mean = f" Mean absolute error {100 * sum(errors) / len(errors):.0f}%." if errors else ""
