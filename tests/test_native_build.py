@@ -171,7 +171,11 @@ def test_a_build_under_way_elsewhere_is_waited_for_only_under_the_budget(tmp_pat
 def test_no_compiler_is_said_before_any_build(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))  # nothing on it
     monkeypatch.delenv("CXX", raising=False)
+    monkeypatch.delenv("SPECVIZ_INT8_KERNEL", raising=False)
+    monkeypatch.setenv("SPECVIZ_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(int8_kernel, "_state", {})  # nothing asked in this process yet
     assert "no C++ compiler" in int8_kernel.toolchain()
+    assert not int8_kernel.needs_build()  # nothing to announce: no build will run
     built = tmp_path / "kernels" / "specviz_kernels_abc.so"
     built.parent.mkdir()
     assert "no C++ compiler" in int8_kernel._load_or_build(built, wait_s=1.0)

@@ -59,7 +59,7 @@ FLAGS = ("-O3", "-march=native", "-fopenmp")  # this CPU's ISA; OpenMP: at::para
 # AVX2-only CPU: torch's kernels, oneDNN's with ONEDNN_MAX_CPU_ISA=AVX2, and these)
 CAPS = {"AVX2": ("-mno-avx512f",), "DEFAULT": ("-mno-avx",)}
 PREFIX = "specviz_kernels_"  # the library: every op the sources define, not only the int8 product
-WAIT_S = 300.0  # the longest a process waits for another's build (15-200 s on a busy 2-core box): then PyTorch's kernels
+WAIT_S = 600.0  # the longest a process waits for another's build (15-200 s on a busy 2-core box): then PyTorch's kernels
 STALE_S = 900.0  # a build directory nothing was written to for this long was left by a killed build
 POLL_S = 0.5
 
@@ -108,7 +108,7 @@ def needs_build() -> bool:
     """Whether :func:`load` would compile the op now (about 13 s: a caller may say so first)."""
     if "why" in _state or os.environ.get("SPECVIZ_INT8_KERNEL", "1") in ("0", "packed", "int_mm"):
         return False
-    return not _library().is_file()
+    return not _library().is_file() and toolchain() is None  # no compiler: nothing will be built
 
 
 def toolchain() -> str | None:
