@@ -1,5 +1,5 @@
 """A draft token's cost against a target step: c = t(draft token) / t(target step), side by side;
-and the static step's runners (eager, trace, compile, export) side by side.
+and the static step's runners (eager, compile, export, fused) side by side.
 
 For each draft spec, two copies of the same proposer draft k tokens (greedy) from the same cached
 context, interleaved in one process, each rolled back after every repeat:
@@ -10,19 +10,19 @@ and the target's own one-token decode step and its verify pass over k + 1 tokens
 ways: the transformers forward and the static step that specviz runs) are timed in the same
 rotation, so each c is measured against the same machine state. Provisional on a busy machine.
 
-``--runners eager,trace,compile,export`` also times, in the same rotation, the target's one-token
+``--runners eager,compile,export,fused`` also times, in the same rotation, the target's one-token
 step and verify pass and the int8 draft's one-token step (``--int8``, default TARGET@int8), whole
 (head included) and the body alone (one call of the runner, no head), through each runner of the
 static step (specviz.runtime.runners; each on its own decoder, built once, its
 build and first calls' seconds printed: compile and export pay theirs there, export once per model
 and torch version, then from its package on disk). ``--widths 1-9`` times the int8 draft's body
 at each of those widths (per call; divide by the width for per token), and ``--int8-kernels
-packed,int_mm`` builds the int8 draft once per ``Int8Options.kernel`` and times each in the same
+int_mm,blocked`` builds the int8 draft once per ``Int8Options.kernel`` and times each in the same
 rotation (the kernels side by side, one process, interleaved).
 
     PYTHONPATH=$PWD python benchmarks/draft_cost.py [--target gemma-3-270m]
         [--draft draft:gemma-3-270m@int8 --draft draft:gemma-3-270m@int8,vocab=16384 | --draft none]
-        [--runners eager,trace,compile,export] [--widths 1-9] [--int8-kernels packed,int_mm] [--k 4] [--repeats 9]
+        [--runners eager,compile,export,fused] [--widths 1-9] [--int8-kernels int_mm,blocked] [--k 4] [--repeats 9]
 """
 
 from __future__ import annotations
@@ -131,7 +131,7 @@ def main() -> None:
     ap.add_argument("--int8", default=None, help="the int8 draft model the runners are timed on (default TARGET@int8)")
     ap.add_argument("--widths", default="1", help="the int8 draft body's widths timed with --runners (e.g. 1-9)")
     ap.add_argument("--int8-kernels", default="",
-                    help="comma-separated Int8Options kernels (packed, int_mm): one int8 draft each, timed side by side")
+                    help="comma-separated Int8Options kernels (int_mm, blocked): one int8 draft each, timed side by side")
     ap.add_argument("--k", type=int, default=4)
     ap.add_argument("--repeats", type=int, default=9)
     ap.add_argument("--threads", type=int, default=2)

@@ -10,11 +10,11 @@ import pytest
 import torch
 
 from specviz.models.int8cache import cache_path, quantize_cached
-from specviz.runtime.quantize import Int8Linear, Int8Options, PackedInt8Linear, quantize_int8
+from specviz.runtime.quantize import Int8Linear, Int8Options, quantize_int8
 from tests.support.tiny import outlier_llama
 
 PROMPT = "the cat sat on the mat, then the dog ran off."
-KERNELS = [Int8Options(), Int8Options(kernel="int_mm"), Int8Options(kernel="blocked"), Int8Options(per_channel=False, smooth_alpha=None)]
+KERNELS = [Int8Options(), Int8Options(kernel="blocked"), Int8Options(per_channel=False, smooth_alpha=None)]  # int_mm: the default
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +33,7 @@ def _int8_layers(model) -> dict[str, str]:
     return {n: type(m).__name__ for n, m in model.named_modules() if isinstance(m, Int8Linear)}
 
 
-@pytest.mark.parametrize("options", KERNELS, ids=["packed", "int_mm", "blocked", "per-tensor-unsmoothed"])
+@pytest.mark.parametrize("options", KERNELS, ids=["int_mm", "blocked", "per-tensor-unsmoothed"])
 def test_the_cached_copy_gives_the_fresh_quantizations_logits_bit_for_bit(float_model, tokenizer, tmp_path, options):
     fresh = quantize_int8(copy.deepcopy(float_model), tokenizer, options)
     first, hit1 = quantize_cached(copy.deepcopy(float_model), tokenizer, "local:/a/tiny", options, directory=tmp_path)
@@ -44,12 +44,9 @@ def test_the_cached_copy_gives_the_fresh_quantizations_logits_bit_for_bit(float_
     assert all(type(m) is not torch.nn.Linear for m in second.modules())
     for a, b, c in zip(_logits(fresh, tokenizer), _logits(first, tokenizer), _logits(second, tokenizer)):
         assert torch.equal(a, b) and torch.equal(a, c)
-    if options.kernel in ("int_mm", "blocked"):  # q/k/v and gate/up: rows of one fused layer, as quantize_int8 builds them
-        q, k = second.model.layers[0].self_attn.q_proj, second.model.layers[0].self_attn.k_proj
-        assert q.group and q.group[0] is k.group[0]
-        assert k.qweight.data_ptr() == q.group[0].qweight.data_ptr() + q.out_features * q.in_features
-    else:
-        assert all(type(m) is PackedInt8Linear for m in second.modules() if isinstance(m, Int8Linear))
+    q, k = second.model.layers[0].self_attn.q_proj, second.model.layers[0].self_attn.k_proj  # q/k/v and gate/up: rows
+    assert q.group and q.group[0] is k.group[0]  # of one fused layer, as quantize_int8 builds them
+    assert k.qweight.data_ptr() == q.group[0].qweight.data_ptr() + q.out_features * q.in_features
 
 
 def _cut_short(directory, monkeypatch) -> None:
@@ -84,10 +81,10 @@ def test_the_key_follows_the_weights_and_the_options(float_model, tokenizer, tmp
         other.model.layers[1].mlp.down_proj.weight.mul_(1.5)
     model, hit = quantize_cached(other, tokenizer, "builtin:tiny", directory=tmp_path)
     assert not hit  # same name, other weights: the built-in's file is stale and rebuilt
-    _, hit = quantize_cached(copy.deepcopy(float_model), tokenizer, "builtin:tiny", Int8Options(kernel="int_mm"),
+    _, hit = quantize_cached(copy.deepcopy(float_model), tokenizer, "builtin:tiny", Int8Options(smooth_alpha=0.8),
                              directory=tmp_path)
     assert not hit  # other options: another file
-    assert cache_path("builtin:tiny", Int8Options(), "w", tmp_path) != cache_path("builtin:tiny", Int8Options(kernel="int_mm"), "w", tmp_path)
+    assert cache_path("builtin:tiny", Int8Options(), "w", tmp_path) != cache_path("builtin:tiny", Int8Options(kernel="blocked"), "w", tmp_path)
 
 
 def test_load_model_reads_the_int8_copy_from_the_cache_dir(float_model, tokenizer, tmp_path, monkeypatch):
@@ -120,10 +117,9 @@ def test_an_int8_copy_of_a_loaded_float_model_leaves_it_untouched(float_model, t
     d = tmp_path / "tiny"
     float_model.save_pretrained(str(d))
     tokenizer.save_pretrained(str(d))
-    from specviz.models.device import cache_dir
     from specviz.runtime.int8_speed import choose_kernel
 
-    kernel = choose_kernel(cache_dir())  # the kernel the loader measures faster here
+    kernel = choose_kernel()  # the kernel the loader picks here (blocked where it builds)
     fresh = _logits(quantize_int8(copy.deepcopy(float_model), tokenizer, Int8Options(kernel=kernel)), tokenizer)
     clear_model_cache()
     base = load_model(str(d))

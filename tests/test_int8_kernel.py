@@ -8,8 +8,8 @@ import warnings
 import pytest
 import torch
 
-from specviz.runtime import cpu, int8_kernel, int8_speed
-from specviz.runtime.quantize import BlockedInt8Linear, Int8Options, quantize_int8
+from specviz.runtime import int8_kernel, int8_speed
+from specviz.runtime.quantize import PREFILL_ROWS, BlockedInt8Linear, Int8Options, quantize_int8
 from tests.support.kernel import NEEDS_OP
 from tests.support.tiny import outlier_llama
 
@@ -61,8 +61,8 @@ def test_a_row_of_one_value_and_a_row_of_zeros():
 
 
 def test_a_blocked_layer_is_close_to_its_float_layer_and_raises_no_warning():
-    """The layer: smoothing, per-channel weights and per-token activations as the packed layer
-    has; a traced graph serves every width; nothing deprecated, no warning."""
+    """The layer: smoothing, per-channel weights and per-token activations; an exported graph
+    serves every width of a few rows; nothing deprecated, no warning."""
     torch.manual_seed(0)
     lin = torch.nn.Linear(64, 48)
     with warnings.catch_warnings():
@@ -77,12 +77,30 @@ def test_a_blocked_layer_is_close_to_its_float_layer_and_raises_no_warning():
             assert torch.equal(alone, y)  # per-token: a row's neighbours change nothing
     assert layer.any_width and not any(t.is_quantized for t in layer.buffers())
     with torch.inference_mode(), warnings.catch_warnings():
-        warnings.filterwarnings("ignore", r"`torch\.jit\.trace(_method)?` is deprecated", DeprecationWarning)
-        warnings.filterwarnings("ignore", category=torch.jit.TracerWarning)  # the prefill branch, fixed at 3 rows
-        traced = torch.jit.trace(layer, (torch.randn(3, 64),), check_trace=False)
-        for rows in (1, 2, 7):
-            x = torch.randn(rows, 64)
-            assert torch.equal(traced(x), layer(x))
+        warnings.simplefilter("error")
+        rows = torch.export.Dim("rows", min=1, max=PREFILL_ROWS - 1)  # a prefill's rows may take _int_mm instead
+        graph = torch.export.export(layer, (torch.randn(3, 64),), dynamic_shapes=({0: rows},), strict=False).module()
+        for n in (1, 2, 7):
+            x = torch.randn(n, 64)
+            assert torch.equal(graph(x), layer(x))
+
+
+@pytest.mark.parametrize("pays", [False, True])
+def test_a_prefill_takes_int_mm_only_where_it_measured_faster(monkeypatch, pays):
+    """PREFILL_ROWS rows or more (a prompt's prefill) through a blocked layer: one _int_mm call
+    where that measured faster here (the int_mm layer's own product), else specviz's kernel, which
+    gives each row the same bits at any width."""
+    from specviz.runtime import quantize
+
+    monkeypatch.setattr(quantize, "_int_mm_probe", {"pays": pays})
+    torch.manual_seed(0)
+    layer = BlockedInt8Linear(torch.nn.Linear(64, 48), None, Int8Options(kernel="blocked", smooth_alpha=None)).eval()
+    x = torch.randn(PREFILL_ROWS + 2, 64)
+    with torch.inference_mode():
+        on_int_mm = quantize.Int8Linear.forward(layer, x)  # [rows, 48]
+        rows = torch.cat([layer(x[i : i + 1]) for i in range(len(x))])
+        assert torch.equal(layer(x), on_int_mm if pays else rows)
+    assert layer.kernel(len(x)) == ("_int_mm" if pays else "blocked") and layer.kernel(1) == "blocked"
 
 
 def test_a_blocked_copy_of_a_model_keeps_its_fused_rows_and_its_float_model_close():
@@ -104,33 +122,21 @@ def test_a_blocked_copy_of_a_model_keeps_its_fused_rows_and_its_float_model_clos
     assert float(torch.minimum(p, q).sum(-1).mean()) > 0.9
 
 
-def test_the_kernel_an_int8_model_runs_is_the_one_measured_faster_and_is_cached(tmp_path, monkeypatch):
-    """choose_kernel: the faster of packed and blocked by the timings, cached per machine (a second
-    call does not time), said in words; SPECVIZ_INT8_KERNEL names one instead."""
+def test_an_int8_model_runs_specviz_kernel_where_it_builds_else_int_mm(monkeypatch):
+    """choose_kernel: blocked where specviz's kernel loads, said in words; torch._int_mm where it
+    does not (no compiler) or where SPECVIZ_INT8_KERNEL=int_mm asks for it."""
     monkeypatch.delenv("SPECVIZ_INT8_KERNEL", raising=False)
-    monkeypatch.setattr(cpu, "busy", lambda: False)
-    assert int8_speed.choose_kernel(tmp_path, timed={"packed": 0.006, "blocked": 0.004}) == "blocked"
-    assert "blocked 4.0 ms, packed 6.0 ms" in int8_speed.kernel_choice()["why"]
-    assert int8_speed.choose_kernel(None, timed={"packed": 0.004, "blocked": 0.006}) == "packed"
-    calls = []
-    monkeypatch.setattr(int8_speed, "_measured", {})  # nothing measured in this process yet
-    monkeypatch.setattr(int8_speed, "time_kernels", lambda: calls.append(1) or {"packed": 0.009, "blocked": 0.003})
-    assert int8_speed.choose_kernel(tmp_path) == "blocked" and int8_speed.choose_kernel(tmp_path) == "blocked"
-    assert calls == [1]  # measured once, then read from the cache file
-    monkeypatch.setattr(int8_speed, "_measured", {})
-    assert int8_speed.choose_kernel(tmp_path) == "blocked" and calls == [1]  # a new process reads the file
-    monkeypatch.setenv("SPECVIZ_INT8_KERNEL", "packed")
-    assert int8_speed.choose_kernel(tmp_path) == "packed" and "SPECVIZ_INT8_KERNEL" in int8_speed.kernel_choice()["why"]
-
-
-def test_timing_the_kernels_runs_both_on_the_same_weights():
-    times = int8_speed.time_kernels(rounds=1)
-    assert set(times) == {"packed", "blocked"} and all(t > 0 for t in times.values())
+    assert int8_speed.choose_kernel() == "blocked" and "built for this CPU" in int8_speed.kernel_choice()["why"]
+    monkeypatch.setattr(int8_kernel, "load", lambda: "no C++ compiler")
+    assert int8_speed.choose_kernel() == "int_mm" and "no C++ compiler" in int8_speed.kernel_choice()["why"]
+    monkeypatch.undo()
+    monkeypatch.setenv("SPECVIZ_INT8_KERNEL", "int_mm")
+    assert int8_speed.choose_kernel() == "int_mm" and "SPECVIZ_INT8_KERNEL" in int8_speed.kernel_choice()["why"]
 
 
 def test_a_named_blocked_kernel_is_loaded_before_the_copy_is_built(monkeypatch):
     """SPECVIZ_INT8_KERNEL=blocked: the op is loaded by the choice itself (a copy read from the disk
     cache builds its layers without quantize_int8's check), and needs_build says nothing is left."""
     monkeypatch.setenv("SPECVIZ_INT8_KERNEL", "blocked")
-    assert int8_speed.choose_kernel(None) == "blocked" and hasattr(torch.ops.specviz_int8, "linear")
+    assert int8_speed.choose_kernel() == "blocked" and hasattr(torch.ops.specviz_int8, "linear")
     assert not int8_kernel.needs_build()

@@ -8,7 +8,7 @@ import warnings
 import pytest
 import torch
 
-from specviz.runtime.quantize import _QUANTIZED_DEPRECATED, Int8Linear, Int8Options, quantize_int8, smoothing_scales
+from specviz.runtime.quantize import Int8Linear, Int8Options, quantize_int8, smoothing_scales
 from tests.support.tiny import outlier_llama
 
 
@@ -45,68 +45,18 @@ def test_per_token_rows_equal_single_rows_whatever_their_neighbours():
     assert _rel_err(together[1:], ref[1:]) < 0.05 < _rel_err(shared[1:], ref[1:])
 
 
-def test_a_packed_layer_runs_a_prefill_in_one_call_per_token_and_close_to_its_row_loop(monkeypatch):
-    """A packed int8 layer given PREFILL_ROWS rows or more (a prompt's prefill) runs them in one
-    _int_mm call on its own int8 weight: per token (a huge row does not drown the small ones, and
-    a row's output does not depend on its neighbours) and as close to the float product as the row
-    loop it replaces; fewer rows keep the loop."""
-    from specviz.runtime import quantize
-
-    monkeypatch.setattr(quantize, "_int_mm_probe", {"pays": True})  # as on a CPU with VNNI
-    lin = _linear()
-    layer = quantize.PackedInt8Linear(lin, None, Int8Options(smooth_alpha=None))
-    n = quantize.PREFILL_ROWS
-    x = torch.randn(n + 3, 64)
-    x[0] *= 300  # an attention-sink row
-    with torch.inference_mode():
-        together = layer(x)  # one call
-        alone = torch.cat([layer._all_rows(x[i : i + 1]) for i in range(n + 3)])
-        looped = torch.cat([layer(x[i : i + 1]) for i in range(n + 3)])  # the packed kernel, row by row
-        ref = lin(x)
-    assert torch.equal(together, alone)
-    assert _rel_err(together[1:], ref[1:]) < 0.05 and _rel_err(together[1:], ref[1:]) < 2 * _rel_err(looped[1:], ref[1:])
-    assert "_unpacked" in layer.__dict__ and copy.deepcopy(layer).__dict__.get("_unpacked") is None  # a copy rebuilds it
-
-
-def test_a_prefill_keeps_the_row_loop_where_int_mm_measures_slower(monkeypatch):
-    """Where one _int_mm call is slower than the loop (an AVX2-only CPU: 55x on a Zen 1 EPYC), a
-    prefill's rows run through the packed kernel one by one: the same outputs as row by row."""
+def test_int_mm_pays_is_measured_once_per_process(monkeypatch):
+    """Whether a prefill's rows go to one _int_mm call (a blocked layer's, tests/test_int8_kernel.py)
+    is measured once per process: the first timing decides, later ones are not asked."""
     from specviz.runtime import quantize
 
     monkeypatch.setattr(quantize, "_int_mm_probe", {})
-    assert quantize.int_mm_pays(lambda: (0.150, 0.003)) is False
+    assert quantize.int_mm_pays(lambda: (0.150, 0.003)) is False  # _int_mm slower (no VNNI: 55x on a Zen 1 EPYC)
     assert quantize.int_mm_pays(lambda: (0.001, 0.003)) is False  # measured once per process
-    layer = quantize.PackedInt8Linear(_linear(), None, Int8Options(smooth_alpha=None))
-    x = torch.randn(quantize.PREFILL_ROWS + 2, 64)
-    with torch.inference_mode():
-        assert torch.equal(layer(x), torch.cat([layer(x[i : i + 1]) for i in range(len(x))]))
-    assert "_unpacked" not in layer.__dict__  # no second int8 copy for _int_mm
+    assert quantize.prefill_on_int_mm(quantize.PREFILL_ROWS) is False
     monkeypatch.setattr(quantize, "_int_mm_probe", {})
     assert quantize.int_mm_pays(lambda: (0.001, 0.003)) is True
-    monkeypatch.setattr(quantize, "_int_mm_probe", {})
-    assert isinstance(quantize.int_mm_pays(), bool)  # this machine's own measurement runs
-
-
-def test_a_few_rows_run_in_one_packed_call_and_keep_their_own_scales():
-    """2..PREFILL_ROWS-1 rows (a draft's catch-up feed, a tree level) go through the packed kernel in
-    one call, each row scaled by its own absolute max first: a row 100 times smaller than another
-    keeps its relative error, which one scale for the call would not."""
-    from specviz.runtime import quantize
-
-    lin = _linear()
-    layer = quantize.PackedInt8Linear(lin, None, Int8Options(smooth_alpha=None))
-    assert layer.bias_free == (lin.bias is None)
-    x = torch.randn(3, 64) * torch.tensor([[1.0], [10.0], [0.1]])  # rows of very different sizes
-    with torch.inference_mode():
-        ref, ours = torch.nn.functional.linear(x, lin.weight, lin.bias), layer(x)
-        rows = torch.cat([layer(x[i : i + 1]) for i in range(3)])  # one call per row
-    for i in range(3):
-        scale = ref[i].abs().max()
-        assert (ours[i] - ref[i]).abs().max() < 0.05 * scale  # each row near its float product
-        assert (ours[i] - rows[i]).abs().max() < 0.05 * scale  # and near its own row call
-    with torch.inference_mode():
-        squashed = quantize.torch.ops.quantized.linear_dynamic(x, layer._packed_params, layer.reduce_range)
-    assert (squashed[2] - ref[2]).abs().max() > (ours[2] - ref[2]).abs().max()  # one scale for all: the small row suffers
+    assert quantize.prefill_on_int_mm(quantize.PREFILL_ROWS) and not quantize.prefill_on_int_mm(quantize.PREFILL_ROWS - 1)
 
 
 def test_smoothing_keeps_the_product_and_cuts_the_error_of_outlier_channels():
@@ -131,17 +81,17 @@ def outlier_model(tokenizer):
     return outlier_llama(len(tokenizer))
 
 
+# torch.ao's quantize_dynamic, the baseline the options beat: one weight scale per matrix, one activation
+# scale per call, no smoothing (written with specviz's own layers: torch.ao is deprecated upstream)
+NAIVE = Int8Options(per_channel=False, per_token=False, smooth_alpha=None, fuse_siblings=False)
+
+
 def test_quantize_int8_keeps_a_tiny_model_with_outliers_close(outlier_model, tokenizer):
     ids = torch.tensor([tokenizer("the cat sat on the mat, then the dog ran off.")["input_ids"]])
     with torch.inference_mode():
         ref = outlier_model(input_ids=ids).logits[0]  # [n, V]
         ours = quantize_int8(copy.deepcopy(outlier_model), tokenizer)
-        with warnings.catch_warnings():  # the baseline is torch.ao's deprecated quantize_dynamic
-            warnings.filterwarnings("ignore", r"torch\.ao\.quantization is deprecated", DeprecationWarning)
-            warnings.filterwarnings("ignore", _QUANTIZED_DEPRECATED, UserWarning)
-            from torch.ao.quantization import quantize_dynamic
-
-            naive = quantize_dynamic(copy.deepcopy(outlier_model), {torch.nn.Linear}, dtype=torch.qint8)
+        naive = quantize_int8(copy.deepcopy(outlier_model), tokenizer, NAIVE)
         ours_overlap = _overlap(ours(input_ids=ids).logits[0], ref)
         naive_overlap = _overlap(naive(input_ids=ids).logits[0], ref)
     assert all(type(m) is not torch.nn.Linear for m in ours.modules())
@@ -149,34 +99,21 @@ def test_quantize_int8_keeps_a_tiny_model_with_outliers_close(outlier_model, tok
     assert ours_overlap > naive_overlap + 0.05
 
 
-def test_packed_siblings_are_one_fused_layer_run_once_per_input(outlier_model, tokenizer):
-    """The packed kernel's q/k/v and gate/up are rows of one fused layer: the model's own forward
-    runs each fused product once per input (the other members slice it), and every member equals
-    its rows of the fused product."""
-    from specviz.runtime.quantize import PackedInt8Linear, PackedRows
-
+def test_siblings_are_rows_of_one_fused_layer(outlier_model, tokenizer):
+    """q/k/v and gate/up are rows of one fused layer (views of its int8 weight): each member equals
+    its rows of the fused product; fuse_siblings=False keeps them apart."""
     q8 = quantize_int8(copy.deepcopy(outlier_model), tokenizer)
-    attn, mlp = q8.model.layers[0].self_attn, q8.model.layers[0].mlp
+    attn = q8.model.layers[0].self_attn
     members = (attn.q_proj, attn.k_proj, attn.v_proj)
-    assert all(type(m) is PackedRows for m in (*members, mlp.gate_proj, mlp.up_proj))
-    assert type(attn.o_proj) is PackedInt8Linear and type(mlp.down_proj) is PackedInt8Linear
     fused = attn.q_proj.group[0]
     assert all(m.group == (fused,) for m in members) and fused not in list(q8.modules())
     assert sum(m.out_features for m in members) == fused.out_features
-    assert [m.weight().shape[0] for m in members] == [m.out_features for m in members]
-    calls = []
-    fused.register_forward_hook(lambda *_: calls.append(1))
+    assert all(m.qweight.untyped_storage().data_ptr() == fused.qweight.untyped_storage().data_ptr() for m in members)
     x = _outlier_input(3, width=fused.in_features)
     with torch.inference_mode():
-        whole = fused(x)  # [3, q + k + v]
-        calls.clear()
-        parts = [m(x) for m in members]
-        assert len(calls) == 1  # one product for the three members
-        assert torch.equal(torch.cat(parts, dim=-1), whole)
-        members[1](x.clone())  # another input: its own product
-        assert len(calls) == 2
+        assert torch.equal(torch.cat([m(x) for m in members], dim=-1), fused(x))
     apart = quantize_int8(copy.deepcopy(outlier_model), tokenizer, Int8Options(fuse_siblings=False))
-    assert type(apart.model.layers[0].self_attn.q_proj) is PackedInt8Linear
+    assert not apart.model.layers[0].self_attn.q_proj.group
 
 
 def test_options_are_checked(outlier_model):
@@ -225,8 +162,10 @@ def test_gemma_int8_overlaps_its_float_model():
 
 
 def test_no_deprecated_kernels_and_no_warnings(outlier_model, tokenizer):
-    """kernel="int_mm": quantizing and running raise no warning at all (no quantized tensors, no
-    packed params)."""
+    """kernel="int_mm" (the default): quantizing and running raise no warning at all (no quantized
+    tensors, no packed params); "packed" (torch.ao's kernel) is no option any more."""
+    with pytest.raises(ValueError, match="kernel must be one of int_mm, blocked"):
+        Int8Options(kernel="packed")
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         q8 = quantize_int8(copy.deepcopy(outlier_model), tokenizer, Int8Options(kernel="int_mm"))
@@ -235,18 +174,20 @@ def test_no_deprecated_kernels_and_no_warnings(outlier_model, tokenizer):
     assert not any(t.is_quantized for t in q8.buffers()) and not any(hasattr(m, "_packed_params") for m in q8.modules())
 
 
-def test_one_traced_graph_serves_every_width():
-    """Per-token scales for all rows at once: a graph traced at one width gives every other width
-    exactly what the layer gives (the static decode step traces its body once for all widths)."""
+def test_one_exported_graph_serves_every_width():
+    """Per-token scales for all rows at once: a graph exported at one width with the width symbolic
+    gives every other width exactly what the layer gives (the static decode step builds one graph of
+    its body for all widths), with no warning."""
     lin = _linear()
     layer = Int8Linear(lin, torch.rand(64) + 0.5, Int8Options()).eval()
     assert layer.any_width
     with torch.inference_mode(), warnings.catch_warnings():
-        warnings.filterwarnings("ignore", r"`torch\.jit\.trace(_method)?` is deprecated", DeprecationWarning)
-        traced = torch.jit.trace(layer, (torch.randn(3, 64),), check_trace=False)
-        for rows in range(1, 10):
-            x = _outlier_input(rows, seed=rows)
-            assert torch.equal(traced(x), layer(x))
+        warnings.simplefilter("error")
+        rows = torch.export.Dim("rows", min=1, max=1 << 16)
+        graph = torch.export.export(layer, (torch.randn(3, 64),), dynamic_shapes=({0: rows},), strict=False).module()
+        for n in range(1, 10):
+            x = _outlier_input(n, seed=n)
+            assert torch.equal(graph(x), layer(x))
 
 
 class _HeadOnly(torch.nn.Module):

@@ -100,7 +100,6 @@ def test_planned_bf16_projections_give_the_same_logits(timing, pair, monkeypatch
     """bf16 projections are planned as fp32 ones are (q/k/v and gate/up fused into bf16 weights,
     each kind on its measured kernel per width; here a stand-in clock), with the same logits."""
     from specviz.runtime import cpu
-
     from tests.test_static_decode import graph_runner
 
     if not _onednn_runs_bf16():

@@ -23,7 +23,6 @@ import json
 import logging
 import os
 import re
-import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -34,7 +33,7 @@ from .device import cache_dir
 
 log = logging.getLogger(__name__)
 
-FORMAT = 2  # this module's file layout; bump when it changes (2: fused packed layers; a blocked copy is stored as int_mm's)
+FORMAT = 3  # this module's file layout; bump when it changes (3: no packed layers; a blocked copy is stored as int_mm's)
 SUBDIR = "int8"
 _SAMPLES = 4096  # values read per tensor for the weight digest
 
@@ -107,8 +106,8 @@ def _float_targets(model: torch.nn.Module, options: Any) -> dict[str, torch.nn.L
 
 def _dump(model: torch.nn.Module, names: list[str]) -> tuple[dict[str, torch.Tensor], list[dict[str, Any]]]:
     """The replaced layers ``names`` of a quantized ``model`` -> (tensors by key, one plan entry per
-    layer). A fused layer (q/k/v, gate/up; int_mm or packed) is stored once, its members as rows of it."""
-    from ..runtime.quantize import BlockedInt8Linear, Int8Linear, PackedInt8Linear, PackedRows
+    layer). A fused layer (q/k/v, gate/up) is stored once, its members as rows of it."""
+    from ..runtime.quantize import BlockedInt8Linear, Int8Linear
 
     tensors: dict[str, torch.Tensor] = {}
     plan: list[dict[str, Any]] = []
@@ -123,39 +122,17 @@ def _dump(model: torch.nn.Module, names: list[str]) -> tuple[dict[str, torch.Ten
             tensors[f"{key}.inv_smooth"] = layer.inv_smooth.contiguous()
         return {"in": layer.in_features, "bias": layer.bias is not None, "smooth": layer.inv_smooth is not None}
 
-    def put_packed(key: str, layer: PackedInt8Linear) -> dict[str, Any]:
-        wq, bias = torch.ops.quantized.linear_unpack(layer._packed_params)
-        entry: dict[str, Any] = {"in": layer.in_features, "out": layer.out_features, "bias": bias is not None,
-                                 "smooth": layer.inv_smooth is not None}
-        tensors[f"{key}.ints"] = wq.int_repr().contiguous()
-        if wq.qscheme() in (torch.per_channel_affine, torch.per_channel_symmetric):
-            entry["scheme"] = "channel"
-            tensors[f"{key}.scales"] = wq.q_per_channel_scales().contiguous()
-            tensors[f"{key}.zeros"] = wq.q_per_channel_zero_points().contiguous()
-        else:
-            entry.update(scheme="tensor", scale=float(wq.q_scale()), zero=int(wq.q_zero_point()))
-        if bias is not None:
-            tensors[f"{key}.bias"] = bias.detach().contiguous()
-        if layer.inv_smooth is not None:
-            tensors[f"{key}.inv_smooth"] = layer.inv_smooth.contiguous()
-        return entry
-
-    def fused_key(fused: torch.nn.Module, put: Callable[[str, Any], dict[str, Any]], kind: str) -> str:
+    def fused_key(fused: Int8Linear) -> str:
         if id(fused) not in fused_ids:
             key = fused_ids[id(fused)] = f"fused.{len(fused_ids)}"
-            plan.append({"name": key, "type": kind, **put(key, fused)})
+            plan.append({"name": key, "type": "fused", **put_int_mm(key, fused)})
         return fused_ids[id(fused)]
 
     for name in names:
         layer = model.get_submodule(name)
-        if type(layer) is PackedInt8Linear:
-            entry = {"name": name, "type": "packed", **put_packed(name, layer)}
-        elif type(layer) is PackedRows:
-            entry = {"name": name, "type": "rows", "of": fused_key(layer.group[0], put_packed, "fused_packed"),
-                     "start": layer.start, "stop": layer.stop}
-        elif type(layer) in (Int8Linear, BlockedInt8Linear) and layer.group:
+        if type(layer) in (Int8Linear, BlockedInt8Linear) and layer.group:
             fused = layer.group[0]
-            key = fused_key(fused, put_int_mm, "fused")
+            key = fused_key(fused)
             offset = layer.qweight.data_ptr() - fused.qweight.data_ptr()
             start = offset // (layer.in_features * layer.qweight.element_size())
             entry = {"name": name, "type": "rows", "of": key, "start": int(start),
@@ -171,42 +148,15 @@ def _dump(model: torch.nn.Module, names: list[str]) -> tuple[dict[str, torch.Ten
 def _build(plan: list[dict[str, Any]], tensors: dict[str, torch.Tensor], options: Any) -> dict[str, torch.nn.Module]:
     """The plan's layers, as ``quantize_int8`` built them -> {name: layer} (the fused ones are not
     modules of the model: only their rows are)."""
-    from ..runtime.quantize import (
-        _QUANTIZED_DEPRECATED,
-        BlockedInt8Linear,
-        Int8Linear,
-        PackedInt8Linear,
-        kernel_saturates,
-    )
+    from ..runtime.quantize import BlockedInt8Linear, Int8Linear
 
     built: dict[str, torch.nn.Module] = {}
-    fused: dict[str, torch.nn.Module] = {}  # Int8Linear or PackedInt8Linear
+    fused: dict[str, torch.nn.Module] = {}  # the fused layers, whose rows are the model's modules
     for e in plan:
         name, kind = e["name"], e["type"]
         smooth = tensors[f"{name}.inv_smooth"] if e.get("smooth") else None
         bias = tensors[f"{name}.bias"] if e.get("bias") else None
-        if kind in ("packed", "fused_packed"):
-            with warnings.catch_warnings():  # quantized tensors are deprecated upstream, still supported
-                warnings.filterwarnings("ignore", _QUANTIZED_DEPRECATED, UserWarning)
-                ints = tensors[f"{name}.ints"]
-                if e["scheme"] == "channel":
-                    wq = torch._make_per_channel_quantized_tensor(ints, tensors[f"{name}.scales"], tensors[f"{name}.zeros"], 0)
-                else:
-                    wq = torch._make_per_tensor_quantized_tensor(ints, e["scale"], e["zero"])
-                packed = torch.ops.quantized.linear_prepack(wq, bias)
-            layer = PackedInt8Linear.__new__(PackedInt8Linear)
-            torch.nn.Module.__init__(layer)
-            layer.in_features, layer.out_features = int(e["in"]), int(e["out"])
-            if smooth is not None:
-                layer.register_buffer("inv_smooth", smooth)
-            else:
-                layer.inv_smooth = None
-            layer._packed_params = packed
-            layer.bias_free = bias is None
-            layer.per_token = options.per_token
-            layer.reduce_range = kernel_saturates() if options.reduce_range is None else options.reduce_range
-            (fused if kind == "fused_packed" else built)[name] = layer
-        elif kind in ("int_mm", "fused"):
+        if kind in ("int_mm", "fused"):
             cls = BlockedInt8Linear if options.kernel == "blocked" else Int8Linear
             proto = cls.__new__(cls)  # carries the settings _like copies
             torch.nn.Module.__init__(proto)

@@ -100,7 +100,7 @@ def _load_int8(spec: _Spec, report: Progress) -> LoadedModel:
 
     if needs_build():
         report("building specviz's int8 kernel for this CPU (once, about 15 s)…")
-    options = Int8Options(kernel=choose_kernel(cache_dir()))  # the int8 kernel measured faster here (cached)
+    options = Int8Options(kernel=choose_kernel())  # specviz's own kernel where it builds, else torch._int_mm
     model, _ = quantize_cached(model, tokenizer, f"{spec.kind}:{spec.source}", options, report=report)  # on disk after the first start
     speed_up_int8_head(model, cache_dir())  # a large int8 head: oneDNN's prepacked kernel at the widths it measures faster (cached)
     return LoadedModel(model, tokenizer, spec.display_name, cpu, fp32, "int8")

@@ -1,115 +1,58 @@
-"""Which int8 kernels an ``@int8`` model runs on this machine, measured here and cached.
+"""Which int8 kernels an ``@int8`` model runs on this machine.
 
 - The body's products (:func:`choose_kernel`): specviz's own blocked kernel
-  (:mod:`specviz.runtime.int8_kernel`) where it builds and measures faster than PyTorch's packed
-  one, else the packed one; :func:`kernel_choice` says which and the two timings.
+  (:mod:`specviz.runtime.int8_kernel`) where it builds, else ``torch._int_mm``;
+  :func:`kernel_choice` says which and why.
 - A large int8 output head (:func:`speed_up_int8_head`, the ``int_mm`` kernel's): oneDNN's int8
   linear with its weight prepacked once at the widths where it beats ``torch._int_mm``, which
   reorders the whole weight on every call (about 1.6x at one row); :func:`int8_head_report`.
 
-Both are cached per machine like the float heads' choices (:mod:`specviz.runtime.cpu`).
+The head's choice is cached per machine like the float heads' (:mod:`specviz.runtime.cpu`).
 """
 
 from __future__ import annotations
 
-import os
 import statistics
 import time
-import warnings
 import weakref
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from .. import settings
 from . import cpu, int8_kernel
-from .quantize import (
-    _QUANTIZED_DEPRECATED,
-    HEAD_KERNELS,
-    KERNELS,
-    LAYERS,
-    Int8Linear,
-    Int8Options,
-    quantize_rows,
-)
+from .quantize import HEAD_KERNELS, Int8Linear, quantize_rows
 
 _onednn_probe: dict[str, bool] = {}  # onednn_exact's
 
 
 # -- which kernel an @int8 model runs here ------------------------------------------------------
 
-CHOICE_SHAPES = ((4096, 640), (640, 2048), (1536, 640), (640, 1024))  # a body's products (gemma-3-270m's kinds)
-CHOICE_LAYERS = 6  # of each: 50 MB of int8 weights, more than a CPU's caches hold, read in turn
-CHOICE_ROWS = (1, 2)  # a draft's decode step and its catch-up feed
 _choices: dict[str, Any] = {}
-_measured: dict[str, dict[str, Any]] = {}  # choose_kernel's timings by key, this process
 
 
-def time_kernels(kernels: tuple[str, ...] = ("packed", "blocked"), rounds: int = 5) -> dict[str, float]:
-    """Seconds for a decode step's worth of one- and two-row products on each kernel: the same
-    random float weights quantized for each (:data:`CHOICE_SHAPES` x :data:`CHOICE_LAYERS`, read in
-    turn), the kernels interleaved, the least of ``rounds`` per width, summed over :data:`CHOICE_ROWS`."""
-    gen = torch.Generator().manual_seed(0)
-    floats = [torch.nn.Linear(k, n, bias=False) for n, k in CHOICE_SHAPES for _ in range(CHOICE_LAYERS)]
-    for lin in floats:
-        lin.weight.data = torch.randn(lin.weight.shape, generator=gen) * 0.02
-    layers = {name: [LAYERS[name](lin, None, Int8Options(kernel=name)) for lin in floats] for name in kernels}
-    inputs = {rows: {k: torch.randn(rows, k, generator=gen) for _, k in CHOICE_SHAPES} for rows in CHOICE_ROWS}
-    best = {name: dict.fromkeys(CHOICE_ROWS, float("inf")) for name in kernels}
-    with torch.inference_mode(), warnings.catch_warnings():
-        warnings.filterwarnings("ignore", _QUANTIZED_DEPRECATED, UserWarning)
-        for r in range(rounds + 1):  # the first round warms every kernel, untimed
-            for rows in CHOICE_ROWS:
-                for name in (kernels if r % 2 == 0 else kernels[::-1]):
-                    t = time.perf_counter()
-                    for layer in layers[name]:
-                        layer(inputs[rows][layer.in_features])
-                    if r:
-                        best[name][rows] = min(best[name][rows], time.perf_counter() - t)
-    return {name: sum(by_rows.values()) for name, by_rows in best.items()}
-
-
-def choose_kernel(cache_dir: str | Path | None = None, *, timed: dict[str, float] | None = None) -> str:
-    """The int8 kernel an ``@int8`` model runs on this machine: ``"blocked"`` (specviz's own,
-    :mod:`specviz.runtime.int8_kernel`) where it builds and measures faster than ``"packed"``
-    (:func:`time_kernels`), else ``"packed"``. Measured once per machine, torch version and thread
-    count, and cached in ``cache_dir`` (``lm_head_kernels.json``, beside the heads' choices; not
-    on a busy machine). ``SPECVIZ_INT8_KERNEL=packed|int_mm|blocked`` names one instead.
-    :func:`kernel_choice` says what was chosen and why. ``timed`` stands in for the timing in tests."""
-    named = os.environ.get("SPECVIZ_INT8_KERNEL", "")
-    if named in KERNELS and (named != "blocked" or int8_kernel.load() is None):  # blocked: built and loaded first
-        _choices.update(kernel=named, why=f"SPECVIZ_INT8_KERNEL={named}", timings=None)
+def choose_kernel() -> str:
+    """The int8 kernel an ``@int8`` model runs here: ``"blocked"`` (specviz's own,
+    :mod:`specviz.runtime.int8_kernel`, built for this CPU) where it builds and loads, else
+    ``"int_mm"`` (``torch._int_mm``, in every torch build: the fallback where no compiler is
+    there). ``SPECVIZ_INT8_KERNEL=int_mm`` asks for ``int_mm``; ``blocked`` is given only where it
+    loads. :func:`kernel_choice` says what was chosen and why."""
+    named = settings.value("SPECVIZ_INT8_KERNEL")
+    if named == "int_mm":
+        _choices.update(kernel=named, why=f"SPECVIZ_INT8_KERNEL={named}")
         return named
     why_not = int8_kernel.load()
     if why_not is not None:
-        _choices.update(kernel="packed", why=f"specviz's own kernel: {why_not}", timings=None)
-        return "packed"
-    key = f"int8 kernel | {cpu.machine_id()} | torch {torch.__version__} | {torch.get_num_threads()} threads | {int8_kernel._name()}"
-    path = Path(cache_dir).expanduser() / cpu.CACHE_FILE if cache_dir is not None else None
-    entry = cpu._read_cache(path).get(key) if path is not None else None
-    if timed is None and not _has_timings(entry):
-        entry = _measured.get(key)  # measured in this process already (another cache directory)
-    if not _has_timings(entry):
-        times = timed if timed is not None else time_kernels()
-        entry = {"ms": {name: round(t * 1e3, 3) for name, t in times.items()}}
-        if timed is None:
-            _measured[key] = entry
-            if path is not None and not cpu.busy():
-                cpu._write_cache(path, key, entry)
-    ms = entry["ms"]
-    kernel = "blocked" if ms.get("blocked", float("inf")) < ms.get("packed", float("inf")) else "packed"
-    _choices.update(kernel=kernel, timings=dict(ms), why=(
-        f"{kernel} measured faster here: one- and two-row products ({len(CHOICE_SHAPES) * CHOICE_LAYERS} layers) "
-        + ", ".join(f"{name} {t:.1f} ms" for name, t in sorted(ms.items(), key=lambda kv: kv[1]))))
-    return kernel
-
-
-def _has_timings(entry: Any) -> bool:
-    return isinstance(entry, dict) and isinstance(entry.get("ms"), dict)
+        _choices.update(kernel="int_mm", why=f"specviz's own kernel: {why_not}")
+        return "int_mm"
+    _choices.update(kernel="blocked", why=f"SPECVIZ_INT8_KERNEL={named}" if named == "blocked" else
+                    "specviz's own kernel, built for this CPU")
+    return "blocked"
 
 
 def kernel_choice() -> dict[str, Any] | None:
-    """The last :func:`choose_kernel` in this process: {"kernel", "why", "timings" (ms or None)}."""
+    """The last :func:`choose_kernel` in this process: {"kernel", "why"}."""
     return dict(_choices) if _choices else None
 
 

@@ -17,27 +17,25 @@ option):
 The projections that read one input (q/k/v, gate/up) share one smoothing and are one fused layer,
 so the static step quantizes that input once and multiplies once (72 products a token for
 gemma-3-270m, not 126: on a Zen 4 EPYC, 0.8 ms of a 24 ms full-vocabulary draft token in a
-session, 2 ms of the body alone; docs/benchmarks.md). Three kernels
-(``Int8Options.kernel``):
-- ``"packed"`` (the options' default, :class:`PackedInt8Linear`): ``linear_dynamic`` on packed quantized
-  weights, asymmetric 8-bit activations per token (a graph per width). PyTorch deprecates quantized
-  tensors.
-- ``"int_mm"`` (:class:`Int8Linear`): ``torch._int_mm`` (int8 x int8 -> int32; oneDNN's VNNI
+session, 2 ms of the body alone; docs/benchmarks.md). Two kernels (``Int8Options.kernel``), no
+quantized tensors (``torch.ao``, deprecated upstream) anywhere:
+- ``"int_mm"`` (the options' default, :class:`Int8Linear`): ``torch._int_mm`` (int8 x int8 -> int32; oneDNN's VNNI
   kernel where the CPU has it, an exact integer GEMM elsewhere) on plain int8 tensors with the
   scales applied after it, as torchao's CPU int8 path does: no quantized tensors, no warnings,
   symmetric activations, every row at once, so one graph serves every width. A large output head
   (gemma's 262,144 rows) can also run on oneDNN's int8 linear with its weight prepacked once
   (:func:`specviz.runtime.int8_speed.speed_up_int8_head`).
 - ``"blocked"`` (:class:`BlockedInt8Linear`): the same int8 weights and scales on specviz's own
-  product (:mod:`specviz.runtime.int8_kernel`, built for this CPU): asymmetric activations per
-  token as the packed kernel's, one op a product, one graph for every width.
+  product (:mod:`specviz.runtime.int8_kernel`, built for this CPU): asymmetric uint8 activations
+  per token, one op a product, one graph for every width.
 
-An ``@int8`` model (``specviz.models``) runs the one measured faster here between ``blocked`` and
-``packed`` (:func:`specviz.runtime.int8_speed.choose_kernel`, cached per machine).
+An ``@int8`` model (``specviz.models``) runs ``blocked`` where specviz's kernel builds, else
+``int_mm`` (:func:`specviz.runtime.int8_speed.choose_kernel`).
 
 Calibration text: the bundled Spec-Bench dev prompts (offline, deterministic). Mean next-token
 overlap with float32 on gemma-3-270m (12 held-out prompts x 5 positions after a batched prefill /
-4 prompts fed token by token), asymmetric activations: quantize_dynamic 0.77 / 0.81; per-channel
+4 prompts fed token by token), asymmetric activations (measured on the packed kernel since
+removed): torch.ao's quantize_dynamic 0.77 / 0.81; per-channel
 0.80 / 0.84; + per-token 0.88 / 0.84; + 8-bit 0.93 / 0.92; + smoothing (alpha 0.5, the default)
 0.95 / 0.94; ``down_proj`` in float 0.97 / 0.97 (~70 MB more read per token).
 """
@@ -46,7 +44,6 @@ from __future__ import annotations
 
 import threading
 import time
-import warnings
 from dataclasses import dataclass
 from types import SimpleNamespace
 
@@ -55,11 +52,9 @@ import torch
 from . import int8_kernel
 from .smoothing import SHARED_INPUTS, activation_absmax, calibration_token_ids, shared_input_groups, smoothing_scales  # noqa: F401
 
-PREFILL_ROWS = 16  # a packed layer given this many rows at once may run them in one _int_mm call (int_mm_pays)
-KERNELS = ("packed", "int_mm", "blocked")  # Int8Options.kernel: PackedInt8Linear, Int8Linear, BlockedInt8Linear
+PREFILL_ROWS = 16  # a blocked layer given this many rows at once may run them in one _int_mm call (int_mm_pays)
+KERNELS = ("int_mm", "blocked")  # Int8Options.kernel: Int8Linear, BlockedInt8Linear
 HEAD_KERNELS = ("_int_mm", "oneDNN")  # the int_mm head's two kernels (speed_up_int8_head)
-# torch's UserWarning (recent releases) on creating a quantized tensor (the packed kernel)
-_QUANTIZED_DEPRECATED = r"torch\.quantize_per_tensor, torch\.quantize_per_channel and other quantized tensor creation"
 
 
 @dataclass(frozen=True)
@@ -70,9 +65,9 @@ class Int8Options:
     per_token: bool = True  # one activation scale per input row (else one per call)
     smooth_alpha: float | None = 0.5  # SmoothQuant migration strength; None: no smoothing
     keep_float: tuple[str, ...] = ()  # Linear layers whose qualified name ends with one of these stay float
-    reduce_range: bool | None = None  # 7-bit activations; None: 8 bits unless the packed kernel saturates here
+    reduce_range: bool = False  # 7-bit activations on the int_mm path (else 8 bits: its int32 sums are exact)
     calibration_prompts: int = 8  # bundled prompts run through the float model for smoothing
-    kernel: str = "packed"  # "packed" (torch.ops.quantized, deprecated upstream), "int_mm" or "blocked" (specviz's own)
+    kernel: str = "int_mm"  # "int_mm" (torch._int_mm) or "blocked" (specviz's own, built for this CPU)
     fuse_siblings: bool = True  # q/k/v and gate/up as one fused layer each (one smoothing, one product per input)
 
     def __post_init__(self):
@@ -170,7 +165,7 @@ class Int8Linear(torch.nn.Module):
 
     def __getstate__(self) -> dict:  # copies and pickles leave the prepacked weight out (rebuilt on use)
         state = super().__getstate__() if hasattr(super(), "__getstate__") else self.__dict__
-        return {**state, "_packed": None, "_unpacked": None}
+        return {**state, "_packed": None}
 
     def _like(self, qweight: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None) -> "Int8Linear":
         """A layer with these int8 rows [N, in], scales [N] and bias [N] and this one's smoothing
@@ -219,11 +214,10 @@ class Int8Linear(torch.nn.Module):
 class BlockedInt8Linear(Int8Linear):
     """``Int8Options(kernel="blocked")``: the same int8 weight, scales and smoothing as
     :class:`Int8Linear`, multiplied by specviz's own kernel (:mod:`specviz.runtime.int8_kernel`:
-    the weight blocked for AVX-512 VNNI, asymmetric uint8 activations per token as the packed
-    kernel's, smoothing, scales and bias in the same call: one op a product). A prefill's many
-    rows take ``_int_mm`` where it pays (:func:`int_mm_pays`), as the packed layer's do. One graph
-    serves every width. The blocked copy (``blocked``, ``wsum``: buffers, so a traced body owns
-    them) is a second copy of the int8 weight, which stays: a fused layer's rows (q, k, v) are views
+    the weight blocked for AVX-512 VNNI, asymmetric uint8 activations per token, smoothing,
+    scales and bias in the same call: one op a product). A prefill's many rows take ``_int_mm``
+    where it pays (:func:`int_mm_pays`). One graph serves every width. The blocked copy
+    (``blocked``, ``wsum``: buffers, so a compiled or exported body owns them) is a second copy of the int8 weight, which stays: a fused layer's rows (q, k, v) are views
     of it, and the disk cache stores it. Those rows, which only the model's own forward calls,
     block their part on their first call."""
 
@@ -237,7 +231,7 @@ class BlockedInt8Linear(Int8Linear):
         self.register_buffer("wsum", wsum, persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # [..., in] -> [..., out]
-        plain = x.dim() == 2 and x.dtype == torch.float32  # the static body's rows: no reshape, no cast (ops in a trace)
+        plain = x.dim() == 2 and x.dtype == torch.float32  # the static body's rows: no reshape, no cast (ops in a graph)
         x2 = x if plain else x.reshape(-1, self.in_features).float()  # [rows, in]
         if prefill_on_int_mm(x2.shape[0]):
             return super().forward(x)
@@ -278,170 +272,9 @@ class BlockedInt8Linear(Int8Linear):
 _blocking = threading.Lock()
 
 
-class PackedInt8Linear(Int8Linear):
-    """``Int8Options(kernel="packed")``: y = dynamic_int8(x / s) @ int8(W * s)^T (+ bias) on
-    ``torch.ops.quantized.linear_dynamic`` (deprecated upstream), asymmetric 8-bit activations per
-    token; kept while it measures faster than :class:`Int8Linear` on the body's products
-    (docs/benchmarks.md). 2 to PREFILL_ROWS - 1 rows of a bias-free layer run in one call, each
-    row scaled to absolute max 1 first and back after (its per-token scale; the rows share one
-    8-bit grid over [-1, 1]); more rows (a prefill) in one ``torch._int_mm`` call, per-token
-    symmetric, where that measures faster (:func:`int_mm_pays`), else one call per row."""
-
-    group, onednn_at = (), (False,)
-    any_width = False  # its forward branches on the row count: a graph per width
-    rows_in_one_call = True  # any number of rows in one forward (a catch-up feed: one read of the weight)
-
-    def __init__(self, linear: torch.nn.Linear, smooth: torch.Tensor | None, options: Int8Options):
-        torch.nn.Module.__init__(self)
-        self.in_features, self.out_features = linear.in_features, linear.out_features
-        weight = linear.weight.detach().float()  # [out, in]
-        if smooth is not None:
-            weight = weight * smooth[None, :]  # [out, in]
-            self.register_buffer("inv_smooth", (1.0 / smooth).float().contiguous())  # [in]
-        else:
-            self.inv_smooth = None
-        # ``_packed_params`` and the weight()/bias() methods mirror torch's dynamic quantized
-        # Linear, so code that counts packed int8 weights (LoadedModel.num_parameters) sees these.
-        self._packed_params = _pack(weight, None if linear.bias is None else linear.bias.detach().float(), options.per_channel)
-        self.bias_free = linear.bias is None  # rows scaled into one call need the bias added apart: kept to bias-free layers
-        self.per_token = options.per_token
-        self.reduce_range = kernel_saturates() if options.reduce_range is None else options.reduce_range
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:  # [..., in] -> [..., out]
-        lead = x.shape[:-1]
-        x2 = x.reshape(-1, self.in_features).float()  # [rows, in]
-        if self.inv_smooth is not None:
-            x2 = x2 * self.inv_smooth  # [rows, in]
-        op = torch.ops.quantized.linear_dynamic
-        if self.per_token and prefill_on_int_mm(x2.shape[0]):
-            y = self._all_rows(x2)  # [rows, out]
-        elif self.per_token and 1 < x2.shape[0] < PREFILL_ROWS and getattr(self, "bias_free", False):
-            # a catch-up feed or tree level: one call (one read of the weight), rows at their own scale
-            amax = x2.abs().amax(dim=1, keepdim=True).clamp_min(1e-12)  # [rows, 1]
-            y = op(x2 / amax, self._packed_params, self.reduce_range) * amax  # [rows, out]
-        elif self.per_token and x2.shape[0] > 1:
-            y = torch.cat([op(x2[i : i + 1], self._packed_params, self.reduce_range) for i in range(x2.shape[0])])
-        else:
-            y = op(x2, self._packed_params, self.reduce_range)  # [rows, out]
-        return y.reshape(*lead, self.out_features)
-
-    def _all_rows(self, x: torch.Tensor) -> torch.Tensor:
-        """Many rows at once (a prompt's prefill): the same int8 weight and scales, the rows
-        quantized per token (symmetric int8, as :class:`Int8Linear` does) and multiplied by
-        ``torch._int_mm`` in one call instead of one packed call per row. x [rows, in] -> [rows, out]."""
-        unpacked = self.__dict__.get("_unpacked")
-        if unpacked is None:  # once per layer (unpacking costs more than the product): a second int8 copy
-            wq, bias = torch.ops.quantized.linear_unpack(self._packed_params)
-            per_channel = wq.qscheme() in (torch.per_channel_affine, torch.per_channel_symmetric)
-            scale = wq.q_per_channel_scales().float() if per_channel else torch.tensor(wq.q_scale(), dtype=torch.float32)
-            unpacked = self.__dict__["_unpacked"] = (wq.int_repr().t().contiguous(), scale, bias)  # [in, out] int8
-        ints_t, scale, bias = unpacked
-        xq, step = quantize_rows(x, True, 127.0)  # [rows, in] int8, [rows, 1]
-        y = torch._int_mm(xq, ints_t).float() * step * scale  # [rows, out]
-        return y if bias is None else y + bias
-
-    def select_rows(self, ids: torch.Tensor) -> "PackedInt8Linear":
-        """A copy keeping output rows ``ids`` [N] only, with exactly the same int8 values and
-        per-row scales (a per-tensor weight keeps its one scale)."""
-        wq, bias = torch.ops.quantized.linear_unpack(self._packed_params)
-        ints = wq.int_repr()[ids]  # [N, in] int8
-        if wq.qscheme() in (torch.per_channel_affine, torch.per_channel_symmetric):
-            scales, zeros = wq.q_per_channel_scales()[ids], wq.q_per_channel_zero_points()[ids]
-            rows = torch._make_per_channel_quantized_tensor(ints, scales, zeros, 0)
-        else:
-            rows = torch._make_per_tensor_quantized_tensor(ints, wq.q_scale(), wq.q_zero_point())
-        new = PackedInt8Linear.__new__(PackedInt8Linear)
-        torch.nn.Module.__init__(new)
-        new.in_features, new.out_features = self.in_features, int(ids.numel())
-        if self.inv_smooth is not None:
-            new.register_buffer("inv_smooth", self.inv_smooth)
-        else:
-            new.inv_smooth = None
-        new._packed_params = torch.ops.quantized.linear_prepack(rows, None if bias is None else bias[ids])
-        new.per_token, new.reduce_range, new.bias_free = self.per_token, self.reduce_range, bias is None
-        return new.eval()
-
-    def dequantized(self) -> torch.Tensor:
-        """The float weight this layer stands for, [out, in] (the smoothing undone)."""
-        w = self.weight().dequantize()
-        return w * self.inv_smooth[None, :] if self.inv_smooth is not None else w
-
-    def weight(self) -> torch.Tensor:
-        """The int8 weight (quantized tensor [out, in]; smoothing folded in)."""
-        return torch.ops.quantized.linear_unpack(self._packed_params)[0]
-
-    def bias(self) -> torch.Tensor | None:
-        return torch.ops.quantized.linear_unpack(self._packed_params)[1]
-
-    def extra_repr(self) -> str:
-        return f"in_features={self.in_features}, out_features={self.out_features}, smoothed={self.inv_smooth is not None}"
-
-    def rows(self, start: int, stop: int) -> "PackedRows":
-        """Output rows start..stop-1 as a layer of their own (:class:`PackedRows`) that runs this
-        one and keeps its slice, remembering this one as its ``group``."""
-        return PackedRows(self, start, stop)
+LAYERS: dict[str, type[Int8Linear]] = {"int_mm": Int8Linear, "blocked": BlockedInt8Linear}  # by KERNELS
 
 
-LAYERS: dict[str, type[Int8Linear]] = {"packed": PackedInt8Linear, "int_mm": Int8Linear, "blocked": BlockedInt8Linear}  # by KERNELS
-
-
-_last_product = threading.local()  # per thread: (fused layer, its input, its output), for PackedRows
-
-
-class PackedRows(torch.nn.Module):
-    """Output rows start..stop-1 of a fused :class:`PackedInt8Linear` (a layer's q/k/v or gate/up),
-    as the model's own forward calls them (q_proj(x), k_proj(x), v_proj(x)): the first member
-    called on an input runs the fused product, and the others called on that same tensor next, in
-    the same thread, slice its output instead of running it again. The static step calls the fused
-    layer itself (``group``, :func:`specviz.runtime.projections.fused_of`). An input changed in
-    place between two members' calls would be missed: the model's forward never does that."""
-
-    rows_in_one_call, any_width = True, False  # as the fused layer (body.DecoderBody)
-
-    def __init__(self, fused: PackedInt8Linear, start: int, stop: int):
-        super().__init__()
-        self.group = (fused,)  # a tuple: not registered as a submodule (the model counts each weight once)
-        self.start, self.stop = start, stop
-        self.in_features, self.out_features = fused.in_features, stop - start
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:  # [..., in] -> [..., out]
-        fused = self.group[0]
-        last = getattr(_last_product, "entry", None)
-        if last is None or last[0] is not fused or last[1] is not x:
-            last = _last_product.entry = (fused, x, fused(x))
-        return last[2][..., self.start : self.stop]
-
-    @property
-    def _packed_params(self):  # as counted by LoadedModel.num_parameters and the memory estimates
-        return self.group[0]._packed_params
-
-    def weight(self) -> torch.Tensor:
-        """The int8 weight of these rows (quantized tensor [out, in]; smoothing folded in)."""
-        return self.group[0].weight()[self.start : self.stop]
-
-    def bias(self) -> torch.Tensor | None:
-        bias = self.group[0].bias()
-        return None if bias is None else bias[self.start : self.stop]
-
-    def extra_repr(self) -> str:
-        return f"rows {self.start}..{self.stop - 1} of a fused {self.group[0].out_features}-row layer"
-
-
-def _pack(weight: torch.Tensor, bias: torch.Tensor | None, per_channel: bool):
-    """Symmetric int8 weight [out, in] (scale per row or per matrix) packed for the CPU kernel."""
-    with warnings.catch_warnings():  # quantized tensors are deprecated upstream, still supported
-        warnings.filterwarnings("ignore", _QUANTIZED_DEPRECATED, UserWarning)
-        if per_channel:
-            scale = (weight.abs().amax(dim=1) / 127.0).clamp_min(1e-12).double()  # [out]
-            zero = torch.zeros_like(scale, dtype=torch.long)
-            wq = torch.quantize_per_channel(weight, scale, zero, 0, torch.qint8)
-        else:
-            scale = float(weight.abs().max() / 127.0) or 1e-12
-            wq = torch.quantize_per_tensor(weight, scale, 0, torch.qint8)
-        return torch.ops.quantized.linear_prepack(wq, bias)
-
-
-_saturates: dict[str, bool] = {}
 _int_mm_probe: dict[str, bool] = {}  # int_mm_pays's one measurement
 
 
@@ -452,25 +285,27 @@ def prefill_on_int_mm(rows: int) -> bool:
 
 
 def int_mm_pays(time_both=None) -> bool:
-    """Whether one ``torch._int_mm`` call on :data:`PREFILL_ROWS` rows beats the packed kernel's
-    loop over them here; measured once per process (1024 x 640, min of 3 after a warm round).
-    With VNNI ``_int_mm`` is oneDNN's kernel and wins; on an AVX2-only AMD EPYC (Zen 1) it ran 55x
-    slower (16 rows through 4096 x 640: 151 ms against 2.8 ms) and made the int8 draft's prefill
-    cost seconds. ``time_both() -> (int_mm s, loop s)`` stands in for the timing in tests."""
+    """Whether one ``torch._int_mm`` call on :data:`PREFILL_ROWS` rows beats specviz's blocked
+    kernel on them here; measured once per process (1024 x 640, min of 3 after a warm round).
+    With VNNI ``_int_mm`` is oneDNN's kernel and can win; without it ``_int_mm`` is an exact but
+    slow integer GEMM (on an AVX2-only AMD EPYC, Zen 1, 16 rows through 4096 x 640 took 151 ms
+    against 2.8 ms for a few-row kernel). ``time_both() -> (int_mm s, blocked s)`` stands in for
+    the timing in tests."""
     if "pays" not in _int_mm_probe:
         try:
-            int_mm_s, loop_s = (time_both or _time_int_mm_and_loop)()
-        except (RuntimeError, AttributeError):  # no _int_mm in this build: the loop
-            int_mm_s, loop_s = 1.0, 0.0
-        _int_mm_probe["pays"] = int_mm_s < loop_s
+            int_mm_s, blocked_s = (time_both or _time_int_mm_and_blocked)()
+        except (RuntimeError, AttributeError):  # no _int_mm in this build, or no blocked kernel: keep the layer's own
+            int_mm_s, blocked_s = 1.0, 0.0
+        _int_mm_probe["pays"] = int_mm_s < blocked_s
     return _int_mm_probe["pays"]
 
 
-def _time_int_mm_and_loop() -> tuple[float, float]:
+def _time_int_mm_and_blocked() -> tuple[float, float]:
     w, x = torch.randn(1024, 640), torch.randn(PREFILL_ROWS, 640)  # [out, in], [rows, in]
-    packed, ints_t = _pack(w, None, per_channel=True), quantize_weight(w, True)[0].t().contiguous()
-    xq, op = quantize_rows(x, True, 127.0)[0], torch.ops.quantized.linear_dynamic
-    both = (lambda: torch._int_mm(xq, ints_t), lambda: [op(x[i : i + 1], packed, False) for i in range(len(x))])
+    ints, scale = quantize_weight(w, True)  # [out, in] int8, [out]
+    ints_t, (blocked, wsum) = ints.t().contiguous(), int8_kernel.block(ints)
+    xq = quantize_rows(x, True, 127.0)[0]  # [rows, in] int8
+    both = (lambda: torch._int_mm(xq, ints_t), lambda: int8_kernel.linear(x, blocked, scale, wsum, None, None, 1024))
     times: tuple[list[float], list[float]] = ([], [])
     for _ in range(4):
         for f, ts in zip(both, times):
@@ -480,19 +315,6 @@ def _time_int_mm_and_loop() -> tuple[float, float]:
     return min(times[0][1:]), min(times[1][1:])
 
 
-def kernel_saturates() -> bool:
-    """Whether this CPU's int8 kernel saturates full 8-bit activations: without VNNI, x86 int8
-    GEMMs add pairs of uint8 x int8 products in int16, and 2 x 255 x 127 overflows it. Measured
-    once per quantized engine: an all-ones product (exact answer 64) must come out as 64."""
-    engine = torch.backends.quantized.engine
-    if engine not in _saturates:
-        ones = torch.ones(8, 64)  # [out, in]
-        packed = _pack(ones, None, per_channel=True)
-        y = torch.ops.quantized.linear_dynamic(torch.ones(1, 64), packed, False)  # [1, 8]
-        _saturates[engine] = not torch.allclose(y, torch.full_like(y, 64.0), rtol=1e-3)
-    return _saturates[engine]
-
-
 def prepack(ints: torch.Tensor) -> torch.Tensor:
     """int8 weight [out, in] in oneDNN's blocked layout (an opaque tensor; built once per head)."""
     return torch.ops.onednn.qlinear_prepack(ints, None)
@@ -500,7 +322,7 @@ def prepack(ints: torch.Tensor) -> torch.Tensor:
 
 def _fused(names: tuple[str, ...], lins: list[torch.nn.Linear], stats: dict[str, torch.Tensor],
            options: Int8Options, layer: type[Int8Linear]) -> dict[str, torch.nn.Module]:
-    """One ``layer`` (:class:`Int8Linear` or :class:`PackedInt8Linear`) over the stacked weights of
+    """One ``layer`` (:class:`Int8Linear` or :class:`BlockedInt8Linear`) over the stacked weights of
     projections that read one input (one smoothing, measured on that input against all their
     weights; one activation quantization and one int8 product for all of them in the static
     step) -> {name: its rows}."""
