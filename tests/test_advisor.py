@@ -358,14 +358,14 @@ def test_cost_model_with_a_stand_in_clock(tiny, tmp_path):
 
 
 class DriftingClock:
-    """Each reading adds 1 ms times the speed of its round (8 readings a round after the prefill's
-    two): a host that slows down and speeds up between rounds."""
+    """Each reading adds 1 ms times the speed of its round (``per_round`` readings a round after the
+    prefill's two): a host that slows down and speeds up between rounds."""
 
-    def __init__(self, speeds):
-        self.now, self.reads, self.speeds = 0.0, 0, speeds
+    def __init__(self, speeds, per_round=6):
+        self.now, self.reads, self.speeds, self.per_round = 0.0, 0, speeds, per_round
 
     def __call__(self) -> float:
-        rnd = max(0, self.reads - 2) // 8
+        rnd = max(0, self.reads - 2) // self.per_round
         self.reads += 1
         self.now += 0.001 * self.speeds[min(rnd, len(self.speeds) - 1)]
         return self.now
@@ -378,9 +378,63 @@ def test_a_draft_is_measured_against_the_target_round_by_round(tiny):
     speeds = [1, 3, 3, 1, 3, 3, 1, 3]
     alone = C.measure_draft(draft, context=32, repeats=8, clock=DriftingClock(speeds), levels=False)
     assert alone.step_s == pytest.approx(0.003)  # the median of its rounds after the first: the drift in it
-    ours = C.measure_draft(draft, context=32, repeats=8, clock=DriftingClock(speeds), levels=False,
-                           reference=lambda: None, reference_s=0.005)
+    ours = C.measure_draft(draft, context=32, repeats=8, clock=DriftingClock(speeds, per_round=12), levels=False,
+                           reference=lambda: None, reference_s=0.005)  # a round: 3 feeds, a step, 2 target passes
     assert ours.step_s == pytest.approx(0.005) and ours.feed_s == {n: pytest.approx(0.005) for n in (1, 2, 3)}
+    assert ours.switch_s == pytest.approx(0.0)
+
+
+class CacheClock:
+    """Virtual seconds that pass only as passes run: a target pass 10 ms, a draft forward 2 ms, and
+    each 3 ms (target) or 1 ms (draft) more right after the other kind ran (its weights evicted)."""
+
+    COST = {"target": (0.010, 0.003), "draft": (0.002, 0.001)}
+
+    def __init__(self):
+        self.now, self.last = 0.0, None
+
+    def run(self, kind: str) -> None:
+        base, switch = self.COST[kind]
+        self.now += base + (switch if self.last not in (None, kind) else 0.0)
+        self.last = kind
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_draft_is_priced_as_a_step_alternates_it_with_the_target(tiny, monkeypatch):
+    """issue 51: the advisor erred high, most at small k: the draft's feeds were timed back to back
+    (warm) against a target pass timed after them (cold), and the target's pass after a draft was
+    priced as one after a target pass. Now the first forward of a step follows a target pass, the
+    later ones the draft's own, and the target's slower pass after the draft is a cost of its own."""
+    from specviz.runtime import kv
+
+    _, draft = tiny
+    clock, real = CacheClock(), kv.forward_logits
+
+    def forward(*a, **kw):
+        out = real(*a, **kw)
+        clock.run("draft")
+        return out
+
+    monkeypatch.setattr(kv, "forward_logits", forward)
+    d = C.measure_draft(draft, context=32, repeats=4, clock=clock, levels=False, reference=lambda: clock.run("target"),
+                        reference_s=0.020)  # this host's t(1): twice the virtual 10 ms
+    assert d.feed_s == {n: pytest.approx(2 * 0.003) for n in (1, 2, 3)}  # after a target pass
+    assert d.step_s == pytest.approx(2 * 0.002)  # after the draft's own forward
+    assert d.switch_s == pytest.approx(2 * 0.003)  # the target's pass after the draft's
+    assert C.CostModel.from_dict(json.loads(json.dumps(with_d(d).to_dict()))).drafts["d"].switch_s == d.switch_s
+    # the forecast pays it once a step: at k = 1 the step is the feed, the switch and t(2)
+    cal = A.chain_calibration("draft:d", [[step(1, 1), step(1, 0)]], 1)
+    f = A.predict_chain(cal, with_d(d), 1, "draft", "d")
+    all_kept = 0.5
+    assert f.draft_s == pytest.approx((1 - all_kept) * d.feed(1) + all_kept * d.feed(2) + d.switch_s)
+    assert f.step_s == pytest.approx(f.draft_s + with_d(d).t(2))
+
+
+def with_d(d: C.DraftCost) -> C.CostModel:
+    cost = cost_model()
+    return C.with_draft(cost, C.DraftCost("d", d.step_s, d.feed_s, d.level_s, d.prefill_s, d.switch_s))
 
 
 def test_draft_tree_levels_only_when_asked(tiny, tmp_path):

@@ -16,7 +16,9 @@ Acceptance (counted from the calibration's step records, each share with a Wilso
 Speed: a step costs ``draft_s + E[t(j + 1)] + overhead`` seconds, j the drafts the step actually
 made (the engine verifies only those: an n-gram may find fewer than k, or none; a tree: its
 realised nodes, ``t_tree``), and a target-only step ``t(1) + overhead``
-(:mod:`specviz.analysis.costmodel`), so
+(:mod:`specviz.analysis.costmodel`); a draft model's ``draft_s`` holds its forwards as a step
+meets them (the first after the target's pass, the rest after its own) and what its forwards
+cost the target's pass that follows (``DraftCost.switch_s``: the caches they evicted), so
 
     speedup = tau (t(1) + overhead) / (draft_s + E[t(j + 1)] + overhead)
 
@@ -367,7 +369,9 @@ def _chain_step_s(cal: ChainCalibration, cost: CostModel, k: int, kind: str, dra
     elif kind == "draft" and draft in cost.drafts:
         d = cost.drafts[draft]
         all_kept = _all_kept(cal, k)  # the next step feeds the last draft and the bonus
-        draft_s = (1 - all_kept) * d.feed(1) + all_kept * d.feed(2) + max(0.0, kprime - 1) * d.step_s
+        # the first forward after the target's pass, the rest after the draft's own, and the target's pass slowed
+        # by the draft before it (costmodel.DraftCost): at k = 1 or 2 that alternation is most of the draft's price
+        draft_s = (1 - all_kept) * d.feed(1) + all_kept * d.feed(2) + max(0.0, kprime - 1) * d.step_s + d.switch_s
     else:
         per_token = (cal.draft_ms / 1e3 / cal.drafted_tokens) if cal.drafted_tokens else 0.0
         draft_s = kprime * per_token
@@ -413,7 +417,7 @@ def tree_step_seconds(cost: CostModel, kind: str, draft: str | None = None, look
             return cost.base_step_s
         if kind == "draft-tree" and draft in cost.drafts:
             d = cost.drafts[draft]
-            draft_s = d.level(1) + sum(d.level(w) for w in shape.level_widths())
+            draft_s = d.level(1) + sum(d.level(w) for w in shape.level_widths()) + d.switch_s
         else:
             draft_s = cost.lookup_s.get("ngram-tree", 0.0) if lookup_s is None else lookup_s
         return draft_s + tree_pass_s(cost, shape, fill) + cost.step_overhead_s

@@ -39,18 +39,23 @@ TREE_NS = (2, 3, 5, 9, 13, 17)  # tree passes measured (interpolated between)
 LEVEL_MS = (1, 2, 3, 4)  # draft-tree level widths measured
 REPEATS = 4  # rounds per cost: the first (first calls) left out, the median of the other three
 DRAFT_REPEATS = 8  # a draft's feeds are cheap (a round: about 0.2 s for gemma-3-270m's int8 copy): more rounds
-SCHEMA = 6  # 6: a float32 target's step on the fused runner too, a prompt through its body where faster, timed on text; 5: an int8 draft's step on the fused runner (each layer one op), which a model measured before never had, and the step's overhead without its argmax (counted twice before); 4: draft-tree levels timed on the draft's static step, as it now grows them; 3: a greedy pass takes its argmax as the engine does (a screened head's without logits); 2: each cost the median of its repeats after the first (1: the fastest)
+SCHEMA = 7  # 7: a draft's feeds timed right after a target pass and its later steps right after its own, and the target's pass slowed by the draft before it (DraftCost.switch_s); 6: a float32 target's step on the fused runner too, a prompt through its body where faster, timed on text; 5: an int8 draft's step on the fused runner (each layer one op), which a model measured before never had, and the step's overhead without its argmax (counted twice before); 4: draft-tree levels timed on the draft's static step, as it now grows them; 3: a greedy pass takes its argmax as the engine does (a screened head's without logits); 2: each cost the median of its repeats after the first (1: the fastest)
 
 
 @dataclass(frozen=True)
 class DraftCost:
-    """A draft model's costs (seconds)."""
+    """A draft model's costs (seconds), each as the engine meets it: a step alternates the draft's
+    forwards and the target's pass, and each evicts the other's weights from the CPU's caches, so
+    the first draft forward of a step runs after a target pass (``feed_s``), the next ones after
+    the draft's own (``step_s``), and the target's pass after the draft's (``switch_s``: what that
+    costs it beyond the back-to-back passes t(n) is measured on)."""
 
     name: str
-    step_s: float  # one-token step on its session cache (a chain draft's step)
-    feed_s: dict[int, float]  # the catch-up feed of n tokens (n = 1..3) at the start of a step
+    step_s: float  # one-token step on its session cache, right after another (a chain draft's 2nd..k-th)
+    feed_s: dict[int, float]  # the catch-up feed of n tokens (n = 1..3) at the start of a step, after a target pass
     level_s: dict[int, float]  # a draft tree's level of m nodes (its DynamicCache, tree mask)
     prefill_s: float  # the prompt through the draft (once per prompt)
+    switch_s: float = 0.0  # the target's pass right after a draft forward, beyond one right after a target pass
 
     def feed(self, n: int) -> float:
         return interpolate(self.feed_s, n)
@@ -151,7 +156,8 @@ class CostModel:
             feeds = ", ".join(f"{n}: {1e3 * s:.2f}" for n, s in sorted(d.feed_s.items()))
             levels = ", ".join(f"{m}: {1e3 * s:.2f}" for m, s in sorted(d.level_s.items()))
             lines.append(f"  draft {d.name}: step {1e3 * d.step_s:.2f} ms (c = {d.step_s / self.t(1):.2f}); feeds ms "
-                         f"{{{feeds}}}; tree levels ms {{{levels}}}; prefill {1e3 * d.prefill_s:.1f} ms")
+                         f"{{{feeds}}}; tree levels ms {{{levels}}}; prefill {1e3 * d.prefill_s:.1f} ms; the target's "
+                         f"pass after it +{1e3 * d.switch_s:.2f} ms")
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
@@ -164,7 +170,8 @@ class CostModel:
         def ints(m):
             return {int(k): float(v) for k, v in (m or {}).items()}
 
-        drafts = {name: DraftCost(x["name"], float(x["step_s"]), ints(x["feed_s"]), ints(x["level_s"]), float(x["prefill_s"]))
+        drafts = {name: DraftCost(x["name"], float(x["step_s"]), ints(x["feed_s"]), ints(x["level_s"]), float(x["prefill_s"]),
+                                  float(x.get("switch_s") or 0.0))
                   for name, x in (d.get("drafts") or {}).items()}
         fields = {k: d[k] for k in ("key", "machine", "target", "dtype", "torch", "threads", "context", "static_decode",
                                     "step_overhead_s", "prefill_s")}
@@ -436,9 +443,12 @@ def measure_draft(draft, *, context: int = 256, repeats: int = REPEATS, clock: C
     of m nodes on a second session cache (as ``draft-tree`` grows them; ``levels=False``: not measured,
     ``level_s`` left empty) and its prefill.
 
-    ``reference`` (the target's one-token pass) and ``reference_s`` (its cost, t(1)): each round
-    times the reference too, and every draft cost is its typical ratio to the reference in the
-    same round times ``reference_s``. What a forecast uses is that ratio (c = draft / t(1)), and
+    ``reference`` (the target's one-token pass) and ``reference_s`` (its cost, t(1)): the draft
+    and the target alternate as in a step (:func:`_alternating`), and every cost is its typical
+    ratio to the round's warm reference times ``reference_s``. Before, the feeds ran back to back
+    (warm) and the reference after the draft (cold), so the draft's ratio read low on both sides,
+    and nothing priced the target's pass after a draft: the advisor erred high, most at small k
+    (issue 51: the int8 draft at k = 2, +17%). What a forecast uses is that ratio (c = draft / t(1)), and
     a host that drifts by tens of percent over seconds moves both sides of it alike (a 2-core
     Xeon: the int8 draft's step read 38 ms in one cost model and 26-30 ms in the next minutes,
     and the draft's forecast erred by 26%)."""
@@ -472,20 +482,45 @@ def measure_draft(draft, *, context: int = 256, repeats: int = REPEATS, clock: C
         feed(n)
     for m in LEVEL_MS if levels else ():
         level(m)
-    passes = [(feed, (1, 2, 3)), (level, LEVEL_MS if levels else ())]
-    relative = reference is not None and bool(reference_s)
-    if relative:
-        passes.append((lambda _n: reference(), (1,)))
-    timed = _interleaved(passes, repeats, clock)
-    feeds, level_times = timed[0], timed[1]
+    if reference is None or not reference_s:
+        feeds, level_times = _interleaved([(feed, (1, 2, 3)), (level, LEVEL_MS if levels else ())], repeats, clock)
+        feed_s = {n: _typical(v) for n, v in feeds.items()}
+        return DraftCost(str(draft.name), feed_s[1], feed_s, {m: _typical(v) for m, v in level_times.items()}, prefill)
+    t = _alternating(feed, level if levels else None, reference, repeats, clock)
 
-    def cost(xs: list[float]) -> float:
-        if not relative:
-            return _typical(xs)
-        return _typical([x / max(r, 1e-12) for x, r in zip(xs, timed[2][1])]) * reference_s
+    def cost(xs: list[float]) -> float:  # each round's time over the same round's warm target pass, times t(1)
+        return _typical([x / max(r, 1e-12) for x, r in zip(xs, t["target"])]) * reference_s
 
-    feed_s = {n: cost(v) for n, v in feeds.items()}
-    return DraftCost(str(draft.name), feed_s[1], feed_s, {m: cost(v) for m, v in level_times.items()}, prefill)
+    switch = cost([after - warm for after, warm in zip(t["target after draft"], t["target"])])
+    return DraftCost(str(draft.name), cost(t["step"]), {n: cost(t[f"feed {n}"]) for n in (1, 2, 3)},
+                     {m: cost(t[f"level {m}"]) for m in (LEVEL_MS if levels else ())}, prefill, max(0.0, switch))
+
+
+def _alternating(feed: Callable[[int], None], level: Callable[[int], None] | None, reference: Callable[[], None],
+                 repeats: int, clock: Callable[[], float]) -> dict[str, list[float]]:
+    """Rounds that run the draft and the target in the orders a step does, each pass timed in the
+    order it runs (what precedes a pass decides which weights the CPU's caches still hold):
+    a target pass after a target pass ("target", the warm t(1) the rest is scaled by); each feed
+    of n tokens after a target pass ("feed n"); a one-token step after a feed ("step"); the target
+    after that step ("target after draft"); tree levels one after another ("level m").
+    -> {what: [seconds per round]}."""
+    out: dict[str, list[float]] = {}
+
+    def timed(what: str, run: Callable[[], None]) -> None:
+        t0 = clock()
+        run()
+        out.setdefault(what, []).append(clock() - t0)
+
+    for _ in range(max(2, repeats)):
+        for n in (1, 2, 3):
+            reference()
+            timed(f"feed {n}", lambda n=n: feed(n))
+        timed("step", lambda: feed(1))
+        timed("target after draft", reference)
+        timed("target", reference)
+        for m in LEVEL_MS if level is not None else ():
+            timed(f"level {m}", lambda m=m: level(m))
+    return out
 
 
 def with_draft(model: CostModel, draft: DraftCost) -> CostModel:

@@ -338,7 +338,7 @@ def _hybrid_costed(runs, cost: CostModel, draft, shares_prompt: bool = False):
             ms = s.draft_ms
             if s.source == "draft" and s.k:
                 feed = d.prefill_s * s.feed / max(1, cost.context) if first else d.feed(s.feed)
-                ms += 1e3 * (feed + (s.k - 1) * d.step_s)
+                ms += 1e3 * (feed + (s.k - 1) * d.step_s + d.switch_s)  # and the target's pass after it
                 first = False
             new.append(replace(s, draft_ms=ms))
         out.append(new)
