@@ -78,3 +78,40 @@ def test_the_panel_starts_from_the_run_and_keeps_what_the_user_set(tiny_env):
     list(pg.on_step(st, *_raw(tiny_env, seed=3)))  # a new run follows its own numbers again
     assert st.whatif is None
     st.close()
+
+
+def test_the_what_if_and_learn_part_5_read_one_v_curve_and_a_run_without_one_says_fitted(tiny_env, monkeypatch):
+    """Issue 52: the what-if applied the run's one v to every k (best k = 16) while the card said the verify
+    pass limits and Learn part 5 taught that v(n) grows. With this machine's measured v(n) for the run's
+    target (the advisor's cost model), the what-if's curve and best k are Learn part 5's at the same a and
+    c, and the card is given the same curve; without one, the chart says its v is fitted from this run."""
+    from specviz.learn import hardware as hw
+    from specviz.ui import lesson_view
+    from specviz.ui import playground as pg
+    from specviz.ui import whatif_view as wv
+    from specviz.viz import explain
+    from specviz.viz.whatif import WHATIF_MAX_K
+
+    st = wv.PlaygroundState()
+    raw = _raw(tiny_env, max_new_tokens=16)
+    list(pg.on_play(st, *raw))
+    list(pg.on_baseline(st, *raw))
+    flat = json.loads(wv.whatif_outputs(st)["whatif_plot"].plot)
+    assert "fitted from this run" in flat["layout"]["title"]["text"]
+
+    steep = hw.VerifyCurve("this machine (measured)", {1: 1.0, 2: 1.4, 3: 1.8, 17: 7.0}, "a test curve", True)
+    asked = []
+    monkeypatch.setattr(hw, "measured_curve", lambda cache_dir=None, target=None: asked.append(target) or steep)
+    run = wv._run(st)
+    assert asked[-1] == st.settings.target and run.v_at and run.v_of(3) == pytest.approx(steep.v(4))
+    fig = json.loads(wv.whatif_outputs(st)["whatif_plot"].plot)
+    assert "measured on this machine" in fig["layout"]["title"]["text"]
+    best = next(int(t["name"].split("= ")[1]) for t in fig["data"] if t["name"].startswith("best k"))
+    a, c = round(run.a, 3), round(run.c, 3)  # the sliders' values
+    assert best == hw.speedup_vs_k(a, c, steep, WHATIF_MAX_K).best_k  # Learn part 5 at the same a and c
+    seen = {}
+    real = explain.explain_run
+    monkeypatch.setattr(lesson_view, "explain_run", lambda *args, **kw: seen.update(kw) or real(*args, **kw))
+    lesson_view.why_html(st)
+    assert seen["v_curve"][3] == pytest.approx(steep.v(4))  # the card: the same v(k + 1)
+    st.close()

@@ -27,7 +27,7 @@ from ..analysis.costmodel import CostModel, interpolate, latest_on_this_machine
 from ..core.bounds import LEARN_CURVE_MAX_K
 
 __all__ = ["VerifyCurve", "KCurve", "HardwareLesson", "DOCUMENTED_CPU", "GPU_LIKE", "machine_curve", "cpu_curve",
-           "speedup_vs_k", "hardware_lesson", "K_MAX"]
+           "speedup_vs_k", "hardware_lesson", "K_MAX", "measured_curve", "default_point", "START_POINTS"]
 
 K_MAX = LEARN_CURVE_MAX_K  # k = 1..16: passes of up to 17 positions, the cost model's range
 
@@ -65,6 +65,17 @@ def machine_curve(cost: CostModel) -> VerifyCurve:
         "this machine (measured)", points,
         f"this machine, measured by specviz advise: {cost.machine}, {cost.target} ({cost.dtype}, {cost.threads} "
         f"threads, a {cost.context}-token context), t(1) = {1e3 * cost.t(1):.0f} ms", True)
+
+
+def measured_curve(cache_dir: Any = None, target: str | None = None) -> VerifyCurve | None:
+    """This machine's measured v(n) (the cost model ``specviz advise`` cached) when there is one, and
+    for ``target`` when given (a cost model of another target says nothing of this one's passes);
+    None otherwise. The playground's what-if, its card and this part read v(n) from here, so on one
+    machine they tell one story (issue 52)."""
+    cost = latest_on_this_machine(cache_dir)
+    if cost is None or (target is not None and cost.target != target):
+        return None
+    return machine_curve(cost)
 
 
 def cpu_curve(cache_dir: Any = None) -> VerifyCurve:

@@ -24,8 +24,9 @@ from ..viz.phases import step_phase_html
 from ..viz.race import race_figure, race_html
 from ..viz.styles import keys_help_html
 from ..viz.tree import chain_view, tree_figure, tree_mask_figure
+from ..viz.whatif import WHATIF_MAX_K
 from .state import PlaygroundState
-from .whatif_view import advice_outputs, whatif_outputs
+from .whatif_view import advice_outputs, machine_curve, whatif_outputs
 
 # Play speed: the menu's label -> the pause between steps in seconds
 SPEEDS = {"as fast as it runs": 0.0, "2 steps/s": 0.5, "1 step/s": 1.0, "1 step / 3 s": 3.0}
@@ -152,7 +153,9 @@ def why_html(state: PlaygroundState) -> str:
                 f'from the run\'s own numbers.</p><p class="sv-muted">{WHEN_IT_PAYS}</p>{note}</div>')
     base = state.comparable_baseline()
     st = state.settings
-    story = explain_run(state.visible_steps(), stats, base, k=_k(state), proposer=_proposer_name(state),
+    curve = machine_curve(state) if base is not None else None  # this machine's v(n): the what-if's, Learn part 5's
+    v_curve = {kk: curve.v(kk + 1) for kk in range(1, WHATIF_MAX_K + 1)} if curve is not None else None
+    story = explain_run(state.visible_steps(), stats, base, k=_k(state), proposer=_proposer_name(state), v_curve=v_curve,
                         baseline_steps=state.baseline_steps if base is not None else (),
                         temperature=st.temperature if st is not None else None,
                         lossy=st is not None and st.acceptance == "typical" and st.temperature > 0)

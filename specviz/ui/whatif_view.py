@@ -11,6 +11,7 @@ user moves one; then they stay where the user put them (``PlaygroundState.whatif
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any
 
 import gradio as gr
@@ -27,8 +28,27 @@ C_MAX = 2.0  # the c slider's range: a draft token costing up to two target step
 def _run(state: PlaygroundState) -> RunPoint | None:
     k = state.settings.k if state.settings is not None else int(getattr(state.session, "header", {}).get("k", 0) or 0)
     try:
-        return run_point(state.visible_steps(), state.visible_stats(), state.comparable_baseline(), k)
+        run = run_point(state.visible_steps(), state.visible_stats(), state.comparable_baseline(), k)
     except (TypeError, ValueError, ZeroDivisionError):
+        return None
+    curve = machine_curve(state)
+    if run is None or curve is None or not run.timed:  # c in target steps needs the target-only run's timings
+        return run
+    return replace(run, v_at=tuple(curve.v(kk + 1) for kk in range(1, WHATIF_MAX_K + 1)), v_source="specviz advise")
+
+
+def machine_curve(state: PlaygroundState):
+    """This machine's measured v(n) for the run's target (the advisor's cached cost model), or None:
+    the what-if's curve, the card's best k and Learn part 5 then read the same v(n) (issue 52)."""
+    from ..learn.hardware import measured_curve
+    from ..models import cache_dir
+
+    target = state.settings.target if state.settings is not None else None
+    if target is None:
+        return None
+    try:
+        return measured_curve(cache_dir(), runs.base_name(target))
+    except (OSError, ValueError, KeyError, TypeError):
         return None
 
 

@@ -198,6 +198,9 @@ def explain_speedup(*, a: float | None, k: int, tau: float, tokens: int, target_
     if per_position and v_curve:
         kb, sb = best_k_from_positions(per_position, c, v_curve, drafted_fraction)
         now = dict(best_k_curve(per_position, c, v_curve, drafted_fraction)).get(k)
+        if limit == "v" and kb is not None and kb >= k:  # this machine's v(k + 1): a smaller k would not pay more
+            advice = advice.replace("A smaller k keeps the pass narrow", f"On this machine's v(k + 1), k = {kb} is "
+                                    "still the best k for these drafts")
         if kb != k and now is not None and sb > now * 1.05:
             advice += (f" From this run's own per-position acceptance and this machine's verify costs, k = {kb} "
                        f"would give about {_x(sb)} (k = {k}: {_x(now)}).")

@@ -27,7 +27,8 @@ from .explain import drafted_fraction, run_costs
 from .figures import LEGEND_BELOW, MARGIN_BELOW, _spec, _with_spec, empty_figure
 from .theme import COLORS
 
-__all__ = ["RunPoint", "advice_html", "run_point", "whatif_curve", "whatif_figure", "whatif_html", "WHATIF_MAX_K"]
+__all__ = ["RunPoint", "advice_html", "run_point", "v_words", "whatif_curve", "whatif_figure", "whatif_html",
+           "WHATIF_MAX_K"]
 
 WHATIF_MAX_K = LEARN_CURVE_MAX_K  # the curve's (and the k slider's) range: k = 1..this
 
@@ -44,11 +45,17 @@ class RunPoint:
     measured: float | None  # tokens/s over the target-only run's (None without one)
     timed: bool  # c and v measured against a target-only run (False: c against the run's verify pass, v = 1)
     tree: bool = False
+    v_at: tuple[float, ...] = ()  # v(k + 1) for k = 1, 2, ...: this machine's measured curve (empty: v at every k)
+    v_source: str = ""  # where v_at comes from, in words (the legend's subtitle)
+
+    def v_of(self, k: int) -> float:
+        """The verify cost the curve uses at ``k``: the machine's v(k + 1), else the run's own v."""
+        return self.v_at[k - 1] if 0 < k <= len(self.v_at) else self.v
 
     @property
     def predicted(self) -> float:
         """The theory at the run's own a, k, c, v, f."""
-        return whatif_curve(self.a, self.c, self.v, self.f, self.k)[-1][1]
+        return whatif_curve(self.a, self.c, self.v, self.f, self.k, self.v_at)[-1][1]
 
 
 def run_point(steps: Sequence[StepRecord], stats: Stats | None, baseline: Stats | None, k: int) -> RunPoint | None:
@@ -76,10 +83,17 @@ def run_point(steps: Sequence[StepRecord], stats: Stats | None, baseline: Stats 
                     counts.tree)
 
 
-def whatif_curve(a: float, c: float, v: float, f: float = 1.0, k_max: int = WHATIF_MAX_K) -> list[tuple[int, float]]:
+def whatif_curve(a: float, c: float, v: float, f: float = 1.0, k_max: int = WHATIF_MAX_K,
+                 v_at: Sequence[float] = ()) -> list[tuple[int, float]]:
     """[(k, predicted speedup)] for k = 1..k_max: i.i.d. acceptance a, a draft token at c and a verify
-    round at v target steps, a share f of the steps drafting (the rest plain target steps)."""
-    return [(kk, expected_speedup_drafting(expected_tokens_per_step(a, kk), f, kk, c, v)) for kk in range(1, int(k_max) + 1)]
+    round at v target steps, a share f of the steps drafting (the rest plain target steps). ``v_at``:
+    v(k + 1) for each k (this machine's measured curve), where a (k + 1)-token pass costs more as k
+    grows; without it the run's one v is used at every k."""
+    def vk(kk: int) -> float:
+        return v_at[kk - 1] if 0 < kk <= len(v_at) else v
+
+    return [(kk, expected_speedup_drafting(expected_tokens_per_step(a, kk), f, kk, c, vk(kk)))
+            for kk in range(1, int(k_max) + 1)]
 
 
 def _line(points: list[tuple[int, float]], name: str, color: str, dash: str = "solid", width: float = 2.5) -> dict:
@@ -102,8 +116,8 @@ def whatif_figure(run: RunPoint | None, a: float, k: int, c: float, k_max: int =
     if run is None:
         return empty_figure.spec(title, "Run a few steps: the curve starts from this run's own a, k and c")
     k_max = max(int(k_max), int(k), run.k)
-    mine = whatif_curve(a, c, run.v, run.f, k_max)
-    own = whatif_curve(run.a, run.c, run.v, run.f, k_max)
+    mine = whatif_curve(a, c, run.v, run.f, k_max, run.v_at)
+    own = whatif_curve(run.a, run.c, run.v, run.f, k_max, run.v_at)
     cur = mine[int(k) - 1]
     best = max(mine, key=lambda t: (t[1], -t[0]))
     traces = [
@@ -124,7 +138,7 @@ def whatif_figure(run: RunPoint | None, a: float, k: int, c: float, k_max: int =
         ys.append(run.measured)
     shapes = [dict(type="line", xref="paper", x0=0, x1=1, yref="y", y0=1, y1=1,
                    line=dict(color=COLORS["rejected"], dash="dash", width=1))]
-    sub = f"v = {run.v:.2f}" + (f", drafting on {run.f:.0%} of steps" if run.f < 0.999 else "")
+    sub = v_words(run) + (f", drafting on {run.f:.0%} of steps" if run.f < 0.999 else "")
     return _spec(traces, f'{title}<br><span style="font-size:11.5px">{html.escape(sub)}</span>', height=360,
                  shapes=shapes, margin=dict(t=56, b=MARGIN_BELOW), legend=LEGEND_BELOW,
                  xaxis=dict(title=dict(text="k (tokens drafted per step)", font=dict(size=10)), dtick=1 if k_max <= 16 else 2,
@@ -132,18 +146,28 @@ def whatif_figure(run: RunPoint | None, a: float, k: int, c: float, k_max: int =
                  yaxis=dict(range=[0, max(ys) * 1.15], title=dict(text="speedup ×", font=dict(size=10))))
 
 
+def v_words(run: RunPoint) -> str:
+    """What v the curve uses, said on the chart: this machine's measured v(k + 1), or the run's one v
+    at every k, labelled as fitted from this run (it puts the run's own point on the curve)."""
+    if run.v_at:
+        return f"v(k + 1) measured on this machine ({run.v_source or 'specviz advise'}): v = {run.v_of(1):.2f} at k = 1 to " \
+               f"{run.v_of(len(run.v_at)):.2f} at k = {len(run.v_at)}"
+    return f"v = {run.v:.2f} at every k, fitted from this run (run specviz advise for this machine's v(k + 1))"
+
+
 def whatif_html(run: RunPoint | None, a: float, k: int, c: float) -> str:
     """One or two sentences: the prediction at the chosen a, k, c against the run's own."""
     if run is None:
         return ('<div class="sv-whatif sv-muted" data-ready="0">Run a few steps: this panel starts from the run\'s own '
                 'acceptance a, k and draft cost c, and moves the theory\'s curve as you change them.</div>')
-    now = whatif_curve(a, c, run.v, run.f, max(int(k), 1))[-1][1]
+    now = whatif_curve(a, c, run.v, run.f, max(int(k), 1), run.v_at)[-1][1]
     own = f"this run's own a = {_v(run.a)}, k = {run.k}, c = {_v(run.c)}: {run.predicted:.2f}×"
     if run.measured is not None:
-        own += f" predicted, {run.measured:.2f}× measured (the measurement also pays the prefill and noise)"
+        own += f" predicted, {run.measured:.2f}× measured (prefill and timing noise included)"
     else:
         own += " predicted"
-    how = ("c and v from the target-only run" if run.timed else
+    how = ("c from the target-only run, v(k + 1) from this machine's cost model" if run.v_at else
+           "c and v from the target-only run (v fitted from this run: the same at every k)" if run.timed else
            "no target-only run yet: c is estimated against this run's verify pass, taken as one target step (v = 1)")
     tree = " A tree's a is its accepted path over the depth; the curve is a chain's." if run.tree else ""
     return (f'<div class="sv-whatif" data-ready="1" data-predicted="{now:.4f}"><b>At a = {_v(a)}, k = {int(k)}, '
