@@ -304,3 +304,20 @@ def test_specviz_bench_in_a_log_says_a_line_a_prompt_and_prints_the_median_besid
     head = out.splitlines()[0].split()
     assert head[head.index("speedup") + 1: head.index("speedup") + 4] == ["median", "90%", "band"]
     assert "verdicts come from the median" in out
+
+
+def test_the_tab_says_the_reruns_and_reads_the_same_numbers(tiny_target, virtual, monkeypatch):
+    """The Benchmark tab renders a report through the same rows, readout and table: the re-run is
+    named under the readout and counted in the done message, the interval is in the table."""
+    from specviz.ui.bench_tab import _done_message
+    from specviz.ui.bench_view import BenchState, render
+
+    _stall(monkeypatch, {("ngram", 4, 6): 8.0})
+    rep = _sweep(tiny_target, virtual).report()
+    frame = render(BenchState(), rep, _done_message(rep))
+    assert "1 run a stalled machine slowed was re-run (named under the readout)." in frame["progress"]
+    assert "**Reading these numbers**" in frame["why"] and "- Re-run: ngram k=4 on prompt 6 (math 6): 8." in frame["why"]
+    table = frame["table"]
+    at = table["headers"].index("90% interval")
+    ngram4 = next(row for row in table["data"] if row[0] == "ngram" and row[1] == 4)
+    assert ngram4[at] and ngram4[table["headers"].index("stalled runs")] == "1 re-run"

@@ -171,9 +171,18 @@ def _done_message(report: dict[str, Any]) -> str:
         kernels = V.kernel_summary(m)  # measured on this CPU when the target loaded (timings: the HTML report)
         text, kind = (
             f"Done in {m['wall_s']:.1f} s: decoding {m['timed_s']:.1f} s, warm-up {m['warmup_s']:.1f} s, "
-            f"overhead {100 * m['overhead_frac']:.1f}%." + (f" Kernels measured on this CPU: {kernels}." if kernels else ""),
-            "ok")
+            f"overhead {100 * m['overhead_frac']:.1f}%." + (f" Kernels measured on this CPU: {kernels}." if kernels else "")
+            + _stalls_said(m), "ok")
     return progress_html(m["runs_done"], m["runs_planned"], text, kind)
+
+
+def _stalls_said(meta: dict[str, Any]) -> str:
+    """ " 2 runs a stalled machine slowed were re-run (named under the readout)." or "" """
+    n, out = len(meta.get("reruns") or []), meta.get("flagged_runs") or 0
+    if not n:
+        return ""
+    left = f", {out} still slow and left out" if out else ""
+    return f" {n} run{'s' if n > 1 else ''} a stalled machine slowed {'were' if n > 1 else 'was'} re-run{left} (named under the readout)."
 
 
 def on_run(state: BenchState, *raw) -> Iterator[dict[str, Any]]:
