@@ -162,6 +162,16 @@ def test_each_call_asks_for_the_time_its_work_needs():
     assert zerogpu.seconds_for(sweep_report, (large,), {}) == zerogpu.MAX_S  # capped: ZeroGPU refuses more
 
 
+def test_a_call_larger_than_one_gpu_call_is_refused_before_it_starts(monkeypatch):
+    from specviz.ui.bench_tab import Request, sweep_report
+
+    calls, quota = _install(monkeypatch, quota_s=10_000)
+    large = Request("t", ("ngram", "draft:d"), (1, 2, 4, 8), tuple("abcdefgh"), "custom", 256, None, True)
+    with pytest.raises(ValueError, match=r"more than one ZeroGPU call may take here \(600 s\): choose fewer"):
+        zerogpu.on_gpu(sweep_report, large)
+    assert calls == [] and quota["left"] == 10_000  # no GPU time asked, none spent
+
+
 def test_playground_records_on_the_gpu_and_replays_the_same_run(models_dir, env, monkeypatch):
     on_cpu = _play(_raw(models_dir))
     calls, _ = _install(monkeypatch)

@@ -35,7 +35,7 @@ TOKEN_S = 0.1  # one decoded token, generous for the eager step of the small mod
 COST_MODEL_S = 40  # the advisor's t(n) timings (n = 1..17, a few repeats) on the lent GPU
 MIN_S, MAX_S = 20, 600  # what one call may ask for (ZeroGPU's default is 60 s)
 RUN_SECONDS = 60  # a function with no estimate below (and no ``gpu_seconds``): ZeroGPU's default
-SWEEP_SECONDS = MAX_S  # the most a sweep may ask for (a larger sweep is refused in one sentence)
+SWEEP_SECONDS = MAX_S  # the most a sweep may ask for: ZeroGPU ends a call at its duration, so a larger one is refused first
 
 _in_worker = False  # True inside a GPU call's worker: work there runs where it is, never nests a call
 
@@ -92,16 +92,21 @@ ESTIMATES: dict[str, Callable[..., float]] = {
 }
 
 
-def seconds_for(fn: Callable[..., Any], args: tuple, kwargs: dict) -> int:
-    """The GPU seconds ``fn(*args, **kwargs)`` asks for: its estimate from the request's size,
-    else ``fn.gpu_seconds``, else :data:`RUN_SECONDS`; within [:data:`MIN_S`, :data:`MAX_S`]."""
+def estimate_s(fn: Callable[..., Any], args: tuple, kwargs: dict) -> float:
+    """The GPU seconds ``fn(*args, **kwargs)`` needs: its estimate from the request's size, else
+    ``fn.gpu_seconds``, else :data:`RUN_SECONDS`."""
     estimate = ESTIMATES.get(getattr(fn, "__name__", ""))
     if estimate is not None:
         try:
-            return _clamp(estimate(*args, **kwargs))
+            return float(estimate(*args, **kwargs))
         except (AttributeError, TypeError, ValueError):  # an argument of another shape: the plain default
             pass
-    return _clamp(getattr(fn, "gpu_seconds", RUN_SECONDS))
+    return float(getattr(fn, "gpu_seconds", RUN_SECONDS))
+
+
+def seconds_for(fn: Callable[..., Any], args: tuple, kwargs: dict) -> int:
+    """What the call asks ZeroGPU for: :func:`estimate_s` within [:data:`MIN_S`, :data:`MAX_S`]."""
+    return _clamp(estimate_s(fn, args, kwargs))
 
 
 # -- one call in the worker -------------------------------------------------------------------------
@@ -145,7 +150,11 @@ def on_gpu(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         return fn(*args, **kwargs)
     import spaces
 
-    seconds = seconds_for(fn, args, kwargs)
+    need = estimate_s(fn, args, kwargs)
+    if need > MAX_S:  # ZeroGPU would end it at its duration, its work lost: said before any GPU time is spent
+        raise ValueError(f"this needs about {math.ceil(need)} s of GPU time, more than one ZeroGPU call may take "
+                         f"here ({MAX_S} s): choose fewer prompts, configurations or new tokens")
+    seconds = _clamp(need)
     log.info("specviz: ZeroGPU call %s, asking for %d s", getattr(fn, "__name__", "?"), seconds)
     try:
         ok, value = spaces.GPU(duration=_gpu_seconds)(_keep_message)(fn, args, kwargs)
