@@ -27,7 +27,10 @@ Aggregation in a summary row (one per proposer x k x impl): every number is defi
 :data:`specviz.analysis.metrics.METRICS` (the reports' meta, the CSV columns, the figures'
 tooltips and docs/architecture.md read it). Rates are token-weighted or pooled over the prompts
 (tokens/s = total tokens / total seconds; acceptance counts summed before dividing), so short
-EOS-terminated answers do not skew them; ``speedup_median`` is the one median.
+EOS-terminated answers do not skew them; ``speedup_median`` is the one median, with its interval
+(``speedup_low`` .. ``speedup_high``) and the ``verdict`` read from it, never from the total (one
+stalled run can drag a total across 1.0x). After the last prompt, a run a stalled machine slowed
+is re-run once and named in ``meta["reruns"]`` (:mod:`specviz.bench.stalls`).
 
 A remote server's rows (:mod:`specviz.remote.run`) are the same rows, summarised by the same
 :func:`summarize`.
