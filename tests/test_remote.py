@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import socket
+from pathlib import Path
 
 import pytest
 
@@ -385,3 +386,43 @@ def test_zero_logprobs_while_speculating_are_flagged(capsys, tmp_path, logprobs,
     assert lp["status"] == ("zero while speculating" if flagged else "plausible")
     assert ("logprobs not the target's" in out and "#27972" in out) is flagged
     assert servers["target-only"]["logprobs"] is None  # the baseline's timed path is never asked for logprobs
+
+
+# -- the vLLM server's recipe (no server: the live test is tests/test_remote_vllm.py) --------------
+
+
+def test_vllm_server_args_and_env():
+    from specviz.remote import vllm_server as V
+
+    spec = V.server_args(Path("/m/gemma"), "ngram", port=8123, k=5)
+    assert spec[spec.index("--host") + 1] == "127.0.0.1" and spec[spec.index("--port") + 1] == "8123"
+    cfg = json.loads(spec[spec.index("--speculative-config") + 1])
+    assert cfg == {"method": "ngram", "num_speculative_tokens": 5, "prompt_lookup_max": 3, "prompt_lookup_min": 2}
+    assert spec[spec.index("--per-request-spec-decode-metrics") + 1] == "detailed"
+    base = V.server_args(Path("/m/gemma"), "none")
+    # vLLM refuses --per-request-spec-decode-metrics without speculation: the baseline must not pass it
+    assert "--speculative-config" not in base and "--per-request-spec-decode-metrics" not in base
+    assert "--enable-per-request-metrics" in base and base[base.index("--served-model-name") + 1] == "gemma"
+    with pytest.raises(ValueError, match="ngram"):
+        V.server_args(Path("/m"), "eagle")
+    env = V.server_env()
+    assert env["VLLM_CPU_KVCACHE_SPACE"] == "1" and env["HF_HUB_OFFLINE"] == "1"
+
+
+def test_vllm_build_stamp_and_override(monkeypatch, tmp_path):
+    from specviz.remote import vllm_server as V
+
+    monkeypatch.setenv("SPECVIZ_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("SPECVIZ_VLLM_PYTHON", raising=False)
+    root = tmp_path / "vllm" / "9.9.9"
+    assert V.installed("9.9.9") is None
+    (root / "venv" / "bin").mkdir(parents=True)
+    (root / "venv" / "bin" / "python").write_text("")
+    (root / "installed.json").write_text(json.dumps({"version": "9.9.9", "removed": list(V.REMOVE)}))
+    assert V.installed("9.9.9")["version"] == "9.9.9"
+    assert V.build("9.9.9") == root / "venv" / "bin" / "python"  # a finished install: nothing runs
+    (root / "installed.json").write_text(json.dumps({"version": "9.9.8"}))
+    assert V.installed("9.9.9") is None  # another version's stamp does not count
+    monkeypatch.setenv("SPECVIZ_VLLM_PYTHON", str(tmp_path / "no-such-python"))
+    with pytest.raises(V.BuildError, match="SPECVIZ_VLLM_PYTHON"):
+        V.build("9.9.9")

@@ -16,7 +16,6 @@ log: it is not skipped.
 from __future__ import annotations
 
 import json
-import re
 
 import httpx
 import pytest
@@ -117,6 +116,7 @@ def test_bench_remote_on_vllm(servers, tmp_path, capsys):
     # greedy speculation is exact: the output equals the target-only server's
     assert all(p["same_as_target"] for p in prows), [(p["prompt_id"], p["text"][:60]) for p in prows]
     assert "Only: ngram k=4" in out and "No speculative configuration" not in out
+    print(out)  # the table and the readout, for `pytest -rP`
 
 
 def test_benchmark_tab_remote_source_on_vllm(servers, monkeypatch):

@@ -43,8 +43,14 @@ from ..bench.rows import REMOTE_IMPL, RemotePromptResult, SummaryRow, to_record
 from ..bench.summary import summarize
 from ..prompts import PromptRow
 from .client import BASELINE, Client, Endpoint, RemoteError
-from .engines import (RequestStats, engine_from_body, logprob_check, parse_request_stats, positions_from_histogram,
-                      positions_from_steps)
+from .engines import (
+    RequestStats,
+    engine_from_body,
+    logprob_check,
+    parse_request_stats,
+    positions_from_histogram,
+    positions_from_steps,
+)
 from .prom import SpecCounters, engine_from_metrics, parse_spec_counters
 
 __all__ = ["RemoteConfig", "RemoteSweep", "IMPL", "NO_SPEC"]

