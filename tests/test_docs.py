@@ -57,6 +57,32 @@ def test_settings_module_imports_nothing_from_specviz():
             assert not any(a.name.startswith("specviz") for a in node.names), ast.unparse(node)
 
 
+def test_the_readers_parse_as_the_runtime_did_and_refuse_unregistered_names(monkeypatch):
+    """settings.value / word / turned_off: what the runtime's own parsing gave (unset or blank: the
+    default; case and spaces ignored for a word; 0, false, no, off turn a setting off), and a name
+    the register lacks is a KeyError, not a silent default."""
+    monkeypatch.delenv("SPECVIZ_ARGMAX_HEAD", raising=False)
+    assert settings.word("SPECVIZ_ARGMAX_HEAD", "auto") == "auto"
+    monkeypatch.setenv("SPECVIZ_ARGMAX_HEAD", "  INT8 ")
+    assert settings.word("SPECVIZ_ARGMAX_HEAD", "auto") == "int8" and settings.value("SPECVIZ_ARGMAX_HEAD") == "  INT8 "
+    for raw, off in (("", False), ("1", False), ("Off", True), (" no ", True), ("0", True), ("auto", False)):
+        monkeypatch.setenv("SPECVIZ_CPU_HEAD", raw)
+        assert settings.turned_off("SPECVIZ_CPU_HEAD") is off, raw
+    monkeypatch.setenv("SPECVIZ_CACHE_DIR", "")
+    assert settings.value("SPECVIZ_CACHE_DIR", "home") == "home"
+    with pytest.raises(KeyError, match="SPECVIZ_NOT_A_SETTING"):
+        settings.value("SPECVIZ_NOT_A_SETTING")
+
+
+def test_the_runtime_reads_the_environment_only_through_settings():
+    """No os.environ / os.getenv below specviz/app and specviz/cli but in settings.py (issue 48);
+    int8_kernel.py, which sets PATH for its build, is its owner's to move."""
+    pending = {"int8_kernel.py"}
+    readers = [p.name for p in sorted((ROOT / "specviz" / "runtime").glob("*.py"))
+               if p.name not in pending and re.search(r"os\.environ|os\.getenv|getenv\(", p.read_text(encoding="utf-8"))]
+    assert not readers, f"read the environment through specviz.settings: {readers}"
+
+
 # -- (b) every name registered, every registered name read -----------------------------------
 
 

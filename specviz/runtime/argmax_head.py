@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 import statistics
 import time
 import weakref
@@ -57,6 +56,7 @@ from pathlib import Path
 
 import torch
 
+from .. import settings
 from . import cpu
 from .quantize import quantize_weight
 
@@ -294,7 +294,7 @@ _SCREENS: "weakref.WeakKeyDictionary[torch.nn.Module, Screen]" = weakref.WeakKey
 
 
 def setting() -> str:
-    value = os.environ.get("SPECVIZ_ARGMAX_HEAD", "auto").strip().lower() or "auto"
+    value = settings.word("SPECVIZ_ARGMAX_HEAD", "auto")
     if value not in ("auto", "on", "int8", "0"):
         raise ValueError(f"SPECVIZ_ARGMAX_HEAD must be auto, on, int8 or 0, not {value!r}")
     return value

@@ -46,6 +46,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from .. import settings
 from .inductor_gemm import frozen_gemm
 
 log = logging.getLogger(__name__)
@@ -343,7 +344,7 @@ def machine_id() -> str:
     flags = fields.get("flags") or fields.get("Features") or platform.platform()
     capability = getattr(torch.backends.cpu, "get_cpu_capability", lambda: "?")()
     digest = hashlib.sha256(" ".join(sorted(flags.split())).encode()).hexdigest()[:12]
-    caps = "".join(f", {k} {os.environ[k]}" for k in ("ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS") if os.environ.get(k))
+    caps = "".join(f", {k} {settings.foreign(k)}" for k in ("ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS") if settings.foreign(k))
     return f"{fields.get('vendor_id', platform.machine())} {name}{family}, {capability}{caps}, flags {digest}"
 
 
@@ -509,7 +510,7 @@ _PLANS_LOCK = threading.Lock()
 
 def disabled() -> bool:
     """``SPECVIZ_CPU_HEAD=0`` (or false/no/off): leave every head as it is."""
-    return os.environ.get("SPECVIZ_CPU_HEAD", "").strip().lower() in ("0", "false", "no", "off")
+    return settings.turned_off("SPECVIZ_CPU_HEAD")
 
 
 def speed_up_lm_head(

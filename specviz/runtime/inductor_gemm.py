@@ -18,13 +18,14 @@ None where building it fails or ``SPECVIZ_INDUCTOR_GEMM=0``, and the head then r
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 import weakref
 
 import torch
 import torch.nn.functional as F
+
+from .. import settings
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +76,7 @@ class FrozenGemm:
 
 def disabled() -> bool:
     """``SPECVIZ_INDUCTOR_GEMM=0`` (or false/no/off): never build it (a plan that chose it runs its next best kernels)."""
-    return os.environ.get("SPECVIZ_INDUCTOR_GEMM", "").strip().lower() in ("0", "false", "no", "off")
+    return settings.turned_off("SPECVIZ_INDUCTOR_GEMM")
 
 
 _built: dict[int, tuple[weakref.ref, FrozenGemm | None]] = {}  # by id(weight), dropped when the weight is freed

@@ -12,7 +12,6 @@ target-only step went from 73 to 55 ms and a 2-token verify pass from 119 to 68 
 
 from __future__ import annotations
 
-import os
 import weakref
 from collections.abc import Sequence
 from pathlib import Path
@@ -20,6 +19,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from .. import settings
 from . import cpu, dense_kernel
 
 __all__ = ["MIN_BODY_ELEMENTS", "BODY_REPEATS", "KIND_NAMES", "PlannedLinear", "fusable", "fused_of", "plan_projections"]
@@ -153,7 +153,7 @@ def plan_projections(
     by the count of layers too). Kinds that are not plain fp32 or bf16 Linears, or too small to matter
     (under :data:`MIN_BODY_ELEMENTS` weights in all), are left out and keep their own layers.
     Nothing is done with ``SPECVIZ_CPU_KERNELS=0`` or without oneDNN."""
-    if os.environ.get("SPECVIZ_CPU_KERNELS", "").strip().lower() in ("0", "false", "no", "off"):
+    if settings.turned_off("SPECVIZ_CPU_KERNELS"):
         return {}
     if not torch.backends.mkldnn.is_available():
         return {}

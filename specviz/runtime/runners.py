@@ -21,7 +21,7 @@ one C++ op; it is a :class:`Runner` like these and chosen the same way.
 Every build is timed (:class:`Built`); which runner a model keeps is chosen by
 :mod:`specviz.runtime.static_decode` (by measurement, or by ``SPECVIZ_STATIC_DECODE``).
 
-A bottom-layer module: it imports nothing from specviz.
+A bottom-layer module: it imports nothing from specviz but its settings.
 """
 
 from __future__ import annotations
@@ -40,6 +40,8 @@ from pathlib import Path
 from typing import Callable
 
 import torch
+
+from .. import settings
 
 log = logging.getLogger(__name__)
 
@@ -189,7 +191,7 @@ def _compile(body: torch.nn.Module, example: tuple, directory: Path | None) -> S
 def cache_home() -> Path:
     """specviz's cache directory: ``$SPECVIZ_CACHE_DIR`` (where the converted models live), else
     ``~/.cache/specviz``."""
-    env = os.environ.get("SPECVIZ_CACHE_DIR")
+    env = settings.value("SPECVIZ_CACHE_DIR")
     return Path(env).expanduser() if env else Path.home() / ".cache" / "specviz"
 
 

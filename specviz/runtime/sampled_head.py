@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 import threading
 import time
 import weakref
@@ -26,6 +25,7 @@ from pathlib import Path
 
 import torch
 
+from .. import settings
 from . import argmax_head, cpu
 
 log = logging.getLogger(__name__)
@@ -44,7 +44,7 @@ def remember_cache_dir(model: torch.nn.Module, cache_dir: str | Path | None) -> 
 
 
 def setting() -> str:
-    value = os.environ.get("SPECVIZ_SAMPLED_HEAD", "auto").strip().lower() or "auto"
+    value = settings.word("SPECVIZ_SAMPLED_HEAD", "auto")
     if value not in ("auto", "on", "0"):
         raise ValueError(f"SPECVIZ_SAMPLED_HEAD must be auto, on or 0, not {value!r}")
     return value

@@ -50,7 +50,6 @@ both steps side by side.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 import weakref
@@ -59,6 +58,7 @@ from pathlib import Path
 
 import torch
 
+from .. import settings
 from . import argmax_head, cpu, layer_op, runners, sampled_head
 from .body import DecoderBody
 from .hfcompat import cache_kwargs
@@ -81,7 +81,7 @@ def mode() -> str:
     """``SPECVIZ_STATIC_DECODE``: "off" (``0``), "auto" (unset: the fastest of :data:`AUTO` by
     measurement), "all" (the fastest of every runner, each built within runners.BUDGET_S) or one
     runner's name (that one, eager if it fails)."""
-    value = os.environ.get("SPECVIZ_STATIC_DECODE", "").strip().lower()
+    value = settings.word("SPECVIZ_STATIC_DECODE")
     if value in _OFF:
         return "off"
     if value in RUNNERS or value == "all":
