@@ -321,3 +321,19 @@ def test_the_tab_says_the_reruns_and_reads_the_same_numbers(tiny_target, virtual
     at = table["headers"].index("90% interval")
     ngram4 = next(row for row in table["data"] if row[0] == "ngram" and row[1] == 4)
     assert ngram4[at] and ngram4[table["headers"].index("stalled runs")] == "1 re-run"
+
+
+def test_a_stopped_sweep_flags_its_stalled_runs_without_rerunning_them(tiny_target, virtual, monkeypatch):
+    _stall(monkeypatch, {("ngram", 1, 2): 9.0})
+    config = B.BenchConfig(ks=(1, 2), max_new_tokens=16, warmup=False, chat=False)
+    for i, p in enumerate(PROMPTS, 1):
+        _IDS[tuple(encode_prompt(tiny_target.tokenizer, p.prompt, chat=False))] = i
+    seen = []
+    rep = B.run_sweep(tiny_target, {"ngram": NGram()}, PROMPTS, config, on_event=seen.append,
+                      should_stop=lambda: sum(e.kind == "run" for e in seen) >= 12, clock=virtual)  # 4 of 6 prompts
+    assert rep["meta"]["stopped"] and "rerun" not in [e.kind for e in seen]
+    (rec,) = rep["meta"]["reruns"]
+    assert rec["label"] == "ngram k=1 on prompt 2 (coding 2)" and rec["after_s"] is None and rec["flagged"]
+    assert "not re-run (the sweep was stopped)" in stalls.rerun_sentence(rec)
+    row = next(r for r in rep["rows"] if (r["proposer"], r["k"]) == ("ngram", 1))
+    assert row["flagged_runs"] == 1 and row["prompts"] == 3  # left out of every number

@@ -164,6 +164,8 @@ class Sweep:
                 for j, spec in enumerate(order):
                     if self.stopped or stop():
                         self.stopped = True
+                        for _ in self._rerun_stalls(lambda: True, done):  # stopped: the stalled runs flagged, none re-run
+                            pass
                         yield BenchEvent("stopped", done, self.total, "stopped")
                         return
                     probe = self._probes(spec)
@@ -364,13 +366,15 @@ def run_sweep(
     on_row: Callable[[PromptResult], None] | None = None,
     should_stop: Callable[[], bool] | None = None,
     prompt_source: str = "",
+    clock: Callable[[], float] = time.perf_counter,
 ) -> dict[str, Any]:
     """Run a whole sweep and return its report (see ``Sweep.report``).
 
     ``on_event`` gets every BenchEvent, ``on_row`` every per-prompt row as it is measured;
-    ``should_stop`` is polled before each run (the sweep then ends with a "stopped" event).
+    ``should_stop`` is polled before each run (the sweep then ends with a "stopped" event);
+    ``clock`` times the runs (a stand-in in tests).
     """
-    sweep = Sweep(target, proposers, prompts, config, prompt_source=prompt_source)
+    sweep = Sweep(target, proposers, prompts, config, prompt_source=prompt_source, clock=clock)
     for event in sweep.events(should_stop):
         if on_event is not None:
             on_event(event)
