@@ -264,7 +264,7 @@ print("WHY", app.native_kernels(), app.native_kernels(), flush=True)  # a second
 t = time.monotonic()
 print("GEMM", inductor_gemm.frozen_gemm(torch.randn(64, 32)), round(time.monotonic() - t), flush=True)
 target, draft = make_tiny_models(Path(sys.argv[1]))
-settings = parse_settings(target, "draft", draft, 3, 0.0, 1.0, 0, 0, 16, TINY_PROMPT, True)
+settings = parse_settings(target, "ngram", draft, 3, 0.0, 1.0, 0, 0, 16, TINY_PROMPT, True)  # one model's runners
 for target_only in (False, True):
     decoder = runs.build_decoder(settings, lambda _msg: None, target_only=target_only)
     print("TOKENS", list(decoder.generate(settings.prompt, max_new_tokens=16, seed=0, chat=True).token_ids), flush=True)
@@ -273,9 +273,10 @@ for target_only in (False, True):
 
 def test_the_app_serves_and_decodes_with_no_compiler_on_path(tmp_path):
     """No C++ compiler (PATH holds only the Python's own directory; CC and CXX unset) and a fresh
-    cache: the app starts, says once that PyTorch's kernels serve, tries every compiled runner
-    (``SPECVIZ_STATIC_DECODE=all``: torch.compile, AOTInductor) and Inductor's GEMM without a hang
-    or a traceback, and decodes greedily what target-only decodes."""
+    cache: the app starts, says once that PyTorch's kernels serve, tries torch.compile's runner
+    (``SPECVIZ_STATIC_DECODE=compile``) and Inductor's GEMM, each failing in one log line, without a
+    hang or a traceback, and decodes greedily what target-only decodes. (``all`` adds AOTInductor's
+    ``export``, which fails the same way after tracing the body: about 90 s here, so not in the suite.)"""
     import os
     import subprocess
     import sys
@@ -283,7 +284,7 @@ def test_the_app_serves_and_decodes_with_no_compiler_on_path(tmp_path):
     root = Path(__file__).resolve().parents[1]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SPECVIZ_", "CC", "CXX", "TORCHINDUCTOR_"))}
     env.update(PATH=os.path.dirname(sys.executable), PYTHONPATH=str(root), SPECVIZ_CACHE_DIR=str(tmp_path / "cache"),
-               TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"), SPECVIZ_STATIC_DECODE="all",
+               TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"), SPECVIZ_STATIC_DECODE="compile",
                SPECVIZ_ALLOW_LOCAL_PATHS="1", SPECVIZ_HUB_MODELS="0", HF_HUB_OFFLINE="1", GRADIO_ANALYTICS_ENABLED="False")
     run = subprocess.run([sys.executable, "-c", NO_COMPILER_CHILD, str(tmp_path / "models")], cwd=root, env=env,
                          capture_output=True, text=True, timeout=600)
@@ -293,6 +294,7 @@ def test_the_app_serves_and_decodes_with_no_compiler_on_path(tmp_path):
     assert why.count("no C++ compiler on PATH") == 2, why
     assert log.count("PyTorch's kernels serve") == 1 and "no C++ compiler on PATH" in log, log[-3000:]
     assert "GEMM None" in out and "Traceback" not in log, log[-3000:]
+    assert "no compile static decode step" in log and "InvalidCxxCompiler" in log, log[-3000:]
     spec, target_only = (line for line in out.splitlines() if line.startswith("TOKENS"))
     assert spec == target_only
     assert not (tmp_path / "cache" / "kernels").exists() or not any((tmp_path / "cache" / "kernels").iterdir())
