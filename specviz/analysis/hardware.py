@@ -460,11 +460,10 @@ def verify_costs(
 
 
 def _main() -> None:
-    import os
-
+    from .. import settings
     from ..models import list_models, load_model
 
-    torch.set_num_threads(int(os.environ.get("SPECVIZ_THREADS", "2")))
+    torch.set_num_threads(int(settings.value("SPECVIZ_THREADS", "2")))
     bw = bandwidth()
     print(f"memory read bandwidth: {bw.gb_per_s:.1f} GB/s ({bw.threads} threads, {bw.size_bytes >> 20} MiB float32, read by {bw.read})")
     rates = compute_rates()

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import math
-import os
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from .. import settings
 from .loaded import LoadedModel
 
 _CacheKey = tuple[str, str, str, str | None]
@@ -20,7 +20,7 @@ _key_locks: dict[Any, threading.Lock] = {}
 
 def _cache_size() -> int:
     try:
-        return max(0, int(os.environ.get("SPECVIZ_MODEL_CACHE_SIZE", "4")))
+        return max(0, int(settings.value("SPECVIZ_MODEL_CACHE_SIZE", "4")))
     except ValueError:
         return 4
 
@@ -40,7 +40,7 @@ def _cache_get(key: _CacheKey) -> LoadedModel | None:
 
 def _memory_budget() -> int | None:
     """``SPECVIZ_MODEL_MEMORY_GB`` in bytes (None: no byte budget, only the count limit)."""
-    raw = os.environ.get("SPECVIZ_MODEL_MEMORY_GB", "").strip()
+    raw = settings.value("SPECVIZ_MODEL_MEMORY_GB").strip()
     if not raw:
         return None
     try:

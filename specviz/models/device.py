@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from .. import settings
 from ..runtime.runners import cache_home
 
 if TYPE_CHECKING:
@@ -140,7 +141,7 @@ def _total_ram_bytes() -> int | None:
 def _check_size(n_params: int, device: torch.device, dtype: torch.dtype, what: str) -> None:
     """Raise ValueError when a model with ``n_params`` parameters should not be loaded here."""
     nbytes = n_params * torch.empty((), dtype=dtype).element_size()
-    env = os.environ.get("SPECVIZ_MAX_PARAMS", "").strip()
+    env = settings.value("SPECVIZ_MAX_PARAMS").strip()
     if env:
         try:
             max_params = _parse_count(env)

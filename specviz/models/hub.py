@@ -3,11 +3,11 @@ finishing touches every loaded model gets (eval mode, no grads, a pad token)."""
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING, Any
 
 import torch
 
+from .. import settings
 from .names import _builtin_names
 
 if TYPE_CHECKING:
@@ -28,7 +28,7 @@ _reachable: dict[str, bool] = {}
 def hub_reachable(timeout_s: float = 3.0) -> bool:
     """Whether the Hugging Face hub answers (asked once per process, with a short timeout).
     ``SPECVIZ_HUB_MODELS=1`` / ``0`` says so without asking; HF_HUB_OFFLINE means no."""
-    forced = os.environ.get("SPECVIZ_HUB_MODELS", "").strip().lower()
+    forced = settings.word("SPECVIZ_HUB_MODELS")
     if forced in ("1", "true", "yes", "on"):
         return True
     if forced in ("0", "false", "no", "off") or _hub_offline():
@@ -52,7 +52,7 @@ def hub_pairs() -> dict[str, str]:
 def _hub_offline() -> bool:
     """HF_HUB_OFFLINE / TRANSFORMERS_OFFLINE, read now (huggingface_hub reads them at import)."""
     return any(
-        os.environ.get(v, "").strip().lower() in ("1", "true", "yes", "on")
+        settings.foreign(v).strip().lower() in ("1", "true", "yes", "on")
         for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
     )
 
