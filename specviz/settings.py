@@ -182,6 +182,12 @@ def foreign(name: str) -> str:
     return os.environ.get(name, "")
 
 
+def put_on_path(directory: str) -> None:
+    """Put ``directory`` first on PATH, for the subprocesses a native build starts (cpp_extension
+    runs ``ninja`` from PATH; the ``ninja`` package's binary may not be on it)."""
+    os.environ["PATH"] = f"{directory}{os.pathsep}{os.environ.get('PATH', '')}"
+
+
 def _cell(text: str) -> str:
     return text.replace("|", "\\|")
 

@@ -48,6 +48,8 @@ from pathlib import Path
 
 import torch
 
+from .. import settings
+
 log = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).with_name("int8_kernel.cpp")
@@ -90,10 +92,10 @@ def _ninja_on_path() -> None:
     try:
         import ninja  # noqa: PLC0415 - the PyPI package ships the binary
 
-        os.environ["PATH"] = f"{ninja.BIN_DIR}{os.pathsep}{os.environ.get('PATH', '')}"
+        settings.put_on_path(ninja.BIN_DIR)
     except ImportError:
         bindir = os.path.dirname(sys.executable)  # a venv's bin holds the package's script
-        os.environ["PATH"] = f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}"
+        settings.put_on_path(bindir)
 
 
 def _library() -> Path:
@@ -106,7 +108,7 @@ def _library() -> Path:
 
 def needs_build() -> bool:
     """Whether :func:`load` would compile the op now (about 13 s: a caller may say so first)."""
-    if "why" in _state or os.environ.get("SPECVIZ_INT8_KERNEL", "1") in ("0", "packed", "int_mm"):
+    if "why" in _state or settings.value("SPECVIZ_INT8_KERNEL", "1") in ("0", "packed", "int_mm"):
         return False
     return not _library().is_file() and toolchain() is None  # no compiler: nothing will be built
 
@@ -114,7 +116,7 @@ def needs_build() -> bool:
 def toolchain() -> str | None:
     """Why nothing can be built here (no C++ compiler, no ninja on PATH), or None. Asked before a
     build: cpp_extension would otherwise fail later and in many words."""
-    cxx = os.environ.get("CXX") or "c++"  # what cpp_extension runs
+    cxx = settings.foreign("CXX") or "c++"  # what cpp_extension runs
     if shutil.which(cxx) is None:
         return f"no C++ compiler on PATH ({cxx})"
     _ninja_on_path()
@@ -245,7 +247,7 @@ def load() -> str | None:
         if "why" in _state:
             return _state["why"]
         why = None
-        if os.environ.get("SPECVIZ_INT8_KERNEL", "1") == "0":
+        if settings.value("SPECVIZ_INT8_KERNEL", "1") == "0":
             why = "turned off (SPECVIZ_INT8_KERNEL=0)"
         elif not hasattr(torch.ops.specviz_int8, "linear"):  # not loaded in this process yet
             built = _library()
