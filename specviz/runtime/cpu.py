@@ -121,7 +121,7 @@ def _weight_first_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tens
     39-58 ms against 27-41, in a forward 102 against 72; 4-6 rows two to three times as slow),
     and one lucky round had put it in a plan at 3 rows, so it is timed at 1 and 2 rows only
     (:data:`WEIGHT_FIRST_ROWS`)."""
-    rows, out = x.shape[0], int(weight.shape[0]) if out is None else out  # out: a Python int, so a trace keeps no shape ops
+    rows, out = x.shape[0], int(weight.shape[0]) if out is None else out  # out: a Python int, so a graph keeps no shape ops
     if rows == 1 and out % SPLIT == 0:
         y = torch.bmm(weight.view(SPLIT, out // SPLIT, -1), x.t().unsqueeze(0).expand(SPLIT, -1, -1))  # [SPLIT, out/SPLIT, 1]
         y = y.view(1, out)

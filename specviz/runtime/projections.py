@@ -33,9 +33,8 @@ def _onednn_linear_op(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor 
     return cpu._onednn_linear(x, weight, bias)  # looked up per call: a test may wrap _onednn_linear
 
 
-# ``specviz::onednn_linear``: :func:`cpu._onednn_linear` as an operator of its own, for a TorchScript
-# trace, which cannot record oneDNN's op (its list of optional scalars), and for Inductor, which
-# lowers that op only for weights it packed itself. Registered on the dispatcher directly (CPU, and
+# ``specviz::onednn_linear``: :func:`cpu._onednn_linear` as an operator of its own, for Inductor
+# (the compile and export runners), which lowers oneDNN's op only for weights it packed itself. Registered on the dispatcher directly (CPU, and
 # oneDNN's own tensors: a packed weight), not with ``torch.library.custom_op``, whose Python wrapper
 # cost 22 us a call against 11 here (72 calls in a gemma-3-270m verify pass; a one-off script).
 _LIBRARY = torch.library.Library("specviz", "DEF")
@@ -76,7 +75,7 @@ class PlannedLinear(torch.nn.Module):
         self.in_features, self.out_features = int(weight.shape[1]), int(weight.shape[0])
         self.onednn_at: tuple[int, ...] = (0,)  # kernel codes by rows (HeadKernelPlan.onednn_at)
         self.plan: cpu.HeadKernelPlan | None = None  # the measured plan those codes come from (plan_projections)
-        # the weight's oneDNN layout (:func:`pack`), which oneDNN reads; a buffer, so a trace takes it as one
+        # the weight's oneDNN layout (:func:`pack`), which oneDNN reads; a buffer, so a graph takes it as one
         self.register_buffer("packed", None, persistent=False)
         self.register_buffer("kmajor", None, persistent=False)  # fp32's K-major copy (:func:`cpu.kmajor`), one row
         self.register_buffer("blocked", None, persistent=False)  # fp32's blocked copy (:func:`dense_kernel.block`)
@@ -110,7 +109,7 @@ class PlannedLinear(torch.nn.Module):
                 return F.linear(x, self.weight, self.bias)
             return dense_kernel.dense(x, self.blocked, self.bias, self.out_features)
         weight = cpu._read_by(code, self.weight, self.packed)
-        if torch.jit.is_tracing() or torch.compiler.is_compiling():  # a graph that cannot hold oneDNN's op itself
+        if torch.compiler.is_compiling():  # compile or export: a graph that cannot hold oneDNN's op itself
             return torch.ops.specviz.onednn_linear(x, weight, self.bias)
         return cpu._onednn_linear(x, weight, self.bias)
 
@@ -129,8 +128,8 @@ def fused_of(*members: torch.nn.Module) -> torch.nn.Module | None:
 def _planned_of(members: Sequence[torch.nn.Linear]) -> "PlannedLinear | None":
     """The planned layer ``members`` already are the rows of, or None. A body's graphs reach the
     planned layer through its members (:func:`fused_of`), so a second body planning them anew would
-    take them from the first: a trace of the first would then read a packed weight from outside its
-    own modules (TorchScript: "Unsupported value kind")."""
+    take them from the first: a graph of the first would then read a packed weight from outside its
+    own modules (TorchScript's trace, since removed, failed there: "Unsupported value kind")."""
     fused = fused_of(*members)
     return fused if isinstance(fused, PlannedLinear) and fused.plan is not None else None
 
