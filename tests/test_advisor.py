@@ -608,6 +608,11 @@ def test_advise_ranks_runs_the_top_and_writes_json(capsys, models, fast_costs, t
     assert speeds == sorted(speeds, reverse=True)
     assert all(f["speedup_lo"] <= f["speedup"] <= f["speedup_hi"] for f in data["forecasts"])
     assert all(r["measured_speedup"] is not None and r["error"] is not None for r in data["runs"])
+    for r in data["runs"]:  # the median over prompts beside the total, and the error against it
+        low, high = r["measured_interval"]
+        assert low <= r["measured_median"] <= high
+        assert r["error_median"] == pytest.approx((r["measured_median"] - r["predicted_speedup"]) / r["predicted_speedup"])
+    assert "median" in out.split("Predicted vs measured")[1].splitlines()[1]
     assert f"{target}|ngram-tree:3" in json.loads((tmp_path / "advisor" / "shapes.json").read_text())
 
 

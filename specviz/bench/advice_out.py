@@ -78,13 +78,17 @@ def format_advice(advice: Advice, top: int | None = None) -> str:
 def format_runs(runs: Sequence[dict[str, Any]]) -> str:
     """Predicted vs measured, one line per configuration that ran."""
     lines = ["Predicted vs measured (speedup = tokens/s over target-only on the same prompts, prefill included; "
-             "'loop': the decode loop's prediction the ranking uses, 'run': with both prefills, compared):",
-             f"  {'configuration':<44} {'tau pred':>8} {'tau meas':>8} {'loop':>7} {'run':>7} {'meas':>7} {'error':>7}"]
+             "'loop': the decode loop's prediction the ranking uses, 'run': with both prefills, compared; 'median': "
+             "the median over prompts, which a stalled run cannot drag):",
+             f"  {'configuration':<44} {'tau pred':>8} {'tau meas':>8} {'loop':>7} {'run':>7} {'meas':>7} {'error':>7} "
+             f"{'median':>7} {'error':>7}"]
     for r in runs:
         meas = f"{r['measured_speedup']:6.2f}x" if r["measured_speedup"] is not None else "      -"
+        med = f"{r['measured_median']:6.2f}x" if r.get("measured_median") is not None else "      -"
+        err_med = f"{100 * r['error_median']:+6.0f}%" if r.get("error_median") is not None else "      -"
         tau = f"{r['measured_tau']:8.2f}" if r["measured_tau"] is not None else "       -"
         err = f"{100 * r['error']:+6.0f}%" if r["error"] is not None else "      -"
         label = r["spec"] + (f" [{r['schedule']}]" if r.get("schedule") else "")
         lines.append(f"  {label + ' k=' + str(r['k']):<44} {r['predicted_tau']:8.2f} {tau} "
-                     f"{r['predicted_speedup_loop']:6.2f}x {r['predicted_speedup']:6.2f}x {meas} {err}")
+                     f"{r['predicted_speedup_loop']:6.2f}x {r['predicted_speedup']:6.2f}x {meas} {err} {med} {err_med}")
     return "\n".join(lines)

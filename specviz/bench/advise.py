@@ -521,7 +521,9 @@ def draft_prefill_s(candidates, cost, proposer: str, prompt_tokens: float) -> fl
 def compare_run(advice: Advice, f: A.Forecast, row: dict[str, Any], mean_prompt: float, name: str = "") -> dict[str, Any]:
     """A forecast against a sweep's summary row of the same configuration (``row``: {} if it did
     not run): the whole-run prediction (both prefills, for the row's mean new tokens and the
-    sweep's mean prompt length), the measured speedup and the error (measured - predicted) / predicted."""
+    sweep's mean prompt length), the measured speedup and the error (measured - predicted) / predicted;
+    beside them the measured median over prompts, its interval and the error against it (one stalled
+    run moves the total, not the median: specviz.bench.summary)."""
     mean_new = (row.get("new_tokens") or 0) / max(1, row.get("prompts") or 1)
     drafts = draft_prefill_s(advice.candidates, advice.cost, f.proposer, mean_prompt)
     predicted = A.run_speedup(f, advice.cost, mean_prompt, mean_new, drafts)
@@ -532,6 +534,9 @@ def compare_run(advice: Advice, f: A.Forecast, row: dict[str, Any], mean_prompt:
         "predicted_speedup_loop": f.speedup, "predicted_speedup": predicted,
         "interval": [f.speedup_lo, f.speedup_hi], "measured_speedup": measured,
         "error": (measured - predicted) / predicted if measured is not None and predicted else None,
+        "measured_median": (median := row.get("speedup_median")),
+        "measured_interval": [row.get("speedup_low"), row.get("speedup_high")],
+        "error_median": (median - predicted) / predicted if median is not None and predicted else None,
         "predicted_tau": f.tau, "measured_tau": row.get("mean_acceptance_length"),
         "measured_step_ms": row.get("step_ms"), "predicted_step_ms": 1e3 * f.step_s,
     }
