@@ -85,7 +85,7 @@ def _run_top_s(req: Any, advice: Any, n: int, config: Any) -> float:
 ESTIMATES: dict[str, Callable[..., float]] = {
     "record_run": _record_s,
     "sweep_report": _sweep_s,
-    "compare_on_model": lambda *a, **k: START_S,  # two forward passes and sampling on the CPU
+    "compare_on_model": lambda *a, **k: START_S,  # two forward passes, then the samples
     "verify_cost_points": lambda *a, **k: START_S + COST_MODEL_S,
     "advise_report": _advise_s,
     "top_report": _run_top_s,
