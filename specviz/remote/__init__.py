@@ -6,6 +6,7 @@ the local lab's definitions, reports and figures: ``specviz bench --remote URL``
 - :mod:`.engines`: per-request statistics in vLLM / SGLang / llama.cpp responses
 - :mod:`.run`: :class:`RemoteSweep`, rows and reports in the ``specviz.bench/1`` schema
 - :mod:`.llama_server`: build (cached) and start llama.cpp's ``llama-server`` to test against
+- :mod:`.vllm_server`: install (cached, a venv of its own) and start vLLM's CPU build to test against
 - :func:`remote_allowed`: the hosted app's policy (``SPECVIZ_ALLOW_REMOTE``, default off)
 """
 
