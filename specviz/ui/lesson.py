@@ -35,7 +35,7 @@ TOUR_SEEDS = 8
 # Where each tour arrives: the moment's element id first, then what its message names, in the order
 # they should stay in view with it (the page scrolls to them and focuses the moment; viz.scripts.ARRIVE_JS).
 ARRIVALS: dict[str, tuple[str, ...]] = {
-    "speedup": ("sv-race-box", "sv-why"),
+    "speedup": ("sv-why", "sv-race-box"),  # the card first: where both do not fit, it is the one kept in view
     "rejection": ("sv-phase", "sv-nav", "sv-draft-table"),
     "no-pay": ("sv-why",),
     "tree": ("sv-tree", "sv-tree-mask"),  # the tree; its mask beside it (under it on a phone) where it fits

@@ -74,7 +74,7 @@ def build_playground(defaults: pg.Defaults | None = None) -> PlaygroundView:
                 reset_btn = gr.Button("↺ Reset", elem_id="sv-reset-btn")
                 base_btn = gr.Button("Run target-only", elem_id="sv-baseline-btn", min_width=150)
                 speed = gr.Dropdown(list(lesson_view.SPEEDS), value=next(iter(lesson_view.SPEEDS)), label="Play speed",
-                                    min_width=150, elem_id="sv-speed")
+                                    min_width=190, elem_id="sv-speed")  # "as fast as it runs" reads whole
             startup = gr.HTML(pg.startup_note, elem_id="sv-startup", padding=False)  # before a click: Step waits?
             startup_timer = gr.Timer(pg.STARTUP_TICK_S, active=True)
             status = gr.HTML(viz.message_html("Press Step to run one speculative step, or Play to run to the end.", "info"),
