@@ -197,20 +197,19 @@ def stall_scores(seconds: Mapping[tuple[Hashable, Hashable], float]) -> dict[tup
     for (p, c), x in seconds.items():
         by_config.setdefault(c, {})[p] = x
 
-    def elsewhere(c: Hashable, p: Hashable) -> float | None:
-        others = [x for q, x in by_config[c].items() if q != p and x > 0]
-        return _median(others) if others else None
+    elsewhere: dict[tuple[Hashable, Hashable], float] = {}  # (c, p) -> c's median time on the prompts other than p
+    for c, runs in by_config.items():
+        for p in runs:
+            others = [x for q, x in runs.items() if q != p and x > 0]
+            if others:
+                elsewhere[(c, p)] = _median(others)
 
     out = {}
     for (p, c), x in seconds.items():
-        expected = elsewhere(c, p)
+        expected = elsewhere.get((c, p))
         if expected is None:
             continue
-        factors = []
-        for d, runs in by_config.items():
-            base = elsewhere(d, p) if d != c and p in runs else None
-            if base:
-                factors.append(runs[p] / base)
+        factors = [runs[p] / elsewhere[(d, p)] for d, runs in by_config.items() if d != c and elsewhere.get((d, p))]
         raw = x / expected
         out[(p, c)] = min(raw, raw / _median(factors, low=True)) if factors else raw
     return out
