@@ -2,10 +2,17 @@
 function of tensors for n new tokens at positions p..p+n-1, (tokens, positions, rotary rows, masks,
 K/V buffers) -> the final-norm hidden states, writing the tokens' keys and values in place.
 
-Llama and Gemma 3 text layers written out op by op (RMSNorm as one fused op with its scale
-precomputed, rotary from the model's own tables, attention on the buffers up to the context, the
-projections fused q/k/v and gate/up on the kernel measured faster per width,
-:mod:`specviz.runtime.projections`). A runner (:mod:`specviz.runtime.runners`) runs it: eager,
+The layers of the llama-like families (:data:`FAMILIES`) written out op by op (RMSNorm as one
+fused op with its scale precomputed, rotary from the model's own tables, attention on the buffers
+up to the context, the projections fused q/k/v and gate/up on the kernel measured faster per
+width, :mod:`specviz.runtime.projections`). They differ in a few places only, each read from the
+family's ``transformers`` modeling file: Gemma 3 norms by 1 + w, around both sublayers, scales
+attention by ``query_pre_attn_scalar`` and uses GELU (tanh); Gemma 3 and Qwen3 norm q and k per
+head before the rotary (Qwen3 by plain w); Qwen2 (and any ``attention_bias``) adds biases, which the
+projections carry; Phi-3 stores q/k/v and gate/up as one fused projection each, in the order the
+body fuses them, and may rotate only part of each head; the sliding window sits on every layer of
+Mistral and Phi-3 when set, on the layers ``layer_types`` names for Gemma 3, Qwen2 and Qwen3.
+:func:`family_why_not` says, in a sentence, what of a config the body cannot serve. A runner (:mod:`specviz.runtime.runners`) runs it: eager,
 compiled, exported, traced, or each layer as one C++ op (:mod:`specviz.runtime.layer_op`, the same
 layer in C++). Every shape is written with -1 for n, so one build can serve every width.
 """
@@ -20,7 +27,76 @@ import torch.nn.functional as F
 from . import projections
 from .projections import fused_of
 
-__all__ = ["DecoderBody"]
+__all__ = ["FAMILIES", "DecoderBody", "family_why_not", "projections_of", "rotary_dim", "sliding_layers"]
+
+
+FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "gemma3_text", "phi3")  # model_type values the body serves
+STATIC_ROPE = ("default", "linear", "llama3", "yarn")  # rotary types whose tables are a function of the position alone
+
+
+def projections_of(layer: torch.nn.Module) -> tuple[tuple[torch.nn.Module, ...], ...]:
+    """A decoder layer's projections by kind, each as the members whose outputs, concatenated in
+    order, are that kind's: (q, k, v), (o,), (gate, up), (down,). Phi-3 stores q/k/v and gate/up
+    fused (``qkv_proj`` [q | k | v], ``gate_up_proj`` [gate | up]): one member, the same rows."""
+    attn, mlp = layer.self_attn, layer.mlp
+    qkv = (attn.qkv_proj,) if hasattr(attn, "qkv_proj") else (attn.q_proj, attn.k_proj, attn.v_proj)
+    gate_up = (mlp.gate_up_proj,) if hasattr(mlp, "gate_up_proj") else (mlp.gate_proj, mlp.up_proj)
+    return qkv, (attn.o_proj,), gate_up, (mlp.down_proj,)
+
+
+def sliding_layers(text) -> list[bool]:
+    """Which layers attend through the sliding window. Mistral and Phi-3 build one mask for every
+    layer, windowed when ``sliding_window`` is set (their ``layer_types``, if any, unread); Gemma 3,
+    Qwen2 and Qwen3 window the layers ``layer_types`` calls "sliding_attention"; Llama none."""
+    n = text.num_hidden_layers
+    if text.model_type in ("mistral", "phi3"):
+        return [getattr(text, "sliding_window", None) is not None] * n
+    return [t == "sliding_attention" for t in (getattr(text, "layer_types", None) or [])] or [False] * n
+
+
+def rotary_dim(model: torch.nn.Module) -> int:
+    """How many of each head's dims the model's rotary tables cover (2 x its inverse frequencies:
+    Phi-3's ``partial_rotary_factor`` < 1 rotates only the first ones)."""
+    rotary = model.model.rotary_emb
+    freqs = [b for name, b in rotary.named_buffers() if name.endswith("inv_freq") and "original" not in name]
+    return 2 * int(freqs[0].numel())
+
+
+def _rope_types(rotary: torch.nn.Module) -> list[str]:
+    kinds = getattr(rotary, "rope_type", "default")
+    return list(kinds.values()) if isinstance(kinds, dict) else [kinds]
+
+
+def family_why_not(model: torch.nn.Module, text) -> str | None:
+    """Why the body cannot run ``model`` (config ``text``) as its ``transformers`` forward does (a
+    sentence), or None: a family outside :data:`FAMILIES`, another activation, Gemma's soft-capping
+    or bidirectional attention, rotary tables that change with the length fed (dynamic NTK,
+    LongRoPE: not a function of the position alone), a partial rotary outside Phi-3 (whose own
+    forward is the only one that passes the other dims through), sliding layers without a window."""
+    kind = text.model_type
+    if kind not in FAMILIES:
+        return f"architecture {kind!r} is not one of {', '.join(FAMILIES)}"
+    if kind == "gemma3_text":
+        if text.attn_logit_softcapping is not None or text.use_bidirectional_attention:
+            return "attention soft-capping or bidirectional attention"
+        if getattr(text, "hidden_activation", "gelu_pytorch_tanh") != "gelu_pytorch_tanh":
+            return f"activation {text.hidden_activation!r} (the body runs Gemma's GELU, tanh approximation)"
+    elif getattr(text, "hidden_act", "silu") != "silu":
+        return f"activation {text.hidden_act!r}"
+    rotary = getattr(model.model, "rotary_emb", None)
+    if rotary is None:
+        return "no rotary module at model.model.rotary_emb"
+    moving = [t for t in _rope_types(rotary) if t not in STATIC_ROPE]
+    if moving:
+        return (f"rotary scaling {moving[0]!r} changes its tables with the length fed, not only with the position;"
+                f" the body serves {', '.join(STATIC_ROPE)}")
+    head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
+    turned = rotary_dim(model)
+    if turned > head_dim or turned % 2 or (turned < head_dim and kind != "phi3"):
+        return f"rotary tables over {turned} of a head's {head_dim} dims"
+    if any(sliding_layers(text)) and getattr(text, "sliding_window", None) is None:
+        return "layer_types names sliding layers but sliding_window is not set"
+    return None
 
 
 def _rows(module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
@@ -50,6 +126,7 @@ class DecoderBody(torch.nn.Module):
         text = model.config.get_text_config()
         body = model.model
         self.gemma = text.model_type == "gemma3_text"
+        self.qk_norm = self.gemma or text.model_type == "qwen3"  # q and k normed per head before the rotary
         self.layers = body.layers
         self.embedding = body.embed_tokens.weight  # [V, d]
         self.dtype = self.embedding.dtype  # float32 or bfloat16: the weights', activations' and K/V buffers'
@@ -60,9 +137,10 @@ class DecoderBody(torch.nn.Module):
         self.heads, self.kv_heads = text.num_attention_heads, text.num_key_value_heads
         self.head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
         self.scaling = (text.query_pre_attn_scalar if self.gemma else self.head_dim) ** -0.5
-        self.local = [t == "sliding_attention" for t in (getattr(text, "layer_types", None) or [])] or [False] * len(self.layers)
+        self.rotary_dim = rotary_dim(model)  # < head_dim: Phi-3's partial rotary, the rest of each head passes
+        self.local = sliding_layers(text)
 
-        def scale(norm) -> torch.Tensor:  # Gemma's RMSNorm multiplies by 1 + w, Llama's by w
+        def scale(norm) -> torch.Tensor:  # Gemma's RMSNorm multiplies by 1 + w, the others' by w
             w = norm.weight.detach().float()
             return (1.0 + w) if self.gemma else w
 
@@ -71,16 +149,15 @@ class DecoderBody(torch.nn.Module):
             names = ("input_layernorm", "post_attention_layernorm") + (
                 ("pre_feedforward_layernorm", "post_feedforward_layernorm") if self.gemma else ())
             scales = [scale(getattr(layer, n)) for n in names]
-            if self.gemma:  # q's and k's heads are normed as one [h + kv, hd] tensor: q's scale per query head, then k's
+            if self.qk_norm:  # q's and k's heads are normed as one [h + kv, hd] tensor: q's scale per query head, then k's
                 q_scale, k_scale = scale(layer.self_attn.q_norm), scale(layer.self_attn.k_norm)  # each [hd]
                 scales.append(torch.cat([q_scale.expand(self.heads, -1), k_scale.expand(self.kv_heads, -1)]))
             for j, w in enumerate(scales):  # buffers, so an exported graph names them (runners.py)
                 self.register_buffer(f"norm_{i}_{j}", w, persistent=False)
             self.norms.append([f"norm_{i}_{j}" for j in range(len(scales))])
         self.register_buffer("final", scale(body.norm), persistent=False)
-        linears = [m for layer in self.layers for m in (
-            layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj, layer.self_attn.o_proj,
-            layer.mlp.gate_proj, layer.mlp.up_proj, layer.mlp.down_proj)]
+        kinds = [projections_of(layer) for layer in self.layers]  # per layer: (q, k, v), (o,), (gate, up), (down,)
+        linears = [m for layer in kinds for members in layer for m in members]
         # all n tokens in one call: plain Linears, or int8 ones (specviz.runtime.quantize: no row loop)
         self.rows_at_once = all(type(m) is torch.nn.Linear or getattr(m, "any_width", False) is True for m in linears)
         # a feed of n tokens in one call of the body: those, or packed int8 layers (a graph per width)
@@ -88,13 +165,11 @@ class DecoderBody(torch.nn.Module):
                                  or getattr(m, "rows_in_one_call", False) is True for m in linears)
         # fp32 or bf16 projections: q/k/v and gate/up fused, each kind on the kernel measured faster per width
         # (projections.py)
-        attns, mlps = [layer.self_attn for layer in self.layers], [layer.mlp for layer in self.layers]
+        kind_names = ("qkv", "o", "gate_up", "down")
         self.kernel_plans = {kind: plan for kind, (_, plan) in projections.plan_projections({
-            "qkv": [(a.q_proj, a.k_proj, a.v_proj) for a in attns], "o": [(a.o_proj,) for a in attns],
-            "gate_up": [(m.gate_proj, m.up_proj) for m in mlps], "down": [(m.down_proj,) for m in mlps],
+            name: [layer[j] for layer in kinds] for j, name in enumerate(kind_names)
         }, kernel_dir).items()} if self.rows_at_once else {}
-        fused = [fused_of(a.q_proj, a.k_proj, a.v_proj) for a in attns] + [fused_of(a.o_proj) for a in attns]
-        fused += [fused_of(m.gate_proj, m.up_proj) for m in mlps] + [fused_of(m.down_proj) for m in mlps]
+        fused = [fused_of(*layer[j]) for j in range(len(kind_names)) for layer in kinds]
         self.fused = torch.nn.ModuleList([f for f in fused if f is not None])  # registered: an export names their weights
         # one build serves every n unless a projection's kernel changes with the width
         self.any_width = self.rows_at_once and all(getattr(f, "uniform", lambda: True)() for f in self.fused)
@@ -121,7 +196,15 @@ class DecoderBody(torch.nn.Module):
         return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps) * w).to(x.dtype)
 
     def _rope(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:  # [n, h, hd]
-        half = self.head_dim // 2
+        """x * cos + rotate_half(x) * sin over the first ``rotary_dim`` dims of each head (cos, sin
+        [n, 1, rotary_dim]); Phi-3's partial rotary passes the other dims through unchanged."""
+        r = self.rotary_dim
+        if r < self.head_dim:
+            return torch.cat((self._rotate(x[..., :r], cos, sin), x[..., r:]), -1)
+        return self._rotate(x, cos, sin)
+
+    def _rotate(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:  # [n, h, r]
+        half = self.rotary_dim // 2
         return x * cos + torch.cat((-x[..., half:], x[..., :half]), -1) * sin
 
     def forward(self, tokens, pos, cos, sin, cos_local, sin_local, mask, mask_local, keys, values):
@@ -146,15 +229,17 @@ class DecoderBody(torch.nn.Module):
         kv, group = self.kv_heads, self.heads // self.kv_heads
         span = mask.shape[1]  # S: attention reads the buffers' first S slots (the buffers hold C >= S)
         attn, mlp = layer.self_attn, layer.mlp
+        members, _, gate_up, _ = projections_of(layer)
         x = norm(h, w[0])
-        qkv = fused_of(attn.q_proj, attn.k_proj, attn.v_proj)
+        qkv = fused_of(*members) or (members[0] if len(members) == 1 else None)  # Phi-3's is one layer already
         if qkv is not None:  # q, k and v in one product (fp32/bf16 planned, or an int8 copy's: one quantization of x)
             qk, v = _rows(qkv, x).split(((self.heads + kv) * hd, kv * hd), dim=-1)  # [n, (h+kv)*hd], [n, kv*hd]
         else:
-            qk, v = torch.cat((_rows(attn.q_proj, x), _rows(attn.k_proj, x)), -1), _rows(attn.v_proj, x)
+            q_proj, k_proj, v_proj = members
+            qk, v = torch.cat((_rows(q_proj, x), _rows(k_proj, x)), -1), _rows(v_proj, x)
         qk = qk.view(-1, self.heads + kv, hd)  # [n, h+kv, hd]: q's heads, then k's, normed and rotated as one
-        if self.gemma:
-            qk = norm(qk, w[4])
+        if self.qk_norm:  # Gemma 3's (1 + w) or Qwen3's (w): the last scale of the layer
+            qk = norm(qk, w[-1])
         qk = self._rope(qk, cos, sin)
         q, k = qk[:, : self.heads], qk[:, self.heads :]  # [n, h, hd], [n, kv, hd]
         keys.index_copy_(1, pos, k.transpose(0, 1))  # [kv, n, hd] at the tokens' positions
@@ -172,16 +257,21 @@ class DecoderBody(torch.nn.Module):
         if self.gemma:
             h = h + norm(o, w[1])
             x = norm(h, w[2])
-            gate, up = self._gate_up(mlp, x)
+            gate, up = self._gate_up(gate_up, x)
             return h + norm(_project(mlp.down_proj, F.gelu(gate, approximate="tanh") * up), w[3])
         h = h + o
         x = norm(h, w[1])
-        gate, up = self._gate_up(mlp, x)
+        gate, up = self._gate_up(gate_up, x)
         return h + _project(mlp.down_proj, F.silu(gate) * up)
 
     @staticmethod
-    def _gate_up(mlp, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:  # [n, d] -> 2 x [n, inter]
-        both = fused_of(mlp.gate_proj, mlp.up_proj)
+    def _gate_up(members, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:  # [n, d] -> 2 x [n, inter]
+        """gate and up of ``members`` ((gate, up), or Phi-3's one [gate | up] layer) on x."""
+        if len(members) == 1:  # Phi-3's gate_up_proj, or its planned copy: gate's rows, then up's
+            both = fused_of(members[0]) or members[0]
+            return _rows(both, x).chunk(2, dim=-1)
+        gate_proj, up_proj = members
+        both = fused_of(gate_proj, up_proj)
         if both is None:
-            return _rows(mlp.gate_proj, x), _rows(mlp.up_proj, x)
-        return _rows(both, x).split((mlp.gate_proj.out_features, mlp.up_proj.out_features), dim=-1)
+            return _rows(gate_proj, x), _rows(up_proj, x)
+        return _rows(both, x).split((gate_proj.out_features, up_proj.out_features), dim=-1)

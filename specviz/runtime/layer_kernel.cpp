@@ -9,7 +9,8 @@
 // dense_product for a float32 body's blocked weights (each row's bits then the same at every width:
 // a verify pass's rows are the decode step's).
 //
-// For n new tokens, h [n, d] -> [n, d], with (Llama; Gemma 3 adds the bracketed steps):
+// For n new tokens, h [n, d] -> [n, d], with (Llama; Gemma 3 adds the bracketed steps, Qwen3 the
+// q/k norm alone, its scale the third; biases, Qwen2's, come with the products):
 //   x = norm(h, w0); q, k, v = x W_qkv; [q, k = norm(q, k by head, w4)]; q, k = rope(q, k)
 //   K[:, pos], V[:, pos] = k, v; o = softmax(scaling q K^T + mask) V    (kv head j // g for query head j)
 //   o = o W_o; h = h + [norm](o, [w1]); x = norm(h, w1 [w2]); a = act(x W_gate) * (x W_up)
@@ -97,7 +98,7 @@ void run(const Product& p, const float* x, int64_t M, int64_t K, float* y) {
 }
 }  // namespace
 
-// h [n, d]; norms: [d] scales (Llama 2, Gemma 3 4) and, for Gemma 3, q's and k's [h + kv, hd];
+// h [n, d]; norms: [d] scales (Llama 2, Gemma 3 4) and, for Gemma 3 and Qwen3, q's and k's [h + kv, hd] last;
 // the four products (q/k/v fused, o, gate/up fused, down) as blocked weights (int8, or float32:
 // then no steps, row sums or smoothings), steps, row sums, biases and smoothings (an empty tensor: none) and output sizes; cos, sin [n, 1, hd]; mask
 // [n, S] additive; keys, values [kv, C, hd] (written at pos [n]) -> h [n, d]
@@ -111,7 +112,8 @@ at::Tensor layer(const at::Tensor& h_, at::TensorList norms_, at::TensorList w_,
   const std::vector<at::Tensor> biases(biases_.begin(), biases_.end()), smooths(smooths_.begin(), smooths_.end());
   const std::vector<int64_t> outs(outs_.begin(), outs_.end());
   TORCH_CHECK(h_.dim() == 2 && h_.scalar_type() == at::kFloat, "h must be [n, d] float32");
-  TORCH_CHECK(norms.size() == (gemma ? 5u : 2u) && w.size() == 4 && scales.size() == 4 && wsums.size() == 4 &&
+  TORCH_CHECK((gemma ? norms.size() == 5u : norms.size() == 2u || norms.size() == 3u) && w.size() == 4 &&
+              scales.size() == 4 && wsums.size() == 4 &&
               biases.size() == 4 && smooths.size() == 4 && outs.size() == 4, "norms and the four products' tensors");
   for (const auto& t : norms) TORCH_CHECK(t.scalar_type() == at::kFloat && t.is_contiguous(), "norm scales: float32");
   const at::Tensor h0 = h_.contiguous(), cos = cos_.contiguous(), sin = sin_.contiguous(), mask = mask_.contiguous();
@@ -128,6 +130,7 @@ at::Tensor layer(const at::Tensor& h_, at::TensorList norms_, at::TensorList w_,
   const Product gate_up = product(w, scales, wsums, biases, smooths, outs, 2, d);
   const Product down = product(w, scales, wsums, biases, smooths, outs, 3, inter);
   const float eps = (float)eps_;
+  const bool qk_norm = norms.size() == (gemma ? 5u : 3u);  // q and k normed per head, the last scale
   const int64_t* pp = pos.data_ptr<int64_t>();
   for (int64_t r = 0; r < n; ++r) TORCH_CHECK(pp[r] >= 0 && pp[r] < S, "a position outside the slots attention reads");
 
@@ -141,7 +144,7 @@ at::Tensor layer(const at::Tensor& h_, at::TensorList norms_, at::TensorList w_,
   const int64_t sk = keys.stride(0), ss = keys.stride(1);
   for (int64_t r = 0; r < n; ++r) {
     float* row = y.data() + r * outs[0];
-    if (gemma) rms_norm(row, norms[4].data_ptr<float>(), heads + kv, hd, heads + kv, eps, row);
+    if (qk_norm) rms_norm(row, norms.back().data_ptr<float>(), heads + kv, hd, heads + kv, eps, row);
     rope(row, cos.data_ptr<float>() + r * hd, sin.data_ptr<float>() + r * hd, heads + kv, hd);
     for (int64_t j = 0; j < kv; ++j) {  // this token's keys and values at its slot
       std::copy_n(row + (heads + j) * hd, hd, kp + j * sk + pp[r] * ss);

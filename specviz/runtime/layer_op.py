@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from . import dense_kernel, int8_kernel, runners
+from .body import projections_of
 from .projections import PlannedLinear, fused_of
 from .quantize import BlockedInt8Linear
 
@@ -35,10 +36,9 @@ log = logging.getLogger(__name__)
 
 
 def _products(layer: torch.nn.Module) -> list[torch.nn.Module | None]:
-    """A decoder layer's four products as the op takes them: q/k/v fused, o, gate/up fused, down."""
-    attn, mlp = layer.self_attn, layer.mlp
-    return [fused_of(attn.q_proj, attn.k_proj, attn.v_proj), fused_of(attn.o_proj) or attn.o_proj,
-            fused_of(mlp.gate_proj, mlp.up_proj), fused_of(mlp.down_proj) or mlp.down_proj]
+    """A decoder layer's four products as the op takes them: q/k/v fused, o, gate/up fused, down
+    (a kind stored as one layer, Phi-3's q/k/v and gate/up, is that layer; None: not fused)."""
+    return [fused_of(*members) or (members[0] if len(members) == 1 else None) for members in projections_of(layer)]
 
 
 def products_kind(body: torch.nn.Module) -> str | None:
@@ -66,6 +66,8 @@ def why_not(body: torch.nn.Module) -> str | None:
                 " (q/k/v, o, gate/up, down)")
     if body.heads % body.kv_heads or body.head_dim % 2:
         return "query heads not a multiple of the key/value heads, or an odd head size"
+    if body.rotary_dim != body.head_dim:
+        return f"its rotary covers {body.rotary_dim} of a head's {body.head_dim} dims (the op rotates whole heads)"
     return int8_kernel.load()
 
 

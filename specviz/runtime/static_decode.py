@@ -35,10 +35,12 @@ model's own batched decoder (its keys and values copied in) or by the body on al
 measured faster at its length (:class:`specviz.runtime.layer_op.Prefill`), then that head on its last
 rows (not even that for a greedy caller that reads no logits).
 
-Only Llama- and Gemma-3-text-architecture models in float32 or bfloat16 on the CPU are served (the
-built-in models and the tests' tiny models). A bfloat16 body computes as the ``transformers`` bf16
-forward does: products, rotary and the residual stream in bf16, RMSNorm and softmax in float32
-(rounded back to bf16), so its logits match that forward to bf16 rounding (tests/test_static_bf16.py).
+Models of the llama-like families (:data:`ARCHITECTURES`: Llama, Mistral, Qwen2, Qwen3, Gemma 3
+text with any layer pattern, Phi-3) in float32 or bfloat16 on the CPU are served; :func:`supports`
+says in a sentence why any other model or config is not (tests/test_families.py). A bfloat16 body
+computes as the ``transformers`` bf16 forward does: products, rotary and the residual stream in
+bf16, RMSNorm and softmax in float32 (rounded back to bf16), so its logits match that forward to
+bf16 rounding (tests/test_static_bf16.py).
 Anything else, or ``SPECVIZ_STATIC_DECODE=0``, keeps the ``transformers`` forward and its
 DynamicCache. Token trees run here too (:meth:`StaticDecoder.run_tree`): the target's verify
 pass over a whole tree, and a draft tree's levels, each on top of the levels fed before it. The logits
@@ -60,13 +62,13 @@ import torch
 
 from .. import settings
 from . import argmax_head, cpu, layer_op, runners, sampled_head
-from .body import DecoderBody
+from .body import FAMILIES, DecoderBody, family_why_not
 from .hfcompat import cache_kwargs
 from .step_masks import step_masks
 
 log = logging.getLogger(__name__)
 
-ARCHITECTURES = ("llama", "gemma3_text")
+ARCHITECTURES = FAMILIES  # llama, mistral, qwen2, qwen3, gemma3_text, phi3 (body.py: what each differs in)
 DTYPES = (torch.float32, torch.bfloat16)  # the weights the body serves
 MIN_CAPACITY = 128  # positions a new cache holds; it doubles when full
 SPAN = 64  # attention reads the buffers up to the position rounded up to a multiple of this
@@ -119,13 +121,9 @@ def supports(model: torch.nn.Module) -> str | None:
     weight = body.embed_tokens.weight
     if weight.device.type != "cpu" or weight.dtype not in DTYPES:
         return f"weights are {weight.dtype} on {weight.device}, not float32 or bfloat16 on the CPU"
-    if kind == "gemma3_text" and (text.attn_logit_softcapping is not None or text.use_bidirectional_attention):
-        return "attention soft-capping or bidirectional attention"
-    if kind == "llama" and getattr(text, "hidden_act", "silu") != "silu":
-        return f"activation {text.hidden_act!r}"
     if len(body.layers) != text.num_hidden_layers:
         return "the layer list and the config disagree"
-    return None
+    return family_why_not(model, text)  # what of this family's config the body serves
 
 
 class StaticKV:
@@ -241,9 +239,12 @@ class StaticDecoder:
                 positions = torch.arange(capacity)[None]  # [1, C]
                 x = torch.zeros(1, 1, self.text.hidden_size)
                 rotary = self.model.model.rotary_emb
-                if self.body.gemma:
-                    cos, sin = (t[0] for t in rotary(x, positions, "full_attention"))
-                    cos_l, sin_l = (t[0] for t in rotary(x, positions, "sliding_attention")) if self.window else (cos, sin)
+                if self.body.gemma:  # a table per layer type present (all sliding, all full or mixed)
+                    kinds = set(self.text.layer_types)
+                    full = [t[0] for t in rotary(x, positions, "full_attention")] if "full_attention" in kinds else None
+                    local = [t[0] for t in rotary(x, positions, "sliding_attention")] if self.window else None
+                    cos, sin = full or local
+                    cos_l, sin_l = local or full
                 else:
                     cos, sin = (t[0] for t in rotary(x, positions))
                     cos_l, sin_l = cos, sin

@@ -197,3 +197,56 @@ def outlier_llama(vocab_size: int):
             if name.endswith("layernorm.weight") or name == "model.norm.weight":
                 p[[5, 17]] *= 50.0
     return model
+
+
+# -- the llama-like families the static step serves (specviz.runtime.body.FAMILIES) ----------
+
+FAMILY_SIZES = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+                    num_key_value_heads=2, max_position_embeddings=1024, bos_token_id=1, eos_token_id=2,
+                    pad_token_id=0, tie_word_embeddings=False)
+
+# name -> (transformers model_type, config fields beyond FAMILY_SIZES): each family's own features on
+# (windows of 4-5 tokens, so that a test's 20-40 tokens run past them)
+FAMILY_CONFIGS: dict[str, tuple[str, dict[str, Any]]] = {
+    "llama": ("llama", {}),
+    "mistral": ("mistral", dict(sliding_window=5)),  # the window on every layer
+    "qwen2": ("qwen2", dict(use_sliding_window=True, sliding_window=4, max_window_layers=1)),  # q/k/v bias; layer 1 slides
+    "qwen3": ("qwen3", dict(head_dim=16, attention_bias=True)),  # q/k norms (plain w), every projection biased
+    "gemma3_text": ("gemma3_text", dict(head_dim=16, query_pre_attn_scalar=16, sliding_window=4,
+                                        layer_types=["sliding_attention", "sliding_attention"])),  # all sliding
+    "gemma3_full": ("gemma3_text", dict(head_dim=16, query_pre_attn_scalar=16, sliding_window=4,
+                                        layer_types=["full_attention", "full_attention"])),  # no sliding layer
+    "phi3": ("phi3", dict(sliding_window=5)),  # fused qkv_proj and gate_up_proj
+    "phi3_partial": ("phi3", dict(partial_rotary_factor=0.5)),  # rotary on half of each head
+}
+
+
+def make_family_model(family: str, vocab_size: int, seed: int = 0, sharpen: float = 20.0, **config_kwargs):
+    """A random tiny model of ``family`` (a :data:`FAMILY_CONFIGS` name; eval mode, float32), every
+    weight nudged (Gemma's norms start at 0, Qwen2's biases at 0) and its head scaled by
+    ``sharpen`` so that its distributions are peaked like a trained model's. Same seed, same weights;
+    the global RNG is left alone."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    model_type, fields = FAMILY_CONFIGS[family]
+    config = AutoConfig.for_model(model_type, **(FAMILY_SIZES | dict(vocab_size=vocab_size) | fields | config_kwargs))
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = AutoModelForCausalLM.from_config(config).eval()
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(torch.randn(p.shape) * 0.05)
+            model.get_output_embeddings().weight.mul_(sharpen)
+    model.generation_config.pad_token_id = config.pad_token_id
+    return model
+
+
+def save_family_model(family: str, directory: str | Path, seed: int = 0, tokenizer: Any = None, **config_kwargs) -> str:
+    """:func:`make_family_model` on the character tokenizer, saved (safetensors) with it to
+    ``directory``, for ``load_model`` to read back as any local checkpoint. -> the directory."""
+    tok = tokenizer if tokenizer is not None else make_char_tokenizer()
+    model = make_family_model(family, len(tok), seed, **config_kwargs)
+    Path(directory).mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(str(directory))
+    tok.save_pretrained(str(directory))
+    return str(directory)
