@@ -152,6 +152,8 @@ def test_without_a_rerun_the_stalled_runs_are_left_out_and_the_verdict_holds(tin
     rep = s.report()
     assert "rerun" not in [e.kind for e in s.events_seen]
     assert rep["meta"]["flagged_runs"] == 3 and all(r["flagged"] and r["after_s"] is None for r in rep["meta"]["reruns"])
+    assert all(stalls.rerun_sentence(r).endswith("not re-run (re-runs are off): left out of the summary.")
+               for r in rep["meta"]["reruns"])
     flagged = [(r["proposer"], r["k"], r["prompt_index"]) for r in rep["prompt_rows"] if r["flagged"]]
     assert sorted(flagged) == [("ngram", 2, 2), ("ngram", 4, 0), ("ngram", 4, 3)]
     for key, (verdict, _) in _verdicts(rep).items():

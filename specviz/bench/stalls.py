@@ -64,8 +64,10 @@ def label(row: PromptResult | dict[str, Any]) -> str:
     return f"{name} on prompt {get('prompt_index') + 1} ({get('category')} {get('prompt_id')})"
 
 
-def rerun_record(before: PromptResult, score: float, after: PromptResult | None) -> dict[str, Any]:
-    """What the report keeps of one re-run (``meta["reruns"]``): who, the seconds before and after."""
+def rerun_record(before: PromptResult, score: float, after: PromptResult | None,
+                 why_not: str = "the sweep was stopped") -> dict[str, Any]:
+    """What the report keeps of one re-run (``meta["reruns"]``): who, the seconds before and after
+    (``after`` None: not re-run, ``why_not``)."""
     return {
         "label": label(before), "proposer": before.proposer, "k": before.k, "impl": before.impl,
         "prompt_index": before.prompt_index, "prompt_id": before.prompt_id, "category": before.category,
@@ -73,6 +75,7 @@ def rerun_record(before: PromptResult, score: float, after: PromptResult | None)
         "after_s": after.wall_s if after is not None else None,
         "score_after": after.stall_score if after is not None else None,
         "flagged": after.flagged if after is not None else True,
+        **({"not_rerun": why_not} if after is None else {}),
     }
 
 
@@ -81,7 +84,7 @@ def rerun_sentence(rec: dict[str, Any]) -> str:
     re-run once: 1.31 s (kept)." """
     head = f"{rec['label']}: {rec['before_s']:.2f} s, {rec['score_before']:.1f}x what its configuration and prompt predict"
     if rec.get("after_s") is None:
-        return head + "; not re-run (the sweep was stopped): left out of the summary."
+        return head + f"; not re-run ({rec.get('not_rerun') or 'the sweep was stopped'}): left out of the summary."
     tail = ("still far out, left out of the summary" if rec.get("flagged") else "kept")
     return head + f"; re-run once: {rec['after_s']:.2f} s ({tail})."
 

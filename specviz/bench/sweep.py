@@ -194,8 +194,10 @@ class Sweep:
         off or once Stop was pressed (the runs found are then flagged as they are)."""
         cfg = self.config
         hit = stalls.stalled(self.prompt_rows, cfg.stall_factor, cfg.stall_min_s)
-        before = {j: (self.prompt_rows[j], s) for j, s in zip(hit, (stalls.scores(self.prompt_rows)[j] for j in hit))}
+        first = stalls.scores(self.prompt_rows)
+        before = {j: (self.prompt_rows[j], first[j]) for j in hit}
         redone: set[int] = set()
+        why_not = "re-runs are off" if not cfg.rerun_stalls else "the sweep was stopped"
         for j in hit if cfg.rerun_stalls else ():
             if stop():
                 break
@@ -214,7 +216,10 @@ class Sweep:
         for j, (r, s) in enumerate(zip(self.prompt_rows, scores)):
             out_still = s is not None and s > cfg.stall_factor and stalls.excess_s(r, s) >= cfg.stall_min_s
             self.prompt_rows[j] = replace(r, stall_score=s, flagged=out_still)
-        self.reruns = [stalls.rerun_record(old, s, self.prompt_rows[j] if j in redone else None)
+            if out_still and j not in before:  # far out only against the re-runs' numbers: flagged, said, not re-run
+                before[j] = (r, s)
+        self.reruns = [stalls.rerun_record(old, s, self.prompt_rows[j] if j in redone else None,
+                                           why_not if j in hit else "found after the re-runs")
                        for j, (old, s) in before.items()]
 
     def _note_at_once(self, spec: RunSpec, row: PromptResult, token_ids: list[int]) -> None:
