@@ -130,6 +130,9 @@ def test_it_serves_only_int8_bodies_on_specviz_kernel_and_planned_float32_ones(t
     from specviz.runtime import runners
     from specviz.runtime.kv import forward_logits
 
+    both = (static_decode.RUNNERS["fused"], static_decode.RUNNERS["eager"])  # measured, as SPECVIZ_STATIC_DECODE=all does
+    monkeypatch.setattr(static_decode, "candidates", lambda body, package_dir=None: both)
+    static_decode._decoders.pop(int8_model, None)
     forward_logits(int8_model, torch.tensor([1, 5, 9]), static_cache(int8_model), 1)
     forward_logits(int8_model, torch.tensor([4]), static_cache(int8_model), 1)  # measured on its first body call
     choice = runners.choices()[-1]  # what specviz bench prints: the runner kept and every runner's time
@@ -196,7 +199,7 @@ def test_a_prompt_takes_the_way_measured_faster_at_its_length():
             return name
         return run
 
-    choice = layer_op.Prefill("test")
+    choice = layer_op.Prefill("test", measure=True)
     assert choice(10, way("model", 0.03), way("body", 0.0)) == "body" and calls == ["model", "body"]
     calls.clear()
     assert choice(8, way("model", 0.03), way("body", 0.0)) == "body" and calls == ["body"]
@@ -208,11 +211,20 @@ def test_a_prompt_takes_the_way_measured_faster_at_its_length():
     assert choice(50, way("model", 0.0), way("body", 0.03)) == "model" and calls == ["model"]
 
 
+def test_by_default_a_prompt_takes_the_body_unmeasured():
+    """Prefill unmeasured (the default): the body at every length, the model's forward never run, so
+    a prompt's keys and values do not depend on what a timing said on this start."""
+    calls = []
+    choice = layer_op.Prefill("test")
+    for n in (2, 10, 400):
+        assert choice(n, lambda: calls.append("model") or "model", lambda: calls.append("body") or "body") == "body"
+    assert calls == ["body"] * 3 and (choice.body_upto, choice.model_from) == (0, None)
+
+
 @torch.inference_mode()
 def test_a_prompt_prefilled_by_the_fused_body_continues_as_the_model_does(gemma, monkeypatch):
     """Either way a prompt goes in, the next token's distribution is the int8 model's own (its
-    transformers forward over the whole sequence), and a second prompt of the same length is not
-    measured again."""
+    transformers forward over the whole sequence), and no prompt is timed (the body takes them all)."""
     from specviz.runtime.kv import forward_logits, new_cache
 
     monkeypatch.setenv("SPECVIZ_STATIC_DECODE", "fused")
@@ -230,4 +242,4 @@ def test_a_prompt_prefilled_by_the_fused_body_continues_as_the_model_does(gemma,
             overlap = float(torch.minimum(torch.softmax(a, -1), torch.softmax(b, -1)).sum())
             assert overlap > 0.97
     fused = decoder._prefills["fused"]
-    assert fused.body_upto == 10 or fused.model_from == 10  # measured once, at 10 tokens
+    assert not fused.measure and (fused.body_upto, fused.model_from) == (0, None)  # the body, never timed

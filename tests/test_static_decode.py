@@ -110,12 +110,13 @@ def test_a_rollback_into_the_prompt_past_the_window(model):
 @pytest.mark.parametrize("way", ["body", "model"])
 def test_a_prompt_goes_in_either_way_as_the_transformers_forward(model, way, monkeypatch):
     """A prompt through the body on all its rows (eager) or through the model's own forward: the
-    same logits after it and on its last rows, past the sliding window (layer_op.Prefill measures
-    which; here each is forced)."""
+    same logits after it and on its last rows, past the sliding window (layer_op.Prefill takes the
+    body unless it measures; here each is forced)."""
     ids = [1] + [(3 * i + 5) % 30 + 3 for i in range(13)]  # 14 tokens, past the 4-token window
     want = reference_logits(model.model, ids)
     cache = static_cache(model.model)
     choice = cache.decoder._prefills["eager"]
+    monkeypatch.setattr(choice, "measure", True)
     monkeypatch.setattr(choice, "body_upto", 100 if way == "body" else 0)
     monkeypatch.setattr(choice, "model_from", None if way == "body" else 1)
     got = torch.cat([forward_logits(model.model, torch.tensor(ids[:10]), cache, 3),
@@ -416,8 +417,8 @@ def test_every_runner_gives_the_transformers_logits(runner, tiny_target, tokeniz
         twin = perturbed(tiny_target.model, 0.1, seed=4)  # other weights, the same shapes
         chains_match(twin, widths=(1, 5))
         assert runners._built[-1].note.startswith("loaded")
-        monkeypatch.delenv("SPECVIZ_STATIC_DECODE")  # and the default measures it against the others
-        assert [r.name for r in static_decode.candidates(static_decode.StaticDecoder(twin).body)] == ["export", "eager"]
+        monkeypatch.delenv("SPECVIZ_STATIC_DECODE")  # and the default takes it (before eager) from the disk
+        assert [r.name for r in static_decode.candidates(static_decode.StaticDecoder(twin).body)] == ["export"]
 
 
 @pytest.fixture
@@ -462,16 +463,17 @@ def test_a_failing_runner_gives_way_to_eager_with_the_same_tokens(fresh, monkeyp
 
 
 @NEEDS_OP[0]
-def test_by_default_the_fastest_is_kept_by_measurement(gemma, monkeypatch, caplog, specviz_op):
-    """Unset, the step times the runners that serve the body on its first call (an int8 copy on
-    specviz's kernel: fused and eager; export too once a package of the model is on disk) and keeps
-    the fastest, saying the times once; a float32 body no other runner serves runs eagerly, unmeasured."""
+def test_by_default_the_first_runner_that_serves_is_kept_without_timing(gemma, monkeypatch, caplog, specviz_op):
+    """Unset, the step keeps the first runner of AUTO that serves the body (an int8 copy on specviz's
+    kernel: fused) and times nothing, so a model runs the same kernels, and gives the same floats, on
+    every start whatever the machine was doing; its prompts go through the body, unmeasured. A float32
+    body no other runner serves runs eagerly."""
     monkeypatch.delenv("SPECVIZ_STATIC_DECODE", raising=False)
     with caplog.at_level("INFO", logger="specviz.runtime.runners"):
         decoder = int8_matches(gemma.model, "blocked").decoder
-    assert set(decoder._runner.per_call) == {"fused", "eager"}
-    assert decoder.runner == min(decoder._runner.per_call, key=decoder._runner.per_call.get)
-    assert sum("keeping" in r.getMessage() for r in caplog.records) == 1
+    assert decoder.runner == "fused" and decoder._runner.per_call == {}
+    assert not any("keeping" in r.getMessage() for r in caplog.records)
+    assert not any(p.measure for p in decoder._prefills.values())
     assert static_decode.trace_seconds() > 0 and decoder.runner in static_decode.runners_kept()
     plain = static_decode.StaticDecoder(copy.deepcopy(gemma.model)).body
     assert [r.name for r in static_decode.candidates(plain)] == ["eager"]

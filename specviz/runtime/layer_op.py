@@ -115,25 +115,29 @@ RUNNER = runners.Runner("fused", _build, every_body_any_width=True)
 
 
 class Prefill:
-    """How a model's static step prefills a prompt of n tokens: through the model's own batched
-    forward (``transformers``: MKL's products, SDPA) or through the body on all n rows at once (the
-    fused runner's layer op for an int8 body; else the body op by op, its projections on the kernel
-    measured at its widest width, oneDNN's packed one on a Zen 4 EPYC). Measured, not assumed: a
-    length no longer than one where the body measured faster takes the body, one no shorter than one
-    where the model measured faster takes the model, and any other runs both ways once (the same
-    keys and values written to the same slots; the faster way last, so they are its), said in the
-    log. On a Zen 4 EPYC (2 threads): gemma-3-270m@int8, 26 tokens 46 ms (the model's) against 21
+    """How a model's static step prefills a prompt of n tokens: through the body on all n rows at
+    once (the fused runner's layer op for an int8 or planned float32 body; else the body op by op),
+    or through the model's own batched forward (``transformers``: MKL's products, SDPA).
+
+    By default always the body, never by timing: the two ways write other floats into the keys and
+    values (an int8 model's forward quantizes its activations otherwise), so a choice by timing made
+    a seed's tokens differ from one start to the next; and the body measured faster at every length
+    tried (below). With ``measure`` (``SPECVIZ_STATIC_DECODE=all``, tuning) it is measured: a length
+    no longer than one where the body measured faster takes the body, one no shorter than one where
+    the model measured faster takes the model, and any other runs both ways once (the same keys and
+    values written to the same slots; the faster way last, so they are its), said in the log.
+    On a Zen 4 EPYC (2 threads): gemma-3-270m@int8, 26 tokens 46 ms (the model's) against 21
     (the fused body's), 120: 91 against 75; gemma-3-270m in float32, 50 tokens 150 against 84 ms,
     120: 268 against 172. The int8 body's per-token activation quantization is also its decode
     step's, closer to float32 (softmax overlap 0.934 against 0.919 on a 48-token prompt)."""
 
-    def __init__(self, label: str):
-        self.label = label
+    def __init__(self, label: str, measure: bool = False):
+        self.label, self.measure = label, measure
         self.body_upto = 0  # the longest prompt at which the body measured faster
         self.model_from: int | None = None  # the shortest at which the model's forward did
 
     def __call__(self, n: int, model_way: Callable[[], torch.Tensor], body_way: Callable[[], torch.Tensor]) -> torch.Tensor:
-        if n <= self.body_upto:
+        if not self.measure or n <= self.body_upto:
             return body_way()
         if self.model_from is not None and n >= self.model_from:
             return model_way()

@@ -1,4 +1,4 @@
-"""A lean decode step on the CPU: static KV buffers, one body per model, run by a measured runner.
+"""A lean decode step on the CPU: static KV buffers, one body per model, run by a runner.
 
 For a small model most of a decode step is not the matrix products: gemma-3-270m's int8 copy
 spends about 6 ms of a 24 ms token in its int8 GEMMs and the rest in Python and in ~2,000 small
@@ -15,9 +15,9 @@ target-only decoding; n = k + 1: the target's verify pass):
 - the function runs through a runner (:mod:`specviz.runtime.runners`): ``eager`` (op by op from
   Python), ``compile`` (``torch.compile``: one decoder layer compiled, shared by every layer),
   ``export`` (``torch.export`` + AOTInductor, a package on disk built once per model and torch
-  version) or, for an int8 body on specviz's kernel, ``fused`` (each layer one C++ op: :mod:`specviz.runtime.layer_op`). Each model keeps the fastest
-  of :data:`AUTO` measured on its first call, or the one ``SPECVIZ_STATIC_DECODE`` names
-  (:func:`mode`); any runner that fails gives way to eager, said once in the log. Building is
+  version) or, for an int8 body on specviz's kernel, ``fused`` (each layer one C++ op: :mod:`specviz.runtime.layer_op`). Each model keeps the first
+  of :data:`AUTO` that serves it (no timing: the same runner, and floats, on every start), or the
+  one ``SPECVIZ_STATIC_DECODE`` names, or with ``all`` the fastest by measurement (:func:`mode`); any runner that fails gives way to eager, said once in the log. Building is
   logged and counted (:func:`trace_seconds`). Every shape in the body is written with -1 for n,
   so with plain ``nn.Linear`` projections, or an int8 copy's (:mod:`specviz.runtime.quantize`:
   per-token scales for all rows at once, specviz's blocked kernel or ``torch._int_mm``, q/k/v and
@@ -31,8 +31,8 @@ otherwise one serves all.
 The output head stays outside the body (a vocab=N draft's head reads its session's context
 rows; a large target head keeps its measured kernel switch, :mod:`specviz.runtime.cpu`), so the logits are
 the model's own head applied to the body's hidden states. A prompt is prefilled by the
-model's own batched decoder (its keys and values copied in) or by the body on all its rows, whichever
-measured faster at its length (:class:`specviz.runtime.layer_op.Prefill`), then that head on its last
+body on all its rows (or, measured under ``all``, by the model's own batched decoder, its keys and
+values copied in: :class:`specviz.runtime.layer_op.Prefill`), then that head on its last
 rows (not even that for a greedy caller that reads no logits).
 
 Models of the llama-like families (:data:`ARCHITECTURES`: Llama, Mistral, Qwen2, Qwen3, Gemma 3
@@ -74,15 +74,17 @@ MIN_CAPACITY = 128  # positions a new cache holds; it doubles when full
 SPAN = 64  # attention reads the buffers up to the position rounded up to a multiple of this
 FEED_WIDTH = 2  # a body with a graph per width (packed int8) takes a feed this many tokens a call at most
 RUNNERS = {r.name: r for r in (runners.EAGER, runners.COMPILE, runners.EXPORT, layer_op.RUNNER)}
-AUTO = ("fused", "export", "eager")  # measured by default; export only from a package already on disk,
-# fused only for a body it serves (layer_op.why_not)
+AUTO = ("fused", "export", "eager")  # by default the first of these that serves a body (fused: where
+# layer_op.why_not allows; export: from a package already on disk), never by timing: the kernels a model
+# runs, and so its floats and a seed's tokens, are the same on every start; "all" measures (tuning)
 _OFF, _ON = ("0", "false", "no", "off"), ("", "1", "true", "yes", "on", "auto")
 
 
 def mode() -> str:
-    """``SPECVIZ_STATIC_DECODE``: "off" (``0``), "auto" (unset: the fastest of :data:`AUTO` by
-    measurement), "all" (the fastest of every runner, each built within runners.BUDGET_S) or one
-    runner's name (that one, eager if it fails)."""
+    """``SPECVIZ_STATIC_DECODE``: "off" (``0``), "auto" (unset: the first of :data:`AUTO` that serves
+    the body, the same on every start), "all" (the fastest of every runner by measurement, each built
+    within runners.BUDGET_S, and each prompt length's prefill way measured too) or one runner's name
+    (that one, eager if it fails)."""
     value = settings.word("SPECVIZ_STATIC_DECODE")
     if value in _OFF:
         return "off"
@@ -98,14 +100,15 @@ def enabled() -> bool:
 
 
 def candidates(body: torch.nn.Module, package_dir: Path | None = None) -> tuple[runners.Runner, ...]:
-    """The runners :func:`mode` asks to measure for ``body`` (one: that one)."""
+    """The runners :func:`mode` asks for ``body``: one (the first of :data:`AUTO` that serves it, or
+    the one named), or every runner that serves it, to measure ("all")."""
     how = mode()
     if how in RUNNERS:
         return (RUNNERS[how],)
     serves = {"export": lambda: runners.package_path(body, package_dir).exists(), "fused": lambda: layer_op.why_not(body) is None}
     if how == "all":
         return tuple(RUNNERS[k] for k in ("fused", "export", "compile", "eager") if k != "fused" or serves[k]())
-    return tuple(RUNNERS[k] for k in AUTO if k not in serves or serves[k]())
+    return tuple(RUNNERS[k] for k in AUTO if k not in serves or serves[k]())[:1]  # eager serves every body
 
 
 def supports(model: torch.nn.Module) -> str | None:
@@ -202,7 +205,8 @@ class StaticDecoder:
         self.softcap = getattr(self.text, "final_logit_softcapping", None)
         label = type(model).__name__ + (" (int8)" if layer_op.products_kind(self.body) == "int8" else "")  # a target and its int8 draft apart
         self._runner = runners.Choice(self.body, candidates(self.body, package_dir), label, package_dir)
-        self._prefills = {way: layer_op.Prefill(f"{label} ({way} body)") for way in ("fused", "eager")}  # a prompt's way
+        self._prefills = {way: layer_op.Prefill(f"{label} ({way} body)", measure=mode() == "all")
+                          for way in ("fused", "eager")}  # a prompt's way
         self._tables: tuple[torch.Tensor, ...] | None = None  # cos, sin, cos_local, sin_local [C, hd]
         self._lock = threading.Lock()
 
@@ -285,7 +289,7 @@ class StaticDecoder:
             raise ValueError(f"keep must lie in 1..{n}, got {keep}")
         start = cache.length
         cache.reserve(start + n)
-        if start == 0 and n > 1:  # a prompt: the model's own forward, or the body on all n rows (by measurement)
+        if start == 0 and n > 1:  # a prompt: the body on all n rows (or the model's own forward: Prefill)
             model_way = lambda: self._prefill(cache, input_ids, keep, lazy)  # noqa: E731
             if not self.body.rows_at_once:
                 return model_way()
