@@ -86,9 +86,10 @@ SETTINGS: tuple[Setting, ...] = (
             "where the converted built-in models (and their `@int8` copies, under int8/, the static step's AOTInductor packages, under static_decode/, and the measured kernel choices) are kept",
             "models (app, API, CLI)", ("specviz/runtime/runners.py",)),
     Setting("SPECVIZ_STATIC_DECODE", "auto",
-            "how drafts and the target run the static decode step: `auto` keeps the fastest of eager "
-            "(and export once its package is on disk, fused for an int8 body on specviz's kernel or a planned float32 "
-            "one: each layer one C++ op) measured on the first call; `all` measures compile and export too (each build within 120 s); "
+            "how drafts and the target run the static decode step: `auto` keeps the first that serves of fused (an int8 "
+            "body on specviz's kernel or a planned float32 one: each layer one C++ op), export (a package on disk) and "
+            "eager, timing nothing (the same kernels and tokens on every start); `all` measures every runner, compile "
+            "and export included (each build within 120 s), and each prompt length's prefill way; "
             "`eager`, `compile`, `export`, `fused`: that runner (eager if it "
             "fails); `0`: the `transformers` forward instead (for comparisons)", "engine",
             ("specviz/runtime/static_decode.py",)),
