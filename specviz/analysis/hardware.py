@@ -123,11 +123,6 @@ def decode_bytes(model: torch.nn.Module, precision: str | None = None, kv_positi
             total += t.numel() + 4 * t.shape[0]  # int8 weight, one float scale per output row
         else:
             total += t.numel() * _element_bytes(t, None if precision == "int8" else precision)
-    for m in model.modules():  # packed int8 Linear layers keep their weights out of parameters()
-        packed = getattr(m, "_packed_params", None)
-        if packed is not None and callable(getattr(m, "weight", None)):
-            w = m.weight()
-            total += w.numel() + 4 * w.shape[0]
     if kv_positions:
         total += kv_positions * kv_bytes_per_position(model, precision)
     return int(total)

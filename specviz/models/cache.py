@@ -63,13 +63,6 @@ def model_bytes(lm: LoadedModel) -> int:
             continue
         seen.add(id(t))
         total += t.numel() * t.element_size()
-    for module in lm.model.modules():
-        if hasattr(module, "_packed_params") and callable(getattr(module, "weight", None)):
-            try:
-                w = module.weight()
-                total += w.numel() * w.element_size()
-            except Exception:  # noqa: BLE001 - an estimate is enough
-                pass
     return int(total)
 
 

@@ -43,11 +43,8 @@ class LoadedModel:
         head = self.model.get_output_embeddings()
         tied = bool(getattr(_text_config(self.model.config), "tie_word_embeddings", False))
         for module in self.model.modules():
-            # An int8 Linear keeps its weight out of parameters(): packed (PackedInt8Linear, torch's
-            # dynamic-quantized Linear) or as buffers (Int8Linear).
-            if hasattr(module, "_packed_params") and callable(getattr(module, "weight", None)):
-                weight, bias = module.weight(), module.bias()
-            elif isinstance(module, Int8Linear):
+            # An int8 Linear keeps its weight out of parameters(), as buffers (Int8Linear).
+            if isinstance(module, Int8Linear):
                 weight, bias = module.qweight, module.bias
             else:
                 continue

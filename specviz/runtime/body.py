@@ -160,9 +160,6 @@ class DecoderBody(torch.nn.Module):
         linears = [m for layer in kinds for members in layer for m in members]
         # all n tokens in one call: plain Linears, or int8 ones (specviz.runtime.quantize: no row loop)
         self.rows_at_once = all(type(m) is torch.nn.Linear or getattr(m, "any_width", False) is True for m in linears)
-        # a feed of n tokens in one call of the body: those, or packed int8 layers (a graph per width)
-        self.feeds_at_once = all(type(m) is torch.nn.Linear or getattr(m, "any_width", False) is True
-                                 or getattr(m, "rows_in_one_call", False) is True for m in linears)
         # fp32 or bf16 projections: q/k/v and gate/up fused, each kind on the kernel measured faster per width
         # (projections.py)
         kind_names = ("qkv", "o", "gate_up", "down")

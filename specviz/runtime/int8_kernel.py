@@ -108,7 +108,7 @@ def _library() -> Path:
 
 def needs_build() -> bool:
     """Whether :func:`load` would compile the op now (about 13 s: a caller may say so first)."""
-    if "why" in _state or settings.value("SPECVIZ_INT8_KERNEL", "1") in ("0", "packed", "int_mm"):
+    if "why" in _state or settings.value("SPECVIZ_INT8_KERNEL", "1") in ("0", "int_mm"):
         return False
     return not _library().is_file() and toolchain() is None  # no compiler: nothing will be built
 

@@ -72,7 +72,6 @@ ARCHITECTURES = FAMILIES  # llama, mistral, qwen2, qwen3, gemma3_text, phi3 (bod
 DTYPES = (torch.float32, torch.bfloat16)  # the weights the body serves
 MIN_CAPACITY = 128  # positions a new cache holds; it doubles when full
 SPAN = 64  # attention reads the buffers up to the position rounded up to a multiple of this
-FEED_WIDTH = 2  # a body with a graph per width (packed int8) takes a feed this many tokens a call at most
 RUNNERS = {r.name: r for r in (runners.EAGER, runners.COMPILE, runners.EXPORT, layer_op.RUNNER)}
 AUTO = ("fused", "export", "eager")  # by default the first of these that serves a body (fused: where
 # layer_op.why_not allows; export: from a package already on disk), never by timing: the kernels a model
@@ -302,12 +301,9 @@ class StaticDecoder:
         n = int(input_ids.shape[0])
         if self.body.rows_at_once:  # all n tokens in one call (``step``: the body's way, default the kept runner)
             hidden = (step or self._call)(self._inputs(cache, input_ids, start))[n - keep :]  # [keep, d]
-        else:  # a draft's catch-up feed (usually [x_k, bonus]) in calls of up to FEED_WIDTH tokens: a
-            # packed int8 body reads each weight once per call, on graphs of the widths a draft warms, not
-            # a new graph per feed length (a hybrid's draft catches up on every token the n-gram drafted)
-            width = FEED_WIDTH if self.body.feeds_at_once else 1
-            hidden = torch.cat([self._call(self._inputs(cache, input_ids[i : i + width], start + i))
-                                for i in range(0, n, width)])[n - keep :]  # [keep, d]
+        else:  # projections that take one row a call (none of specviz's own): a token at a time
+            hidden = torch.cat([self._call(self._inputs(cache, input_ids[i : i + 1], start + i))
+                                for i in range(n)])[n - keep :]  # [keep, d]
         cache.length = start + n
         return self._head(hidden, lazy)  # [keep, V]
 
