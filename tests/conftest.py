@@ -97,21 +97,33 @@ def allow_local(monkeypatch):
 # -- the app and the browser (tests/support), for the browser and load tests --------------------
 
 
+@pytest.fixture(scope="session")
+def tiny_app_env(tmp_path_factory):
+    """The tiny models saved once per run (per xdist worker) and the app's defaults naming them.
+    One set of paths for every module: the app's model cache, keyed by path, loads them once."""
+    from tests.support import app_server
+
+    return app_server.tiny_env(tmp_path_factory.mktemp("tiny-models"))
+
+
 @pytest.fixture(scope="module")
-def tiny_env(tmp_path_factory):
+def tiny_env(tiny_app_env):
     """The app's defaults naming tiny local models, set in os.environ for the module, then restored."""
     from tests.support import app_server
 
-    with app_server.patched_environ(app_server.tiny_env(tmp_path_factory.mktemp("tiny-models"))) as env:
+    with app_server.patched_environ(dict(tiny_app_env)) as env:
         yield env
 
 
-@pytest.fixture(scope="module")
-def tiny_app(tiny_env):
-    """The whole app served in this process on the tiny models: its URL."""
+@pytest.fixture(scope="session")
+def tiny_app(tiny_app_env):
+    """The whole app served in this process on the tiny models, once per run: its URL. Building and
+    launching it took seconds per module; its defaults are set only while it starts (each module that
+    talks to it holds them in os.environ through ``tiny_env``, as a request may read them)."""
     from tests.support import app_server
 
-    demo, url = app_server.start(tiny_env)
+    with app_server.patched_environ(dict(tiny_app_env)) as env:
+        demo, url = app_server.start(env)
     yield url
     demo.close()
 
@@ -127,14 +139,15 @@ def needs_browser():
 
 
 @pytest.fixture(scope="module")
-def app_url(needs_browser, tiny_app):
-    """The served app's URL, for tests that open it in the browser (skipped, and nothing served, without one)."""
+def app_url(needs_browser, tiny_env, tiny_app):
+    """The served app's URL, for tests that open it in the browser (skipped, and nothing served, without
+    one), with its defaults in os.environ for the module."""
     return tiny_app
 
 
-@pytest.fixture(scope="module")
-def browser(needs_browser):
-    """Debian's headless Chromium driven by Playwright, one per test module."""
+@pytest.fixture(scope="session")
+def chromium():
+    """Debian's headless Chromium driven by Playwright, started once per run (a start is seconds)."""
     from playwright.sync_api import sync_playwright
 
     from tests.support.browser import launch_chromium
@@ -143,3 +156,12 @@ def browser(needs_browser):
         b = launch_chromium(p)
         yield b
         b.close()
+
+
+@pytest.fixture(scope="module")
+def browser(needs_browser, chromium):
+    """The run's Chromium for one test module; the pages the module opened are closed after it (as a
+    browser of its own would be), so no page of one module keeps running beside the next."""
+    yield chromium
+    for context in list(chromium.contexts):
+        context.close()
