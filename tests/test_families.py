@@ -3,7 +3,8 @@ window on every layer), Qwen2 (q/k/v bias, a sliding layer), Qwen3 (q/k norms), 
 all layers sliding or none, and Phi-3 (fused qkv_proj and gate_up_proj; a partial rotary too),
 each a tiny random checkpoint saved to disk and loaded with ``specviz.load_model`` as a user
 would: the static step serves it, its logits are the ``transformers`` forward's through a prefill,
-one-token steps, a k + 1 verify pass and a rollback, greedy speculative output is ``generate()``'s
+one-token steps, a k + 1 verify pass, rollbacks and a token tree (and in bfloat16 as close as that
+forward's), greedy speculative output is ``generate()``'s
 token for token, sampled output follows the target's law (a wrong rule fails the same check), the
 fused runner writes each layer as the body does, and what cannot be served says why in a sentence
 and keeps the ``transformers`` forward."""
@@ -117,6 +118,31 @@ def test_a_rollback_reaches_into_the_prompt_past_the_window(family):
     close(again, want[7:])
     rollback(twin, 12)
     close(forward_logits(model, torch.tensor(ids[12:]), twin, 4), want[12:])
+
+
+def test_a_token_tree_scores_as_each_path_does(family):
+    """A 6-node tree over a 13-token context (past every window) in one pass on the static step:
+    each node's logits are the transformers forward's over the context and that node's path;
+    after the path root -> 5 -> 9 -> 7 is kept, the next tokens score as that path's continuation."""
+    from specviz.runtime.kv import keep_path, score_tree
+
+    _, lm = family
+    model = lm.model
+    ctx = [1] + [(7 * i + 5) % 30 + 3 for i in range(12)]  # 13 tokens
+    tokens, parents = [5, 9, 12, 7, 30, 4], [-1, 0, 0, 1, -1, 4]
+    cache = static_cache(model)
+    forward_logits(model, torch.tensor(ctx[:-1]), cache, 1)
+    got = score_tree(model, cache, torch.tensor(ctx[-1:]), torch.tensor(tokens), torch.tensor(parents))  # [7, V]
+
+    def path(i: int) -> list[int]:  # node i's tokens from the root's child down
+        return [] if i < 0 else path(parents[i]) + [tokens[i]]
+
+    want = torch.stack([reference_logits(model, ctx + path(i))[-1] for i in range(-1, len(tokens))])
+    close(got, want)
+    keep_path(cache, len(tokens), [0, 1, 3])
+    kept = ctx + [5, 9, 7]
+    rollback(cache, len(kept) - 1)
+    close(forward_logits(model, torch.tensor([7, 8, 11]), cache, 3), reference_logits(model, kept + [8, 11])[len(kept) - 1 :])
 
 
 def test_greedy_output_is_generates_token_for_token(family):
@@ -243,3 +269,14 @@ def test_the_fused_runner_refuses_a_partial_rotary_with_a_sentence(tokenizer):
     body = static_cache(model).decoder.body
     assert "rotary covers 8 of a head's 16 dims" in layer_op.why_not(body)
     assert "fused" not in [r.name for r in static_decode.candidates(body)]
+
+
+@pytest.mark.parametrize("name", ["qwen2", "qwen3", "gemma3_text"])
+def test_a_bf16_body_is_as_close_as_the_transformers_bf16_forward(name, tokenizer):
+    """In bfloat16 (biases, Qwen3's q/k norm, an all-sliding Gemma 3): chains of several widths
+    with rollbacks and a token tree, within two bf16 steps of the transformers bf16 forward and no
+    further from float32 than it (tests/test_static_bf16.py's check, whose tree reference runs on
+    a DynamicCache: Mistral's and Phi-3's forwards take no per-layer-type tree mask there)."""
+    from tests.test_static_bf16 import bf16_pair, chains_and_tree_match
+
+    chains_and_tree_match(*bf16_pair(make_family_model(name, len(tokenizer), seed=6)))
