@@ -31,19 +31,20 @@ demo: setup
 	GRADIO_ANALYTICS_ENABLED=False $(BIN)/python app.py
 
 # The tests run on every core (pytest-xdist, one test file per worker: module fixtures stay
-# shared). Then, one at a time: the real llama-server (its thread pool spins at barriers and
-# slowed 30-fold beside busy torch workers on 2 cores) and the browser tests, which time what a
-# person sees.
+# shared; the files with a slow test are handed out first, see tests/conftest.py). Then, in one
+# process, one at a time: the real llama-server and vLLM (llama-server's thread pool spins at
+# barriers and slowed 30-fold beside busy torch workers on 2 cores) and the browser tests, which
+# time what a person sees (one app server and one Chromium for all of them).
 JOBS     ?= $(shell nproc 2>/dev/null || echo 2)
 PYTEST   := GRADIO_ANALYTICS_ENABLED=False HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -ra --durations=25
+XDIST    := -n $(JOBS) --dist loadfile --no-loadscope-reorder
 
 test: setup chromium llama-server-build vllm-server-build
-	$(PYTEST) -n $(JOBS) --dist loadfile -m "not browser and not remote"
-	$(PYTEST) -m remote
-	$(PYTEST) -m browser
+	$(PYTEST) $(XDIST) -m "not browser and not remote"
+	$(PYTEST) -m "remote or browser"
 
 test-fast: setup
-	$(PYTEST) -n $(JOBS) --dist loadfile -m "not slow and not browser and not remote"
+	$(PYTEST) $(XDIST) -m "not slow and not browser and not remote"
 
 bench: setup
 	$(BIN)/specviz bench --target gemma-3-270m --proposer ngram --proposer draft:gemma-3-270m@int8,vocab=16384 \

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import os
 
 import pytest
@@ -20,6 +21,23 @@ from tests.support.tiny import (  # noqa: E402
     make_tiny_models,
     perturbed,
 )
+
+
+@pytest.hookimpl(trylast=True)  # after -m has deselected what does not run
+def pytest_collection_modifyitems(config, items):
+    """On an xdist worker (``make test``: ``--dist loadfile --no-loadscope-reorder``), the files that
+    hold a ``slow`` test first, then the rest, each group most tests first (xdist's own order). xdist
+    hands out files in this order as workers free up; by test count alone the one-test files that
+    load the built-in models or build the kernels came last, one of them running alone at the end."""
+    if not hasattr(config, "workerinput"):
+        return
+
+    def file_of(item) -> str:
+        return item.nodeid.split("::", 1)[0]
+
+    count = collections.Counter(file_of(item) for item in items)
+    slow = {file_of(item) for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: (file_of(item) not in slow, -count[file_of(item)]))  # stable: a file stays whole
 
 
 @pytest.fixture(autouse=True)
