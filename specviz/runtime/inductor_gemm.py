@@ -50,8 +50,6 @@ class FrozenGemm:
 
     def __init__(self, weight: torch.Tensor):
         self.shape = tuple(weight.shape)
-        config = torch._dynamo.config  # every head is a graph or two of the same code object
-        config.recompile_limit = max(config.recompile_limit, 64)
         self._compiled = torch.compile(_Frozen(weight), dynamic=True)
         self.compile_s = 0.0
 
@@ -59,7 +57,9 @@ class FrozenGemm:
         outside = not torch.is_inference_mode_enabled()
         # always an inference tensor in: a graph is guarded on its input's dispatch keys, and an
         # ordinary tensor (under no_grad, as transformers' generate runs) would compile two more
-        with _LOCK, torch._inductor.config.patch(CONFIG), torch.inference_mode():
+        # every head is a graph or two of the same code object: Dynamo's recompile limit raised for
+        # these calls only, as Inductor's config is patched for them only
+        with _LOCK, torch._inductor.config.patch(CONFIG), torch._dynamo.config.patch(recompile_limit=64), torch.inference_mode():
             y = self._compiled(x if x.is_inference() else x.clone())  # [rows, out]
         return y.clone() if outside else y  # an ordinary tensor back for a caller outside inference mode
 

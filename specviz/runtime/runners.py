@@ -162,10 +162,11 @@ def mark(t: torch.Tensor, dim: int) -> None:
 
 def _compile(body: torch.nn.Module, example: tuple, directory: Path | None) -> Step:
     fullgraph = bool(getattr(body, "rows_at_once", getattr(body, "any_width", False)))  # a projection's row loop breaks the graph
-    config = torch._dynamo.config  # every body's layer is one code object, each body up to four graphs of it
-    config.recompile_limit = max(config.recompile_limit, 64)  # (width 1 or more, span below or at capacity)
+    # every body's layer is one code object, each body up to four graphs of it (width 1 or more, span
+    # below or at capacity): Dynamo's recompile limit raised for these calls only, not for the process
+    roomy = torch._dynamo.config.patch(recompile_limit=max(torch._dynamo.config.recompile_limit, 64))
     if hasattr(body, "run_layers"):  # one decoder layer compiled, its graph shared by every layer
-        compiled = torch.compile(body.layer, fullgraph=fullgraph)
+        compiled = roomy(torch.compile(body.layer, fullgraph=fullgraph))
 
         def layer(h, module, w, pos, cos, sin, mask, keys, values):
             mark(h, 0)
@@ -178,7 +179,7 @@ def _compile(body: torch.nn.Module, example: tuple, directory: Path | None) -> S
                 mark(t, t.dim() - 1 if t.dim() == 2 else 1)
             return body.run_layers(layer, tokens, pos, cos, sin, cos_local, sin_local, mask, mask_local, keys, values)
     else:
-        step = torch.compile(body, dynamic=True, fullgraph=fullgraph)
+        step = roomy(torch.compile(body, dynamic=True, fullgraph=fullgraph))
     if int(example[0].shape[0]) > 1:
         step(*first_row(example))  # the width-1 graph (Dynamo specialises size 1)
     step(*example)  # compiles here, not in the session's first timed step
