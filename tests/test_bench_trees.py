@@ -129,11 +129,11 @@ def test_tree_figures_plot_against_nodes_with_theory(tree_report):
     figs = V.build_figures(rep)
     names = [t.name for t in figs["tree_tau"].data]
     assert "ngram" in names and "ngram-tree:3 depth 2" in names and "ngram-tree:3 depth 3" in names
-    assert names[-1].startswith("chain theory E(a=")
+    assert names[-1].startswith("ngram: chain theory E(a=")  # one line per chain proposer (bench_marks.chain_fits)
     tree = next(t for t in figs["tree_tau"].data if t.name == "ngram-tree:3 depth 2")
     rows = [r for r in report["rows"] if r["proposer"].startswith("ngram-tree") and r["k"] == 2]
     assert sorted(tree.x) == sorted(r["nodes_per_step"] for r in rows)  # x = measured nodes verified per step
-    assert [t.name for t in figs["tree_speedup"].data][-1].startswith("theory, measured v(n)")
+    assert [t.name for t in figs["tree_speedup"].data][-1].startswith("ngram: theory, measured v(n)")
     vfig = figs["verify_cost"]
     assert list(vfig.data[0].y)[0] == 1.0 and list(vfig.data[0].x) == list(range(1, 18))
     assert "best k" in vfig.layout.annotations[0].text

@@ -333,7 +333,7 @@ def build_bench_tab(defaults: BenchDefaults | None = None) -> BenchView:
     why = gr.Markdown("", elem_id="sv-bench-why")
     with gr.Accordion("What the predictions assume", open=False, elem_id="sv-bench-assumptions"):
         gr.Markdown(ASSUMPTIONS + " Trees: positions are depths, k' counts the nodes verified per step; the dashed "
-                    "chain theory on the node plots is E(a, n) / (n c + v(n + 1)) at the chains' pooled a.")
+                    "chain theory on the node plots is E(a, n) / (n c + v(n + 1)), one line per chain proposer from its own a and c.")
     with gr.Accordion("Advisor: will it pay here?", open=False, elem_id="sv-bench-advisor"):
         build_advisor_panel(d.target, d.proposers, targets, _proposer_choices(d, targets), cats)
     empty = V.build_figures(None)

@@ -15,13 +15,15 @@ from typing import Any, Callable, Mapping, Sequence
 
 import plotly.graph_objects as go
 
-from ..analysis.metrics import METRICS, definitions, expected_tokens_per_step
-from ..runtime.kernel_words import describe_kernels, kernel_summary
+from ..analysis.metrics import METRICS, expected_tokens_per_step
+from ..runtime.kernel_words import kernel_summary
+from .bench_marks import chain_fits, mark_traces
+from .bench_page import report_html
 from .bench_readout import why_markdown
-from .bench_rows import _chain_a, report_rows
+from .bench_rows import report_rows
 from .bench_table import TABLE_COLUMNS, table_help, table_rows
 from .figures import _figure as house_figure
-from .theme import COLORS, FONT
+from .theme import COLORS
 
 __all__ = [
     "FIGURES", "acceptance_length_figure", "acceptance_rate_figure", "build_figures", "category_figure",
@@ -139,6 +141,7 @@ def latency_figure(rows: Sequence[Row]) -> go.Figure:
         return _empty(title)
     colors = _colors(rows)
     traces = [_line(rs, "ms_per_token", _name(p, i), colors[p], IMPL_DASH[i], ".1f") for p, i, rs in _series(rows)]
+    traces += mark_traces(_series(rows), "ms_per_token")
     refs = []
     for impl, dash in (("specviz", "dash"), ("hf", "dot"), ("remote", "dash")):
         b = _baseline(rows, impl)
@@ -171,14 +174,20 @@ def speedup_figure(rows: Sequence[Row]) -> go.Figure:
     colors = _colors(rows)
     traces = []
     for p, i, rs in _series(rows):
-        key = "speedup_median" if all(isinstance(r.get("speedup_median"), (int, float)) for r in rs) else "speedup"
+        key = _speedup_key(rs)
         trace = _line(rs, key, _name(p, i), colors[p], IMPL_DASH[i], extra=_speedup_hover)
         pts = [r for r in rs if isinstance(r.get(key), (int, float)) and math.isfinite(r[key])]
         if key == "speedup_median" and all(r.get("speedup_low") is not None and r.get("speedup_high") is not None for r in pts):
             trace["error_y"] = dict(type="data", symmetric=False, array=[r["speedup_high"] - r[key] for r in pts],
                                     arrayminus=[r[key] - r["speedup_low"] for r in pts], color=colors[p], thickness=1.2, width=4)
         traces.append(trace)
+    traces += mark_traces(_series(rows), _speedup_key)
     return _k_figure(rows, traces, title, "speedup (x)", [(1.0, "target-only = 1.0")])
+
+
+def _speedup_key(rs: Sequence[Row]) -> str:
+    """The median over prompts where every row of a series has it, else the total."""
+    return "speedup_median" if all(isinstance(r.get("speedup_median"), (int, float)) for r in rs) else "speedup"
 
 
 def acceptance_rate_figure(rows: Sequence[Row]) -> go.Figure:
@@ -238,6 +247,7 @@ def predicted_speedup_figure(rows: Sequence[Row]) -> go.Figure:
             extra=lambda r: f"<br>a={r['acceptance_rate']:.2f}, c={r['c']:.3f}, v={r['v']:.2f}" if r.get("c") is not None else "",
             symbol="diamond-open",
         ))
+    traces += mark_traces(series, "speedup")
     return _k_figure(rows, traces, title, "speedup (x)", [(1.0, "no gain")])
 
 
@@ -322,8 +332,11 @@ def _shape_series(rows: Sequence[Row]) -> list[tuple[str, list[Row]]]:
     return [(n, sorted(rs, key=lambda r: r["nodes_per_step"])) for n, rs in groups.items()]
 
 
-def _shape_figure(rows: Sequence[Row], key: str, title: str, ytitle: str, theory: Callable[[int], float] | None,
-                  theory_name: str, ref: tuple[float, str]) -> go.Figure:
+Theory = tuple[str, str, Callable[[int], float]]  # (proposer, line name, n -> value)
+
+
+def _shape_figure(rows: Sequence[Row], key: str, title: str, ytitle: str, theories: Sequence[Theory],
+                  ref: tuple[float, str]) -> go.Figure:
     series = _shape_series(rows)
     if not series:
         return _empty(title, "No results yet: sweep chains and trees (e.g. ngram and ngram-tree)")
@@ -348,12 +361,12 @@ def _shape_figure(rows: Sequence[Row], key: str, title: str, ytitle: str, theory
                           and r.get("predicted_tau_positional") is not None else "") for r in pts],
             hoverinfo="text"))
     xmax = max((r["nodes_per_step"] for _, rs in series for r in rs), default=1.0)
-    if theory is not None:
-        ns = list(range(1, max(2, int(math.ceil(xmax))) + 1))
+    ns = list(range(1, max(2, int(math.ceil(xmax))) + 1))
+    for proposer, name, theory in theories:  # one line per chain proposer, in its colour
         ys = [theory(n) for n in ns]
-        traces.append(dict(type="scatter", mode="lines", name=theory_name, x=ns, y=ys,
-                           line=dict(color=COLORS["muted"], dash="dash", width=1.5),
-                           hovertext=[f"{html.escape(theory_name)}<br>n={n}: {y:.2f}" for n, y in zip(ns, ys)], hoverinfo="text"))
+        traces.append(dict(type="scatter", mode="lines", name=name, x=ns, y=ys, meta="theory",
+                           line=dict(color=colors.get(proposer, COLORS["muted"]), dash="dash", width=1.5),
+                           hovertext=[f"{html.escape(name)}<br>n={n}: {y:.2f}" for n, y in zip(ns, ys)], hoverinfo="text"))
     shape, note = _hline(*ref)
     return _figure(traces, title, "nodes verified per step (chains: k)", ytitle, shapes=[shape], annotations=[note],
                    yaxis=dict(rangemode="tozero"))
@@ -361,40 +374,38 @@ def _shape_figure(rows: Sequence[Row], key: str, title: str, ytitle: str, theory
 
 def tree_tau_figure(rows: Sequence[Row]) -> go.Figure:
     """Tokens per step (tau) against nodes verified per step: chains over k, trees over their
-    node budget, beside the chain theory E(a, n) at the chains' pooled a."""
-    a = _chain_a(rows)
-    theory = (lambda n: expected_tokens_per_step(a, n)) if a is not None else None
+    node budget, beside each chain proposer's theory E(a, n) at its own pooled a."""
+    theories = [(p, f"{p}: chain theory E(a={a:.2f}, n)", lambda n, a=a: expected_tokens_per_step(a, n))
+                for p, a, _, _ in chain_fits(rows)]
     return _shape_figure(rows, "mean_acceptance_length", "Tokens per step vs nodes verified (chains and trees)",
-                         "tokens per step (tau)", theory, f"chain theory E(a={a:.2f}, n)" if a is not None else "",
-                         (1.0, "target-only = 1"))
+                         "tokens per step (tau)", theories, (1.0, "target-only = 1"))
 
 
 def tree_speedup_figure(rows: Sequence[Row], curve: Sequence[Sequence[float]] | None = None) -> go.Figure:
-    """Speedup against nodes verified per step, beside the chain theory E(a, n) / (n c + v(n+1)),
-    with v(n) this machine's measured verify curve when there is one (else the chains' mean v)."""
-    a = _chain_a(rows)
-    chains = [r for r in rows if r.get("impl") == "specviz" and r.get("k") and not r.get("tree") and r.get("c") is not None]
-    theory, name = None, ""
-    if a is not None and chains:
-        c = sum(r["c"] for r in chains) / len(chains)
-        if curve:
-            from ..bench.verify_cost import v_at, verify_curve
+    """Speedup against nodes verified per step, beside each chain proposer's theory
+    E(a, n) / (n c + v(n+1)) from its own a and c, with v(n) this machine's measured verify curve
+    when there is one (else that proposer's mean v)."""
+    theories: list[Theory] = []
+    vc = None
+    if curve:
+        from ..bench.verify_cost import v_at, verify_curve
 
-            vc = verify_curve(curve)
-            theory = lambda n: expected_tokens_per_step(a, n) / (n * c + (v_at(vc, n + 1) or vc[-1][1]))  # noqa: E731
-            name = f"theory, measured v(n): a={a:.2f}, c={c:.3f}"
-        else:
-            v = sum(r["v"] for r in chains if r.get("v") is not None) / max(1, sum(1 for r in chains if r.get("v") is not None))
-            theory = lambda n: expected_tokens_per_step(a, n) / (n * c + v)  # noqa: E731
-            name = f"theory, v = {v:.2f} for every n: a={a:.2f}, c={c:.3f}"
-    return _shape_figure(rows, "speedup", "Speedup vs nodes verified (chains and trees)", "speedup (x)", theory, name,
+        vc = verify_curve(curve)
+    for p, a, c, v in chain_fits(rows):
+        if vc:
+            fn = lambda n, a=a, c=c: expected_tokens_per_step(a, n) / (n * c + (v_at(vc, n + 1) or vc[-1][1]))  # noqa: E731
+            theories.append((p, f"{p}: theory, measured v(n): a={a:.2f}, c={c:.3f}", fn))
+        elif v is not None:
+            fn = lambda n, a=a, c=c, v=v: expected_tokens_per_step(a, n) / (n * c + v)  # noqa: E731
+            theories.append((p, f"{p}: theory, v = {v:.2f} for every n: a={a:.2f}, c={c:.3f}", fn))
+    return _shape_figure(rows, "speedup", "Speedup vs nodes verified (chains and trees)", "speedup (x)", theories,
                          (1.0, "target-only = 1.0"))
 
 
 def verify_cost_figure(rows: Sequence[Row], curve: Sequence[Sequence[float]] | None = None,
                        floor: Sequence[Sequence[float]] | None = None) -> go.Figure:
     """This machine's verify cost v(n) = t(n) / t(1) for n positions, beside the paper's v = 1,
-    with the theory's best k at the chains' measured a and c (when the rows have them), and, when
+    with the theory's best k at each chain proposer's own measured a and c (when the rows have them), and, when
     given, the least v(n) this CPU allows ([(n, overlapped, one after the other)]: the weights read
     once and the products at the rate its BLAS reaches on n rows)."""
     title = "Verify cost v(n) = t(n) / t(1) on this machine"
@@ -418,14 +429,11 @@ def verify_cost_figure(rows: Sequence[Row], curve: Sequence[Sequence[float]] | N
                                y=[float(p[i]) for p in floor], line=dict(color=COLORS["ink"], dash=dash, width=1.2),
                                hovertext=[f"n={int(p[0])}: v >= {float(p[i]):.2f}" for p in floor], hoverinfo="text"))
     notes = []
-    a = _chain_a(rows)
-    chains = [r for r in rows if r.get("impl") == "specviz" and r.get("k") and not r.get("tree") and r.get("c") is not None]
-    if a is not None and chains:
-        c = sum(r["c"] for r in chains) / len(chains)
+    for i, (p, a, c, _) in enumerate(chain_fits(rows)):  # each proposer's own a and c, never pooled
         best = best_k_with_curve(min(a, 0.999), c, vc)
         if best:
-            notes.append(dict(text=html.escape(f"a={a:.2f}, c={c:.3f}: best k = {best[0]} ({best[1]:.2f}x)"),
-                              xref="paper", x=0.02, yref="paper", y=0.98, showarrow=False, xanchor="left",
+            notes.append(dict(text=html.escape(f"{p} (a={a:.2f}, c={c:.3f}): theory's best k = {best[0]} ({best[1]:.2f}x)"),
+                              xref="paper", x=0.02, yref="paper", y=0.98 - 0.08 * i, showarrow=False, xanchor="left",
                               font=dict(size=11, color=COLORS["ink"])))
     return _figure(traces, title, "positions scored in one pass n (k drafts: n = k + 1)", "v(n) (target decode steps)",
                    annotations=notes, yaxis=dict(rangemode="tozero"))
@@ -465,85 +473,6 @@ def build_figures(report: Mapping[str, Any] | None) -> dict[str, go.Figure]:
 
 
 # -- the standalone page ----------------------------------------------------------------------
-
-
-def _md_to_html(md: str) -> str:
-    """The tiny Markdown subset why_no_speedup() writes: **bold** lines and '- ' bullets."""
-    out, items = [], []
-    for line in md.splitlines():
-        if not line.strip():
-            continue
-        if line.startswith("- "):
-            items.append(f"<li>{html.escape(line[2:])}</li>")
-            continue
-        if items:
-            out.append("<ul>" + "".join(items) + "</ul>")
-            items = []
-        text = html.escape(line.strip("*_"))
-        out.append(f"<p><b>{text}</b></p>" if line.startswith("**") else f"<p>{text}</p>")
-    if items:
-        out.append("<ul>" + "".join(items) + "</ul>")
-    return "\n".join(out)
-
-
-def report_html(report: Mapping[str, Any], include_plotlyjs: bool | str = True) -> str:
-    """One self-contained HTML page: settings, every figure, the table and the readout.
-
-    ``include_plotlyjs=True`` inlines plotly.js (works offline, ~4 MB); "cdn" links it instead.
-    """
-    meta = dict(report.get("meta") or {})
-    figs = build_figures(report)
-    parts = []
-    for i, (name, fig) in enumerate(figs.items()):
-        parts.append(f'<section class="fig" id="fig-{name}">' + fig.to_html(
-            full_html=False, include_plotlyjs=include_plotlyjs if i == 0 else False, default_height=f"{HEIGHT}px",
-            config={"displaylogo": False, "responsive": True}) + "</section>")
-    headers, body = table_rows(report_rows(report))
-    table = "<table><thead><tr>" + "".join(
-        f'<th title="{html.escape(tip)}">{html.escape(h)}</th>' if tip else f"<th>{html.escape(h)}</th>"
-        for h, tip in zip(headers, table_help())) + "</tr></thead><tbody>"
-    table += "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in line) + "</tr>" for line in body)
-    table += "</tbody></table>"
-    samp = meta.get("sampling") or {}
-    settings = [
-        ("target", meta.get("target")), ("device / dtype", f"{meta.get('device')} / {meta.get('dtype')}"),
-        ("proposers", ", ".join(meta.get("proposers") or [])), ("k", ", ".join(map(str, meta.get("ks") or []))),
-        ("prompts", f"{meta.get('prompts')} ({', '.join(meta.get('categories') or [])})"),
-        ("max new tokens", meta.get("max_new_tokens")), ("temperature", samp.get("temperature")),
-        ("runs", f"{meta.get('runs_done')} of {meta.get('runs_planned')}" + (" (stopped)" if meta.get("stopped") else "")),
-        ("sweep wall time", f"{meta.get('wall_s', 0):.1f} s (timed decoding {meta.get('timed_s', 0):.1f} s, warm-up "
-                            f"{meta.get('warmup_s', 0):.1f} s, overhead {100 * meta.get('overhead_frac', 0):.1f}%)"),
-        ("static decode step", {None: "not recorded", False: "off"}.get(
-            meta.get("static_decode"), f"on, traced in {meta.get('static_decode_trace_s') or 0.0:.1f} s (once per model)")),
-        ("CPU", f"{meta.get('cpu') or meta.get('machine')}, {meta.get('threads')} threads"),
-        ("versions", f"torch {meta.get('torch')}, transformers {meta.get('transformers')}"),
-        ("started", meta.get("started")),
-        *(("kernels", line) for line in describe_kernels(meta)),
-    ]
-    settings_html = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(str(v))}</td></tr>" for k, v in settings)
-    defs = meta.get("definitions") or definitions(remote=meta.get("source") == "remote")  # the report's own, else METRICS
-    defs_html = "".join(f"<li><b>{html.escape(k)}</b>: {html.escape(v)}</li>" for k, v in defs.items())
-    why = _md_to_html(why_markdown(report))
-    title = f"specviz benchmark: {meta.get('target', '')}"
-    return f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
-<style>
-body {{ font-family: {FONT}; color: {COLORS['ink']}; margin: 24px auto; max-width: 1200px; padding: 0 16px; }}
-h1 {{ font-size: 20px; }} h2 {{ font-size: 16px; margin-top: 28px; }}
-.grid {{ display: grid; grid-template-columns: repeat(auto-fill, minmax(520px, 1fr)); gap: 12px; }}
-.fig {{ border: 1px solid {COLORS['grid']}; border-radius: 8px; padding: 4px; min-width: 0; overflow: hidden; }}
-table {{ border-collapse: collapse; font-size: 12px; }}
-th, td {{ border-bottom: 1px solid {COLORS['grid']}; padding: 4px 8px; text-align: left; }}
-.settings th {{ color: {COLORS['muted']}; font-weight: normal; }}
-.why {{ background: #f8fafc; border-left: 4px solid {COLORS['p']}; padding: 8px 16px; }}
-</style></head><body>
-<h1>{html.escape(title)}</h1>
-<table class="settings">{settings_html}</table>
-<h2>Why (no) speedup?</h2><div class="why">{why}</div>
-<h2>Plots</h2><div class="grid">{''.join(parts)}</div>
-<h2>Every configuration</h2>{table}
-<h2>Definitions</h2><ul>{defs_html}</ul>
-</body></html>"""
 
 
 def progress_html(done: int, total: int, label: str, kind: str = "info") -> str:

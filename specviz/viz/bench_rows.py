@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping
 
 from ..analysis.prediction import augment_rows
+from .bench_marks import with_marks
 
 Row = Mapping[str, Any]
 
@@ -12,14 +13,9 @@ __all__ = ["report_rows"]
 
 
 def report_rows(report: Mapping[str, Any] | None) -> list[dict[str, Any]]:
-    """The report's summary rows with the per-position prediction added (prediction.augment_rows)."""
+    """The report's summary rows with the per-position prediction added (prediction.augment_rows)
+    and what the plots mark (bench_marks.with_marks: prefill-dominated runs)."""
     rows = list((report or {}).get("rows") or [])
     prompt_rows = list((report or {}).get("prompt_rows") or [])
-    return augment_rows(rows, prompt_rows) if rows else []
+    return with_marks(augment_rows(rows, prompt_rows), prompt_rows) if rows else []
 
-
-def _chain_a(rows: Sequence[Row]) -> float | None:
-    """The pooled acceptance rate of the chain rows (accepted / drafted), for the theory line."""
-    acc = sum(r.get("accepted") or 0 for r in rows if r.get("impl") == "specviz" and r.get("k") and not r.get("tree"))
-    dra = sum(r.get("drafted") or 0 for r in rows if r.get("impl") == "specviz" and r.get("k") and not r.get("tree"))
-    return acc / dra if dra else None
