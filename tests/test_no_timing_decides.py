@@ -94,3 +94,41 @@ def test_no_clock_changes_a_seeds_tokens(gemma, monkeypatch, specviz_op):
         runs.append(decoder.generate([1, 5, 9, 12, 7, 5, 9, 30], max_new_tokens=12, seed=0).token_ids)
         static_decode._decoders.pop(draft.model, None)
     assert runs[0] == runs[1]
+
+
+_START = """
+import json, sys
+from specviz import Sampling, SpeculativeDecoder, load_model
+from specviz.app import warmup
+from specviz.proposers import DraftModel
+
+target_dir, draft_dir, order = sys.argv[1:4]
+target = load_model(target_dir)
+draft = load_model(draft_dir + "@int8")
+if order == "prepared":  # the app's start-up preparation builds the draft's fast step before any run
+    warmup.warm_static_steps([("draft", draft), ("target", target)], widths=(1, 5))
+decoder = SpeculativeDecoder(target, DraftModel(draft), k=4, sampling=Sampling(temperature=1.0))
+print(json.dumps(list(decoder.generate("The quick brown fox", max_new_tokens=24, seed=0).token_ids)))
+"""
+
+
+@pytest.mark.slow
+def test_two_starts_in_either_order_give_a_seed_the_same_tokens(tmp_path, specviz_op):
+    """Issue 52's report, end to end: one start whose first run loads the int8 draft itself, another whose
+    start-up preparation builds the draft's fast step first; the same seed, the same tokens, each start a
+    process of its own sharing the machine's cache."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.support.tiny import make_tiny_models
+
+    target, draft = make_tiny_models(tmp_path)
+    env = {**os.environ, "SPECVIZ_CACHE_DIR": str(tmp_path / "cache"), "HF_HUB_OFFLINE": "1"}
+    env.pop("SPECVIZ_STATIC_DECODE", None)
+    runs = [subprocess.run([sys.executable, "-c", _START, target, draft, order], env=env, capture_output=True,
+                           text=True, timeout=600) for order in ("first-run", "prepared")]
+    for r in runs:
+        assert r.returncode == 0, r.stderr[-2000:]
+    tokens = [r.stdout.strip().splitlines()[-1] for r in runs]
+    assert tokens[0] == tokens[1]
