@@ -145,3 +145,70 @@ def test_on_zerogpu_the_calibration_is_one_gpu_call_and_a_refusal_is_one_line(mo
     monkeypatch.setattr(at.zerogpu, "on_gpu", refused)
     outs = list(at.on_calibrate(at.AdvisorState(), *_raw(models_dir["target"], ["ngram"])))
     assert calls == ["advise_report"] and "exceeded your GPU quota" in _text(outs[-1]["advisor_msg"])
+
+
+# -- issue 52: the pick among the sweep's k, a next step, the tau error, a wide interval explained ----------------------
+
+
+def _forecast(spec, k, speedup, tau=2.0, **extra):
+    from specviz.analysis.advisor import Forecast
+
+    return Forecast(proposer=spec, spec=spec, k=k, tau=tau, tau_lo=tau - 0.2, tau_hi=tau + 0.2, drafted_per_step=float(k),
+                    draft_s=0.001, step_s=0.01, speedup=speedup, speedup_lo=speedup - 0.1, speedup_hi=speedup + 0.1,
+                    extra=dict(extra))
+
+
+def _advice(forecasts):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(target="t", forecasts=forecasts, cost=SimpleNamespace(machine="a test box"), shapes={})
+
+
+def test_the_pick_is_among_the_k_the_sweep_runs_and_the_next_step_says_what_was_passed_over():
+    from specviz.bench.advice_out import next_step, pick_of
+
+    ranked = [_forecast("draft:d", 8, 1.62), _forecast("draft:d", 4, 1.40), _forecast("ngram", 2, 1.30),
+              _forecast("draft:d", 2, 1.25), _forecast("draft:d", 1, 1.05)]
+    advice = _advice(ranked)
+    assert pick_of(advice).k == 8  # free to choose: the ranking's top
+    pick = pick_of(advice, (1, 2, 4))
+    assert (pick.spec, pick.k) == ("draft:d", 4)  # the sweep ran 1, 2, 4: never k = 8
+    said = next_step(advice, (1, 2, 4))
+    assert "use draft:d at k = 4 (predicted 1.40x)" in said and "`specviz generate --proposer auto` now picks it" in said
+    assert "smaller k = 2 would give 1.25x, 11% less" in said  # what a smaller k costs, the same proposer
+    assert "draft:d at k = 8 (1.62x), is not among the k you will run" in said and "add k = 8 to the sweep" in said
+    assert "not among" not in next_step(advice, (4, 8))
+    outside = next_step(advice, (12, 16))  # k the advisor does not predict: it says so and picks among all
+    assert "none of the k you will run (12, 16)" in outside and "at k = 8" in outside
+    none = next_step(_advice([_forecast("ngram", 1, 0.9)]), (1, 2))
+    assert "nothing is predicted to pay among the k you will run (1, 2)" in none and "target alone" in none
+
+
+def test_after_the_runs_the_tau_error_is_scored_and_a_wide_interval_is_explained():
+    from specviz.bench.advice_out import runs_summary
+
+    runs = [{"spec": "draft:d", "k": 4, "error": 0.03, "predicted_tau": 2.5, "measured_tau": 2.3,
+             "measured_median": 1.62, "measured_interval": [0.48, 1.67]},
+            {"spec": "ngram", "k": 2, "error": -0.05, "predicted_tau": 2.0, "measured_tau": 2.2,
+             "measured_median": 1.30, "measured_interval": [1.25, 1.36]}]
+    said = runs_summary(runs, 4)
+    assert "Mean absolute error: speedup 4%, tau 9%." in said  # (8% + 10%) / 2 for tau
+    assert "draft:d k=4's interval 0.48-1.67x around 1.62x is wide because it is the median of only 4 prompts" in said
+    assert "ngram k=2's interval" not in said  # a narrow one needs no sentence
+
+
+def test_the_panel_picks_among_the_sweep_k_and_ends_with_a_next_step(models_dir, allow_local, fast_costs):
+    from specviz.proposers.advised import advised_pick
+
+    state = at.AdvisorState()
+    outs = list(at.on_calibrate(state, *_raw(models_dir["target"], ["ngram"]), [1, 2]))
+    msg = _text(outs[-1]["advisor_msg"])
+    assert state.request.ks == (1, 2)
+    pick = advised_pick(models_dir["target"])
+    if pick.pays:
+        assert pick.k in (1, 2) and f"use ngram at k = {pick.k}" in msg and "now picks it" in msg, msg
+    else:
+        assert "nothing is predicted to pay among the k you will run (1, 2)" in msg, msg
+    runs = list(at.on_run_top(state, 1))
+    done = _text(runs[-1]["advisor_msg"])
+    assert "Mean absolute error: speedup" in done and ", tau " in done and "Next step:" in done, done

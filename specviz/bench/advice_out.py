@@ -13,7 +13,7 @@ from ..proposers.advised import AdvisedPick, save_pick
 if TYPE_CHECKING:
     from .advise import Advice
 
-__all__ = ["format_advice", "format_runs", "pick_of", "save_advice", "save_shapes"]
+__all__ = ["format_advice", "format_runs", "next_step", "pick_of", "runs_summary", "save_advice", "save_shapes"]
 
 
 def save_shapes(path, advice: Advice) -> None:
@@ -32,28 +32,102 @@ def save_shapes(path, advice: Advice) -> None:
     path.write_text(json.dumps(data, indent=1), encoding="utf-8")
 
 
-def pick_of(advice: Advice) -> AdvisedPick:
+def _auto_runs(f: Any, ks: Sequence[int] = ()) -> bool:
+    """A forecast ``auto`` can run (constant k, drafts kept, predicted to pay), at one of ``ks`` when given."""
+    return f.tau > 1.0 and f.pays and "schedule" not in f.extra and (not ks or f.k in ks)
+
+
+def _within(advice: Advice, ks: Sequence[int]) -> tuple[int, ...]:
+    """``ks`` where the ranking predicts at least one of them, else () (any k: :func:`next_step` says why)."""
+    return tuple(ks) if set(ks) & {f.k for f in advice.forecasts} else ()
+
+
+def pick_of(advice: Advice, ks: Sequence[int] = ()) -> AdvisedPick:
     """The first of the ranking run at constant k as the pick ``auto`` runs ("none" when nothing
-    is predicted to pay; ``auto`` runs constant k, so a confidence schedule's forecasts are left out)."""
-    top = next((f for f in advice.forecasts if f.tau > 1.0 and f.pays and "schedule" not in f.extra), None)
+    is predicted to pay; ``auto`` runs constant k, so a confidence schedule's forecasts are left out).
+    ``ks``: the k the user will run (the Benchmark sweep's k list): the pick is among them, so
+    the advice names a configuration the sweep measures (:func:`next_step` says what was passed over)."""
+    top = next((f for f in advice.forecasts if _auto_runs(f, _within(advice, ks))), None)
     if top is None:
         return AdvisedPick(advice.target, "none", 1, 1.0, 1.0, advice.cost.machine)
     return AdvisedPick(advice.target, top.spec, top.k, top.speedup, top.tau, advice.cost.machine)
 
 
-def save_advice(advice: Advice) -> list[str]:
-    """Save what ``auto`` and ``shape=auto`` read back (the pick, the tree shapes) in this machine's
-    cache directory; -> what was saved, in words."""
+def save_advice(advice: Advice, ks: Sequence[int] = ()) -> list[str]:
+    """Save what ``auto`` and ``shape=auto`` read back (the pick among ``ks`` when given, the tree
+    shapes) in this machine's cache directory; -> what was saved, in words."""
     from ..proposers.ngram_tree import advised_shapes_path
 
     said = []
     if advice.shapes:
         save_shapes(advised_shapes_path(), advice)
         said.append("tree shapes for shape=auto: " + ", ".join(f"{b} -> {s}" for b, s in advice.shapes.items()))
-    pick = pick_of(advice)
+    pick = pick_of(advice, ks)
     save_pick(pick)
     said.append(f"the pick for the proposer auto: {pick.spec}" + (f" k={pick.k}" if pick.pays else " (target-only)"))
     return said
+
+
+def _ks_words(ks: Sequence[int]) -> str:
+    return ", ".join(str(k) for k in sorted(ks))
+
+
+def next_step(advice: Advice, ks: Sequence[int] = ()) -> str:
+    """What to do now, in two or three sentences: the configuration to use (the pick among ``ks``,
+    the k the user will run), that ``specviz generate --proposer auto`` now picks it, what the next
+    smaller k would cost, and, when the ranking's top lies outside ``ks``, why it was not picked."""
+    pick, free = pick_of(advice, ks), pick_of(advice)
+    out = ""
+    if ks and not _within(advice, ks):
+        out = (f"The advisor predicts k = {_ks_words({f.k for f in advice.forecasts})}, none of the k you will run "
+               f"({_ks_words(ks)}): it picks among all of them. ")
+        ks = ()
+    among = f" among the k you will run ({_ks_words(ks)})" if ks else ""
+    if not pick.pays:
+        out += (f"Next step: nothing is predicted to pay{among}: keep target-only decoding "
+               "(`specviz generate --proposer auto` now runs the target alone).")
+    else:
+        out += (f"Next step: use {pick.spec} at k = {pick.k} (predicted {pick.speedup:.2f}x): "
+               "`specviz generate --proposer auto` now picks it.")
+        smaller = [f for f in advice.forecasts if f.spec == pick.spec and "schedule" not in f.extra and f.k < pick.k]
+        if smaller:
+            f = max(smaller, key=lambda f: f.k)
+            out += (f" A smaller k = {f.k} would give {f.speedup:.2f}x, "
+                    f"{100 * (pick.speedup - f.speedup) / pick.speedup:.0f}% less.")
+        else:
+            out += " No smaller k was predicted for it (k = 1 is the least a chain drafts)."
+    if ks and free.pays and free.k not in ks:
+        out += (f" The ranking's top, {free.spec} at k = {free.k} ({free.speedup:.2f}x), is not among the k you will run: "
+                f"add k = {free.k} to the sweep to measure it.")
+    return out
+
+
+def _mean_abs(vals: Sequence[float]) -> str:
+    return f"{100 * sum(abs(v) for v in vals) / len(vals):.0f}%"
+
+
+def runs_summary(runs: Sequence[dict[str, Any]], prompts: int) -> str:
+    """After Run the top N: the mean absolute error of the speedup and of tau (tokens per step, the
+    acceptance half of the prediction, scored on its own), and one sentence per configuration whose
+    measured interval is wide, saying why: the median over few prompts whose speedups differ."""
+    from ..analysis.noise import WIDE
+
+    errors = [r["error"] for r in runs if r.get("error") is not None]
+    taus = [(r["measured_tau"] - r["predicted_tau"]) / r["predicted_tau"] for r in runs
+            if r.get("measured_tau") is not None and r.get("predicted_tau")]
+    parts = [f"Ran {len(runs)} configurations beside target-only."]
+    if errors or taus:
+        scored = [f"speedup {_mean_abs(errors)}" if errors else "", f"tau {_mean_abs(taus)}" if taus else ""]
+        parts.append("Mean absolute error: " + ", ".join(p for p in scored if p) + ".")
+    for r in runs:
+        low, high = (r.get("measured_interval") or [None, None])[:2]
+        med = r.get("measured_median")
+        if low is None or high is None or not med or not (high - low > WIDE * med or low <= 1.0 <= high):
+            continue
+        parts.append(f"{r['spec']} k={r['k']}'s interval {low:.2f}-{high:.2f}x around {med:.2f}x is wide because it is "
+                     f"the median of only {prompts} prompt{'s' if prompts != 1 else ''} whose speedups differ: "
+                     "more prompts (or repeats) narrow it.")
+    return " ".join(parts)
 
 
 def format_advice(advice: Advice, top: int | None = None) -> str:

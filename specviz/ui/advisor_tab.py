@@ -18,7 +18,7 @@ import gradio as gr
 
 from ..app import runs
 from ..app.limits import Limits
-from ..bench.advice_out import save_advice
+from ..bench.advice_out import next_step, runs_summary, save_advice
 from ..bench.advise import CALIBRATION_K, Advice, advise, run_top
 from ..bench.config import BenchConfig
 from ..core.records import Sampling
@@ -47,6 +47,7 @@ class AdvisorRequest:
     max_new_tokens: int
     calibrate_tokens: int
     sampling: Sampling
+    ks: tuple[int, ...] = ()  # the k the user will run (the Benchmark sweep's k list): the pick is among them
 
 
 class AdvisorState:
@@ -61,14 +62,16 @@ class AdvisorState:
 
 
 def parse_request(target, proposers, source, categories, custom, n_prompts, max_new_tokens,
-                  calibrate_tokens=300, temperature=0.0) -> AdvisorRequest:
-    """The panel's raw control values -> an AdvisorRequest; ValueError with a message for the user."""
+                  calibrate_tokens=300, temperature=0.0, ks=None) -> AdvisorRequest:
+    """The panel's raw control values -> an AdvisorRequest; ValueError with a message for the user.
+    ``ks``: the Benchmark sweep's k list (the advice picks among them; none: any k)."""
     target, specs = target_and_specs(target, proposers,
                                      "choose at least one proposer to advise on (e.g. ngram or draft:MODEL)")
     try:
         n, max_new, calib, temp = int(n_prompts), int(max_new_tokens), int(calibrate_tokens), float(temperature)
+        wanted = tuple(sorted({int(k) for k in ks or ()}))
     except (TypeError, ValueError):
-        raise ValueError("prompts, max new tokens, calibration tokens and temperature must be numbers") from None
+        raise ValueError("prompts, max new tokens, calibration tokens, temperature and k must be numbers") from None
     if not 1 <= n <= MAX_PROMPTS:
         raise ValueError(f"number of prompts must be between 1 and {MAX_PROMPTS}")
     if calib < 1:
@@ -77,7 +80,7 @@ def parse_request(target, proposers, source, categories, custom, n_prompts, max_
     from ..app.limits import check_bench_request  # hosting limits (SPECVIZ_MAX_*, SPECVIZ_ALLOW_LOCAL_PATHS)
 
     check_bench_request(target, specs, tuple(range(1, CALIBRATION_K + 1)), max_new, [r.prompt for r in rows])
-    return AdvisorRequest(target, tuple(specs), tuple(rows), src, max_new, calib, Sampling(temperature=temp))
+    return AdvisorRequest(target, tuple(specs), tuple(rows), src, max_new, calib, Sampling(temperature=temp), wanted)
 
 
 def _friendly(e: BaseException) -> str:
@@ -139,10 +142,11 @@ def top_report(req: AdvisorRequest, advice: Advice, n: int, config: BenchConfig)
     return _run_top(state, advice, n, req, config, say)
 
 
-def _saved(advice: Advice) -> str:
-    """Save the pick (the proposer menu's auto) and the tree shapes (shape=auto); -> a sentence saying so."""
+def _saved(advice: Advice, ks: Sequence[int] = ()) -> str:
+    """Save the pick among ``ks`` (the proposer menu's auto) and the tree shapes (shape=auto); -> a
+    sentence saying so."""
     try:
-        return "Saved " + "; ".join(save_advice(advice)) + "."
+        return "Saved " + "; ".join(save_advice(advice, ks)) + "."
     except OSError as e:  # a read-only cache directory: the advice still shows
         return f"Could not save the pick for auto ({e.strerror or e})."
 
@@ -169,10 +173,7 @@ def on_calibrate(state: AdvisorState, *raw) -> Iterator[dict[str, Any]]:
         advice = yield from loading(lambda report: _calibrate(state, req, report), lambda m: _msg(m),
                                     name="specviz-advisor")
         state.advice, state.request = advice, req
-        pays = [f for f in advice.forecasts if f.pays]
-        summary = (f"Best: {advice.forecasts[0].label} at {advice.forecasts[0].speedup:.2f}x predicted."
-                   if pays else "Nothing is predicted to pay on this machine: see the verdicts below.")
-        summary += " " + _saved(advice)
+        summary = _saved(advice, req.ks) + " " + next_step(advice, req.ks)
         runnable = any(f.tau > 1.0 for f in advice.forecasts)
         yield {**_msg(f"Calibrated on {advice.prompts} prompts; cost model "
                       f"{'read from the cache' if advice.cost_cached else 'measured'}. {summary}", "ok"),
@@ -202,9 +203,8 @@ def on_run_top(state: AdvisorState, n: Any, repeats: Any = 1) -> Iterator[dict[s
         result = yield from loading(
             lambda report: _run_top(state, advice, n, req, config, report), lambda m: _msg(m), name="specviz-advisor-run")
         out, _report = result
-        errors = [abs(r["error"]) for r in out if r.get("error") is not None]
-        mean = f" Mean absolute error {100 * sum(errors) / len(errors):.0f}%." if errors else ""
-        yield {**_msg(f"Ran {len(out)} configurations beside target-only.{mean}", "ok"), "advisor_runs": VA.runs_html(out),
+        said = runs_summary(out, len(req.prompts)) + " " + next_step(advice, req.ks)
+        yield {**_msg(said, "ok"), "advisor_runs": VA.runs_html(out),
                "advisor_budget": VA.tree_budget_figure(list(advice.budgets.values()), out)}
     except Exception as e:  # noqa: BLE001 - shown as a message, never a traceback
         yield _msg(_friendly(e), "error")
@@ -223,8 +223,9 @@ class AdvisorView:
 
 
 def build_advisor_panel(target: str, proposers: Sequence[str], target_choices: Sequence[str],
-                        proposer_choices: Sequence[str], categories: Sequence[str]) -> AdvisorView:
-    """The Advisor panel's components and wiring, inside the current Blocks context."""
+                        proposer_choices: Sequence[str], categories: Sequence[str], sweep_ks: Any = None) -> AdvisorView:
+    """The Advisor panel's components and wiring, inside the current Blocks context. ``sweep_ks``:
+    the Benchmark tab's k control, read at Calibrate (the pick is among the k the sweep will run)."""
     state = gr.State(AdvisorState)
     gr.Markdown("Predict, before a long sweep, every proposer × k × tree shape's speedup **on this machine**: a short "
                 "calibration measures each proposer's acceptance, the cost model times the target's t(n), and the "
@@ -267,7 +268,8 @@ def build_advisor_panel(target: str, proposers: Sequence[str], target_choices: S
     source.change(lambda s: (gr.update(visible=s == BUNDLED), gr.update(visible=s == CUSTOM)), [source], [cats, custom],
                   queue=False)
     outputs = list(components.values())
-    calibrate_btn.click(by_name(on_calibrate, components), [state, *controls], outputs, concurrency_id="specviz-bench",
+    inputs = [state, *controls, *([sweep_ks] if sweep_ks is not None else [])]
+    calibrate_btn.click(by_name(on_calibrate, components), inputs, outputs, concurrency_id="specviz-bench",
                         concurrency_limit=1, show_progress="hidden")
     run_btn.click(by_name(on_run_top, components), [state, top_n], outputs, concurrency_id="specviz-bench",
                   concurrency_limit=1, show_progress="hidden")
