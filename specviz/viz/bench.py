@@ -18,7 +18,7 @@ import plotly.graph_objects as go
 from ..analysis.metrics import METRICS, expected_tokens_per_step
 from ..runtime.kernel_words import kernel_summary
 from .bench_marks import chain_fits, mark_traces
-from .bench_page import report_html
+from .bench_page import page_html
 from .bench_readout import why_markdown
 from .bench_rows import report_rows
 from .bench_table import TABLE_COLUMNS, table_help, table_rows
@@ -473,6 +473,15 @@ def build_figures(report: Mapping[str, Any] | None) -> dict[str, go.Figure]:
 
 
 # -- the standalone page ----------------------------------------------------------------------
+
+
+def report_html(report: Mapping[str, Any], include_plotlyjs: bool | str = True) -> str:
+    """One self-contained HTML page: settings, every figure, the table and the readout
+    (:func:`specviz.viz.bench_page.page_html`).
+
+    ``include_plotlyjs=True`` inlines plotly.js (works offline, ~4 MB); "cdn" links it instead.
+    """
+    return page_html(report, build_figures(report), HEIGHT, include_plotlyjs)
 
 
 def progress_html(done: int, total: int, label: str, kind: str = "info") -> str:

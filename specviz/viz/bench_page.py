@@ -1,4 +1,4 @@
-"""The Benchmark's standalone HTML page (``report_html``): settings, every figure, the table and
+"""The Benchmark's standalone HTML page (``page_html``, of a report and its figures; ``viz.bench.report_html`` builds them): settings, every figure, the table and
 the readout in one file that works offline (plotly.js inlined once)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from .bench_rows import report_rows
 from .bench_table import table_help, table_rows
 from .theme import COLORS, FONT
 
-__all__ = ["report_html"]
+__all__ = ["page_html"]
 
 
 def _md_to_html(md: str) -> str:
@@ -35,19 +35,16 @@ def _md_to_html(md: str) -> str:
     return "\n".join(out)
 
 
-def report_html(report: Mapping[str, Any], include_plotlyjs: bool | str = True) -> str:
+def page_html(report: Mapping[str, Any], figs: Mapping[str, Any], height: int, include_plotlyjs: bool | str = True) -> str:
     """One self-contained HTML page: settings, every figure, the table and the readout.
 
     ``include_plotlyjs=True`` inlines plotly.js (works offline, ~4 MB); "cdn" links it instead.
     """
-    from .bench import HEIGHT, build_figures  # the figures' module re-exports this page
-
     meta = dict(report.get("meta") or {})
-    figs = build_figures(report)
     parts = []
     for i, (name, fig) in enumerate(figs.items()):
         parts.append(f'<section class="fig" id="fig-{name}">' + fig.to_html(
-            full_html=False, include_plotlyjs=include_plotlyjs if i == 0 else False, default_height=f"{HEIGHT}px",
+            full_html=False, include_plotlyjs=include_plotlyjs if i == 0 else False, default_height=f"{height}px",
             config={"displaylogo": False, "responsive": True}) + "</section>")
     headers, body = table_rows(report_rows(report))
     table = "<table><thead><tr>" + "".join(
