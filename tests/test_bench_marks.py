@@ -89,3 +89,10 @@ def test_one_theory_line_per_proposer_from_its_own_a_and_c():
     assert colors[tau[0].name] == colors["ngram"] and colors[tau[1].name] == colors["draft:d@int8"]
     notes = [a.text for a in figs["verify_cost"].layout.annotations]
     assert len(notes) == 2 and notes[0].startswith("ngram (a=") and notes[1].startswith("draft:d@int8 (a=")
+
+
+def test_the_table_names_the_prefill_dominated_runs_beside_the_stalled_ones():
+    headers, body = V.table_rows(V.report_rows(_report()))
+    cells = {(line[0], line[1]): dict(zip(headers, line)) for line in body}
+    assert cells[("ngram", 2)]["prefill-dominated runs"] == "1 of 2" and cells[("ngram", 1)]["prefill-dominated runs"] == ""
+    assert dict(zip(headers, V.table_help()))["prefill-dominated runs"].startswith("runs with prefill over half")
