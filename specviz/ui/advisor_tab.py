@@ -229,7 +229,8 @@ def build_advisor_panel(target: str, proposers: Sequence[str], target_choices: S
     state = gr.State(AdvisorState)
     gr.Markdown("Predict, before a long sweep, every proposer × k × tree shape's speedup **on this machine**: a short "
                 "calibration measures each proposer's acceptance, the cost model times the target's t(n), and the "
-                "ranking carries a 95% interval (docs/advisor.md).")
+                "ranking carries a 95% interval (docs/advisor.md)."
+                + (" The pick (what `auto` then runs) is among the k ticked above for the sweep." if sweep_ks is not None else ""))
     with gr.Row():
         tgt = gr.Dropdown(list(target_choices), value=target, label="Target model", allow_custom_value=True, scale=2,
                           elem_id="sv-advisor-target")
