@@ -24,15 +24,15 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tarfile
 import tempfile
 import time
-import urllib.request
-from dataclasses import dataclass, field
 from pathlib import Path
+
+from .local import BuildError, LocalServer, free_port
+from .local import tail as _tail
 
 __all__ = ["VERSION", "CMAKE_FLAGS", "BuildError", "LlamaServer", "binary_path", "build", "gemma_gguf", "start"]
 
@@ -45,10 +45,6 @@ CMAKE_FLAGS = (
 NGRAM_ARGS = ("--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "2", "--spec-ngram-simple-size-m", "6")
 
 
-class BuildError(RuntimeError):
-    """The build failed; the message ends with the build log's last lines."""
-
-
 def _root(version: str = VERSION) -> Path:
     from ..models import cache_dir
 
@@ -59,13 +55,6 @@ def binary_path(version: str = VERSION) -> Path:
     """Where the cached ``llama-server`` binary lives (it may not exist yet)."""
     override = os.environ.get("SPECVIZ_LLAMA_SERVER")
     return Path(override) if override else _root(version) / "build" / "bin" / "llama-server"
-
-
-def _tail(path: Path, n: int = 25) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-n:])
-    except OSError:
-        return "(no build log)"
 
 
 def _fetch_sources(root: Path, version: str, log) -> Path:
@@ -150,46 +139,8 @@ def gemma_gguf() -> Path:
     return path
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@dataclass
-class LlamaServer:
+class LlamaServer(LocalServer):
     """A running ``llama-server``; use as a context manager or call :meth:`stop`."""
-
-    process: subprocess.Popen
-    url: str
-    args: list[str]
-    log_path: Path
-    spec: str
-    _log: object = field(default=None, repr=False)
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=15)
-        if self._log is not None:
-            self._log.close()
-            self._log = None
-
-    def log_text(self) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")
-        except OSError:
-            return ""
-
-    def __enter__(self) -> "LlamaServer":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
 
 
 def server_args(model: Path, spec: str = "ngram", draft: Path | None = None, port: int = 8080,
@@ -225,21 +176,7 @@ def start(spec: str = "ngram", port: int | None = None, model: Path | None = Non
     log = open(log_path, "w", encoding="utf-8")
     proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     server = LlamaServer(proc, f"http://127.0.0.1:{port}", args, log_path, spec, log)
-    deadline = time.time() + timeout_s
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            server.stop()
-            tail = "\n".join(server.log_text().splitlines()[-20:])
-            raise BuildError(f"llama-server exited with code {proc.returncode} at start:\n{tail}")
-        try:
-            with urllib.request.urlopen(server.url + "/health", timeout=2) as r:
-                if r.status == 200:
-                    return server
-        except OSError:
-            pass
-        time.sleep(0.5)
-    server.stop()
-    raise BuildError(f"llama-server did not answer /health within {timeout_s:.0f} s (log: {log_path})")
+    return server.wait_ready("llama-server", timeout_s, 0.5)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -264,13 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"llama-server ({args.spec}) serving gemma-3-270m at {server.url}  (log: {server.log_path}; Ctrl-C stops it)")
     print(f"  specviz bench --remote {args.spec}={server.url} --limit 8")
     sys.stdout.flush()
-    try:
-        server.process.wait()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.stop()
-    return 0
+    return server.serve()
 
 
 if __name__ == "__main__":  # pragma: no cover

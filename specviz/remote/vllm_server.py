@@ -41,11 +41,10 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
-from dataclasses import dataclass, field
 from pathlib import Path
 
-from .llama_server import BuildError, free_port
+from .local import BuildError, LocalServer, free_port
+from .local import tail as _tail
 
 __all__ = ["VERSION", "REMOVE", "BuildError", "VllmServer", "build", "gemma_dir", "installed", "launch", "python_path",
            "server_args", "server_env", "spec_config", "start", "wait_ready"]
@@ -68,13 +67,6 @@ def python_path(version: str = VERSION) -> Path:
     """The python of the vLLM venv (it may not exist yet), or ``SPECVIZ_VLLM_PYTHON``."""
     override = os.environ.get("SPECVIZ_VLLM_PYTHON")
     return Path(override) if override else _root(version) / "venv" / "bin" / "python"
-
-
-def _tail(path: Path, n: int = 25) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-n:])
-    except OSError:
-        return "(no build log)"
 
 
 def _size(path: Path) -> int:
@@ -183,47 +175,11 @@ def server_env(threads: int | None = None) -> dict[str, str]:
     return env
 
 
-@dataclass
-class VllmServer:
-    """A running vLLM API server; use as a context manager or call :meth:`stop`."""
+class VllmServer(LocalServer):
+    """A running vLLM API server; use as a context manager or call :meth:`stop`. It leads its process
+    group (its engine core is its child), and :meth:`stop` signals the whole group."""
 
-    process: subprocess.Popen
-    url: str
-    args: list[str]
-    log_path: Path
-    spec: str
-    _log: object = field(default=None, repr=False)
-
-    def stop(self) -> None:
-        """SIGTERM, then SIGKILL; the server's engine core is its child, in the same process group."""
-        if self.process.poll() is None:
-            try:
-                os.killpg(self.process.pid, 15)
-            except OSError:
-                self.process.terminate()
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                try:
-                    os.killpg(self.process.pid, 9)
-                except OSError:
-                    self.process.kill()
-                self.process.wait(timeout=15)
-        if self._log is not None:
-            self._log.close()
-            self._log = None
-
-    def log_text(self) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")
-        except OSError:
-            return ""
-
-    def __enter__(self) -> "VllmServer":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
+    grace_s = 30.0
 
 
 def launch(spec: str = "ngram", port: int | None = None, model: Path | None = None, k: int = 4,
@@ -242,22 +198,7 @@ def launch(spec: str = "ngram", port: int | None = None, model: Path | None = No
 
 def wait_ready(server: VllmServer, timeout_s: float = 600.0) -> VllmServer:
     """Wait for ``/health``; stop the server and raise BuildError with its log's tail otherwise."""
-    deadline = time.time() + timeout_s
-    while time.time() < deadline:
-        if server.process.poll() is not None:
-            server.stop()
-            tail = "\n".join(server.log_text().splitlines()[-25:])
-            raise BuildError(f"the vLLM server exited with code {server.process.returncode} at start:\n{tail}")
-        try:
-            with urllib.request.urlopen(server.url + "/health", timeout=2) as r:
-                if r.status == 200:
-                    return server
-        except OSError:
-            pass
-        time.sleep(1.0)
-    server.stop()
-    tail = "\n".join(server.log_text().splitlines()[-15:])
-    raise BuildError(f"the vLLM server did not answer /health within {timeout_s:.0f} s (log: {server.log_path}):\n{tail}")
+    return server.wait_ready("the vLLM server", timeout_s, 1.0)
 
 
 def start(spec: str = "ngram", port: int | None = None, model: Path | None = None, k: int = 4,
@@ -293,13 +234,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"vLLM ({args.spec}) serving at {server.url}  (log: {server.log_path}; Ctrl-C stops it)")
     print(f"  specviz bench --remote '{label}={server.url}' --limit 8")
     sys.stdout.flush()
-    try:
-        server.process.wait()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.stop()
-    return 0
+    return server.serve()
 
 
 if __name__ == "__main__":  # pragma: no cover
