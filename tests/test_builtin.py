@@ -18,11 +18,14 @@ PROMPTS = [
 
 @pytest.fixture(scope="module")
 def gemma():
+    threads = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
-        return load_model("gemma-3-270m")
+        yield load_model("gemma-3-270m")
     except ValueError as exc:  # the model package is missing: say how to get it
         pytest.skip(str(exc))
+    finally:  # the next file on this worker gets the suite's one thread back
+        torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")

@@ -134,12 +134,14 @@ HELD_OUT = [  # not the bundled dev prompts (those calibrate the smoothing)
 
 
 @pytest.mark.slow
-def test_gemma_int8_overlaps_its_float_model():
+def test_gemma_int8_overlaps_its_float_model(request):
     """Next-token overlap sum(min(p, q)) of the int8 copy with float32 gemma-3-270m, after a
     batched prefill, at the prompt's end and 3 greedy tokens on (a faithful self-draft: >= 0.8)."""
     from specviz.models import load_model
     from specviz.runtime.kv import forward_logits, new_cache
 
+    threads = torch.get_num_threads()
+    request.addfinalizer(lambda: torch.set_num_threads(threads))  # the next file gets the suite's one thread back
     torch.set_num_threads(2)
     try:
         fp = load_model("gemma-3-270m")

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import gradio as gr
 import pytest
+import torch
 
 from specviz.app.replay import Replay
 from specviz.ui import zerogpu
@@ -54,6 +55,10 @@ def _forking_spaces(zero_gpu: bool, quota_s: float = 1e9):
                 pid = os.fork()
                 if pid == 0:  # the GPU worker: a fork of the app
                     try:
+                        # libgomp's thread pool does not survive a fork: a parent that ran OpenMP on 2+
+                        # threads (an earlier test's set_num_threads(2)) hangs the child's first parallel
+                        # product, so the worker computes on one thread, as the tiny models do anyway
+                        torch.set_num_threads(1)
                         os.close(r)
                         a, k = pickle.loads(payload)
                         try:
