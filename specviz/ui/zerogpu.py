@@ -117,6 +117,11 @@ def _keep_message(fn: Callable[..., Any], args: tuple, kwargs: dict) -> tuple[bo
     worker reaches the app without its text, and these messages are meant for the visitor."""
     global _in_worker
     _in_worker = True  # a forked worker's own copy: the app's is untouched
+    import torch
+
+    # libgomp's thread pool does not survive a fork: a worker forked from an app that ran OpenMP on
+    # two or more threads would hang at its first parallel CPU op; the GPU does the model's work here
+    torch.set_num_threads(1)
     try:
         return True, fn(*args, **kwargs)
     except ValueError as e:
