@@ -8,26 +8,21 @@ CPU and on the width. gemma-3-270m's 262,144 x 640 head on 2 threads: on an AVX-
 AMD EPYC (Zen 3) oneDNN wins at every width (1 row 55.5 ms vs 28.2, 3 rows 175 vs 63). So no rule
 carried from one CPU decides: :func:`speed_up_lm_head` times both kernels on the model's own head at
 every width from 1 to :data:`MEASURED_ROWS` rows (interleaved, median of a few), picks the faster per
-width, and caches the choice as JSON (per CPU model and ISA flags, torch version, thread count,
-head shape and dtype) in the directory its caller passes, so a later load does not measure (delete
-``lm_head_kernels.json`` there to measure again, e.g. after measuring on a busy machine).
-:func:`head_kernel_report` gives the choice and both timings per width (``python benchmarks/lm_head.py``
-prints the table). Both kernels compute the same product; they differ in float rounding (~1e-4 on
-logits), as any two GEMM kernels do.
-
-The same choice is made for the decoder body's projections (:mod:`specviz.runtime.projections`),
-on these kernels and timers.
-
-The same holds in bfloat16 (:data:`DTYPES`; oneDNN runs AMX tiles where the CPU has them); for fp32
-a third kernel, oneDNN on a packed copy (:func:`pack`), is timed too, at one row a fourth,
-F.linear on a K-major copy (:func:`kmajor`), and at one and two rows a fifth, the weight as BLAS's
-left operand (:func:`_weight_first_linear`, no copy); for a large fp32 head a sixth, Inductor's C++
-GEMM on a frozen copy (:mod:`specviz.runtime.inductor_gemm`). ``SPECVIZ_CPU_HEAD=0`` leaves the head alone.
-"""
+width, and caches the choice as JSON (per CPU model and ISA flags, torch version, thread count, head
+shape and dtype) in its caller's directory, so a later load does not measure (delete
+``lm_head_kernels.json`` there to measure again). :func:`head_kernel_report` gives the choice and
+both timings per width (``python benchmarks/lm_head.py``). The kernels differ in float rounding
+(~1e-4 on logits), as any two GEMM kernels do. The decoder body's projections choose the same way
+(:mod:`specviz.runtime.projections`). In bfloat16 (:data:`DTYPES`) oneDNN runs AMX tiles where the
+CPU has them, and is never chosen where it has no bf16 product (:func:`onednn_bf16`); in fp32 more
+kernels are timed: oneDNN on a packed copy (:func:`pack`), F.linear on a K-major copy (:func:`kmajor`,
+one row), the weight as BLAS's left operand (:func:`_weight_first_linear`, one and two rows), and for a
+large head Inductor's C++ GEMM (:mod:`specviz.runtime.inductor_gemm`). ``SPECVIZ_CPU_HEAD=0``: not the head."""
 
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
 import json
 import logging
@@ -76,6 +71,16 @@ TimeWidth = Callable[[torch.Tensor, int], tuple[float, ...]]  # (weight [out, in
 def _onednn_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     """oneDNN's linear (fp32 or bf16): [rows, in] -> [rows, out]."""
     return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
+
+
+@functools.cache
+def onednn_bf16() -> bool:
+    """Whether oneDNN has a bf16 inner product on this CPU (none on an AVX2-only one: Zen 3)."""
+    try:
+        _onednn_linear(torch.ones(1, 32, dtype=torch.bfloat16), torch.ones(8, 32, dtype=torch.bfloat16), None)
+    except RuntimeError:
+        return False
+    return True
 
 
 def pack(weight: torch.Tensor) -> torch.Tensor | None:
@@ -239,24 +244,20 @@ def time_weights(
     weight_first: bool = False, inductor: Callable[[torch.Tensor], torch.Tensor] | None = None,
     blocked: Callable[[torch.Tensor], object] | None = None,
 ) -> tuple[float | None, ...]:
-    """:func:`time_head` over several weights of one shape read one after another, as a forward
-    reads one projection per layer: seconds of (F.linear, oneDNN) for one pass over all of them.
-    A layer's weight is then no longer in the cache when the next pass reads it, as in a real
-    forward (one small matrix timed alone sits in the cache and favours another kernel). ``packed``:
-    the weights' packed copies (:func:`pack`), read as the layers will read them: bf16's oneDNN
-    reads them in place of the weights; fp32's are timed as a third kernel (when every weight has
-    one), its seconds appended. ``kmajor``: fp32's K-major copies (:func:`kmajor`), timed as a
-    fourth kernel (after the packed copies' seconds, None there where those were not timed);
-    ``weight_first``: fp32's :func:`_weight_first_linear` at up to :data:`WEIGHT_FIRST_ROWS` rows, a
-    fifth (None in the places before it); ``inductor``: a one-weight head's compiled kernel
-    (:mod:`specviz.runtime.inductor_gemm`), a sixth; ``blocked``: every weight's product through
-    specviz's own kernel on its blocked copy (:mod:`specviz.runtime.dense_kernel`), a seventh. With
-    ``early``, a kernel over ``CLEAR_GAP`` times the fastest after a round is timed no more."""
+    """:func:`time_head` over several weights of one shape read one after another, as a forward reads
+    one projection per layer (each weight out of the cache when read again, as in a real forward):
+    seconds of (F.linear, oneDNN; inf where oneDNN has no bf16 product) for one pass over all. Then,
+    each where asked: ``packed`` copies (:func:`pack`: bf16's oneDNN reads them instead; fp32's a third
+    kernel), fp32's ``kmajor`` copies (fourth), ``weight_first`` up to :data:`WEIGHT_FIRST_ROWS` rows
+    (fifth), a one-weight head's ``inductor`` kernel (sixth), ``blocked``: specviz's own kernel
+    (seventh); None in the places of kernels not timed. With ``early``, a kernel over ``CLEAR_GAP``
+    times the fastest after a round is timed no more."""
     x = torch.randn(rows, weights[0].shape[1], dtype=weights[0].dtype)  # [rows, in]
     copies = list(packed or [None] * len(weights))
     bf16 = weights[0].dtype == torch.bfloat16
     theirs = [p if p is not None and bf16 else w for w, p in zip(weights, copies)]
-    kernels = [lambda: [F.linear(x, w) for w in weights], lambda: [_onednn_linear(x, w, None) for w in theirs]]
+    usable = not bf16 or onednn_bf16()  # else oneDNN's time is infinite: never chosen
+    kernels = [lambda: [F.linear(x, w) for w in weights], lambda: [_onednn_linear(x, w, None) for w in theirs] if usable else []]
     third = not bf16 and None not in copies
     if third:
         kernels.append(lambda: [_onednn_linear(x, w, None) for w in copies])
@@ -293,7 +294,7 @@ def time_weights(
                                                           for on in (third, fourth, fifth, sixth, seventh)]
     while out[-1] is None:
         out.pop()
-    return tuple(out)
+    return tuple(out) if usable else (out[0], float("inf"), *out[2:])
 
 
 def _decided(plain: list[float], onednn: list[float]) -> bool:
