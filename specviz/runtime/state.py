@@ -1,0 +1,55 @@
+"""One runtime object per loaded model: everything the runtime decided or built for it.
+
+A model's static decode step, its LM head's kernel plan, its certified screens and where its
+measurements are kept live here, in one :class:`ModelRuntime` a model carries (``of(model)``),
+instead of in module-level registries keyed by the model: a newcomer finds what the runtime holds
+for a model in one place, and it goes when the model goes.
+
+A bottom-layer module: it imports nothing from specviz.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+ATTRIBUTE = "_specviz_runtime"  # where a model keeps its ModelRuntime (an attribute, not a submodule)
+_CREATE = threading.Lock()
+
+
+@dataclass
+class ModelRuntime:
+    """What the runtime holds for one model. Fields are None until the part that owns them builds
+    them (each module documents its own field); ``lock`` serialises two sessions' first builds."""
+
+    cache_dir: Path | None = None  # where this model's loader keeps converted weights and plans
+    decoder: Any = None  # specviz.runtime.static_decode.StaticDecoder
+    head_plan: Any = None  # the LM head's kernel plan (specviz.runtime's kernel table)
+    screen: Any = None  # specviz.runtime.argmax_head.Screen: the certified greedy head
+    sampled_screen: Any = None  # the bf16 screen a sampled step bounds its logits with
+    extra: dict[str, Any] = field(default_factory=dict)  # anything else a runtime module keeps per model
+    lock: threading.RLock = field(default_factory=threading.RLock, repr=False, compare=False)
+
+    def __reduce__(self):  # a copied or pickled model is another model: it starts with an empty runtime
+        return (ModelRuntime, ())
+
+
+def of(model: torch.nn.Module) -> ModelRuntime:
+    """``model``'s runtime object, made on first use (one per model, shared by its sessions)."""
+    found = model.__dict__.get(ATTRIBUTE)
+    if found is None:
+        with _CREATE:
+            found = model.__dict__.get(ATTRIBUTE)
+            if found is None:
+                found = ModelRuntime()
+                object.__setattr__(model, ATTRIBUTE, found)  # a plain attribute: not a parameter or submodule
+    return found
+
+
+def peek(model: torch.nn.Module) -> ModelRuntime | None:
+    """``model``'s runtime object if it has one (never makes one)."""
+    return model.__dict__.get(ATTRIBUTE)
