@@ -1,7 +1,8 @@
-"""Check issue 23's "Done when" in one process: the advisor's predictions against a full sweep.
+"""Check the advisor in one process: its whole-run predictions against a full sweep (issues 23, 51).
 
-On prompts of several kinds (default the set ``advisor_check`` of ``benchmarks/prompts/advisor.jsonl``: the last
-``--heldout`` are measured, none of them used to tune anything), greedy:
+On prompts of three kinds never used to tune anything (default ``benchmarks/prompts/heldout.jsonl``:
+``--per-kind`` (3) prompts of each of its kinds, code, writing and structured output, ``KINDS``;
+``--heldout M`` instead holds out the last M prompts of a file, as older checks did), greedy:
 
 1. times the advisor (``specviz.bench.advise.advise``: cost model, acceptance, prediction) and
    records its ranking and, per proposer, its predicted best k and speedup (with the interval).
@@ -10,13 +11,18 @@ On prompts of several kinds (default the set ``advisor_check`` of ``benchmarks/p
    ``--calibrate-on calibration``: as ``specviz advise --heldout``, draft models are calibrated on
    the other prompts and only prompt lookup on the held-out ones. The models are loaded before
    the clock starts (the sweep needs the same ones; their load time is recorded apart);
-2. runs the full sweep (``specviz.bench.sweep.Sweep``: every proposer x k = 1..--k-max, plus
+2. runs the full sweep (``specviz.bench.sweep.Sweep``: every proposer x each k of ``--k``, plus
    target-only, interleaved per prompt) on the held-out prompts, timed; a tree proposer runs as
    given and with ``shape=auto`` (the shape the advisor just chose, saved where ``shape=auto``
    reads it, as ``specviz advise`` does);
-3. prints predicted against measured speedup at each proposer's predicted best k (error, within
-   +-10%?), the advisor's pick against the sweep's best (gap, within 5%?) and the advisor's time
-   over the sweep's (goal <= 0.1);
+3. prints, for every chain configuration at every k swept (default k = 1, 2, 4, 8), the whole-run
+   prediction beside the measured median over prompts and its 90% interval (the bench's robust
+   statistics, ``specviz.analysis.noise.median_interval``) and their error; the mean and the worst
+   absolute error (goal: within 5% on average, 10% each); predicted against measured at each
+   proposer's predicted best k, the advisor's pick against the sweep's best (gap, within 5%?) and
+   the advisor's time over the sweep's (goal <= 0.1). The error summary is also written to
+   ``--record`` (default ``benchmarks/results/advisor-error.json``), where ``specviz advise`` and the
+   app's Advisor panel read the advisor's published error (``specviz.bench.advice_out.published_error``);
 4. for each tree proposer, at the node budget of its ``shape=auto`` tree, a second sweep of
    shape=auto against fixed shapes of as many nodes (the chain, wide-first trees, the dynamic
    program's runner-up): is auto at least as fast as the best fixed one?
@@ -24,8 +30,7 @@ On prompts of several kinds (default the set ``advisor_check`` of ``benchmarks/p
 Every number is measured in the run; the header names the CPU and torch's threads. Markdown
 goes to stdout, then the whole record as JSON (also ``--json FILE``).
 
-    .venv/bin/python benchmarks/advisor_check.py --target gemma-3-270m --threads 1 \\
-        --proposer ngram --proposer draft:gemma-3-270m@int8 --proposer ngram-tree:3
+    .venv/bin/python benchmarks/advisor_check.py --threads 2 --json advisor_check.json > advisor_check.md
 """
 
 from __future__ import annotations
@@ -59,8 +64,14 @@ from specviz.proposers.ngram_tree import advised_shapes_path
 from specviz.proposers.registry import check_spec, from_spec, shape_base
 from specviz.runtime import static_decode
 
-PROMPTS = Path(__file__).parent / "prompts" / "advisor.jsonl"
-DEFAULT_SET = "advisor_check"  # the default file's set this check was written for
+PROMPTS = Path(__file__).parent / "prompts" / "heldout.jsonl"
+ADVISOR_PROMPTS = Path(__file__).parent / "prompts" / "advisor.jsonl"
+DEFAULT_SET = "advisor_check"  # advisor.jsonl's set the older (--heldout) checks were written for
+# heldout.jsonl's categories as three kinds of prompt (code; prose; structured output), each taken in turn
+KINDS = {"code": ("code (HumanEval)",), "writing": ("dialogue", "letter", "recipe", "howto"),
+         "structured": ("structured", "shell", "sql")}
+RECORD = Path(__file__).parent / "results" / "advisor-error.json"  # the published error (advice_out.published_error)
+DEFAULT_KS = (1, 2, 4, 8)
 
 
 def _shown(path: str | Path) -> str:
@@ -69,10 +80,11 @@ def _shown(path: str | Path) -> str:
         return str(Path(path).resolve().relative_to(Path(__file__).resolve().parents[1]))
     except ValueError:
         return str(path)
-DEFAULT_PROPOSERS = ["ngram", "draft:{target}@int8", "ngram-tree:3"]
+DEFAULT_PROPOSERS = ["ngram", "draft:{target}@int8,vocab=16384", "ngram+draft:{target}@int8,vocab=16384"]
 ISA = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "avx512_fp16", "amx_tile", "amx_bf16", "amx_int8")
 SPEED_TOLERANCE = 0.10  # predicted within +-10% of measured
 PICK_TOLERANCE = 0.05  # the pick within 5% of the sweep's best
+MEAN_TOLERANCE = 0.05  # every chain configuration: within 5% of the measured median on average (and 10% each)
 TIME_GOAL = 0.10  # the advisor's time over the sweep's
 
 
@@ -193,6 +205,74 @@ def _mean_prompt(sweep: Sweep) -> float:
     return sum(r.prompt_tokens for r in rows) / len(rows) if rows else 0.0
 
 
+def kinds_for(rows) -> dict[str, tuple[str, ...]]:
+    """kind -> its categories: ``KINDS`` where every category of ``rows`` is one of them (heldout.jsonl),
+    else each category a kind of its own."""
+    cats = list(dict.fromkeys(r.category for r in rows))
+    known = {c for cs in KINDS.values() for c in cs}
+    if cats and set(cats) <= known:
+        return {k: cs for k, cs in KINDS.items() if set(cs) & set(cats)}
+    return {c: (c,) for c in cats}
+
+
+def select_by_kind(rows, per_kind: int) -> tuple[list, list, dict[str, list[str]]]:
+    """(measured, the rest, kind -> the measured prompts' ids): the first ``per_kind`` prompts of each
+    kind in the file's order (``load_prompts`` takes a kind's categories in turn)."""
+    held, by_kind = [], {}
+    for kind, cats in kinds_for(rows).items():
+        picked = [r for r in rows if r.category in cats][:per_kind]
+        by_kind[kind] = [r.id for r in picked]
+        held += picked
+    chosen = {id(r) for r in held}
+    return held, [r for r in rows if id(r) not in chosen], by_kind
+
+
+def chain_rows(advice, measured: dict[tuple[str, int], dict[str, Any]], mean_prompt: float) -> list[dict[str, Any]]:
+    """Every chain forecast the sweep ran, beside its measured row (``compare_run``) and the error
+    the goal is stated in: (predicted run - measured median) / measured median, "+" too high."""
+    out = []
+    for f in advice.forecasts:
+        row = measured.get((_run_name(f), f.k))
+        if f.shape is not None or row is None:
+            continue
+        c = compare_run(advice, f, row, mean_prompt, _run_name(f))
+        med, pred = c["measured_median"], c["predicted_speedup"]
+        c["error_vs_median"] = (pred - med) / med if med and pred is not None else None
+        out.append(c)
+    order = {p: i for i, p in enumerate(dict.fromkeys(f.proposer for f in advice.forecasts))}
+    return sorted(out, key=lambda c: (order.get(c["proposer"], 0), c["name"], c["k"]))
+
+
+def error_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The mean and the worst absolute error against the measured medians, how many predictions
+    were too high, and the goal: within ``MEAN_TOLERANCE`` on average and ``SPEED_TOLERANCE`` each."""
+    scored = [c for c in rows if c.get("error_vs_median") is not None]
+    if not scored:
+        return {"configurations": 0, "mean_abs_error": None, "max_abs_error": None, "worst": None, "too_high": 0,
+                "within_goal": False}
+    errs = [abs(c["error_vs_median"]) for c in scored]
+    worst = max(scored, key=lambda c: abs(c["error_vs_median"]))
+    mean = sum(errs) / len(errs)
+    return {"configurations": len(scored), "mean_abs_error": mean, "max_abs_error": max(errs),
+            "mean_signed_error": sum(c["error_vs_median"] for c in scored) / len(scored),
+            "worst": {"configuration": worst["name"], "k": worst["k"], "error": worst["error_vs_median"]},
+            "too_high": sum(c["error_vs_median"] > 0 for c in scored),
+            "within_10pct": sum(e <= SPEED_TOLERANCE for e in errs),
+            "within_goal": mean <= MEAN_TOLERANCE and max(errs) <= SPEED_TOLERANCE}
+
+
+def published_record(res: dict[str, Any], argv: Sequence[str]) -> dict[str, Any]:
+    """What ``--record`` keeps: the machine, the prompts, the command and the error per configuration."""
+    h = res["header"]
+    rows = [{k: c[k] for k in ("name", "k", "predicted_speedup", "measured_median", "measured_interval",
+                               "measured_speedup", "error_vs_median", "predicted_tau", "measured_tau")}
+            for c in res["chains"]]
+    return {"date": h["started"], "cpu": h["cpu"], "target": h["target"], "dtype": h["dtype"],
+            "prompts": h["prompts"], "kinds": h.get("kinds"), "max_new_tokens": h["max_new_tokens"], "ks": h["ks"],
+            "repeats": h["repeats"], "command": "benchmarks/advisor_check.py " + " ".join(argv),
+            "summary": res["chain_summary"], "rows": rows}
+
+
 def _run(sweep: Sweep, say) -> dict[str, Any]:
     say(f"sweep: {len(sweep.prompts)} prompt runs x {len(sweep.runs)} configurations")
     for event in sweep.events():
@@ -207,12 +287,19 @@ def _run(sweep: Sweep, say) -> dict[str, Any]:
 def check(args, say) -> dict[str, Any]:
     if args.threads:
         torch.set_num_threads(args.threads)
-    chosen = args.set or (DEFAULT_SET if Path(args.prompts) == PROMPTS else None)
+    chosen = args.set or (DEFAULT_SET if Path(args.prompts) == ADVISOR_PROMPTS else None)
     rows = load_prompts(args.prompts, sets=[chosen] if chosen else None)
     source = _shown(args.prompts) + (f" --set {chosen}" if chosen else "")  # what the records name
-    if args.heldout < 1 or args.heldout >= len(rows):
-        raise SystemExit(f"--heldout {args.heldout}: need 1..{len(rows) - 1} of the {len(rows)} prompts")
-    calib, held = rows[: len(rows) - args.heldout], rows[len(rows) - args.heldout:]
+    kinds = None
+    if args.heldout:  # the older checks: the last M prompts of the file
+        if args.heldout < 1 or args.heldout >= len(rows):
+            raise SystemExit(f"--heldout {args.heldout}: need 1..{len(rows) - 1} of the {len(rows)} prompts")
+        calib, held = rows[: len(rows) - args.heldout], rows[len(rows) - args.heldout:]
+    else:
+        held, calib, kinds = select_by_kind(rows, args.per_kind)
+        if len(kinds) < 3 or any(len(v) < args.per_kind for v in kinds.values()):
+            raise SystemExit(f"--per-kind {args.per_kind}: {_shown(args.prompts)} gives {kinds}; the check wants "
+                             "prompts of at least three kinds, --per-kind of each")
     if args.limit:
         held = held[: args.limit]
     specs = [s.format(target=args.target) for s in (args.proposer or DEFAULT_PROPOSERS)]
@@ -221,12 +308,12 @@ def check(args, say) -> dict[str, Any]:
     target = load_model(args.target, device=args.device, dtype=args.dtype)
     load = lambda name, **kw: load_model(name, **kw)  # noqa: E731
     sampling = Sampling(temperature=0.0)
-    ks = range(1, args.k_max + 1)
+    ks = tuple(range(1, args.k_max + 1)) if args.k_max else args.ks
     header = {"started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "cpu": cpu_info(), "target": str(target.name),
               "dtype": str(target.dtype).removeprefix("torch."), "device": str(target.device), "proposers": specs,
               "prompts": source, "calibration_prompts": [r.id for r in calib],
               "heldout_prompts": [r.id for r in held], "categories": sorted({r.category for r in held}),
-              "k_max": args.k_max, "max_new_tokens": args.max_new_tokens, "repeats": args.repeats,
+              "kinds": kinds, "ks": list(ks), "k_max": max(ks), "max_new_tokens": args.max_new_tokens, "repeats": args.repeats,
               "calibrate_tokens": args.calibrate_tokens, "chat": args.chat, "greedy": True}
     if args.calibrate_on == "heldout":
         header["calibration_prompts"] = []  # the advisor reads only the prompts it is asked about
@@ -300,6 +387,7 @@ def check(args, say) -> dict[str, Any]:
         c["error_loop"] = ((c["measured_speedup"] - f.speedup) / f.speedup
                            if c["measured_speedup"] is not None and f.speedup else None)
         per_proposer.append(c)
+    chains = chain_rows(advice, measured, mean_prompt)
     configs = [r for r in measured.values() if r["speedup"] is not None]
     best = max(configs, key=lambda r: r["speedup"])
     # the advisor's first choice: auto's pick (constant k), or under a schedule the first of the ranking
@@ -333,7 +421,7 @@ def check(args, say) -> dict[str, Any]:
             trees.append({"proposer": spec, "auto": auto, "note": "the advisor's best is the empty tree (no tree "
                           "pays here), so there is no node budget to compare at"})
             continue
-        fixed = fixed_shapes(auto, runner_up(advice, spec, args.k_max))
+        fixed = fixed_shapes(auto, runner_up(advice, spec, max(ks)))
         shapes = {"shape=auto": auto, **fixed}
         tree_props, wanted = {}, {}
         for label, shape in shapes.items():
@@ -366,6 +454,7 @@ def check(args, say) -> dict[str, Any]:
                                           "machine": advice.cost.machine, "notes": advice.notes,
                                           "ranking": [f.to_dict() for f in advice.forecasts],
                                           "shapes": advice.shapes, "verdicts": advice.verdicts},
+            "chains": chains, "chain_summary": error_summary(chains),
             "per_proposer": per_proposer, "pick": verdict, "trees": trees,
             "sweep": {"seconds": sweep_s, "rows": report["rows"], "meta": report["meta"]}}
 
@@ -392,7 +481,8 @@ def markdown(res: dict[str, Any]) -> str:
            f"- CPU: {cpu['model_name']} (family {cpu['family']}, model {cpu['model']}), {cpu['cpus']} CPUs, "
            f"ISA: {', '.join(cpu['isa']) or 'none of ' + '/'.join(ISA)}; load average at the start {load}",
            f"- torch {cpu['torch']}, {cpu['torch_threads']} threads; greedy, {h['max_new_tokens']} new tokens, "
-           f"k = 1..{h['k_max']}, {h['repeats']} pass(es); cost model {h['cost_model']}",
+           f"k = {', '.join(map(str, h.get('ks') or range(1, h['k_max'] + 1)))}, {h['repeats']} pass(es); "
+           f"cost model {h['cost_model']}",
            f"- calibration prompts: {', '.join(h['calibration_prompts']) or 'none'}; held out (measured): "
            f"{', '.join(h['heldout_prompts'])} ({', '.join(h['categories'])}); the advisor calibrated on the "
            f"{h.get('calibrate_on', 'calibration')} prompts ({h.get('calibration_method', 'runs')})"]
@@ -407,6 +497,26 @@ def markdown(res: dict[str, Any]) -> str:
     out.append("")
     for n in res["advisor"]["notes"]:
         out.append(f"- Note: {n}")
+    if h.get("kinds"):
+        out += ["", "- kinds: " + "; ".join(f"{k}: {', '.join(v)}" for k, v in h["kinds"].items())]
+    out += ["", "## Every chain configuration: the whole-run prediction against the measured median", "",
+            "| configuration | k | tau pred | tau meas | predicted (run) | measured median | 90% interval | measured total "
+            "| error |", "|---|---|---|---|---|---|---|---|---|"]
+    for c in res.get("chains", []):
+        tau = f"{c['measured_tau']:.2f}" if c["measured_tau"] is not None else "-"
+        lo, hi = c["measured_interval"]
+        band = f"{lo:.2f}-{hi:.2f}x" if lo is not None and hi is not None else "-"
+        out.append(f"| `{c['name']}` | {c['k']} | {c['predicted_tau']:.2f} | {tau} | {_x(c['predicted_speedup'])} | "
+                   f"{_x(c['measured_median'])} | {band} | {_x(c['measured_speedup'])} | {_pct(c['error_vs_median'])} |")
+    sm = res.get("chain_summary") or {}
+    if sm.get("configurations"):
+        w = sm["worst"]
+        out += ["", f"- {sm['configurations']} configurations: mean absolute error {100 * sm['mean_abs_error']:.1f}% "
+                f"(signed {_pct(sm['mean_signed_error'])}), worst {_pct(w['error'])} (`{w['configuration']}` k={w['k']}); "
+                f"{sm['too_high']} too high; {sm['within_10pct']} within 10%. Goal (within 5% on average, 10% each): "
+                f"{_yes(sm['within_goal'])}",
+                "- error = (predicted run - measured median) / measured median; the median is over prompts (and "
+                "passes), its interval a bootstrap over them, as `specviz bench` reports them."]
     out += ["", "## Predicted against measured, at each proposer's predicted best k", "",
             "| proposer | predicted best | tau pred | tau meas | predicted (loop) | interval (loop) | predicted (run) "
             "| measured | error | within 10% |", "|---|---|---|---|---|---|---|---|---|---|"]
@@ -472,12 +582,16 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--prompts", default=str(PROMPTS), help="JSONL prompts (default advisor.jsonl)")
     ap.add_argument("--set", default=None, help=f"only this named set of the file (default: {DEFAULT_SET} of the "
                     "default file, every line of another)")
-    ap.add_argument("--heldout", type=int, default=3, help="the last N prompts (categories taken in turn) are held out "
-                    "and measured; with --calibrate-on calibration the rest calibrate the draft models (default 3)")
+    ap.add_argument("--per-kind", type=int, default=3, help="measure the first N prompts of each kind (heldout.jsonl: "
+                    "code, writing, structured; another file: each category); the rest can calibrate (default 3)")
+    ap.add_argument("--heldout", type=int, default=0, help="instead of --per-kind: the last N prompts (categories taken in "
+                    "turn) are held out and measured, as the older checks on advisor.jsonl did")
     ap.add_argument("--limit", type=int, default=0, help="measure on only the first N held-out prompts (default: all)")
-    ap.add_argument("--k-max", type=int, default=8, help="k = 1..K, predicted and swept (default 8)")
+    ap.add_argument("--k", dest="ks", type=_ks, default=DEFAULT_KS, metavar="LIST",
+                    help="the k values predicted and swept (default 1,2,4,8)")
+    ap.add_argument("--k-max", type=int, default=0, help="k = 1..K instead of --k")
     ap.add_argument("--repeats", type=int, default=1, help="passes over the held-out prompts in the sweeps (default 1)")
-    ap.add_argument("--max-new-tokens", type=int, default=64, help="new tokens per run (default 64)")
+    ap.add_argument("--max-new-tokens", type=int, default=48, help="new tokens per run (default 48)")
     ap.add_argument("--calibrate-tokens", type=int, default=300, help="the advisor's calibration budget (default 300)")
     ap.add_argument("--calibrate-on", choices=("heldout", "calibration"), default="heldout",
                     help="heldout (default): the advisor is given the held-out prompts, as a user gives the prompts "
@@ -493,14 +607,29 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--cached-costs", action="store_true",
                     help="read the cost model from the cache when there (then the advisor's time leaves it out)")
     ap.add_argument("--json", metavar="OUT.json", help="also write the record here")
+    ap.add_argument("--record", default=str(RECORD), metavar="FILE",
+                    help="where the error summary is published (default benchmarks/results/advisor-error.json, read by "
+                         "specviz advise and the app's Advisor panel); '' writes none")
     ap.add_argument("--quiet", action="store_true", help="no progress on stderr")
     return ap
 
 
+def _ks(text: str) -> tuple[int, ...]:
+    try:
+        ks = tuple(sorted({int(x) for x in text.split(",") if x.strip()}))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--k {text!r}: a comma-separated list of integers, e.g. 1,2,4,8") from None
+    if not ks or ks[0] < 1 or ks[-1] > MAX_K:
+        raise argparse.ArgumentTypeError(f"--k {text!r}: each k from 1 to {MAX_K}")
+    return ks
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = parser().parse_args(argv)
-    if args.k_max < 1 or args.k_max > MAX_K or args.repeats < 1 or args.max_new_tokens < 1 or args.limit < 0:
-        raise SystemExit(f"--k-max must be 1..{MAX_K}; --repeats, --max-new-tokens >= 1; --limit >= 0")
+    if (args.k_max and not 1 <= args.k_max <= MAX_K) or args.repeats < 1 or args.max_new_tokens < 1 or args.limit < 0 \
+            or args.per_kind < 1:
+        raise SystemExit(f"--k-max must be 1..{MAX_K}; --repeats, --max-new-tokens, --per-kind >= 1; --limit >= 0")
     args.cache_dir = args.cache_dir or str(cache_dir())
     say = (lambda m: None) if args.quiet else (lambda m: print(m, file=sys.stderr, flush=True))
     res = check(args, say)
@@ -509,6 +638,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print("\n```json\n" + text + "\n```")
     if args.json:
         Path(args.json).write_text(text, encoding="utf-8")
+    if args.record:
+        Path(args.record).write_text(json.dumps(published_record(res, argv), indent=1, default=str), encoding="utf-8")
     return 0
 
 

@@ -82,7 +82,8 @@ def test_main_on_tiny_models(check, models, fast_costs, tmp_path, capsys):
     out_json = tmp_path / "check.json"
     rc = check.main(["--target", target, "--proposer", "ngram", "--proposer", f"draft:{draft}", "--proposer", "ngram-tree:3",
                      "--prompts", prompts, "--heldout", "3", "--limit", "2", "--k-max", "3", "--max-new-tokens", "24",
-                     "--calibrate-tokens", "20", "--threads", "1", "--quiet", "--json", str(out_json)])
+                     "--calibrate-tokens", "20", "--threads", "1", "--quiet", "--json", str(out_json),
+                     "--record", str(tmp_path / "error.json")])
     assert rc == 0
     out = capsys.readouterr().out
     res = json.loads(out_json.read_text())
@@ -157,7 +158,7 @@ def test_calibrate_on_the_other_prompts(check, models, fast_costs, tmp_path, cap
     out_json = tmp_path / "check.json"
     rc = check.main(["--target", target, "--proposer", "ngram", "--proposer", f"draft:{draft}", "--prompts", prompts,
                      "--heldout", "3", "--limit", "1", "--k-max", "2", "--max-new-tokens", "12", "--calibrate-tokens", "10",
-                     "--calibrate-on", "calibration", "--quiet", "--json", str(out_json)])
+                     "--calibrate-on", "calibration", "--quiet", "--json", str(out_json), "--record", ""])
     assert rc == 0
     h = json.loads(out_json.read_text())["header"]
     assert h["calibration_prompts"] == ["p0", "p1", "p2"] and h["calibrate_on"] == "calibration"
@@ -165,3 +166,57 @@ def test_calibrate_on_the_other_prompts(check, models, fast_costs, tmp_path, cap
     assert decodes[("ngram",)]["prompts"] == 1 and decodes[("ngram",)]["decoded_with"] == "ngram"
     assert decodes[(f"draft:{draft}",)]["decoded_with"] == f"draft:{draft}"
     assert all(d["replay_reproduced"] == d["prompts"] for d in decodes.values())
+
+
+def test_every_chain_configuration_against_the_median(check, models, fast_costs, tmp_path, capsys):
+    """The default mode (issue 51): the first prompt of each kind, every chain at each --k, each whole-run
+    prediction beside the measured median and its interval; the summary and the published record are
+    computed from the rows beside them."""
+    target, draft, prompts = models
+    out_json, record = tmp_path / "check.json", tmp_path / "error.json"
+    argv = ["--target", target, "--proposer", "ngram", "--proposer", f"draft:{draft}", "--prompts", prompts,
+            "--per-kind", "1", "--k", "1,2", "--max-new-tokens", "12", "--calibrate-tokens", "10", "--quiet",
+            "--json", str(out_json), "--record", str(record)]
+    assert check.main(argv) == 0
+    out = capsys.readouterr().out
+    res = json.loads(out_json.read_text())
+    h = res["header"]
+    assert h["kinds"] == {"code": ["p0"], "dialogue": ["p1"], "extraction": ["p2"]} and h["ks"] == [1, 2]
+    assert h["heldout_prompts"] == ["p0", "p1", "p2"]
+    chains = res["chains"]
+    assert {(c["name"], c["k"]) for c in chains} == {(n, k) for n in ("ngram", f"draft:{draft}") for k in (1, 2)}
+    medians = {(r["proposer"], r["k"]): r for r in res["sweep"]["rows"] if r["impl"] == "specviz"}
+    for c in chains:
+        row = medians[(c["name"], c["k"])]
+        assert c["measured_median"] == row["speedup_median"] and c["measured_interval"] == [row["speedup_low"], row["speedup_high"]]
+        assert c["error_vs_median"] == pytest.approx((c["predicted_speedup"] - c["measured_median"]) / c["measured_median"])
+    errs = [abs(c["error_vs_median"]) for c in chains]
+    sm = res["chain_summary"]
+    assert sm["configurations"] == 4 and sm["mean_abs_error"] == pytest.approx(sum(errs) / 4)
+    assert sm["max_abs_error"] == pytest.approx(max(errs)) and sm["too_high"] == sum(c["error_vs_median"] > 0 for c in chains)
+    assert sm["within_goal"] == (sm["mean_abs_error"] <= 0.05 and sm["max_abs_error"] <= 0.10)
+    assert "## Every chain configuration" in out and "mean absolute error" in out
+    pub = json.loads(record.read_text())
+    assert pub["summary"] == sm and len(pub["rows"]) == 4 and pub["ks"] == [1, 2] and "--per-kind 1" in pub["command"]
+    assert pub["cpu"]["model_name"] == h["cpu"]["model_name"]
+
+
+def test_error_summary_on_recorded_numbers(check):
+    rows = [{"name": "ngram", "k": 1, "error_vs_median": 0.04}, {"name": "draft", "k": 2, "error_vs_median": -0.12},
+            {"name": "draft", "k": 4, "error_vs_median": None}]
+    sm = check.error_summary(rows)
+    assert sm["configurations"] == 2 and sm["mean_abs_error"] == pytest.approx(0.08) and sm["too_high"] == 1
+    assert sm["worst"] == {"configuration": "draft", "k": 2, "error": -0.12} and not sm["within_goal"]
+    assert sm["within_10pct"] == 1
+    assert check.error_summary([])["within_goal"] is False
+
+
+def test_heldout_kinds(check):
+    from specviz.prompts import load_prompts
+    rows = load_prompts(check.PROMPTS)
+    held, rest, kinds = check.select_by_kind(rows, 3)
+    assert list(kinds) == ["code", "writing", "structured"] and all(len(v) == 3 for v in kinds.values())
+    assert len(held) == 9 and len(rest) == len(rows) - 9 and not {r.id for r in held} & {r.id for r in rest}
+    assert {r.category for r in held if r.id in kinds["structured"]} == {"structured", "shell", "sql"}
+    with pytest.raises(SystemExit):
+        check.main(["--k", "0,2"])
