@@ -68,21 +68,11 @@ HELD_OUT = [
 ]
 CHAT = {"Q: What is the capital of France?\nA:", "Alice: Hi Bob, how was your weekend?\nBob:"}
 
-CANDIDATES = {
-    # name: None (torch quantize_dynamic on every nn.Linear, as models.py did) or Int8Options
-    "today: dynamic per-tensor 7-bit": None,
-    "per-channel 7-bit": Int8Options(per_token=False, smooth_alpha=None, reduce_range=True),
-    "per-channel+per-token 7-bit": Int8Options(smooth_alpha=None, reduce_range=True),
-    "per-channel+per-token 8-bit": Int8Options(smooth_alpha=None, reduce_range=False),
-    "per-channel+per-token+smooth0.5 7-bit": Int8Options(smooth_alpha=0.5, reduce_range=True),
-    "per-channel+per-token+smooth0.5 8-bit": Int8Options(smooth_alpha=0.5, reduce_range=False),
-    "per-channel+per-token+smooth0.8 8-bit": Int8Options(smooth_alpha=0.8, reduce_range=False),
-    "smooth0.5 8-bit + lm_head float": Int8Options(smooth_alpha=0.5, reduce_range=False, keep_float=("lm_head",)),
-    "smooth0.5 8-bit + down_proj float": Int8Options(smooth_alpha=0.5, reduce_range=False, keep_float=("down_proj",)),
+CANDIDATES = {  # the options quantize_int8 still has; the ones it dropped are compared in docs/results-log.md
+    "unsmoothed": Int8Options(smooth_alpha=None),
+    "smooth0.8": Int8Options(smooth_alpha=0.8),
     "default Int8Options() (chosen)": Int8Options(),
-    "default, kernel int_mm": Int8Options(kernel="int_mm"),
     "kernel blocked (specviz's own)": Int8Options(kernel="blocked"),
-    "default with siblings apart": Int8Options(fuse_siblings=False),
 }
 
 
@@ -148,13 +138,7 @@ def decode_ms(models: dict, ids: list[int], reps: int = 9, stat=statistics.media
 
 
 def build(fp, options):
-    model = copy.deepcopy(fp.model)
-    if options is None:
-        from torch.ao.quantization import quantize_dynamic
-
-        model = quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8, inplace=True)
-        return model.eval()
-    return quantize_int8(model, fp.tokenizer, options)
+    return quantize_int8(copy.deepcopy(fp.model), fp.tokenizer, options)
 
 
 def main() -> None:

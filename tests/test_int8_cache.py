@@ -14,7 +14,7 @@ from specviz.runtime.quantize import Int8Linear, Int8Options, quantize_int8
 from tests.support.tiny import outlier_llama
 
 PROMPT = "the cat sat on the mat, then the dog ran off."
-KERNELS = [Int8Options(), Int8Options(kernel="blocked"), Int8Options(per_channel=False, smooth_alpha=None)]  # int_mm: the default
+KERNELS = [Int8Options(), Int8Options(kernel="blocked"), Int8Options(smooth_alpha=None)]  # int_mm: the default
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +33,7 @@ def _int8_layers(model) -> dict[str, str]:
     return {n: type(m).__name__ for n, m in model.named_modules() if isinstance(m, Int8Linear)}
 
 
-@pytest.mark.parametrize("options", KERNELS, ids=["int_mm", "blocked", "per-tensor-unsmoothed"])
+@pytest.mark.parametrize("options", KERNELS, ids=["int_mm", "blocked", "unsmoothed"])
 def test_the_cached_copy_gives_the_fresh_quantizations_logits_bit_for_bit(float_model, tokenizer, tmp_path, options):
     fresh = quantize_int8(copy.deepcopy(float_model), tokenizer, options)
     first, hit1 = quantize_cached(copy.deepcopy(float_model), tokenizer, "local:/a/tiny", options, directory=tmp_path)

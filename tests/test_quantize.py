@@ -8,7 +8,7 @@ import warnings
 import pytest
 import torch
 
-from specviz.runtime.quantize import Int8Linear, Int8Options, quantize_int8, smoothing_scales
+from specviz.runtime.quantize import Int8Linear, Int8Options, quantize_int8, quantize_rows, smoothing_scales
 from tests.support.tiny import outlier_llama
 
 
@@ -32,31 +32,18 @@ def _rel_err(y: torch.Tensor, ref: torch.Tensor) -> float:
 
 def test_per_token_rows_equal_single_rows_whatever_their_neighbours():
     lin = _linear()
-    layer = Int8Linear(lin, None, Int8Options(smooth_alpha=None))
+    layer = Int8Linear(lin, None)
     x = torch.randn(5, 64)
     x[0] *= 300  # an attention-sink row
     with torch.inference_mode():
         together = layer(x)
         alone = torch.cat([layer(x[i : i + 1]) for i in range(5)])
-        shared = Int8Linear(lin, None, Int8Options(per_token=False, smooth_alpha=None))(x)
+        xq, step = quantize_rows(x, False, 127.0)  # one activation scale for the whole call, as plain dynamic int8
+        shared = torch._int_mm(xq, layer.qweight.t()).float() * step * layer.scale
         ref = lin(x)
     assert torch.equal(together, alone)
     # one scale for the batch drowns the small rows; one per row does not
     assert _rel_err(together[1:], ref[1:]) < 0.05 < _rel_err(shared[1:], ref[1:])
-
-
-def test_int_mm_pays_is_measured_once_per_process(monkeypatch):
-    """Whether a prefill's rows go to one _int_mm call (a blocked layer's, tests/test_int8_kernel.py)
-    is measured once per process: the first timing decides, later ones are not asked."""
-    from specviz.runtime import quantize
-
-    monkeypatch.setattr(quantize, "_int_mm_probe", {})
-    assert quantize.int_mm_pays(lambda: (0.150, 0.003)) is False  # _int_mm slower (no VNNI: 55x on a Zen 1 EPYC)
-    assert quantize.int_mm_pays(lambda: (0.001, 0.003)) is False  # measured once per process
-    assert quantize.prefill_on_int_mm(quantize.PREFILL_ROWS) is False
-    monkeypatch.setattr(quantize, "_int_mm_probe", {})
-    assert quantize.int_mm_pays(lambda: (0.001, 0.003)) is True
-    assert quantize.prefill_on_int_mm(quantize.PREFILL_ROWS) and not quantize.prefill_on_int_mm(quantize.PREFILL_ROWS - 1)
 
 
 def test_smoothing_keeps_the_product_and_cuts_the_error_of_outlier_channels():
@@ -66,8 +53,8 @@ def test_smoothing_keeps_the_product_and_cuts_the_error_of_outlier_channels():
     with torch.inference_mode():
         ref = lin(x)
         assert torch.allclose(torch.nn.functional.linear(x / s, lin.weight * s), ref, atol=1e-4)
-        plain = Int8Linear(lin, None, Int8Options(smooth_alpha=None))(x)
-        smooth = Int8Linear(lin, s, Int8Options())(x)
+        plain = Int8Linear(lin, None)(x)
+        smooth = Int8Linear(lin, s)(x)
     assert _rel_err(smooth, ref) < 0.5 * _rel_err(plain, ref)
 
 
@@ -81,9 +68,19 @@ def outlier_model(tokenizer):
     return outlier_llama(len(tokenizer))
 
 
-# torch.ao's quantize_dynamic, the baseline the options beat: one weight scale per matrix, one activation
-# scale per call, no smoothing (written with specviz's own layers: torch.ao is deprecated upstream)
-NAIVE = Int8Options(per_channel=False, per_token=False, smooth_alpha=None, fuse_siblings=False)
+def _naive_int8(model: torch.nn.Module) -> torch.nn.Module:
+    """torch.ao's quantize_dynamic, the baseline quantize_int8 beats, as float arithmetic on int8
+    values (torch.ao is deprecated upstream): one weight scale per matrix, one activation scale
+    per call, no smoothing."""
+    def fake(t: torch.Tensor) -> torch.Tensor:  # symmetric int8 with one scale for all of t
+        step = t.abs().amax().clamp_min(1e-12) / 127.0
+        return torch.round(t / step).clamp(-127, 127) * step
+
+    for m in model.modules():
+        if type(m) is torch.nn.Linear:
+            m.weight.data = fake(m.weight.data)
+            m.register_forward_pre_hook(lambda _m, args: (fake(args[0]),))
+    return model
 
 
 def test_quantize_int8_keeps_a_tiny_model_with_outliers_close(outlier_model, tokenizer):
@@ -91,7 +88,7 @@ def test_quantize_int8_keeps_a_tiny_model_with_outliers_close(outlier_model, tok
     with torch.inference_mode():
         ref = outlier_model(input_ids=ids).logits[0]  # [n, V]
         ours = quantize_int8(copy.deepcopy(outlier_model), tokenizer)
-        naive = quantize_int8(copy.deepcopy(outlier_model), tokenizer, NAIVE)
+        naive = _naive_int8(copy.deepcopy(outlier_model))
         ours_overlap = _overlap(ours(input_ids=ids).logits[0], ref)
         naive_overlap = _overlap(naive(input_ids=ids).logits[0], ref)
     assert all(type(m) is not torch.nn.Linear for m in ours.modules())
@@ -101,7 +98,7 @@ def test_quantize_int8_keeps_a_tiny_model_with_outliers_close(outlier_model, tok
 
 def test_siblings_are_rows_of_one_fused_layer(outlier_model, tokenizer):
     """q/k/v and gate/up are rows of one fused layer (views of its int8 weight): each member equals
-    its rows of the fused product; fuse_siblings=False keeps them apart."""
+    its rows of the fused product."""
     q8 = quantize_int8(copy.deepcopy(outlier_model), tokenizer)
     attn = q8.model.layers[0].self_attn
     members = (attn.q_proj, attn.k_proj, attn.v_proj)
@@ -112,8 +109,6 @@ def test_siblings_are_rows_of_one_fused_layer(outlier_model, tokenizer):
     x = _outlier_input(3, width=fused.in_features)
     with torch.inference_mode():
         assert torch.equal(torch.cat([m(x) for m in members], dim=-1), fused(x))
-    apart = quantize_int8(copy.deepcopy(outlier_model), tokenizer, Int8Options(fuse_siblings=False))
-    assert not apart.model.layers[0].self_attn.q_proj.group
 
 
 def test_options_are_checked(outlier_model):
@@ -121,8 +116,8 @@ def test_options_are_checked(outlier_model):
         Int8Options(smooth_alpha=1.5)
     with pytest.raises(ValueError, match="tokenizer"):
         quantize_int8(copy.deepcopy(outlier_model))
-    kept = quantize_int8(copy.deepcopy(outlier_model), options=Int8Options(smooth_alpha=None, keep_float=("lm_head",)))
-    assert type(kept.lm_head) is torch.nn.Linear and isinstance(kept.model.layers[0].mlp.down_proj, Int8Linear)
+    plain = quantize_int8(copy.deepcopy(outlier_model), options=Int8Options(smooth_alpha=None))  # no tokenizer needed
+    assert isinstance(plain.lm_head, Int8Linear) and plain.model.layers[0].mlp.down_proj.inv_smooth is None
 
 
 HELD_OUT = [  # not the bundled dev prompts (those calibrate the smoothing)
@@ -181,7 +176,7 @@ def test_one_exported_graph_serves_every_width():
     gives every other width exactly what the layer gives (the static decode step builds one graph of
     its body for all widths), with no warning."""
     lin = _linear()
-    layer = Int8Linear(lin, torch.rand(64) + 0.5, Int8Options()).eval()
+    layer = Int8Linear(lin, torch.rand(64) + 0.5).eval()
     assert layer.any_width
     with torch.inference_mode(), warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -198,7 +193,7 @@ class _HeadOnly(torch.nn.Module):
     def __init__(self, vocab: int):
         super().__init__()
         torch.manual_seed(2)
-        self.head = Int8Linear(torch.nn.Linear(64, vocab, bias=False), None, Int8Options(smooth_alpha=None))
+        self.head = Int8Linear(torch.nn.Linear(64, vocab, bias=False), None)
 
     def get_output_embeddings(self):
         return self.head

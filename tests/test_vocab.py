@@ -9,7 +9,7 @@ from specviz.analysis import checks
 from specviz.proposers import DraftModel, from_spec
 from specviz.proposers.vocab import ContextRows, SubsetHead, token_ranking, with_vocab_subset
 from specviz.runtime.argmax_head import materialize
-from specviz.runtime.quantize import Int8Linear, Int8Options
+from specviz.runtime.quantize import Int8Linear
 from tests.test_engine import PROMPTS, hf_greedy
 
 N = 12  # of the char tokenizer's 37 tokens
@@ -90,7 +90,7 @@ def test_context_rows_score_a_sessions_own_tokens_in_float_only_while_active(sub
 def test_int8_rows_keep_their_exact_values():
     torch.manual_seed(0)
     lin = torch.nn.Linear(16, 40)
-    q = Int8Linear(lin, torch.rand(16) + 0.5, Int8Options())
+    q = Int8Linear(lin, torch.rand(16) + 0.5)
     ids = torch.tensor([3, 17, 39, 0])
     x = torch.randn(2, 16)
     torch.testing.assert_close(q.select_rows(ids)(x), q(x)[:, ids])

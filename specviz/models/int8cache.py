@@ -90,15 +90,9 @@ def cache_path(source: str, options: Any, weights: str, directory: str | Path | 
 
 def _float_targets(model: torch.nn.Module, options: Any) -> dict[str, torch.nn.Linear]:
     """The layers ``quantize_int8`` replaces, by the name it replaces them under (as it finds them)."""
-    from ..runtime.quantize import _float_linear
+    from ..runtime.quantize import float_targets
 
-    targets, seen = {}, set()
-    for name, m in model.named_modules():
-        lin = _float_linear(m)
-        if lin is not None and id(lin) not in seen:
-            seen.add(id(lin))
-            targets[name] = lin
-    return {n: lin for n, lin in targets.items() if not any(n.endswith(s) for s in options.keep_float)}
+    return float_targets(model)
 
 
 # -- layers -> tensors and a plan, and back -----------------------------------------------------
@@ -162,7 +156,6 @@ def _build(plan: list[dict[str, Any]], tensors: dict[str, torch.Tensor], options
             torch.nn.Module.__init__(proto)
             proto.in_features = int(e["in"])
             proto.inv_smooth = smooth
-            proto.per_token, proto.qmax = options.per_token, 63.0 if options.reduce_range else 127.0
             layer = proto._like(tensors[f"{name}.qweight"], tensors[f"{name}.scale"], bias)
             if kind == "fused":
                 fused[name] = layer

@@ -1,33 +1,26 @@
 """specviz's own int8 product for a few rows: ``torch.ops.specviz_int8.linear``, built for this CPU.
 
 The int8 draft spends its decode step in 72 one-row products (gemma-3-270m's body, 100 MB of int8
-weights). PyTorch's int8 kernels read those weights at 13-20 GB/s on a Zen 4 EPYC, well under what
-the float products reach on the same memory: ``quantized::linear_dynamic`` (deprecated upstream) and
-``torch._int_mm`` convert or reorder around a product they were not built for at one row
-(docs/benchmarks.md). ``int8_kernel.cpp`` is the product a decode step needs: the rows quantized to
-uint8 per token (asymmetric, as the packed kernel's), the int8 weight stored blocked for it
-(:func:`block`), exact int32 sums on AVX-512 VNNI (plain loops where the compiler cannot target it),
-the scales and bias applied in the same pass, the output rows split across torch's threads.
+weights), where PyTorch's int8 kernels read the weights at 13-20 GB/s on a Zen 4 EPYC, well under
+the float products (docs/benchmarks.md). ``int8_kernel.cpp`` is the product a decode step needs:
+the rows quantized to uint8 per token (asymmetric), the int8 weight blocked for it (:func:`block`),
+exact int32 sums (AVX-512 VNNI, AVX2, or plain loops), scales and bias in the same pass, the output
+rows split across torch's threads. The same library holds ``dense`` (a float32 product for a few
+rows, :mod:`specviz.runtime.dense_kernel`), the certified argmax head's screens
+(``screen_kernel.cpp``, :mod:`specviz.runtime.argmax_head`) and ``layer`` (a whole decoder layer in
+one call, ``layer_kernel.cpp``, :mod:`specviz.runtime.layer_op`); ``kernel_parts.h`` holds what the
+sources share. (The ops keep their first namespace, ``specviz_int8``.)
 
-:func:`load` compiles it with ``torch.utils.cpp_extension`` (the C++ toolchain Inductor also uses)
-for this machine (``-march=native``), once per CPU, torch version and source text, into
-``<cache home>/kernels/specviz_kernels_<digest>.so``; later processes load the built library. A build
-can be killed halfway (a closed laptop, a Space restarted mid-build), and cpp_extension waits forever
-on the ``lock`` such a build leaves, so no build runs where a later process will look: each builds
-in a fresh ``<name>.build-*`` directory beside the library and moves the finished library into place
-(``os.replace``: whole or absent). A process finding another's build waits for it only
-:data:`WAIT_S` seconds (then it uses PyTorch's kernels and the log says where that build is); a build
-directory whose process is gone, or untouched for :data:`STALE_S` seconds, is removed (said in the
-log, with its path). Where it cannot be built (no C++ compiler, no ninja) :func:`load` says why,
-once, and every caller keeps PyTorch's kernels. Which kernel an ``@int8`` model runs is measured on
-this machine (:func:`specviz.runtime.int8_speed.choose_kernel`).
-The same library holds ``torch.ops.specviz_int8.dense``, a float32 product for a few rows that the
-body's projections time beside PyTorch's (:mod:`specviz.runtime.projections`); (``screen_kernel.cpp``)
-the certified argmax head's screens, bf16 and int8 (:mod:`specviz.runtime.argmax_head`); and
-(``layer_kernel.cpp``) ``torch.ops.specviz_int8.layer``: a whole decoder layer of an int8 or planned
-float32 body in one call, the static step's ``fused`` runner (:mod:`specviz.runtime.layer_op`). What
-the sources share (block shapes, the per-token quantization, the int8 block sums) is ``kernel_parts.h``.
-(The ops keep their first namespace, ``specviz_int8``; the library is named for all it holds.)
+:func:`load` compiles it with ``torch.utils.cpp_extension`` for this machine (``-march=native``,
+capped at torch's own ISA level), once per CPU, torch version and source text, into
+``<cache home>/kernels/specviz_kernels_<digest>.so``. A build can be killed halfway, and
+cpp_extension waits forever on the ``lock`` such a build leaves, so each build runs in a fresh
+``<name>.build-*`` directory and moves the finished library into place (``os.replace``: whole or
+absent). A process finding another's build waits for it at most :data:`WAIT_S` seconds (then
+PyTorch's kernels serve, and the log says where that build is); a build directory whose process is
+gone, or untouched for :data:`STALE_S` seconds, is removed (said in the log, with its path). Where
+nothing can be built (no C++ compiler, no ninja) :func:`load` says why, once, and every caller keeps
+PyTorch's kernels.
 """
 
 from __future__ import annotations
