@@ -574,16 +574,25 @@ def test_keyboard_shortcuts_click_the_buttons(browser):
     page.close()
 
 
-def test_card_names_a_better_k_from_the_runs_own_positions():
-    per = [0.9, 0.6, 0.3, 0.1]  # late drafts rarely survive
-    v_curve = {1: 1.05, 2: 1.1, 3: 1.3, 4: 1.7}
-    curve = dict(explain.best_k_curve(per, 0.3, v_curve))
-    assert curve[2] == pytest.approx((1 + 1.5) / (0.6 + 1.1)) and curve[4] == pytest.approx(2.9 / (1.2 + 1.7))
-    assert explain.best_k_from_positions(per, 0.3, v_curve) == (2, pytest.approx(2.5 / 1.7))
+def test_card_names_the_what_ifs_best_k():
+    """The card's best k is the what-if curve's (one a for every draft, this machine's v(k + 1)), the
+    curve it is given; a verify-limited run is told to lower k only where that curve says so, and
+    without a measured curve it says v(k + 1) is not measured instead of promising a narrower pass."""
+    from specviz.viz.whatif import whatif_curve
+
+    k_curve = whatif_curve(0.475, 0.3, 1.7, 1.0, 8, (1.05, 1.1, 1.3, 1.7, 2.0, 2.3, 2.6, 3.0))
+    kb, sb = max(k_curve, key=lambda t: (t[1], -t[0]))
     s = explain.explain_speedup(a=0.475, k=4, tau=2.9, tokens=58, target_forwards=21, c=0.3, v=1.7, speedup=0.95,
-                                per_position=per, v_curve=v_curve)
-    assert s.numbers["best_k"] == 2 and "k = 2 would give about 1.47x (k = 4: 1.00x)" in s.advice
-    assert explain.best_k_from_positions(per, 0.3, {}) == (None, 0.0)
+                                k_curve=k_curve)
+    assert kb < 4 and s.numbers["best_k"] == kb and f"peaks at k = {kb}: about {sb:.2f}x" in s.advice
+    assert f'data-best-k="{kb}"' in s.html()
+    flat = explain.explain_speedup(a=0.95, k=4, tau=4.5, tokens=90, target_forwards=21, c=0.01, v=2.5, speedup=1.5)
+    assert flat.limit == "v" and "best_k" not in flat.numbers and "not measured here" in flat.advice
+    assert "A smaller k keeps the pass narrow" not in flat.advice
+    wide = whatif_curve(0.95, 0.01, 2.5, 1.0, 8, (2.5,) * 8)
+    told = explain.explain_speedup(a=0.95, k=4, tau=4.5, tokens=90, target_forwards=21, c=0.01, v=2.5, speedup=1.5,
+                                   k_curve=wide)
+    assert told.numbers["best_k"] == 8 and "k = 8 is still the best k" in told.advice
 
 
 def test_v_curve_from_bench_rows():

@@ -169,11 +169,11 @@ def _one_start(browser, env, log: Path, order: str) -> dict:
 @pytest.mark.browser
 @pytest.mark.slow
 def test_two_starts_in_either_order_tell_the_same_lesson(browser, tiny_app_env, specviz_op, tmp_path):
-    from specviz.runtime.runners import cache_home
+    from specviz.runtime import int8_kernel
 
     cache = tmp_path / "cache"
     cache.mkdir()
-    kernels = cache_home() / "kernels"  # this machine's build of the native ops, not built again per start
+    kernels = int8_kernel._library().parent  # this machine's build of the native ops (specviz_op): not built again
     if kernels.is_dir():
         (cache / "kernels").symlink_to(kernels, target_is_directory=True)
     starts = {}

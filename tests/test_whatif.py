@@ -113,5 +113,57 @@ def test_the_what_if_and_learn_part_5_read_one_v_curve_and_a_run_without_one_say
     real = explain.explain_run
     monkeypatch.setattr(lesson_view, "explain_run", lambda *args, **kw: seen.update(kw) or real(*args, **kw))
     lesson_view.why_html(st)
-    assert seen["v_curve"][3] == pytest.approx(steep.v(4))  # the card: the same v(k + 1)
+    assert seen["v_at"][2] == pytest.approx(steep.v(4))  # the card: the same v(k + 1)
+    st.close()
+
+
+CURVES = {
+    "a steep measured v(n)": {1: 1.0, 2: 1.4, 3: 1.8, 17: 7.0},  # the best k below the run's k = 4
+    "a flat measured v(n)": {1: 1.0, 2: 1.02, 17: 1.1},  # the best k above it
+    "no measured v(n)": None,  # the run's own v at every k, labelled fitted
+}
+
+
+@pytest.mark.parametrize("proposer", ["draft", "ngram"])  # the tiny defaults' (c near 1) and the app's default (c near 0, f < 1)
+@pytest.mark.parametrize("curve", list(CURVES))
+def test_the_what_if_the_card_and_learn_part_5_name_one_best_k_for_the_default_run(tiny_env, monkeypatch, curve,
+                                                                                  proposer):
+    """Issue 52's "one story", read where a user reads it: the what-if chart's star, the card's best k
+    (its data-best-k and its words) and Learn part 5 given the same run ("use my playground run": the
+    run's a, c, f on the v(n) the chart reads) name one k for the default run, whatever this machine's
+    v(n) is. The card said "a smaller k keeps the pass narrow" beside a chart whose best k was 16."""
+    import re
+
+    from specviz.learn import hardware as hw
+    from specviz.ui import learn_hardware_tab as lt
+    from specviz.ui import lesson_view
+    from specviz.ui import playground as pg
+    from specviz.ui import whatif_view as wv
+
+    v = None if CURVES[curve] is None else hw.VerifyCurve("this machine (measured)", CURVES[curve], "a test curve", True)
+    monkeypatch.setattr(hw, "measured_curve", lambda cache_dir=None, target=None: v)
+    st = wv.PlaygroundState()
+    raw = _raw(tiny_env, max_new_tokens=40, proposer=proposer)  # k = 4
+    list(pg.on_play(st, *raw))
+    list(pg.on_baseline(st, *raw))
+    fig = json.loads(wv.whatif_outputs(st)["whatif_plot"].plot)
+    star = next(int(t["name"].split("= ")[1]) for t in fig["data"] if t["name"].startswith("best k"))
+    card = lesson_view.why_html(st)
+    a_, c_, f_, words, _fig = lt.on_hardware_run(st)
+    learn = int(re.search(r'data-best-k="(\d+)"', words).group(1))
+    assert learn == lt.run_lesson(st).cpu.best_k == star, (curve, learn, star)
+    assert f"best k on this {'machine' if v else 'run'} is {star}" in words or f"k = {star}" in words, words
+    if v is None:
+        assert "fitted from this run" in fig["layout"]["title"]["text"] and "data-best-k" not in card
+        assert "smaller k keeps the pass narrow" not in card  # no promise the flat chart cannot show
+        return
+    assert "measured on this machine" in fig["layout"]["title"]["text"]
+    said = int(re.search(r'data-best-k="(\d+)"', card).group(1))
+    assert said == star, (curve, said, star)
+    named = {int(k) for k in re.findall(r"(?:peaks at|still the best k|, k = )\D{0,30}?k = (\d+)", card)}
+    assert named <= {star, 4}, (named, card)  # no other k advised
+    if star < 4:
+        assert "smaller k keeps the pass narrow" not in card or "k = {star}" in card
+    else:
+        assert "A smaller k keeps the pass narrow" not in card  # a smaller k does not pay on this curve
     st.close()

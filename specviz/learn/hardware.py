@@ -27,7 +27,8 @@ from ..analysis.costmodel import CostModel, interpolate, latest_on_this_machine
 from ..core.bounds import LEARN_CURVE_MAX_K
 
 __all__ = ["VerifyCurve", "KCurve", "HardwareLesson", "DOCUMENTED_CPU", "GPU_LIKE", "machine_curve", "cpu_curve",
-           "speedup_vs_k", "hardware_lesson", "K_MAX", "measured_curve", "default_point", "START_POINTS"]
+           "speedup_vs_k", "hardware_lesson", "K_MAX", "measured_curve", "default_point", "START_POINTS",
+           "fitted_curve"]
 
 K_MAX = LEARN_CURVE_MAX_K  # k = 1..16: passes of up to 17 positions, the cost model's range
 
@@ -96,12 +97,18 @@ class KCurve:
     best_speedup: float
 
 
-def speedup_vs_k(a: float, c: float, curve: VerifyCurve, k_max: int = K_MAX) -> KCurve:
-    """theory.expected_speedup(a, k, c, v(k + 1)) for k = 1..k_max; the best k (the smallest on ties)."""
+def speedup_vs_k(a: float, c: float, curve: VerifyCurve, k_max: int = K_MAX, f: float = 1.0) -> KCurve:
+    """theory.expected_speedup(a, k, c, v(k + 1)) for k = 1..k_max; the best k (the smallest on ties).
+    ``f`` < 1: only that share of the steps drafts (an n-gram finds nothing on the others), as the
+    playground's what-if counts it (theory.expected_speedup_drafting), so a run's a, c and f give
+    the what-if's curve here."""
     theory.check_calculator_inputs(a, c, 1.0)
+    if not 0.0 < f <= 1.0:
+        raise ValueError(f"f (the share of steps that draft) must be in (0, 1], got {f!r}")
     ks = tuple(range(1, int(k_max) + 1))
     tokens = tuple(theory.expected_tokens_per_step(a, k) for k in ks)
-    speedup = tuple(theory.expected_speedup(a, k, c, curve.v(k + 1)) for k in ks)
+    speedup = tuple(theory.expected_speedup(a, k, c, curve.v(k + 1)) if f >= 1.0 else
+                    theory.expected_speedup_drafting(tokens[k - 1], f, k, c, curve.v(k + 1)) for k in ks)
     best = max(ks, key=lambda k: (speedup[k - 1], -k))
     return KCurve(curve, ks, tokens, speedup, best, speedup[best - 1])
 
@@ -112,13 +119,14 @@ class HardwareLesson:
     c: float
     cpu: KCurve
     gpu: KCurve
+    f: float = 1.0  # the share of steps that draft
 
     @property
     def sentence(self) -> str:
         """What the two curves say, in words."""
         cpu, gpu = self.cpu, self.gpu
         here, there = cpu.curve.name.split(" (")[0], gpu.curve.name.split(" (")[0]
-        start = f"With a = {self.a:.2f} and c = {self.c:.2f}"
+        start = f"With a = {self.a:.2f} and c = {self.c:.2f}" + (f", drafting on {self.f:.0%} of steps," if self.f < 1 else "")
         gpu_part = f"on {there} the best k is {gpu.best_k} ({gpu.best_speedup:.2f}x)"
         if cpu.best_speedup <= 1.0:
             return (f"{start} no k pays on {here}: its best, k = {cpu.best_k}, predicts {cpu.best_speedup:.2f}x, "
@@ -141,9 +149,19 @@ class HardwareLesson:
                 "ride along almost free.")
 
 
-def hardware_lesson(a: float, c: float, cache_dir: Any = None, k_max: int = K_MAX) -> HardwareLesson:
-    """The lesson's numbers: speedup against k for the same a and c on this CPU's curve and on the GPU-like one."""
-    return HardwareLesson(a, c, speedup_vs_k(a, c, cpu_curve(cache_dir), k_max), speedup_vs_k(a, c, GPU_LIKE, k_max))
+def hardware_lesson(a: float, c: float, cache_dir: Any = None, k_max: int = K_MAX, f: float = 1.0,
+                    curve: VerifyCurve | None = None) -> HardwareLesson:
+    """The lesson's numbers: speedup against k for the same a, c (and f) on this CPU's curve (``curve``
+    when given: a playground run's) and on the GPU-like one."""
+    here = curve or cpu_curve(cache_dir)
+    return HardwareLesson(a, c, speedup_vs_k(a, c, here, k_max, f), speedup_vs_k(a, c, GPU_LIKE, k_max, f), f)
+
+
+def fitted_curve(v: float) -> VerifyCurve:
+    """A run's own v at every width (no measured v(n) for its target): the what-if's flat curve, so
+    that Learn part 5 given that run draws what the what-if draws."""
+    return VerifyCurve("this run (fitted)", {1: v, 17: v}, f"this run's own v = {v:.2f} at every k, fitted from its "
+                       "target-only run (specviz advise measures how v grows with k on this machine)", False)
 
 
 # Part 5's opening a and c, in order of preference: the first at which the two curves' best k differ on

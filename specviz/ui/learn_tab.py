@@ -458,7 +458,7 @@ def build_learn_tab(defaults: LearnDefaults | None = None, playground_state: gr.
     # 5 -- the best k on this CPU and on a GPU
     from .learn_hardware_tab import build_hardware_section
 
-    build_hardware_section()
+    build_hardware_section(playground_state)
 
     # -- wiring
     fast = dict(concurrency_limit=None, show_progress="hidden")

@@ -154,8 +154,8 @@ def why_html(state: PlaygroundState) -> str:
     base = state.comparable_baseline()
     st = state.settings
     curve = machine_curve(state) if base is not None else None  # this machine's v(n): the what-if's, Learn part 5's
-    v_curve = {kk: curve.v(kk + 1) for kk in range(1, WHATIF_MAX_K + 1)} if curve is not None else None
-    story = explain_run(state.visible_steps(), stats, base, k=_k(state), proposer=_proposer_name(state), v_curve=v_curve,
+    v_at = tuple(curve.v(kk + 1) for kk in range(1, WHATIF_MAX_K + 1)) if curve is not None else ()
+    story = explain_run(state.visible_steps(), stats, base, k=_k(state), proposer=_proposer_name(state), v_at=v_at,
                         baseline_steps=state.baseline_steps if base is not None else (),
                         temperature=st.temperature if st is not None else None,
                         lossy=st is not None and st.acceptance == "typical" and st.temperature > 0)

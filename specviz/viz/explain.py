@@ -33,8 +33,8 @@ from ..core.records import Stats, StepRecord
 from ..core.stepwords import StepCounts, run_counts
 
 __all__ = [
-    "SpeedupStory", "explain_speedup", "explain_run", "run_costs", "drafted_fraction", "best_k_curve",
-    "best_k_from_positions", "v_curve_from_rows", "run_interval", "FASTER", "SLOWER",
+    "SpeedupStory", "explain_speedup", "explain_run", "run_costs", "drafted_fraction", "v_curve_from_rows",
+    "run_interval", "FASTER", "SLOWER",
 ]
 
 FASTER = 1.05  # a speedup above this is "faster"
@@ -66,6 +66,7 @@ class SpeedupStory:
         advice = f'<p class="sv-why-advice">{html.escape(self.advice)}</p>' if self.advice else ""
         limit = f' data-limit="{self.limit}"' if self.limit else ""
         limit += ' data-lossy="true"' if self.lossy else ""
+        limit += f' data-best-k="{self.numbers["best_k"]}"' if "best_k" in self.numbers else ""  # the what-if's star
         if self.band is not None:
             b = self.band
             limit += (f' data-noise="{"within" if b.within_noise else "clear"}" data-low="{b.low:.4f}"'
@@ -103,8 +104,7 @@ def explain_speedup(*, a: float | None, k: int, tau: float, tokens: int, target_
                     c: float | None = None, v: float | None = None, speedup: float | None = None,
                     drafted_fraction: float = 1.0, drafted_per_step: float | None = None,
                     proposer: str = "draft model", prefill_forwards: int = 1,
-                    per_position: Sequence[float] = (), v_curve: Mapping[int, float] | None = None,
-                    counts: StepCounts | None = None, band: SpeedupInterval | None = None,
+                    k_curve: Sequence[tuple[int, float]] = (), counts: StepCounts | None = None, band: SpeedupInterval | None = None,
                     temperature: float | None = None, lossy: bool = False) -> SpeedupStory:
     """The story of one run's speedup, in plain words.
 
@@ -114,9 +114,10 @@ def explain_speedup(*, a: float | None, k: int, tau: float, tokens: int, target_
     speedup: measured tokens/s ratio against target-only (None if not measured yet);
     drafted_fraction: steps that drafted anything / steps (an n-gram misses some); drafted_per_step:
     drafted tokens / steps (default k x drafted_fraction); proposer: a short name ("int8 draft",
-    "ngram") used in the advice; per_position (``Stats.per_position``) and v_curve (k -> the
-    machine's verify cost for a (k+1)-token pass, in target steps) let the card name a better k
-    from the run's own acceptance (see :func:`best_k_from_positions`); band: the measured speedup's
+    "ngram") used in the advice; k_curve: [(k', predicted speedup)], the what-if chart's curve at
+    this run's own a, c and f on this machine's measured v(k' + 1) (:func:`specviz.viz.whatif.whatif_curve`,
+    the curve Learn part 5 draws at the same a, c and f): the card's best k is that curve's, so the
+    card, the chart and Learn tell one story (issue 52), empty when v(k + 1) is not measured; band: the measured speedup's
     interval (:func:`specviz.analysis.noise.speedup_interval`): when it contains 1.0x the card says
     "within noise" and calls the run even; temperature: the run's (None: not known), so that a
     greedy run is never told to lower it; lossy: typical acceptance (LOSSY), said in the headline,
@@ -195,16 +196,7 @@ def explain_speedup(*, a: float | None, k: int, tau: float, tokens: int, target_
         limit = "overhead"  # the decode loop pays; what is lost is outside it
     advice = _advice(limit, verdict, a=a, k=k, c=c, v=v, proposer=proposer, gains=gains, tau=tau,
                      f=drafted_fraction, predicted=predicted, greedy=temperature is not None and temperature <= 0)
-    if per_position and v_curve:
-        kb, sb = best_k_from_positions(per_position, c, v_curve, drafted_fraction)
-        now = dict(best_k_curve(per_position, c, v_curve, drafted_fraction)).get(k)
-        if limit == "v" and kb is not None and kb >= k:  # this machine's v(k + 1): a smaller k would not pay more
-            advice = advice.replace("A smaller k keeps the pass narrow", f"On this machine's v(k + 1), k = {kb} is "
-                                    "still the best k for these drafts")
-        if kb != k and now is not None and sb > now * 1.05:
-            advice += (f" From this run's own per-position acceptance and this machine's verify costs, k = {kb} "
-                       f"would give about {_x(sb)} (k = {k}: {_x(now)}).")
-            nums["best_k"] = kb
+    advice = _best_k_advice(advice, limit, k, k_curve, nums)
     return SpeedupStory(verdict, limit, head, tuple(sentences), advice, predicted, measured, nums, band, lossy)
 
 
@@ -263,29 +255,29 @@ def _prefill_words(proposer: str) -> str:
     return "the prefill (the draft's too)" if _overhead_costs(proposer).startswith("the prefill (a draft") else "the prefill"
 
 
-def best_k_curve(per_position: Sequence[float], c: float, v_curve: Mapping[int, float],
-                 drafted_fraction: float = 1.0) -> list[tuple[int, float]]:
-    """[(k', predicted decode-loop speedup)] for each k' up to len(per_position) with a known
-    verify cost: E = 1 + f sum_{i<k'} r_i (the run's own per-position rates, cut at k') over
-    f k' c + v(k')."""
-    out = []
-    for kk in range(1, len(per_position) + 1):
-        vv = v_curve.get(kk)
-        if vv is None or drafted_fraction * kk * c + vv <= 0:
-            continue
-        e = 1.0 + drafted_fraction * sum(per_position[:kk])
-        out.append((kk, e / (drafted_fraction * kk * c + vv)))
-    return out
-
-
-def best_k_from_positions(per_position: Sequence[float], c: float, v_curve: Mapping[int, float],
-                          drafted_fraction: float = 1.0) -> tuple[int | None, float]:
-    """(k', speedup) with the highest :func:`best_k_curve` value (the smallest k' on ties);
-    (None, 0.0) when no k' has a verify cost."""
-    curve = best_k_curve(per_position, c, v_curve, drafted_fraction)
-    if not curve:
-        return None, 0.0
-    return max(curve, key=lambda t: (t[1], -t[0]))
+def _best_k_advice(advice: str, limit: str, k: int, k_curve: Sequence[tuple[int, float]], nums: dict) -> str:
+    """The advice with the what-if curve's best k (``k_curve``, see :func:`explain_speedup`) in it:
+    a verify-limited run is told to lower k only where that curve says a smaller k pays; without a
+    measured curve the card says v(k + 1) is unmeasured rather than promise a narrower pass that the
+    chart (one v at every k) cannot show."""
+    if not k_curve:
+        if limit == "v" and k > 1:
+            advice = advice.replace("A smaller k keeps the pass narrow", "A smaller k may keep the pass narrower, but how "
+                                    "v grows with k is not measured here (the Benchmark tab's Advisor measures it; "
+                                    "until then the what-if below holds this run's v at every k)")
+        return advice
+    kb, sb = max(k_curve, key=lambda t: (t[1], -t[0]))
+    now = dict(k_curve).get(k)
+    nums["best_k"] = kb
+    if limit == "v" and kb >= k:  # this machine's v(k + 1): a smaller k would not pay more
+        advice = advice.replace("A smaller k keeps the pass narrow", f"On this machine's v(k + 1), k = {kb} is "
+                                "still the best k for these drafts (the what-if's star)")
+    if kb != k and now is not None and sb > now * 1.05:
+        advice += (f" The what-if below (this run's a, c and drafting share on this machine's measured v(k + 1), "
+                   f"as Learn part 5 draws it) peaks at k = {kb}: about {_x(sb)} (k = {k}: {_x(now)}).")
+    elif kb != k:
+        advice += f" The what-if below peaks at k = {kb}, within 5% of k = {k}."
+    return advice
 
 
 def v_curve_from_rows(rows: Sequence[Mapping]) -> dict[int, float]:
@@ -341,13 +333,18 @@ def run_interval(steps: Sequence[StepRecord], stats: Stats, baseline_steps: Sequ
 
 
 def explain_run(steps: Sequence[StepRecord], stats: Stats, baseline: Stats | None = None, *, k: int,
-                proposer: str = "draft model", v_curve: Mapping[int, float] | None = None,
+                proposer: str = "draft model", v_at: Sequence[float] = (),
                 baseline_steps: Sequence[StepRecord] = (), temperature: float | None = None,
                 lossy: bool = False) -> SpeedupStory:
     """The card for a playground run: its steps and Stats, and a finished target-only run's Stats
     (same target, prompt and settings) if there is one; with its steps (``baseline_steps``) the
-    speedup gets its noise band (:func:`run_interval`)."""
+    speedup gets its noise band (:func:`run_interval`). ``v_at``: this machine's measured v(k' + 1)
+    for k' = 1, 2, ... (the what-if's): the card's best k is then the what-if's."""
+    from .whatif import run_point, whatif_curve  # (whatif imports this module)
+
     c, v = run_costs(stats, baseline)
+    point = run_point(steps, stats, baseline, k) if v_at and baseline is not None else None
+    k_curve = whatif_curve(point.a, point.c, point.v, point.f, len(v_at), v_at) if point and point.timed else ()
     speed = None
     if baseline is not None and baseline.tokens_per_s > 0 and stats.tokens_per_s > 0:
         speed = stats.tokens_per_s / baseline.tokens_per_s
@@ -357,7 +354,7 @@ def explain_run(steps: Sequence[StepRecord], stats: Stats, baseline: Stats | Non
         tokens=stats.new_tokens, target_forwards=stats.target_forwards, c=c, v=v, speedup=speed,
         drafted_fraction=drafted_fraction(steps) if steps else 1.0,
         drafted_per_step=(stats.drafted / stats.steps) if stats.steps else None, proposer=proposer,
-        prefill_forwards=prefill, per_position=stats.per_position, v_curve=v_curve, counts=run_counts(steps),
+        prefill_forwards=prefill, k_curve=k_curve, counts=run_counts(steps),
         band=run_interval(steps, stats, baseline_steps, baseline) if speed is not None else None,
         temperature=temperature, lossy=lossy,
     )
