@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 import pickle
+import re
+import shutil
 import subprocess
 import sys
 import types
@@ -293,3 +295,57 @@ def test_app_imports_spaces_before_torch(tmp_path):
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-3000:]
     assert seen.read_text() == "spaces first" and run.stdout.startswith("True") and str(stub) in run.stdout
+
+
+# -- ZeroGPU's Pythons (3.10.13, 3.12.12): what can be checked without their torch ----------------
+
+NEWER_THAN_310 = re.compile(  # standard-library names a Python 3.10 lacks (3.11: the first eight; 3.12: the last two)
+    r"\btomllib\b|\bStrEnum\b|datetime\.UTC\b|\bTaskGroup\b|\bExceptionGroup\b|\bfile_digest\b|contextlib\.chdir\b"
+    r"|from typing import [^\n]*\bSelf\b|itertools\.batched\b|from typing import [^\n]*\boverride\b")
+COMPILE_ALL = """
+import pathlib, sys
+root = pathlib.Path(sys.argv[1])
+bad = []
+for p in sorted(root.glob("specviz/**/*.py")) + sorted(root.glob("benchmarks/*.py")) + sorted(root.glob("tests/**/*.py")) + [root / "app.py"]:
+    try:
+        compile(p.read_text(encoding="utf-8"), str(p), "exec")
+    except SyntaxError as e:
+        bad.append(f"{p}: {e}")
+print("\\n".join(bad) or "ok")
+"""
+
+
+def _app_sources() -> list[Path]:
+    """What a Space or a GPU check runs (the tests run in the project's own venv)."""
+    return [*ROOT.glob("specviz/**/*.py"), *ROOT.glob("benchmarks/*.py"), ROOT / "app.py"]
+
+
+def _pyenv_python(minor: str) -> Path | None:
+    """The newest ``minor`` (``"3.12"``) interpreter pyenv has, or None (no pyenv, no such version)."""
+    pyenv = shutil.which("pyenv")
+    if pyenv is None:
+        return None
+    bare = subprocess.run([pyenv, "versions", "--bare"], capture_output=True, text=True, timeout=60).stdout.split()
+    found = sorted((v for v in bare if v.startswith(minor + ".") and v.replace(".", "").isdigit()),
+                   key=lambda v: tuple(map(int, v.split("."))))
+    if not found:
+        return None
+    prefix = subprocess.run([pyenv, "prefix", found[-1]], capture_output=True, text=True, timeout=60).stdout.strip()
+    python = Path(prefix) / "bin" / "python"
+    return python if python.exists() else None
+
+
+@pytest.mark.parametrize("minor", ["3.10", "3.12"])
+def test_every_source_compiles_on_zerogpus_pythons(minor):
+    python = _pyenv_python(minor)
+    if python is None:
+        pytest.skip(f"no Python {minor} from pyenv here")
+    out = subprocess.run([str(python), "-c", COMPILE_ALL, str(ROOT)], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stdout[-3000:] + out.stderr[-3000:]
+
+
+def test_no_standard_library_name_newer_than_python_310():
+    hits = [f"{p.relative_to(ROOT)}: {m.group(0)}" for p in _app_sources()
+            for m in NEWER_THAN_310.finditer(p.read_text(encoding="utf-8"))]
+    assert not hits, hits
+    assert NEWER_THAN_310.search("import tomllib") and NEWER_THAN_310.search("from typing import Any, Self")  # it can fail
