@@ -31,6 +31,7 @@ from typing import Any, Callable, Sequence
 
 from ..analysis import advisor as A
 from ..analysis import replay as R
+from ..analysis import runcost
 from ..analysis.costmodel import CostModel, load_or_measure
 from ..analysis.treeshape import decode as decode_shape
 from ..core.engine import SpeculativeDecoder, encode_prompt
@@ -236,6 +237,7 @@ class Replayed:
     runs: dict[int, list[R.Decoded]] = field(default_factory=dict)  # id(prompt set) -> its decodes
     rows: dict[tuple[str, int], list[R.DraftRows]] = field(default_factory=dict)  # (draft, id(prompt set)) -> rows
     info: list[dict[str, Any]] = field(default_factory=list)  # per decode: proposer, prompts, seconds, self-check
+    steps: list[tuple[bool, list]] = field(default_factory=list)  # per decode: (drafted with n-grams, step records per prompt)
 
     def draft_rows(self, draft, key: int) -> list[R.DraftRows]:
         if (str(draft.name), key) not in self.rows:
@@ -283,6 +285,7 @@ def calibrate_by_replay(target, candidates: Sequence[Candidate], prompts: Sequen
         records, sessions, _ = _run(target, decoder, rows[:REPLAY_PROMPTS] if every else rows, k,
                                     float("inf") if every else min_drafted, max_new_tokens, R.GREEDY, chat, seed)
         rep.runs[key] = [R.decoded(sess, cat) for sess, cat in sessions]
+        rep.steps.append((isinstance(decoder, NGram), records))
         seconds = time.perf_counter() - t0
         draft = _draft_of(decoder)
         again = R.replay(decoder, rep.runs[key], k, rep.draft_rows(draft, key) if draft is not None else None,
@@ -451,6 +454,7 @@ def advise(target, specs: Sequence[str], prompts: Sequence[PromptRow], *, cache_
                                               run_prompts=run_prompts)
         tree_replay, info = _exact_tree_replay(target, rep, prompts, run_prompts, max_new_tokens, load), rep.info
         notes += [_replay_note(i) for i in info]
+        cost = _anchored(cost, rep, notes)
     else:
         cals = calibrate(target, candidates, prompts, k=max(ks), min_drafted=min_drafted, max_new_tokens=max_new_tokens,
                          sampling=sampling, chat=chat, seed=seed, say=say, run_prompts=run_prompts)
@@ -466,6 +470,17 @@ def advise(target, specs: Sequence[str], prompts: Sequence[PromptRow], *, cache_
     return Advice(str(target.name), cost, cached, candidates, cals, ranked, A.verdicts(ranked), notes, shapes, budgets,
                   len(ran), mean_prompt, max_new_tokens, by_k, "replay" if replay else "runs",
                   {"decodes": info}, tree_replay, schedule)
+
+
+def _anchored(cost: CostModel, rep: Replayed, notes: list[str]) -> CostModel:
+    """The cost model with the target's passes priced as the replay's decodes ran them
+    (:mod:`specviz.analysis.runcost`: a pass timed alone is not the pass a run makes)."""
+    runs = [steps for _, decode in rep.steps for steps in decode]
+    lookups = [x for ngram, decode in rep.steps if ngram for x in runcost.draft_samples(decode)]
+    anchored, ratios = runcost.anchored(cost, runcost.pass_samples(runs), lookups)
+    if ratios:
+        notes.append(runcost.words(ratios, sum(len(r) for r in runs)))
+    return anchored
 
 
 def _replay_note(info: dict[str, Any]) -> str:
