@@ -199,6 +199,14 @@ def test_every_chain_configuration_against_the_median(check, models, fast_costs,
     pub = json.loads(record.read_text())
     assert pub["summary"] == sm and len(pub["rows"]) == 4 and pub["ks"] == [1, 2] and "--per-kind 1" in pub["command"]
     assert pub["cpu"]["model_name"] == h["cpu"]["model_name"]
+    # what specviz advise and the app's Advisor panel show: read from the record, never a number in the code
+    from specviz.bench.advice_out import error_words, published_error
+    words = error_words(published_error(record))
+    assert f"{100 * sm['mean_abs_error']:.1f}% from the measured medians" in words and "3 held-out prompts of 3 kinds" in words
+    assert f"{sm['too_high']} of 4 too high" in words and "--per-kind 1" in words
+    (tmp_path / "broken.json").write_text("{")
+    assert published_error(tmp_path / "none.json") is None and published_error(tmp_path / "broken.json") is None
+    assert "no held-out check is recorded here" in error_words(None)
 
 
 def test_error_summary_on_recorded_numbers(check):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
 from ..proposers.advised import AdvisedPick, save_pick
@@ -130,6 +131,42 @@ def runs_summary(runs: Sequence[dict[str, Any]], prompts: int) -> str:
     return " ".join(parts)
 
 
+# where benchmarks/advisor_check.py publishes the advisor's own error (--record); absent from an installed package
+ERROR_RECORD = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "advisor-error.json"
+
+
+def published_error(path: str | Path | None = None) -> dict[str, Any] | None:
+    """The last held-out check's record (``benchmarks/advisor_check.py --record``), or None where
+    there is none or it cannot be read: the advisor's error is shown only as measured, never assumed."""
+    try:
+        rec = json.loads(Path(path or ERROR_RECORD).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    sm = rec.get("summary") if isinstance(rec, dict) else None
+    return rec if isinstance(sm, dict) and sm.get("configurations") and sm.get("mean_abs_error") is not None else None
+
+
+def error_words(rec: dict[str, Any] | None) -> str:
+    """One sentence: the advisor's error in its last held-out check, where and how it ran, and its
+    command; or that no check is recorded here."""
+    if rec is None:
+        return ("The advisor's own error: no held-out check is recorded here (run benchmarks/advisor_check.py; "
+                "docs/advisor.md, 'How to check the advisor').")
+    sm, cpu = rec["summary"], rec.get("cpu") or {}
+    worst = sm.get("worst") or {}
+    where = f"{cpu.get('model_name', 'unknown CPU')} (family {cpu.get('family')}, model {cpu.get('model')}), " \
+            f"{cpu.get('torch_threads')} threads"
+    kinds = rec.get("kinds") or {}
+    prompts = sum(len(v) for v in kinds.values())
+    on = f"{prompts} held-out prompts of {len(kinds)} kinds" if kinds else f"the prompts of {rec.get('prompts')}"
+    return (f"The advisor's own error, from its last held-out check ({str(rec.get('date', ''))[:10]}, {where}; "
+            f"{sm['configurations']} chain configurations at k = {', '.join(map(str, rec.get('ks') or []))} on {on}, "
+            f"{rec.get('max_new_tokens')} tokens): its whole-run speedups were {100 * sm['mean_abs_error']:.1f}% from the "
+            f"measured medians on average, at worst {100 * sm['max_abs_error']:.1f}% ({worst.get('configuration')} "
+            f"k={worst.get('k')}), {sm['too_high']} of {sm['configurations']} too high. Rerun: "
+            f"`python {rec.get('command', 'benchmarks/advisor_check.py')}`.")
+
+
 def format_advice(advice: Advice, top: int | None = None) -> str:
     """The ranking as a table, then the notes and the verdicts."""
     lines = [f"Predicted on {advice.cost.machine} for {advice.target} (calibrated on {advice.prompts} prompts, "
@@ -145,7 +182,7 @@ def format_advice(advice: Advice, top: int | None = None) -> str:
     lines.append(f"  (target-only: {1e3 * advice.cost.base_step_s:.2f} ms per step, 1.00x)")
     for n in advice.notes:
         lines.append(f"Note: {n}")
-    lines += [""] + advice.verdicts
+    lines += [""] + advice.verdicts + [error_words(published_error())]
     return "\n".join(lines)
 
 

@@ -18,7 +18,7 @@ import gradio as gr
 
 from ..app import runs
 from ..app.limits import Limits
-from ..bench.advice_out import next_step, runs_summary, save_advice
+from ..bench.advice_out import error_words, next_step, published_error, runs_summary, save_advice
 from ..bench.advise import CALIBRATION_K, Advice, advise, run_top
 from ..bench.config import BenchConfig
 from ..core.records import Sampling
@@ -231,6 +231,7 @@ def build_advisor_panel(target: str, proposers: Sequence[str], target_choices: S
                 "calibration measures each proposer's acceptance, the cost model times the target's t(n), and the "
                 "ranking carries a 95% interval (docs/advisor.md)."
                 + (" The pick (what `auto` then runs) is among the k ticked above for the sweep." if sweep_ks is not None else ""))
+    gr.Markdown(error_words(published_error()), elem_id="sv-advisor-error")  # the last held-out check's record
     with gr.Row():
         tgt = gr.Dropdown(list(target_choices), value=target, label="Target model", allow_custom_value=True, scale=2,
                           elem_id="sv-advisor-target")
