@@ -77,3 +77,43 @@ def test_a_playground_run_and_its_target_only_run_show_the_band(tiny_env):
     measured = st.stats().tokens_per_s / st.comparable_baseline().tokens_per_s
     assert low <= measured + 1e-9 and measured <= high + 1e-9
     st.close()
+
+
+# -- the "why this speedup?" card: a stalled step, judged against its kind (issue 51) -----------------------------
+
+
+def test_stalled_steps_are_judged_against_their_kind():
+    from specviz.analysis.noise import stall_free, stalled_steps
+
+    ms = [20, 21, 19, 60, 62, 58, 400, 20]  # one-token steps ~20 ms, 9-wide ones ~60 ms; step 6 stalled (20x)
+    kinds = [0, 0, 0, 8, 8, 8, 0, 0]
+    assert stalled_steps(ms, kinds) == [6]  # a wide step is not a stall beside one-token ones
+    fixed, hit = stall_free(ms, kinds)
+    assert hit == [6] and fixed[6] == 20 and fixed[:6] == ms[:6]
+    assert stalled_steps([20, 400], [0, 0]) == []  # too few others of its kind to judge by
+    assert stall_free([20, 21, 22], [0, 0, 0]) == ([20, 21, 22], [])
+
+
+def test_the_card_does_not_flip_on_a_stalled_step():
+    """One target-only step stalls for 1.2 s (the machine): the run still reads as the 1.5x it was, the
+    card says a step stalled, and the interval is the steps' own."""
+    from types import SimpleNamespace
+
+    from specviz.viz.explain import explain_speedup, run_interval
+
+    def steps(n, ms, committed, k):
+        return [SimpleNamespace(n_committed=committed, total_ms=ms, k=k) for _ in range(n)]
+
+    spec = steps(20, 40.0, 3, 4)  # 3 tokens a 40 ms step
+    base = steps(60, 20.0, 1, 0)  # 1 token a 20 ms step: spec is 1.5x everywhere
+    base[30] = SimpleNamespace(n_committed=1, total_ms=1200.0, k=0)
+    stats = SimpleNamespace(prefill_ms=0.0)
+    raw = speedup_interval([s.n_committed for s in spec], [s.total_ms for s in spec],
+                           [s.n_committed for s in base], [s.total_ms for s in base])
+    assert raw.speedup > 2.5  # unguarded, the stall makes the run look about 3x
+    band = run_interval(spec, stats, base, stats)
+    assert band.stalled == 1 and band.speedup == pytest.approx(1.5)
+    assert band.low == pytest.approx(1.5) and band.high == pytest.approx(1.5)  # steady steps: a tight band
+    story = explain_speedup(a=0.5, k=4, tau=3.0, tokens=60, target_forwards=21, c=0.1, v=1.6, speedup=band.speedup, band=band)
+    assert story.verdict == "faster" and story.measured == pytest.approx(1.5)
+    assert any("1 step stalled" in s for s in story.sentences)

@@ -33,7 +33,7 @@ from typing import Hashable, Mapping, Sequence
 import torch
 
 __all__ = ["SpeedupInterval", "speedup_interval", "RESAMPLES", "LEVEL", "MedianInterval", "median_interval", "stall_scores",
-           "STALL_FACTOR", "WIDE"]
+           "STALL_FACTOR", "WIDE", "stalled_steps", "stall_free"]
 
 RESAMPLES = 2000  # bootstrap resamples
 LEVEL = 0.9  # the interval's central share
@@ -48,6 +48,7 @@ class SpeedupInterval:
     high: float
     level: float
     resamples: int
+    stalled: int = 0  # steps a stall hit (stall_free), their time taken as their kind's median
 
     @property
     def within_noise(self) -> bool:
@@ -213,6 +214,37 @@ def stall_scores(seconds: Mapping[tuple[Hashable, Hashable], float]) -> dict[tup
         raw = x / expected
         out[(p, c)] = min(raw, raw / _median(factors, low=True)) if factors else raw
     return out
+
+
+def stalled_steps(ms: Sequence[float], kinds: Sequence[Hashable], factor: float = STALL_FACTOR,
+                  min_others: int = 2) -> list[int]:
+    """The steps of one run a stall hit, by index: a step that took over ``factor`` times the
+    median of the other steps of its kind (``kinds[i]``: what step i did, e.g. how many tokens it
+    drafted, so a wide step is judged against wide ones), where its kind has at least ``min_others``
+    other steps. The bench's rule (``stall_scores``) at the scale of a step: a stall scores 5-30,
+    a step's own noise under 2."""
+    by_kind: dict[Hashable, list[int]] = {}
+    for i, kind in enumerate(kinds):
+        by_kind.setdefault(kind, []).append(i)
+    out = []
+    for i, (x, kind) in enumerate(zip(ms, kinds)):
+        others = [ms[j] for j in by_kind[kind] if j != i]
+        if len(others) >= min_others and x > factor * _median(others):
+            out.append(i)
+    return out
+
+
+def stall_free(ms: Sequence[float], kinds: Sequence[Hashable], factor: float = STALL_FACTOR) -> tuple[list[float], list[int]]:
+    """(the step times with each stalled step's replaced by the median of its kind's unstalled steps,
+    the stalled indices): a speedup from them is what the run took where the machine did not stall
+    (the "why this speedup?" card; the bench re-runs a stalled run instead)."""
+    hit = stalled_steps(ms, kinds, factor)
+    if not hit:
+        return list(ms), []
+    out, bad = list(ms), set(hit)
+    for i in hit:
+        out[i] = _median([ms[j] for j in range(len(ms)) if kinds[j] == kinds[i] and j not in bad])
+    return out, hit
 
 
 def _median(xs: Sequence[float], low: bool = False) -> float:

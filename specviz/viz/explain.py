@@ -24,11 +24,11 @@ from __future__ import annotations
 
 import html
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Mapping, Sequence
 
 from ..analysis.metrics import ideal_gains, limit_of
-from ..analysis.noise import SpeedupInterval, speedup_interval
+from ..analysis.noise import SpeedupInterval, speedup_interval, stall_free
 from ..core.records import Stats, StepRecord
 from ..core.stepwords import StepCounts, run_counts
 
@@ -179,6 +179,10 @@ def explain_speedup(*, a: float | None, k: int, tau: float, tokens: int, target_
     shown = measured if measured is not None else predicted
     verdict = _verdict(shown)
     noisy = measured is not None and band is not None and band.within_noise
+    if measured is not None and band is not None and band.stalled:
+        sentences.append(f"{_n(band.stalled, 'step')} stalled (over twice the time of the run's other steps of "
+                         "its kind: the machine, not the method), so the speedup and its interval count "
+                         f"{'it' if band.stalled == 1 else 'them'} at that kind's median time.")
     if noisy:
         verdict = "even"
         head = (f"Speedup {_x(measured)}, within noise ({band.words()} over the steps' own timings): not told apart "
@@ -321,15 +325,19 @@ def run_costs(stats: Stats, baseline: Stats | None) -> tuple[float | None, float
 def run_interval(steps: Sequence[StepRecord], stats: Stats, baseline_steps: Sequence[StepRecord],
                  baseline: Stats | None) -> SpeedupInterval | None:
     """The run's speedup over its target-only run with a bootstrap interval over both runs' steps
-    (:func:`specviz.analysis.noise.speedup_interval`, prefill held fixed); None without both."""
+    (:func:`specviz.analysis.noise.speedup_interval`, prefill held fixed); None without both. A
+    step a stall hit (over twice its kind's other steps, :func:`specviz.analysis.noise.stall_free`,
+    the bench's rule per step) counts at its kind's median time, and ``stalled`` says how many."""
     if baseline is None or not steps or not baseline_steps:
         return None
+    spec_ms, spec_hit = stall_free([s.total_ms for s in steps], [s.k for s in steps])
+    base_ms, base_hit = stall_free([s.total_ms for s in baseline_steps], [s.k for s in baseline_steps])
     try:
-        return speedup_interval([s.n_committed for s in steps], [s.total_ms for s in steps],
-                                [s.n_committed for s in baseline_steps], [s.total_ms for s in baseline_steps],
+        band = speedup_interval([s.n_committed for s in steps], spec_ms, [s.n_committed for s in baseline_steps], base_ms,
                                 spec_fixed_ms=stats.prefill_ms, base_fixed_ms=baseline.prefill_ms)
     except ValueError:
         return None
+    return replace(band, stalled=len(spec_hit) + len(base_hit))
 
 
 def explain_run(steps: Sequence[StepRecord], stats: Stats, baseline: Stats | None = None, *, k: int,
@@ -349,12 +357,14 @@ def explain_run(steps: Sequence[StepRecord], stats: Stats, baseline: Stats | Non
     if baseline is not None and baseline.tokens_per_s > 0 and stats.tokens_per_s > 0:
         speed = stats.tokens_per_s / baseline.tokens_per_s
     prefill = max(1, stats.target_forwards - stats.steps)
+    band = run_interval(steps, stats, baseline_steps, baseline) if speed is not None else None
+    if band is not None and band.stalled:
+        speed = band.speedup  # the tokens/s ratio with each stalled step at its kind's median time
     return explain_speedup(
         a=stats.acceptance_rate if stats.drafted else None, k=k, tau=stats.mean_acceptance_length,
         tokens=stats.new_tokens, target_forwards=stats.target_forwards, c=c, v=v, speedup=speed,
         drafted_fraction=drafted_fraction(steps) if steps else 1.0,
         drafted_per_step=(stats.drafted / stats.steps) if stats.steps else None, proposer=proposer,
         prefill_forwards=prefill, k_curve=k_curve, counts=run_counts(steps),
-        band=run_interval(steps, stats, baseline_steps, baseline) if speed is not None else None,
-        temperature=temperature, lossy=lossy,
+        band=band, temperature=temperature, lossy=lossy,
     )
