@@ -47,6 +47,7 @@ test-fast: setup
 	$(PYTEST) $(XDIST) -m "not slow and not browser and not remote"
 
 bench: setup
+	$(BIN)/specviz tune --target gemma-3-270m --target gemma-3-270m@int8 --threads 2
 	$(BIN)/specviz bench --target gemma-3-270m --proposer ngram --proposer draft:gemma-3-270m@int8,vocab=16384 \
 	  --proposer ngram+draft:gemma-3-270m@int8,vocab=16384 --proposer ngram-tree:3 \
 	  --proposer draft-tree:gemma-3-270m@int8,vocab=16384 --proposer early-exit:6 --k 1,2,4,8 \

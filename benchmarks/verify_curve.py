@@ -3,7 +3,7 @@
 t(n): one forward of n new positions (logits of all n, as verification keeps) on top of a KV
 cache of --context positions, rolled back after each; n interleaved, median of --repeats
 (specviz.analysis.hardware.verify_costs). Then, for models whose head specviz.runtime.cpu wraps, the head alone
-through F.linear and through oneDNN at each n, and the kernel RowAdaptiveLinear picks.
+through F.linear and through oneDNN at each n, and the kernel its plan picks (PlannedLinear).
 ``--dtype bfloat16`` loads the models in bf16 (the static step serves bf16 too, its weights read
 by oneDNN from packed copies) and times the bf16 head alone through F.linear and oneDNN beside the
 float32 head's two kernels; ``--dtype float32,bfloat16`` times both models' t(n) interleaved in one
@@ -21,7 +21,7 @@ import torch
 
 from specviz.analysis.hardware import verify_costs
 from specviz.models import load_model
-from specviz.runtime import cpu
+from specviz.runtime import kernels
 
 
 def head_times(weight: torch.Tensor, rows: int, repeats: int, stat: str) -> tuple[float, float]:
@@ -30,7 +30,8 @@ def head_times(weight: torch.Tensor, rows: int, repeats: int, stat: str) -> tupl
     import time
 
     x = torch.randn(rows, weight.shape[1], dtype=weight.dtype)
-    fns = (lambda: torch.nn.functional.linear(x, weight), lambda: cpu._onednn_linear(x, weight, None))
+    packed = kernels.pack(weight)  # oneDNN's own layout (as a plan runs it)
+    fns = (lambda: torch.nn.functional.linear(x, weight), lambda: kernels._onednn(x, packed, None))
     times: list[list[float]] = [[], []]
     with torch.inference_mode():
         for fn in fns:
@@ -110,7 +111,7 @@ def main() -> None:
                 bf = head_times(head.weight, rows, args.repeats, args.stat)
                 fp = head_times(fp32, rows, args.repeats, args.stat)
                 print(f"{rows:>3} {bf[0] * 1e3:>9.1f} {bf[1] * 1e3:>7.1f} {fp[0] * 1e3:>9.1f} {fp[1] * 1e3:>7.1f}")
-        if args.no_head or not isinstance(head, cpu.RowAdaptiveLinear):
+        if args.no_head or not isinstance(head, kernels.PlannedLinear):
             continue
         print(f"{name} LM head {tuple(head.weight.shape)} alone (ms): rows, F.linear, oneDNN, picked")
         for rows in range(1, args.max_n + 1):

@@ -118,7 +118,7 @@ def format_stats(stats, header: str = "") -> str:
 
 def _warm(target, k: int, sampled: bool = False) -> float:
     """Build the target's static decode step (its runner chosen) for one token and a verify pass of
-    k + 1, and for a sampled run the head's bf16 screen (timed once per machine), before the clocks
+    k + 1, and for a sampled run the head's bf16 screen (its widths from the plan), before the clocks
     start -> the seconds it took (0.0 when built or not served)."""
     import time
 
@@ -132,7 +132,7 @@ def _warm(target, k: int, sampled: bool = False) -> float:
         return 0.0
     built, t = warm(model, widths=(1, k + 1)), time.perf_counter()
     if sampled:
-        sampled_head.screen_for(model, 1)  # the head's bf16 screen a sampled step reads: built (and timed) now
+        sampled_head.screen_for(model, 1)  # the head's bf16 screen a sampled step reads: built now
     return built + (time.perf_counter() - t)
 
 
@@ -160,14 +160,18 @@ def _quiet_hf() -> None:
     hf_logging.set_verbosity_error()
 
 
-def _load_target(args):
-    from .models import load_model
-
-    _quiet_hf()
+def _threads(args) -> None:
     if args.threads:
         import torch
 
         torch.set_num_threads(args.threads)
+
+
+def _load_target(args):
+    from .models import load_model
+
+    _quiet_hf()
+    _threads(args)
     return load_model(args.target, device=args.device, dtype=args.dtype, progress=lambda m: _say(args, m))
 
 
@@ -392,6 +396,15 @@ def cmd_serve(args) -> int:
     return 0
 
 
+def cmd_tune(args) -> int:
+    """Measure each target's kernel plan on this machine once and write its file (read at every load)."""
+    from .app.warmup import tune_targets
+
+    _threads(args)
+    print("\n".join(tune_targets(args.target or ["gemma-3-270m"], args.dtype, args.again, lambda m: _say(args, m))))
+    return 0
+
+
 def cmd_models(args) -> int:
     from .models import cache_dir, list_models
 
@@ -535,6 +548,16 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--host", default="127.0.0.1", help="interface to listen on (default 127.0.0.1)")
     s.add_argument("--port", type=int, default=7860, help="port (default 7860)")
     s.set_defaults(func=cmd_serve)
+
+    t = sub.add_parser("tune", help="measure this machine's kernel plan for each target once (loading reads it)",
+                       description="Time every kernel of specviz's table at widths 1-9 on each target's LM head, projections "
+                                   "and head screens; write one plan file per machine, model and torch version.")
+    t.add_argument("--target", action="append", help="a model (repeat for several; default gemma-3-270m; NAME@int8 too)")
+    t.add_argument("--dtype", default="auto", help="auto, float32 or bfloat16 (default: auto)")
+    t.add_argument("--threads", type=_positive_int, default=None, help="torch CPU threads (a plan is per thread count)")
+    t.add_argument("--again", action="store_true", help="measure again where a plan file is there")
+    t.add_argument("--quiet", action="store_true", help="no progress messages on stderr")
+    t.set_defaults(func=cmd_tune)
 
     m = sub.add_parser("models", help="list the built-in offline models")
     m.add_argument("--json", action="store_true", help="print JSON")

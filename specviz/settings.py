@@ -94,27 +94,24 @@ SETTINGS: tuple[Setting, ...] = (
             "fails); `0`: the `transformers` forward instead (for comparisons)", "engine",
             ("specviz/runtime/static_decode.py",)),
     Setting("SPECVIZ_CPU_HEAD", "on",
-            "`0`: keep `F.linear` for a large fp32 LM head instead of the measured oneDNN switch", "engine",
+            "`0`: keep a large fp32 or bf16 LM head's own `F.linear` instead of its plan's kernels (`specviz tune`)", "engine",
             ("specviz/runtime/cpu.py",)),
     Setting("SPECVIZ_ARGMAX_HEAD", "auto",
             "greedy steps with lean records on a large fp32 LM head: the argmax through a bf16 or int8 screen of the "
             "head and a float32 recompute of the rows its error bound keeps (certified); the screen, and the widths, "
-            "measured faster when the model first loads on this machine (cached); `on`: the bf16 screen at every "
+            "from the model's kernel plan (`specviz tune`; the bf16 screen at every width without one); `on`: the bf16 screen at every "
             "width; `int8`: the int8 one at every width; `0`: the full float32 head", "engine",
             ("specviz/runtime/argmax_head.py",)),
     Setting("SPECVIZ_SAMPLED_HEAD", "auto",
             "sampled chain steps (a plain temperature or a top-k, the exact rule, lean records) on a model whose greedy "
             "argmax screens its head: every logit bounded through the head's bf16 screen and the rule decided on the "
             "bounds, or a top-k p made exactly from the ids they name (the full head only where they cannot decide; "
-            "same distribution); used at the widths it measured faster on the first sampled step on this machine "
-            "(cached); `on`: at every width; `0`: the full float32 head", "engine",
+            "same distribution); used at the widths the model's kernel plan names (`specviz tune`; every width "
+            "without one); `on`: at every width; `0`: the full float32 head", "engine",
             ("specviz/runtime/sampled_head.py",)),
-    Setting("SPECVIZ_INDUCTOR_GEMM", "on",
-            "`0`: never compile Inductor's C++ GEMM for a large fp32 LM head (its 6-18 s compile per process); "
-            "a plan that chose it runs the next best measured kernel", "engine", ("specviz/runtime/inductor_gemm.py",)),
     Setting("SPECVIZ_CPU_KERNELS", "on",
             "`0`: keep the body's fp32 projections as they are (`F.linear`, unfused) instead of q/k/v and gate/up "
-            "fused, each on the kernel measured faster per width", "engine", ("specviz/runtime/projections.py",)),
+            "fused, each on its plan's kernel per width (`specviz tune`)", "engine", ("specviz/runtime/projections.py",)),
     Setting("SPECVIZ_INT8_KERNEL", "blocked where it builds",
             "the int8 kernel of an `@int8` model: by default `blocked` (specviz's own, built for this CPU once, "
             "into kernels/ of the cache) where it builds, else `int_mm` (`torch._int_mm`); `int_mm`: that one; "

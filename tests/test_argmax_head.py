@@ -201,51 +201,37 @@ def test_a_lean_greedy_record_still_reads_p(tiny_target, screened):
         seen.clear()
 
 
-def test_the_choice_is_measured_and_reported(tiny_target, monkeypatch):
+def test_the_choice_comes_from_the_plan_and_is_reported(tiny_target, monkeypatch):
+    from specviz.runtime import plan as kernel_plan
+    from specviz.runtime import state
+
     monkeypatch.setenv("SPECVIZ_ARGMAX_HEAD", "auto")
-    screen = argmax_head.attach(tiny_target.model, min_elements=0)
+    monkeypatch.setattr(argmax_head, "time_widths", lambda *a, **k: pytest.fail("timed outside specviz tune"))
+    model, held = tiny_target.model, state.of(tiny_target.model)
     try:
-        report = argmax_head.report(tiny_target.model)
-        if screen is None:
-            assert report is None
-        else:
-            assert set(report["widths"]) == {str(r) for r in argmax_head.WIDTHS}
-            assert report["used"] and all(screen.used(r) for r in report["used"])
+        screen = argmax_head.attach(model, min_elements=0)  # no plan: the bf16 screen at every width
+        assert screen.kind == "bf16" and all(screen.used(r) for r in (1, 5, 40))
+        assert argmax_head.report(model) == {"widths": {}, "used": list(range(1, len(screen.use_at))), "kind": "bf16"}
+        times = {r: {"full": 10.0, "bf16": 20.0, "int8": 5.0 if r < 9 else 11.0} for r in argmax_head.WIDTHS}
+        held.plan = kernel_plan.Plan("tiny", {"argmax": kernel_plan.screen_kind(times, argmax_head.KINDS)})
+        with monkeypatch.context() as m:  # only the kept copy is made
+            m.setattr(argmax_head, "build", lambda w: pytest.fail("built the bf16 copy"))
+            screen = argmax_head.attach(model, min_elements=0)
+        assert screen.kind == "int8" and [screen.used(r) for r in (1, 5, 8, 9, 17, 40)] == [True] * 3 + [False] * 3
+        report = argmax_head.report(model)
+        assert set(report["widths"]) == {str(r) for r in argmax_head.WIDTHS} and report["used"] == list(range(1, 9))
+        slower = {r: {"full": 1.0, "bf16": 2.0, "int8": 3.0} for r in argmax_head.WIDTHS}
+        assert kernel_plan.screen_kind(slower, argmax_head.KINDS) is None  # tuned slower: the full head
+        held.plan = kernel_plan.Plan("tiny", {"argmax": kernel_plan.KindPlan({1: "full"})})
+        assert argmax_head.attach(model, min_elements=0) is None and argmax_head.report(model) is None
     finally:
-        argmax_head.detach(tiny_target.model)
+        held.plan = None
+        argmax_head.detach(model)
     monkeypatch.setenv("SPECVIZ_ARGMAX_HEAD", "0")
-    assert argmax_head.attach(tiny_target.model, min_elements=0) is None
+    assert argmax_head.attach(model, min_elements=0) is None
     monkeypatch.setenv("SPECVIZ_ARGMAX_HEAD", "sometimes")
     with pytest.raises(ValueError, match="SPECVIZ_ARGMAX_HEAD"):
-        argmax_head.attach(tiny_target.model, min_elements=0)
-
-
-def test_the_timings_are_cached_per_machine(tiny_target, monkeypatch, tmp_path):
-    monkeypatch.setenv("SPECVIZ_ARGMAX_HEAD", "auto")
-    monkeypatch.setattr(argmax_head.cpu, "busy", lambda: False)
-    faster = {r: (10.0, 1.0) for r in argmax_head.WIDTHS}
-    monkeypatch.setattr(argmax_head, "time_widths", lambda head, screen: faster)
-    try:
-        assert argmax_head.attach(tiny_target.model, tmp_path, min_elements=0).times == faster
-        argmax_head.detach(tiny_target.model)
-
-        def unused(head, screen):
-            raise AssertionError("timed again despite the cache")
-
-        monkeypatch.setattr(argmax_head, "time_widths", unused)
-        # both kinds cached and equally fast: the first (bf16) is kept, and the other's copy never made
-        with monkeypatch.context() as m:
-            m.setattr(argmax_head, "build_int8", lambda w: (_ for _ in ()).throw(AssertionError("built a copy")))
-            again = argmax_head.attach(tiny_target.model, tmp_path, min_elements=0)
-        assert again.times == faster and all(again.used(r) for r in range(1, 12))
-    finally:
-        argmax_head.detach(tiny_target.model)
-    # measured slower on this machine: no screen, and no bf16 copy built for it
-    slower = tmp_path / "slow"
-    monkeypatch.setattr(argmax_head, "time_widths", lambda head, screen: {r: (1.0, 10.0) for r in argmax_head.WIDTHS})
-    assert argmax_head.attach(tiny_target.model, slower, min_elements=0) is None
-    monkeypatch.setattr(argmax_head, "build", lambda w: (_ for _ in ()).throw(AssertionError("built a copy")))
-    assert argmax_head.attach(tiny_target.model, slower, min_elements=0) is None
+        argmax_head.attach(model, min_elements=0)
 
 
 def test_the_roofline_counts_the_screen_greedy_steps_read(tiny_target, screened):

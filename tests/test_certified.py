@@ -235,7 +235,7 @@ def test_a_top_k_lean_session_draws_the_full_heads_tokens(tiny_target, near_draf
 
 
 @needs_op
-def test_the_sampled_heads_choice_is_measured_reported_and_set(tiny_target, monkeypatch, tmp_path):
+def test_the_sampled_heads_choice_is_planned_reported_and_set(tiny_target, monkeypatch):
     model = tiny_target.model
     monkeypatch.setenv("SPECVIZ_ARGMAX_HEAD", "on")
     monkeypatch.setenv("SPECVIZ_SAMPLED_HEAD", "auto")
@@ -245,12 +245,15 @@ def test_the_sampled_heads_choice_is_measured_reported_and_set(tiny_target, monk
 
         extra = sampled_head.screen_bytes(model)  # the bf16 copy (blocked), counted in the cache's budget
         assert extra >= model.get_output_embeddings().weight.numel() * 2 and model_bytes(tiny_target) > extra
-        sampled_head.remember_cache_dir(model, tmp_path)
-        sampled_head._TIMED.pop(model, None)
-        screen = sampled_head.screen_for(model, 1)  # the first sampled step times it
+        from specviz.runtime import plan as kernel_plan
+        from specviz.runtime import state
+
+        kind = sampled_head.measure(model)  # specviz tune's timing; a sampled step only reads the plan
+        state.of(model).plan, state.of(model).sampled_screen = kernel_plan.Plan("tiny", {"sampled": kind} if kind else {}), None
+        screen = sampled_head.screen_for(model, 1)
         report = sampled_head.report(model)
-        if report is None:
-            assert screen is None  # the full head measured faster at every width (a tiny head may)
+        if kind is None:
+            assert report["widths"] == {} and screen is not None  # nothing tuned: the default, every width
         else:
             assert set(report["widths"]) == {str(r) for r in argmax_head.WIDTHS} and report["kind"] == "bf16 bounds"
             assert (screen is not None) == (1 in report["used"])

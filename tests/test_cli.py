@@ -318,3 +318,34 @@ def test_bench_interrupted_keeps_the_runs_it_measured(capsys, models, tmp_path, 
     assert "interrupted after 2 of 6 runs" in err
     rep = json.loads(out_json.read_text())
     assert rep["meta"]["stopped"] and rep["meta"]["runs_done"] == 2 and len(rep["prompt_rows"]) == 2
+
+
+# -- tune -------------------------------------------------------------------------------------------
+
+
+def test_tune_measures_once_and_writes_the_plan_that_loading_reads(capsys, models, tmp_path, monkeypatch):
+    import torch
+
+    from specviz.models import cache_dir
+    from specviz.models.cache import clear_model_cache
+    from specviz.runtime import cpu, state
+    from specviz.runtime import plan as kernel_plan
+
+    monkeypatch.setenv("SPECVIZ_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(cpu, "MIN_HEAD_ELEMENTS", 0)  # the tiny head counted as a large one
+    calls = []
+    monkeypatch.setattr(kernel_plan, "time_kernels", lambda ws, rows, repeats: calls.append(rows) or {"F.linear": 1.0})
+    clear_model_cache()
+    rc, out, _ = run(capsys, "tune", "--target", models[0], "--quiet")
+    assert rc == 0 and "measured, written to" in out and calls == list(kernel_plan.WIDTHS), out
+    path = kernel_plan.path_of(kernel_plan.key_of(models[0], torch.float32), cache_dir())
+    assert path.exists() and json.loads(path.read_text())["kinds"]["head"]["kernels"]["1"] == "F.linear"
+    rc, out, _ = run(capsys, "tune", "--target", models[0], "--quiet")  # measured once
+    assert rc == 0 and "already" in out and len(calls) == len(kernel_plan.WIDTHS)
+    clear_model_cache()
+    from specviz.models import load_model
+
+    assert state.of(load_model(models[0]).model).plan.path == path  # loading reads it
+    rc, out, _ = run(capsys, "tune", "--target", models[0], "--again", "--quiet")
+    assert rc == 0 and "measured" in out and len(calls) == 2 * len(kernel_plan.WIDTHS)
+    clear_model_cache()

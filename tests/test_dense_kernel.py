@@ -1,5 +1,5 @@
-"""specviz's own float32 product for a few rows (``torch.ops.specviz_int8.dense``, the seventh
-kernel the body's projections time): the plain product to float rounding at every width, the same
+"""specviz's own float32 product for a few rows (``torch.ops.specviz_int8.dense``, the kernel
+table's batch-invariant one): the plain product to float rounding at every width, the same
 bits for a row whatever the width, and a planned layer on it."""
 
 from __future__ import annotations
@@ -9,7 +9,9 @@ import copy
 import pytest
 import torch
 
-from specviz.runtime import cpu, dense_kernel, projections
+from specviz.runtime import dense_kernel
+from specviz.runtime import plan as kernel_plan
+from specviz.runtime.kernels import PlannedLinear
 from tests.support.kernel import NEEDS_OP
 
 pytestmark = NEEDS_OP
@@ -42,12 +44,14 @@ def test_a_row_gets_the_same_bits_at_every_width():
 
 def test_a_planned_layer_on_it_and_its_copies():
     torch.manual_seed(0)
-    planned = projections.PlannedLinear([torch.nn.Linear(32, 24), torch.nn.Linear(32, 26)])
+    members = [torch.nn.Linear(32, 24), torch.nn.Linear(32, 26)]
+    planned = PlannedLinear.fuse(members)
+    assert members[1].weight.data_ptr() == planned.weight[24:].data_ptr()  # the members view its rows
     plain = lambda x: torch.nn.functional.linear(x, planned.weight, planned.bias)  # noqa: E731
-    planned.onednn_at = (0, 6, 6)
-    assert not planned.uniform()  # no blocked copy yet: F.linear, the graph per width
-    planned.blocked = dense_kernel.block(planned.weight)
-    assert planned.uniform()  # one kernel for every width: one graph
+    planned.use(["F.linear", "specviz blocked", "specviz blocked"])
+    assert not planned.uniform() and planned.blocked is not None  # its copy kept where a width reads it
+    planned.use(["specviz blocked"])
+    assert planned.uniform()  # one kernel for every width
     calls = []
     real = dense_kernel.dense
     cpu_dense = lambda *a: calls.append(a[0].shape[0]) or real(*a)  # noqa: E731
@@ -64,11 +68,7 @@ def test_a_planned_layer_on_it_and_its_copies():
         torch.testing.assert_close(twin(x), plain(x), atol=1e-5, rtol=1e-5)
 
 
-def test_the_blocked_product_wins_a_width_only_when_faster_than_every_other_kernel():
-    """It keeps a second copy of the weight, so it is weighed last (under FASTER of every other)."""
-    assert cpu.choose_kernel(1.0, 0.5, 0.45, None, 0.5, None, 0.4) == "specviz blocked"
-    assert cpu.choose_kernel(1.0, 0.5, 0.4, None, 0.5, None, 0.37) == "oneDNN packed"
+def test_specviz_tune_times_it_beside_the_tables_other_kernels():
     w = torch.randn(48, 32)
-    b = dense_kernel.block(w)
-    times = cpu.time_weights((w, w), 3, 1, blocked=lambda x: [dense_kernel.dense(x, b, None, 48)] * 2, early=False)
-    assert len(times) == 7 and times[-1] is not None
+    times = kernel_plan.time_kernels((w, w), 3, 1)
+    assert "specviz blocked" in times and "F.linear" in times and all(t > 0 for t in times.values())

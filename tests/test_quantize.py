@@ -199,20 +199,26 @@ class _HeadOnly(torch.nn.Module):
         return self.head
 
 
-def test_int8_head_takes_onednn_where_it_measures_faster_and_caches_the_choice(tmp_path):
-    from specviz.runtime import cpu
+def test_int8_head_takes_onednn_at_the_widths_its_plan_names():
+    from specviz.runtime import cpu, int8_speed, state
+    from specviz.runtime import plan as kernel_plan
     from specviz.runtime.int8_speed import int8_head_report, onednn_exact, speed_up_int8_head
 
     if not torch.backends.mkldnn.is_available() or not onednn_exact():
         pytest.skip("no exact oneDNN int8 linear on this CPU")
     calls = []
 
-    def timer(weight, rows):  # (_int_mm s, oneDNN s): oneDNN faster at 1-3 rows only
+    def timer(layer, rows, repeats=5):  # {kernel: ms}: oneDNN faster at 1-3 rows only
         calls.append(rows)
-        return (1.0, 0.5) if rows <= 3 else (1.0, 1.2)
+        return {"_int_mm": 1.0, "oneDNN": 0.5 if rows <= 3 else 1.2}
 
     model = _HeadOnly(cpu.MIN_HEAD_ELEMENTS // 64 + 1)
-    assert speed_up_int8_head(model, tmp_path, time_width=timer) and calls == list(range(1, cpu.MEASURED_ROWS + 1))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(int8_speed, "time_int8_head", timer)
+        kind = int8_speed.measure(model)  # specviz tune's timing
+    assert calls == list(range(1, cpu.MEASURED_ROWS + 1))
+    state.of(model).plan = kernel_plan.Plan("head only", {"int8_head": kind})
+    assert speed_up_int8_head(model)  # read from the plan: nothing timed
     head = model.head
     assert [head.kernel(r) for r in (1, 3, 4, 9, 40)] == ["oneDNN", "oneDNN", "_int_mm", "_int_mm", "_int_mm"]
     x = _outlier_input(3, seed=3)
@@ -222,9 +228,9 @@ def test_int8_head_takes_onednn_where_it_measures_faster_and_caches_the_choice(t
         plain = head(x)  # _int_mm
     torch.testing.assert_close(fast, plain, rtol=1e-5, atol=1e-5)  # the same integers, float rounding only
     report = int8_head_report(model)
-    assert report["kernels"] == ["_int_mm", "oneDNN"] and report["by_rows"][0]["kernel"] == "oneDNN"
-    again = _HeadOnly(cpu.MIN_HEAD_ELEMENTS // 64 + 1)
-    assert speed_up_int8_head(again, tmp_path, time_width=lambda w, r: pytest.fail("measured twice"))
-    assert int8_head_report(again)["cached"] and copy.deepcopy(again).head._packed is None
-    small = _HeadOnly(1000)  # nothing to gain: not measured
-    assert not speed_up_int8_head(small, tmp_path, time_width=timer) and int8_head_report(small) is None
+    assert report["kernels"] == ["_int_mm", "oneDNN"] and report["by_rows"][0]["kernel"] == "oneDNN" and report["cached"]
+    untuned = _HeadOnly(cpu.MIN_HEAD_ELEMENTS // 64 + 1)  # no plan: oneDNN at every width where it is exact
+    assert speed_up_int8_head(untuned) and all(untuned.head.kernel(r) == "oneDNN" for r in (1, 9, 40))
+    assert copy.deepcopy(untuned).head._packed is None
+    small = _HeadOnly(1000)  # nothing to gain: left as it is
+    assert not speed_up_int8_head(small) and int8_head_report(small) is None

@@ -1,7 +1,8 @@
 """The app's start-up preparation: the default configuration (the one *Show me a speedup* runs)
 made ready in the background while the page comes up, and what it is doing at each moment.
 
-A first run after a start used to pay the target's load, its static decode step's one-off build
+A first run after a start used to pay the target's load, its kernel plan's measuring (``specviz tune``,
+once per machine, model and torch version: :func:`tune_models`), its static decode step's one-off build
 and runner measurement, and the first session's own one-offs (the verify pass's width traced, the
 first prefill): about 10 s of a quiet 2-core CPU's time, in the speedup tour's 16 s. :func:`prepare`
 does all of it in a daemon thread as soon as the app starts (the last as one short untimed run of
@@ -31,7 +32,7 @@ from ..runtime import static_decode
 from .limits import Limits
 
 __all__ = ["STARTUP", "StartUp", "estimate_bytes", "lowest_priority", "prepare", "record_path", "room_for",
-           "warm_static_steps"]
+           "tune_models", "tune_targets", "warm_static_steps"]
 
 RECORD_FILE = "startup-seconds.json"  # in the cache directory: how long the last start's preparation took
 
@@ -60,6 +61,35 @@ def warm_static_steps(models: Iterable[tuple[str, Any]], progress: Progress | No
         with _warmed_lock:
             _warmed.add(module)
     return spent
+
+
+def tune_models(models: Iterable[tuple[str, Any]]) -> float:
+    """``specviz tune`` for each (name, LoadedModel): its kernel plan measured and written where this
+    machine has none yet (read where it has), before its decode step is built. -> seconds spent."""
+    from ..runtime import tune
+
+    t = time.perf_counter()
+    for _name, loaded in models:
+        module = getattr(loaded, "model", None)
+        if isinstance(module, torch.nn.Module):
+            tune.tune(module)
+    return time.perf_counter() - t
+
+
+def tune_targets(names: Iterable[str], dtype: str = "auto", again: bool = False, say: Progress | None = None) -> list[str]:
+    """``specviz tune``: load each model on the CPU and measure its kernel plan here, or find it
+    measured (``again``: measure anyway) -> a line or two per model, saying where its plan is."""
+    from ..models import cache_dir, load_model
+    from ..runtime import tune
+    from ..runtime.kernel_words import describe_plan
+
+    lines = []
+    for name in names:
+        model = load_model(name, device="cpu", dtype=dtype, progress=say).model
+        plan, new = tune.tune(model, cache_dir(), again=again, progress=say)
+        lines.append(f"{name}: {'measured' if new else 'already there (--again measures again)'}: {plan.path}\n"
+                     f"  {describe_plan(plan)}")
+    return lines
 
 
 def lowest_priority() -> bool:
@@ -223,6 +253,14 @@ class StartUp:
                 self.seconds[f"load {name}"] = time.perf_counter() - t
             for name, model in loaded:
                 t = time.perf_counter()
+                stage(f"tuning {name}'s kernels on this machine (measured once per machine, model and torch version)")
+                try:
+                    tune_models([(name, model)])
+                except Exception as e:  # noqa: BLE001 - the model runs its feature defaults, said in the log
+                    self.errors[f"tune {name}"] = f"{type(e).__name__}: {e}"
+                    say(f"could not tune {name}'s kernels: {e}")
+                self.seconds[f"tune {name}"] = time.perf_counter() - t
+                t = time.perf_counter()
                 stage(f"building {name}'s fast decode step and measuring its runner")
                 try:
                     warm_static_steps([(name, model)])
@@ -291,6 +329,8 @@ class StartUp:
                 stage(f"loading {name}, at the lowest priority")
                 try:
                     model = load(name, progress=say)
+                    stage(f"tuning {name}'s kernels on this machine, at the lowest priority")
+                    tune_models([(name, model)])
                     stage(f"building {name}'s fast decode step and measuring its runner")
                     warm_static_steps([(name, model)])
                 except Exception as e:  # noqa: BLE001 - the run that needs it loads it again and says what failed

@@ -20,11 +20,12 @@ from ..prompts import PromptRow
 from ..proposers import Proposer
 from ..runtime import static_decode
 from ..runtime.argmax_head import report as argmax_report
-from ..runtime.cpu import head_kernel_report, machine_id
+from ..runtime.cpu import machine_id
 from ..runtime.int8_speed import kernel_choice as int8_kernel_choice
 from ..runtime.runners import choices as runner_choices
 from ..runtime.sampled_head import report as sampled_head_report
 from ..runtime.static_decode import enabled as static_decode_enabled
+from ..runtime.tune import head_report
 from ..runtime.static_decode import projection_kernel_report, runners_kept, trace_seconds
 from . import stalls
 from .config import SCHEMA, TARGET_ONLY, BenchConfig, BenchEvent, RunSpec
@@ -341,7 +342,7 @@ class Sweep:
             "static_decode_trace_s": trace_seconds() - self._traced_before,  # tracing it, once per model
             "static_decode_runner": runners_kept(),  # the runner(s) it kept: fused, trace, export, compile, eager (runtime.runners)
             "static_decode_choices": runner_choices(),  # each model's: the runner kept and every runner's ms per call
-            "lm_head": head_kernel_report(getattr(self.target, "model", None)),  # specviz.runtime.cpu: kernel per width
+            "lm_head": head_report(getattr(self.target, "model", None)),  # its plan's kernel per width (runtime.tune)
             # greedy lean steps: the certified argmax's bf16 screen, per width (specviz.runtime.argmax_head)
             "argmax_head": argmax_report(self.target.model) if getattr(self.target, "model", None) is not None else None,
             # sampled lean steps: every logit bounded through a bf16 screen, per width (specviz.runtime.sampled_head)

@@ -84,7 +84,7 @@ def _load_int8(spec: _Spec, report: Progress) -> LoadedModel:
         # never touch the shared fp32 model: a copy of its modules, sharing its (read-only) float
         # tensors: the Linear layers' are replaced and only the embedding and norms stay, no 1 GB clone
         memo: dict[int, object] = {id(p): p for p in base.model.parameters()}
-        for m in base.model.modules():  # fused float projections (runtime.projections.PlannedLinear), not submodules
+        for m in base.model.modules():  # fused float projections (runtime.kernels.PlannedLinear), not submodules
             for g in getattr(m, "group", ()) or ():
                 if isinstance(g, torch.nn.Module):
                     memo.update({id(p): p for p in g.parameters()})
@@ -93,8 +93,9 @@ def _load_int8(spec: _Spec, report: Progress) -> LoadedModel:
     else:
         fresh = _load_float(spec, cpu, fp32, report)  # private copy, not cached
         model, tokenizer = fresh.model, fresh.tokenizer
+    from ..runtime import tune
     from ..runtime.int8_kernel import needs_build
-    from ..runtime.int8_speed import choose_kernel, speed_up_int8_head
+    from ..runtime.int8_speed import choose_kernel
     from ..runtime.quantize import Int8Options
     from .int8cache import quantize_cached
 
@@ -102,7 +103,8 @@ def _load_int8(spec: _Spec, report: Progress) -> LoadedModel:
         report("building specviz's int8 kernel for this CPU (once, about 15 s)…")
     options = Int8Options(kernel=choose_kernel())  # specviz's own kernel where it builds, else torch._int_mm
     model, _ = quantize_cached(model, tokenizer, f"{spec.kind}:{spec.source}", options, report=report)  # on disk after the first start
-    speed_up_int8_head(model, cache_dir())  # a large int8 head: oneDNN's prepacked kernel at the widths it measures faster (cached)
+    # the plan's kernels (an int8 head: oneDNN's prepacked kernel at the widths it names); read, never measured
+    tune.load(model, tune.key_of(spec.display_name, fp32, "int8"), cache_dir())
     return LoadedModel(model, tokenizer, spec.display_name, cpu, fp32, "int8")
 
 
@@ -152,11 +154,9 @@ def _load_float(spec: _Spec, dev: torch.device, dt: torch.dtype, report: Progres
             model, tok = _from_pretrained(spec.source, dev, dt, use_safetensors=True, local_only=local_only)
         except Exception as e:  # noqa: BLE001
             raise _hub_error(spec.source, e, local_only) from e
-    from ..runtime.cpu import speed_up_lm_head
+    from ..runtime import tune
 
-    speed_up_lm_head(model, cache_dir())  # a large fp32 or bf16 head on the CPU: oneDNN at the widths it measures faster (cached)
-    from ..runtime import argmax_head, sampled_head
-
-    sampled_head.remember_cache_dir(model, cache_dir())  # where a first sampled step caches its head's timings
-    argmax_head.attach(model, cache_dir())  # greedy steps: the argmax through a bf16 or int8 screen where it measures faster (cached)
+    # the head's kernel per width and its screens, from the plan `specviz tune` wrote for this machine
+    # (CPU features' defaults without one): read, never measured
+    tune.load(model, tune.key_of(spec.display_name, dt), cache_dir())
     return LoadedModel(model, tok, spec.display_name, dev, dt, None)

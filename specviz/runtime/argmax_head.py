@@ -30,17 +30,18 @@ to int8, h per token to uint8 as the int8 product quantizes it, the sums exact i
 vpdpbusd: four times vdpbf16ps's products an instruction), and a bound per (row, id) from each
 head row's own quantization error by Cauchy-Schwarz (``torch.ops.specviz_int8.screen8_top``, whose
 comment derives it): ten times the bf16 bound, so a few hundred rows survive (gemma-3-270m, code
-prompts: median 230, at most ~5,000). Which screen a model keeps, and at which widths, is measured.
+prompts: median 230, at most ~5,000). Which screen a model keeps, and at which widths, is planned.
 
-The float32 recompute sums in another order than the head's own kernel, as the measured head
+The float32 recompute sums in another order than the head's own kernel, as the planned head
 kernels (:mod:`specviz.runtime.cpu`) already do: the argmax can differ only where two logits are
 within float32 rounding of each other. Where more rows survive than :data:`MAX_KEPT` (a degenerate
 h), the full float32 head decides. A final-logit softcap (tanh) is monotone but may tie rows in
 float32, so a softcapped head is never screened.
 
 :class:`HeadLogits` carries one step's hidden states: its argmax is certified as above, and the
-full logits are computed only when something reads them (a record's p, a sampled step). Whether a
-width screens is measured when a model loads (:func:`attach`; ``SPECVIZ_ARGMAX_HEAD``).
+full logits are computed only when something reads them (a record's p, a sampled step). Which screen,
+and at which widths, the model's kernel plan names (:func:`attach`; ``specviz tune`` measures it;
+``SPECVIZ_ARGMAX_HEAD``).
 """
 
 from __future__ import annotations
@@ -49,22 +50,20 @@ import dataclasses
 import logging
 import statistics
 import time
-import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 
 from .. import settings
-from . import cpu
+from . import cpu, state
 from .quantize import quantize_weight
 
 log = logging.getLogger(__name__)
 
 MAX_KEPT = 4096  # more surviving rows than this: the full float32 head instead
 INT8_MAX_KEPT = 16384  # the int8 screen's (its bound keeps ~10x more: gemma-3-270m, a few hundred, at most ~5,000)
-WIDTHS = (1, 2, 3, 5, 9, 17)  # widths timed at load (a chain verifies k + 1 rows, a tree its nodes + 1; wider: the widest)
+WIDTHS = (1, 2, 3, 5, 9, 17)  # widths specviz tune times (a chain verifies k + 1 rows, a tree its nodes + 1; wider: the widest)
 REPEATS = 5
 LANES = 16  # outputs a block of the screen op's weight
 U32 = 2.0**-24
@@ -288,9 +287,7 @@ def materialize(logits) -> torch.Tensor:
     return logits.get() if isinstance(logits, LazyLogits) else logits
 
 
-# -- the choice, per model: screen where it measures faster than the full head ------------------
-
-_SCREENS: "weakref.WeakKeyDictionary[torch.nn.Module, Screen]" = weakref.WeakKeyDictionary()
+# -- the choice, per model: the screen its plan names (specviz.runtime.plan) ----------------------
 
 
 def setting() -> str:
@@ -300,8 +297,9 @@ def setting() -> str:
     return value
 
 
-def eligible(model: torch.nn.Module, min_elements: int = cpu.MIN_HEAD_ELEMENTS) -> bool:
-    """A large float32 nn.Linear-like head on the CPU, no final softcap."""
+def eligible(model: torch.nn.Module, min_elements: int | None = None) -> bool:
+    """A large float32 nn.Linear-like head on the CPU (``min_elements``: cpu.MIN_HEAD_ELEMENTS), no final softcap."""
+    min_elements = cpu.MIN_HEAD_ELEMENTS if min_elements is None else min_elements
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     w = getattr(head, "weight", None)
     text = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
@@ -318,103 +316,83 @@ def time_widths(head: Callable[[torch.Tensor], torch.Tensor], screen: Screen, wi
     g = torch.Generator().manual_seed(0)
     d = screen.weight.shape[1]
     out = {}
-    for rows in widths:
-        h = torch.randn(rows, d, generator=g) * (20.0 / max(screen.norm_max, 1e-6))  # logits of order 20
-        full, fast = [], []
-        for i in range(repeats + 1):
-            for which, sink in ((0, full), (1, fast)) if i % 2 else ((1, fast), (0, full)):
-                t = time.perf_counter()
-                head(h) if which == 0 else fast_call(h)
-                if i:  # the first round warms both
-                    sink.append((time.perf_counter() - t) * 1e3)
-        out[rows] = (statistics.median(full), statistics.median(fast))
+    with torch.inference_mode():
+        for rows in widths:
+            h = torch.randn(rows, d, generator=g) * (20.0 / max(screen.norm_max, 1e-6))  # logits of order 20
+            full, fast = [], []
+            for i in range(repeats + 1):
+                for which, sink in ((0, full), (1, fast)) if i % 2 else ((1, fast), (0, full)):
+                    t = time.perf_counter()
+                    head(h) if which == 0 else fast_call(h)
+                    if i:  # the first round warms both
+                        sink.append((time.perf_counter() - t) * 1e3)
+            out[rows] = (statistics.median(full), statistics.median(fast))
     return out
 
 
 KINDS = ("bf16", "int8")  # the screens a head may get
+MAKERS = {"bf16": build, "int8": build_int8}
 
 
-def attach(model: torch.nn.Module, cache_dir: str | Path | None = None,
-           min_elements: int = cpu.MIN_HEAD_ELEMENTS) -> Screen | Int8Screen | None:
-    """Give ``model`` a screen where it is eligible and (``auto``) measures faster than its head at
-    some width: of the bf16 and the int8 screen, the one whose screened argmax measured the smaller
-    share of the full head's time (the median over widths; ``on``: the bf16 screen at every width,
-    ``int8``: the int8 one). The timings are measured once per machine, torch version, thread count,
-    head shape, op build and kind, and cached in ``cache_dir`` (``lm_head_kernels.json``, beside the
-    heads' kernel choices; not on a busy machine). -> the screen, or None; :func:`report`."""
+def measure(model: torch.nn.Module, _kinds=None):
+    """``specviz tune``'s "argmax" kind: each screen's argmax timed against the full head at
+    :data:`WIDTHS` (:func:`specviz.runtime.plan.screen_kind` picks); None where no screen can run."""
+    from . import int8_kernel, plan
+
+    if setting() == "0" or not eligible(model) or int8_kernel.load() is not None:
+        return None
+    head = model.get_output_embeddings()
+    times: dict[int, dict[str, float]] = {}
+    for kind in KINDS:
+        for rows, (full, fast) in time_widths(head, MAKERS[kind](head.weight)).items():
+            times.setdefault(rows, {"full": round(full, 3)})[kind] = round(fast, 3)
+    return plan.screen_kind(times, KINDS)
+
+
+def attach(model: torch.nn.Module, min_elements: int | None = None) -> Screen | Int8Screen | None:
+    """Give ``model`` the screen its plan names (its "argmax" kind; without a tuned plan, the bf16
+    screen at every width: its argmax is certified either way, so only speed depends on it)
+    where it is eligible (``on``: the bf16 screen at every width, ``int8``: the int8 one, ``0``:
+    none). Nothing is timed here. -> the screen, or None; :func:`report`."""
+    from . import int8_kernel, plan
+
+    held = state.of(model)
+    held.screen = None
     mode = setting()
     if mode == "0" or not eligible(model, min_elements):
         return None
-    from . import int8_kernel
-
     why = int8_kernel.load()
     if why is not None:
         log.info("specviz: no certified argmax head: the screen op %s", why)
         return None
-    head = model.get_output_embeddings()
-    shape = tuple(head.weight.shape)
-    path = Path(cache_dir).expanduser() / cpu.CACHE_FILE if cache_dir is not None else None
-    t = time.perf_counter()
-    makers = {"bf16": build, "int8": build_int8}
-    built: dict[str, Screen | Int8Screen] = {}
-    timed: dict[str, dict[int, tuple[float, float]]] = {}  # kind -> its widths' times ({}: not timed, every width)
-    for kind in ({"on": ("bf16",), "int8": ("int8",)}.get(mode) or KINDS):
-        key = (f"argmax screen{'' if kind == 'bf16' else ' ' + kind} | {cpu.machine_id()} | torch {torch.__version__}"
-               f" | {torch.get_num_threads()} threads | {shape[0]}x{shape[1]} | {int8_kernel._name()}")
-        times = None
-        if mode == "auto":  # measured here once (its copy built for that), or read from the cache
-            times = measured_widths(path, key, lambda kind=kind: time_widths(
-                head, built.setdefault(kind, makers[kind](head.weight))))
-        if any(_use_at(times or {})):
-            timed[kind] = times or {}
-    if not timed:
-        log.info("specviz: no screened argmax head is faster here; keeping the float32 head")
+    wanted = plan.of(model).kind("argmax") if mode == "auto" else plan.KindPlan({1: "bf16" if mode == "on" else "int8"})
+    kind = next((k for k in wanted.kernels.values() if k in KINDS), None)
+    if kind is None:
+        log.info("specviz: the plan keeps the full float32 head for greedy steps")
         return None
-    # the smaller share of the full head's time, median over the widths; only the kept copy is made
-    kind = min(timed, key=lambda k: statistics.median(b / a for a, b in timed[k].values()) if timed[k] else 0.0)
-    screen = built.get(kind) or makers[kind](head.weight)
-    screen = dataclasses.replace(screen, use_at=_use_at(timed[kind]), times=timed[kind])
-    _SCREENS[model] = screen
-    log.info("specviz: greedy argmax through the %s screen of the %dx%d head (%s; %.1f s)",
-             screen.kind, *shape, _words(screen.times), time.perf_counter() - t)
-    return screen
+    head = model.get_output_embeddings()
+    screen = MAKERS[kind](head.weight)
+    held.screen = dataclasses.replace(screen, use_at=use_at(wanted, kind),
+                                      times={w: (m["full"], m[kind]) for w, m in wanted.ms.items() if kind in m})
+    log.info("specviz: greedy argmax through the %s screen of the %dx%d head (%s)", kind, *head.weight.shape,
+             "tuned" if wanted.cached else "CPU features' default")
+    return held.screen
 
 
-def measured_widths(path: Path | None, key: str, measure: Callable[[], dict[int, tuple[float, float]]]
-                    ) -> dict[int, tuple[float, float]]:
-    """{rows: (full head ms, screened ms)} cached under ``key`` in the JSON file ``path``, else
-    ``measure()`` now (no grad) and cached there (not on a busy machine; ``path`` None: never)."""
-    times = _cached_times(cpu._read_cache(path).get(key)) if path is not None else None
-    if times is None:
-        with torch.inference_mode():
-            times = measure()
-        if path is not None and not cpu.busy():
-            cpu._write_cache(path, key, {"ms": {str(r): list(v) for r, v in times.items()}})
-    return times
+def use_at(kind_plan, kind: str) -> tuple[bool, ...]:
+    """Screen at each width from 0 up (the last entry for wider): where ``kind_plan`` names ``kind``."""
+    widest = max(max(kind_plan.kernels), WIDTHS[-1])
+    return (False,) + tuple(kind_plan.kernel(r) == kind for r in range(1, widest + 1))
 
 
-def _use_at(times: dict[int, tuple[float, float]]) -> tuple[bool, ...]:
-    """Screen at each width from 0 up: where it measured under cpu.FASTER of the full head's time,
-    a width between two measured ones as the narrower; no timings (``on``): at every width."""
-    use = {rows: fast < full * cpu.FASTER for rows, (full, fast) in times.items()} if times else {1: True}
-    return (False,) + tuple(use[max(r for r in use if r <= n)] for n in range(1, max(use) + 1))
-
-
-def _cached_times(entry) -> dict[int, tuple[float, float]] | None:
-    try:
-        times = {int(r): (float(a), float(b)) for r, (a, b) in entry["ms"].items()}
-    except (KeyError, TypeError, ValueError):
-        return None  # none, or damaged: measure again
-    return times if set(times) == set(WIDTHS) else None  # timed at other widths: measure again
-
-
-def screen_of(model: torch.nn.Module) -> Screen | None:
-    return _SCREENS.get(model)
+def screen_of(model: torch.nn.Module) -> Screen | Int8Screen | None:
+    held = state.peek(model)
+    return held.screen if held is not None else None
 
 
 def detach(model: torch.nn.Module) -> None:
     """Run ``model``'s full float32 head again at every width."""
-    _SCREENS.pop(model, None)
+    state.of(model).screen = None
 
 
 def _words(times: dict[int, tuple[float, float]]) -> str:
@@ -423,7 +401,7 @@ def _words(times: dict[int, tuple[float, float]]) -> str:
 
 def report(model: torch.nn.Module) -> dict | None:
     """The screen's choice and timings for a bench's meta: {"widths": {rows: [full ms, screened ms]}, "used": [...]}."""
-    screen = _SCREENS.get(model)
+    screen = screen_of(model)
     if screen is None:
         return None
     return {"widths": {str(r): [round(a, 2), round(b, 2)] for r, (a, b) in screen.times.items()},

@@ -165,7 +165,7 @@ class DecoderBody(torch.nn.Module):
         kind_names = ("qkv", "o", "gate_up", "down")
         self.kernel_plans = {kind: plan for kind, (_, plan) in projections.plan_projections({
             name: [layer[j] for layer in kinds] for j, name in enumerate(kind_names)
-        }, kernel_dir).items()} if self.rows_at_once else {}
+        }, model).items()}  # read from the model's kernel plan (specviz.runtime.plan)
         fused = [fused_of(*layer[j]) for j in range(len(kind_names)) for layer in kinds]
         self.fused = torch.nn.ModuleList([f for f in fused if f is not None])  # registered: an export names their weights
         # one build serves every n unless a projection's kernel changes with the width

@@ -4,24 +4,20 @@
   (:mod:`specviz.runtime.int8_kernel`) where it builds, else ``torch._int_mm``;
   :func:`kernel_choice` says which and why.
 - A large int8 output head (:func:`speed_up_int8_head`, the ``int_mm`` kernel's): oneDNN's int8
-  linear with its weight prepacked once at the widths where it beats ``torch._int_mm``, which
-  reorders the whole weight on every call (about 1.6x at one row); :func:`int8_head_report`.
-
-The head's choice is cached per machine like the float heads' (:mod:`specviz.runtime.cpu`).
+  linear with its weight prepacked once at the widths the model's plan names (``torch._int_mm``
+  reorders the whole weight on every call: about 1.6x slower at one row); :func:`int8_head_report`.
+  ``specviz tune`` measures it (:func:`measure`) with the float kernels (:mod:`specviz.runtime.plan`).
 """
 
 from __future__ import annotations
 
-import statistics
 import time
-import weakref
-from pathlib import Path
 from typing import Any
 
 import torch
 
 from .. import settings
-from . import cpu, int8_kernel
+from . import cpu, int8_kernel, state
 from .quantize import HEAD_KERNELS, Int8Linear, quantize_rows
 
 _onednn_probe: dict[str, bool] = {}  # onednn_exact's
@@ -79,62 +75,70 @@ def onednn_exact() -> bool:
     return _onednn_probe["exact"]
 
 
-def time_int8_head(layer: Int8Linear, repeats: int = 3):
-    """(weight, rows) -> median seconds of (``_int_mm``, oneDNN) on ``rows`` random rows through
-    ``layer``'s weight, interleaved as :func:`specviz.runtime.cpu.time_head` does (the weight
-    argument is the layer's own int8 weight, passed for the cache's key)."""
-    def time_width(_weight: torch.Tensor, rows: int) -> tuple[float, float]:
-        x = torch.randn(rows, layer.in_features)  # [rows, in]
-        xq, _ = quantize_rows(x, True, 127.0)
-        kernels = (lambda: torch._int_mm(xq, layer.qweight.t()), lambda: layer._onednn(xq))
-        times: tuple[list[float], list[float]] = ([], [])
-        with torch.inference_mode():
-            if rows == 1:
-                kernels[0](), kernels[1]()  # warm both once (and prepack)
-            for r in range(repeats):
-                for i in ((0, 1) if r % 2 == 0 else (1, 0)):
-                    t = time.perf_counter()
-                    kernels[i]()
-                    times[i].append(time.perf_counter() - t)
-        return statistics.median(times[0]), statistics.median(times[1])
-
-    return time_width
+def time_int8_head(layer: Int8Linear, rows: int, repeats: int = 5) -> dict[str, float]:
+    """{kernel: min ms} of ``_int_mm`` and oneDNN on ``rows`` random rows through ``layer``'s
+    weight, interleaved (the order reversed every other round)."""
+    x = torch.randn(rows, layer.in_features)  # [rows, in]
+    xq, _ = quantize_rows(x, True, 127.0)
+    kernels = {HEAD_KERNELS[0]: lambda: torch._int_mm(xq, layer.qweight.t()), HEAD_KERNELS[1]: lambda: layer._onednn(xq)}
+    times: dict[str, list[float]] = {k: [] for k in kernels}
+    with torch.inference_mode():
+        [k() for k in kernels.values()]  # warm both (and prepack)
+        for r in range(repeats):
+            for name in (HEAD_KERNELS if r % 2 == 0 else HEAD_KERNELS[::-1]):
+                t = time.perf_counter()
+                kernels[name]()
+                times[name].append((time.perf_counter() - t) * 1e3)
+    return {k: round(min(v), 3) for k, v in times.items()}
 
 
-_HEAD_PLANS: "weakref.WeakKeyDictionary[Int8Linear, tuple[Any, bool]]" = weakref.WeakKeyDictionary()
-
-
-def speed_up_int8_head(model: torch.nn.Module, cache_dir: str | Path | None = None, *, time_width=None) -> bool:
-    """Give the model's int8 output head oneDNN's prepacked kernel at the widths where it measures
-    faster than ``_int_mm`` (under ``cpu.FASTER`` of its time), as :func:`specviz.runtime.cpu.speed_up_lm_head`
-    does for a float head: timed at rows 1..``cpu.MEASURED_ROWS`` or read from ``cache_dir``'s cache
-    (per machine, torch, threads, shape and dtype int8). Only heads of at least ``cpu.MIN_HEAD_ELEMENTS``
-    weights, where oneDNN's products are exact (:func:`onednn_exact`); ``SPECVIZ_CPU_HEAD=0`` turns
-    it off. -> whether any width runs on oneDNN."""
+def _int8_head(model: torch.nn.Module) -> Int8Linear | None:
+    """The model's large int8 head where oneDNN's products are exact here, else None."""
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     if cpu.disabled() or type(head) is not Int8Linear or head.qweight.numel() < cpu.MIN_HEAD_ELEMENTS:
+        return None
+    return head if torch.backends.mkldnn.is_available() and onednn_exact() else None
+
+
+def measure(model: torch.nn.Module, _kinds=None):
+    """``specviz tune``'s "int8_head" kind: ``_int_mm`` against oneDNN's prepacked kernel per width."""
+    from . import plan
+
+    head = _int8_head(model)
+    if head is None:
+        return None
+    ms = {r: time_int8_head(head, r) for r in plan.WIDTHS}
+    return plan.KindPlan({r: plan.choose(m, HEAD_KERNELS) for r, m in ms.items()}, ms)
+
+
+def speed_up_int8_head(model: torch.nn.Module) -> bool:
+    """Give the model's int8 output head oneDNN's prepacked kernel at the widths its plan names
+    (its "int8_head" kind; without a tuned plan, every width where oneDNN's products are exact,
+    :func:`onednn_exact`). Only heads of at least ``cpu.MIN_HEAD_ELEMENTS`` weights;
+    ``SPECVIZ_CPU_HEAD=0`` turns it off. -> whether any width runs on oneDNN."""
+    from . import plan
+
+    head = _int8_head(model)
+    if head is None:
         return False
-    if not torch.backends.mkldnn.is_available() or not onednn_exact():
-        return False
-    plan = cpu.plan_head(head.qweight, cache_dir, time_width=time_width or time_int8_head(head))
-    head.onednn_at = plan.onednn_at
-    if not any(plan.onednn_at):
+    kind = plan.of(model).kind("int8_head", default=HEAD_KERNELS[1])  # the CPU's default: oneDNN, where exact
+    head.onednn_at = (False,) + tuple(k == HEAD_KERNELS[1] for k in kind.by_width(plan.WIDTHS[-1]))
+    if not any(head.onednn_at):
         head._packed = None  # not used: free it
-    _HEAD_PLANS[head] = (plan, any(plan.onednn_at))
-    return any(plan.onednn_at)
+    state.of(model).extra["int8_head"] = kind
+    return any(head.onednn_at)
 
 
 def int8_head_report(model: torch.nn.Module) -> dict[str, Any] | None:
-    """The int8 head's kernel per width and both timings (ms), as ``cpu.head_kernel_report`` gives
-    a float head's (its ``f_linear_ms`` column is ``_int_mm`` here: ``kernels`` names them); None
-    when the head was not measured."""
-    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-    found = _HEAD_PLANS.get(head) if isinstance(head, Int8Linear) else None
-    if found is None:
+    """The int8 head's kernel per width and timings (ms), as a float head's report; None when the
+    head runs no plan here."""
+    from . import plan
+
+    head = _int8_head(model)
+    held = state.peek(model)
+    kind = held.extra.get("int8_head") if held is not None and head is not None else None
+    if kind is None:
         return None
-    report = cpu.plan_report(*found)
+    report = plan.report(kind, head.qweight.shape, torch.int8, any(head.onednn_at))
     report["kernels"] = list(HEAD_KERNELS)
-    for w in report["by_rows"]:
-        w["kernel"] = HEAD_KERNELS[0] if w["kernel"] == cpu.KERNELS[0] else HEAD_KERNELS[1]
-    report["wider"] = HEAD_KERNELS[0] if report["wider"] == cpu.KERNELS[0] else HEAD_KERNELS[1]
     return report

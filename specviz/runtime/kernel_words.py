@@ -1,14 +1,15 @@
-"""The kernels specviz.runtime.cpu chose, in words for a person: one line per weight (the LM head,
-each planned projection kind of the body) with both timings, or one short line without them."""
+"""The kernels a model's plan chose (specviz.runtime.plan), in words for a person: one line per
+weight (the LM head, each planned projection kind of the body) with the timings, or one short line
+without them."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from .cpu import KERNELS
+from . import plan as plan_defaults
 from .projections import KIND_NAMES
 
-__all__ = ["describe_argmax", "describe_head_kernels", "describe_kernels", "describe_runners", "kernel_summary"]
+__all__ = ["describe_argmax", "describe_head_kernels", "describe_kernels", "describe_plan", "describe_runners", "kernel_summary"]
 
 
 def describe_kernels(report: dict[str, Any] | None) -> list[str]:
@@ -103,8 +104,14 @@ def _span(group: list[dict[str, Any]]) -> str:
     return f"{first}-{last} rows" if len(group) > 1 else f"{first} row{'s' if first > 1 else ''}"
 
 
-_MS = {KERNELS[0]: "f_linear_ms", KERNELS[1]: "onednn_ms", KERNELS[2]: "packed_ms", KERNELS[3]: "kmajor_ms",
-       KERNELS[4]: "wfirst_ms", KERNELS[5]: "inductor_ms", KERNELS[6]: "blocked_ms"}  # plan_report's columns
+# a report's columns before kernels had one table (older sweeps' JSON): column -> kernel name
+_OLD = {"f_linear_ms": "F.linear", "onednn_ms": "oneDNN", "packed_ms": "oneDNN packed", "kmajor_ms": "F.linear K-major",
+        "wfirst_ms": "weight-first", "inductor_ms": "Inductor GEMM", "blocked_ms": "specviz blocked"}
+
+
+def _ms(w: dict[str, Any]) -> dict[str, float]:
+    """A width's {kernel: ms}."""
+    return dict(w["ms"]) if "ms" in w else {_OLD[k]: v for k, v in w.items() if k in _OLD}
 
 
 def describe_head_kernels(report: dict[str, Any] | None, label: str = "LM head") -> str:
@@ -116,18 +123,27 @@ def describe_head_kernels(report: dict[str, Any] | None, label: str = "LM head")
     rows = report["by_rows"]
     parts = []
     for g in _runs_of_one_kernel(rows):
-        others = [k for k in KERNELS if k != g[0]["kernel"] and all(_MS[k] in w for w in g)]
-        versus = ", ".join(f"{_ms_range(g, _MS[k])} ms for {k}" for k in others)
-        mine = _MS.get(g[0]["kernel"], "onednn_ms")
-        parts.append(f"{g[0]['kernel']} at {_span(g)} ({_ms_range(g, mine)} ms vs {versus})")
+        times = [_ms(w) for w in g]
+        mine = g[0]["kernel"]
+        others = [k for k in times[0] if k != mine and all(k in t for t in times)]
+        versus = ", ".join(f"{_ms_range(times, k)} ms for {k}" for k in others)
+        timed = f" ({_ms_range(times, mine)} ms vs {versus})" if all(mine in t for t in times) and others else ""
+        parts.append(f"{mine} at {_span(g)}{timed}")
     shape = "x".join(str(n) for n in report.get("shape", []))
     layers = f" x {report['layers']} layers" if report.get("layers", 1) > 1 else ""
-    how = "cached" if report.get("cached") else f"measured in {report.get('measure_s', 0.0):.1f} s"
+    how = report.get("source") or ("cached" if report.get("cached") else f"measured in {report.get('measure_s', 0.0):.1f} s")
     return (f"{label} {shape}{layers}, {report.get('threads')} threads: " + ", ".join(parts)
             + f"; {report.get('wider')} above {rows[-1]['rows']} rows ({how})")
 
 
-def _ms_range(group: list[dict[str, Any]], key: str) -> str:
-    lo, hi = min(w[key] for w in group), max(w[key] for w in group)
+def _ms_range(times: list[dict[str, float]], key: str) -> str:
+    lo, hi = min(t[key] for t in times), max(t[key] for t in times)
     digits = 1 if hi < 10 else 0  # a body's projections take a few ms
     return f"{lo:.{digits}f}" if round(lo, digits) == round(hi, digits) else f"{lo:.{digits}f}-{hi:.{digits}f}"
+
+
+def describe_plan(plan) -> str:
+    """The plan in one line: each tuned kind's kernels by widths ("head: specviz blocked at 1-9 rows; ...")."""
+    parts = [f"{kind}: " + ", ".join(f"{g[0]['kernel']} at {_span(g)}" for g in _runs_of_one_kernel(
+        [{"rows": w, "kernel": n} for w, n in sorted(p.kernels.items())])) for kind, p in plan.kinds.items()]
+    return "; ".join(parts) or f"nothing to tune here: CPU features' defaults ({plan_defaults.default_kernel('head')})"

@@ -1,5 +1,5 @@
 """The screen a sampled step bounds its logits with, per model: built on the first sampled step,
-used at the widths where it measured faster than the full float32 head.
+used at the widths the model's plan names (its "sampled" kind; without a tuned plan, every width).
 
 A sampled step needs every probability, so the certified argmax of :mod:`argmax_head` does not
 decide it; its bf16 screen still bounds every logit, y_i - b <= l_i <= y_i + b with one b a row,
@@ -7,40 +7,22 @@ and :mod:`specviz.core.certified` takes the rule's decisions on those bounds (th
 per-id bounds are about ten times wider: on gemma-3-270m's code rows up to ~9 logits against the
 bf16 screen's ~0.5, too wide to bound a softmax at T = 0.7). Where the model keeps the bf16 screen
 for its argmax, that copy serves; where it keeps the int8 one, a bf16 copy is built (half the
-head's bytes again) the first time a sampled step asks. Per width, the full head is timed against
-the screen's values and bound plus one exponential over the row (what a bounded row costs before
-its few exact logits), interleaved, and the choice cached beside the argmax screen's
-(``lm_head_kernels.json``). Only where the model's argmax head screens at all (:func:`attach` kept
+head's bytes again) the first time a sampled step asks. ``specviz tune`` times the full head
+against the screen's values and bound plus one exponential over the row per width
+(:func:`measure`); a step only reads the plan. Only where the model's argmax head screens at all (:func:`attach` kept
 a screen: a large float32 head, no softcap) and ``SPECVIZ_ARGMAX_HEAD`` is not 0.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import logging
-import threading
-import time
-import weakref
-from pathlib import Path
 
 import torch
 
 from .. import settings
-from . import argmax_head, cpu
+from . import argmax_head, plan, state
 
-log = logging.getLogger(__name__)
-
-SAMPLE = "sample"  # forward_logits(lazy=SAMPLE): a sampled step's logits, bounded where that measured faster
-
-_COPIES: "weakref.WeakKeyDictionary[torch.nn.Module, argmax_head.Screen]" = weakref.WeakKeyDictionary()  # the bf16 copy
-_TIMED: "weakref.WeakKeyDictionary[torch.nn.Module, argmax_head.Screen | None]" = weakref.WeakKeyDictionary()  # with its widths
-_CACHE_DIRS: "weakref.WeakKeyDictionary[torch.nn.Module, Path | None]" = weakref.WeakKeyDictionary()
-_LOCK = threading.Lock()
-
-
-def remember_cache_dir(model: torch.nn.Module, cache_dir: str | Path | None) -> None:
-    """Where ``model``'s timings are cached (its loader's directory), for the first sampled step."""
-    _CACHE_DIRS[model] = Path(cache_dir).expanduser() if cache_dir is not None else None
+SAMPLE = "sample"  # forward_logits(lazy=SAMPLE): a sampled step's logits, bounded where the plan says
 
 
 def setting() -> str:
@@ -56,16 +38,16 @@ def screen_for(model: torch.nn.Module, rows: int) -> argmax_head.Screen | None:
     argmax_screen = argmax_head.screen_of(model)
     if argmax_screen is None or mode == "0":
         return None
-    with _LOCK:  # two sessions' first sampled steps build (and time) it once
-        if model not in _COPIES:
-            _COPIES[model] = (argmax_screen if isinstance(argmax_screen, argmax_head.Screen)
-                              else argmax_head.build(model.get_output_embeddings().weight))
-        if mode == "on":
-            return _COPIES[model]
-        if model not in _TIMED:
-            _TIMED[model] = _timed(model, _COPIES[model])
-    kept = _TIMED[model]
-    return kept if kept is not None and kept.used(rows) else None
+    held = state.of(model)
+    with held.lock:  # two sessions' first sampled steps build it once
+        if held.sampled_screen is None or held.sampled_screen[0] != mode:
+            bf16 = (argmax_screen if isinstance(argmax_screen, argmax_head.Screen)
+                    else argmax_head.build(model.get_output_embeddings().weight))
+            wanted = plan.of(model).kind("sampled") if mode == "auto" else plan.KindPlan({1: "bf16"})
+            times = {w: (m["full"], m["bf16"]) for w, m in wanted.ms.items() if "bf16" in m}
+            held.sampled_screen = (mode, dataclasses.replace(bf16, use_at=argmax_head.use_at(wanted, "bf16"), times=times))
+    kept = held.sampled_screen[1]
+    return kept if kept.used(rows) else None
 
 
 def _bounded(screen: argmax_head.Screen, h: torch.Tensor) -> torch.Tensor:
@@ -75,23 +57,17 @@ def _bounded(screen: argmax_head.Screen, h: torch.Tensor) -> torch.Tensor:
     return torch.exp(y + screen.bound(h, off)[:, None])
 
 
-def _timed(model: torch.nn.Module, screen: argmax_head.Screen) -> argmax_head.Screen | None:
-    """``screen`` with the widths where it measured faster than the full head (cached), or None."""
-    head = model.get_output_embeddings()
-    t = time.perf_counter()
-    shape = tuple(head.weight.shape)
-    path = _CACHE_DIRS.get(model)
-    path = path / cpu.CACHE_FILE if path is not None else None
-    key = (f"sampling screen | {cpu.machine_id()} | torch {torch.__version__} | {torch.get_num_threads()} threads"
-           f" | {shape[0]}x{shape[1]} | {'bf16 rows' if screen.dot else 'float32 rows'}")
-    times = argmax_head.measured_widths(path, key, lambda: argmax_head.time_widths(head, screen, fast=lambda h: _bounded(screen, h)))
-    use_at = argmax_head._use_at(times)
-    if not any(use_at):
-        log.info("specviz: sampled steps keep the full float32 head (%s)", argmax_head._words(times))
+def measure(model: torch.nn.Module, _kinds=None) -> "plan.KindPlan | None":
+    """``specviz tune``'s "sampled" kind: the full head against the bf16 screen's values and bound
+    plus one exponential over the row (what a bounded row costs before its few exact logits)."""
+    from . import int8_kernel
+
+    if setting() == "0" or argmax_head.setting() == "0" or not argmax_head.eligible(model) or int8_kernel.load() is not None:
         return None
-    log.info("specviz: sampled steps bound their logits through the bf16 screen of the %dx%d head (%s; %.1f s)",
-             *shape, argmax_head._words(times), time.perf_counter() - t)
-    return dataclasses.replace(screen, use_at=use_at, times=times)
+    head = model.get_output_embeddings()
+    screen = argmax_head.build(head.weight)
+    timed = argmax_head.time_widths(head, screen, fast=lambda h: _bounded(screen, h))
+    return plan.screen_kind({w: {"full": round(a, 3), "bf16": round(b, 3)} for w, (a, b) in timed.items()}, ("bf16",))
 
 
 def screen_bytes(model: torch.nn.Module) -> int:
@@ -110,8 +86,9 @@ def screen_bytes(model: torch.nn.Module) -> int:
 def report(model: torch.nn.Module) -> dict | None:
     """The sampled steps' choice and timings, once a sampled step made it: {"widths": {rows: [full ms,
     bounded ms]}, "used": [...]}, or None."""
-    screen = _TIMED.get(model)
-    if screen is None:
+    held = state.peek(model)
+    if held is None or held.sampled_screen is None:
         return None
+    screen = held.sampled_screen[1]
     return {"widths": {str(r): [round(a, 2), round(b, 2)] for r, (a, b) in screen.times.items()},
             "used": [r for r in range(1, len(screen.use_at)) if screen.use_at[r]], "kind": "bf16 bounds"}

@@ -28,7 +28,7 @@ class ModelRuntime:
 
     cache_dir: Path | None = None  # where this model's loader keeps converted weights and plans
     decoder: Any = None  # specviz.runtime.static_decode.StaticDecoder
-    head_plan: Any = None  # the LM head's kernel plan (specviz.runtime's kernel table)
+    plan: Any = None  # specviz.runtime.plan.Plan: the kernel per width of each kind of weight (read at load)
     screen: Any = None  # specviz.runtime.argmax_head.Screen: the certified greedy head
     sampled_screen: Any = None  # the bf16 screen a sampled step bounds its logits with
     extra: dict[str, Any] = field(default_factory=dict)  # anything else a runtime module keeps per model

@@ -61,7 +61,7 @@ from pathlib import Path
 import torch
 
 from .. import settings
-from . import argmax_head, cpu, layer_op, runners, sampled_head
+from . import argmax_head, layer_op, plan, runners, sampled_head
 from .body import FAMILIES, DecoderBody, family_why_not
 from .hfcompat import cache_kwargs
 from .step_masks import step_masks
@@ -389,7 +389,7 @@ def warm(model: torch.nn.Module, widths: Iterable[int] = (1,)) -> float:
 
 def projection_kernel_report(model: torch.nn.Module | None) -> dict | None:
     """The kernel per width of each planned projection kind of ``model``'s static step, with both
-    timings (ms, for all its layers), as :func:`specviz.runtime.cpu.plan_report` gives them; None
+    timings (ms, for all its layers), as :func:`specviz.runtime.plan.report` gives them; None
     when the model has no static step yet or nothing was planned."""
     try:
         decoder = _decoders.get(model) if model is not None else None
@@ -398,7 +398,7 @@ def projection_kernel_report(model: torch.nn.Module | None) -> dict | None:
     if decoder is None or not decoder.body.kernel_plans:
         return None
     layers = len(decoder.body.layers)
-    return {kind: {**cpu.plan_report(plan, True), "layers": layers} for kind, plan in decoder.body.kernel_plans.items()}
+    return {kind: {**plan.report(p, [], decoder.body.dtype), "layers": layers} for kind, p in decoder.body.kernel_plans.items()}
 
 
 def trace_seconds() -> float:
