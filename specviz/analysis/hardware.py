@@ -111,9 +111,12 @@ def decode_bytes(model: torch.nn.Module, precision: str | None = None, kv_positi
     if head_weight is not None:
         linear_weights.add(id(head_weight))
     total = 0
-    copies = {id(c) for m in model.modules() for c in (getattr(m, "kmajor", None),) if isinstance(c, torch.Tensor)}
+    from ..runtime.kernels import COPIES, PlannedLinear
+
+    copies = {id(c) for m in model.modules() if isinstance(m, PlannedLinear) for c in (getattr(m, n) for n in COPIES)
+              if isinstance(c, torch.Tensor)}
     for t in list(model.parameters()) + list(model.buffers()):
-        if id(t) in seen or t.is_mkldnn or id(t) in copies:  # a packed or K-major copy (runtime.cpu) stands for a weight
+        if id(t) in seen or t.is_mkldnn or id(t) in copies:  # a planned layer's copy (runtime.kernels) stands for its weight
             continue
         seen.add(id(t))
         if embed_weight is not None and t is embed_weight and (head_weight is None or head_weight is not t):
