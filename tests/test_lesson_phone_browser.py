@@ -14,7 +14,7 @@ import re
 import pytest
 
 from tests.support import app_server
-from tests.support.browser import open_page
+from tests.support.browser import boxes, open_page
 
 TIMEOUT_MS = 120_000
 PHONE = dict(width=390, height=844)
@@ -229,6 +229,8 @@ def test_a_guess_first_walk_at_t_above_0_on_a_phone_never_contradicts_itself(bro
             page.click("#sv-next-phase")  # lesson mode: phase ▶ at commit opens the next step in draft
         page.wait_for_function(f"document.querySelector('#sv-summary').innerText.startsWith('Step {step}')"
                                " && document.querySelector('#sv-phase .sv-phase')?.dataset.phase === 'draft'")
+        # the chart is redrawn in a frame of its own (no title while Plotly draws it)
+        page.wait_for_function(f"(document.querySelector('#sv-topk .gtitle')?.textContent || '').startsWith('Step {step} ')")
         s = page.evaluate(_READ)
         assert all(not r["p"] and not r["u"] for r in s["rows"]), s["rows"]  # draft: q only
         assert "not scored yet" in s["title"] and page.is_disabled("#sv-guess-accept")
@@ -274,3 +276,33 @@ def test_the_table_prints_u_and_its_ratio_apart_as_the_chart_title_does():
     row = viz.draft_table_rows(rec)[0]
     assert row[4:6] == ["0.40809", "0.40812"]  # min(1, p/q), u
     assert "u 0.40812 > min(1, p/q) 0.40809" in viz.topk_figure.spec(rec, 0)["layout"]["title"]["text"]
+
+
+# -- 5. the p/q chart under the phase boxes it explains ----------------------------------------------
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("size", [(390, 844), (1280, 800)], ids=["phone", "desktop"])
+def test_the_rejection_tour_shows_its_chart_by_the_decide_boxes(browser, app_url, size):
+    """Issue 52: on a phone the rejection tour's decide boxes had their p/q chart about 750 px below
+    them (after the guess, the summary and the draft table). Now the chart comes right under the
+    phase boxes on a phone and beside them on a wide screen; the inspector's order is otherwise kept."""
+    from tests.test_lesson_browser import MOMENTS, _walk_to_the_rejection
+
+    page = open_page(browser, app_url, "#sv-step-btn", timeout_ms=TIMEOUT_MS, width=size[0], height=size[1])
+    page.click("#sv-tour-rejection")
+    page.wait_for_function(MOMENTS["rejection"])
+    _walk_to_the_rejection(page)
+    page.wait_for_timeout(1000)
+    box = {k: b for k, b in zip(("phase", "chart", "guess", "table", "nav"),
+                                boxes(page, ["#sv-phase", "#sv-topk", "#sv-guess-row", "#sv-draft-table", "#sv-nav"]))}
+    phase, chart = box["phase"], box["chart"]
+    if size[0] < 640:
+        gap = chart["y"] - (phase["y"] + phase["height"])
+        assert 0 <= gap <= 40, box  # just under the boxes
+        assert box["nav"]["y"] < phase["y"] < chart["y"] < box["guess"]["y"] < box["table"]["y"], box
+        assert page.evaluate("document.documentElement.scrollWidth") <= size[0] + 1
+    else:
+        assert chart["x"] >= phase["x"] + phase["width"] - 1 and chart["y"] < phase["y"] + phase["height"], box  # beside
+    assert not page.js_errors
+    page.context.close()
