@@ -9,7 +9,7 @@ from typing import Any
 from . import plan as plan_defaults
 from .projections import KIND_NAMES
 
-__all__ = ["describe_argmax", "describe_head_kernels", "describe_kernels", "describe_plan", "describe_runners", "kernel_summary"]
+__all__ = ["describe_argmax", "describe_head_kernels", "describe_kernels", "describe_plan", "kernel_summary"]
 
 
 def describe_kernels(report: dict[str, Any] | None) -> list[str]:
@@ -26,19 +26,7 @@ def describe_kernels(report: dict[str, Any] | None) -> list[str]:
         lines.append(f"int8 products: {int8['kernel']} ({int8.get('why', '')})")
     lines.append(describe_argmax(meta.get("argmax_head")))
     lines.append(describe_argmax(meta.get("sampled_head"), "sampled steps' logits bounded through"))
-    lines.append(describe_runners(meta.get("static_decode_choices")))
     return [line for line in lines if line]
-
-
-def describe_runners(choices: list[dict[str, Any]] | None) -> str:
-    """The static step's runner each model kept and why: every runner's time per call at the widths
-    it was chosen on (:func:`specviz.runtime.runners.choices`; "" for none)."""
-    parts = []
-    for c in choices or []:
-        timed = [", ".join(f"{k} {v:.1f} ms" for k, v in sorted(c[key].items(), key=lambda kv: kv[1]))
-                 + f" a call on {c[n]} token{'s' if c[n] > 1 else ''}" for key, n in (("ms", "width"), ("wide_ms", "wide")) if key in c]
-        parts.append(f"{c['label']}: {c['kept']} ({'; '.join(timed)})")
-    return "static decode step: " + "; ".join(parts) if parts else ""
 
 
 def describe_argmax(report: dict[str, Any] | None, what: str = "greedy argmax:") -> str:
@@ -83,7 +71,6 @@ def kernel_summary(report: dict[str, Any] | None) -> str:
         parts.append(f"greedy argmax: {meta['argmax_head'].get('kind', 'bf16')} screen at {_screened(meta['argmax_head'])}")
     if (meta.get("sampled_head") or {}).get("widths"):
         parts.append(f"sampled steps: bf16 screen's bounds at {_screened(meta['sampled_head'])}")
-    parts += [f"{c['label']} step: {c['kept']}" for c in meta.get("static_decode_choices") or []]
     return "; ".join(parts)
 
 

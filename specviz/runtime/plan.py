@@ -6,10 +6,11 @@ greedy argmax (``argmax``: ``bf16``, ``int8`` or ``full``), a sampled step's bou
 ``bf16`` or ``full``) and an int8 head (``int8_head``: ``_int_mm`` or ``oneDNN``) name what runs
 instead. A width between two planned ones takes the narrower's; a wider one the widest's.
 
-Tuning is a step, not a side effect: :func:`tune` (``specviz tune``, the app's start-up
-preparation, ``make bench``) measures every kernel at widths 1..9 once and writes one plan file per
-machine (:func:`cpu.machine_id`), model, torch version and thread count under the cache directory;
-loading a model, building its decoder and its first steps only read it (:func:`load`, :func:`of`).
+Tuning is a step, not a side effect: :func:`specviz.runtime.tune.tune` (``specviz tune``, the app's
+start-up preparation, ``make bench``) measures every kernel at widths 1..9 once and writes one plan
+file per machine (:func:`cpu.machine_id`), model, torch version and thread count under the cache
+directory (:func:`write`); loading a model, building its decoder and its first steps only read it
+(:func:`read`, :func:`of`).
 Without a plan file, each kind takes a default from the CPU's features (:func:`default_kernel`: the
 batch-invariant blocked product where specviz's ops build, oneDNN's packed bf16 product where the
 CPU has one, else F.linear), logged once. Screens are exact, so the plan never changes a certified
@@ -40,10 +41,8 @@ log = logging.getLogger(__name__)
 
 FORMAT = 1
 WIDTHS = tuple(range(1, cpu.MEASURED_ROWS + 1))  # float kernels: 1 (target-only) .. 9 (verifying k = 8)
-REPEATS = {"head": 3}  # rounds per width (min of them: a busy moment only adds time); others: BODY_REPEATS
-BODY_REPEATS = 5
+HEAD_REPEATS, BODY_REPEATS = 3, 5  # rounds per width (the min of them: a busy moment only adds time)
 FASTER = 0.9  # a later kernel in the table's order replaces the one chosen only under 90% of its time
-FLOAT_KINDS = ("head", "qkv", "o", "gate_up", "down")
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from .body import projections_of
 from .kernels import DEFAULT, TABLE, PlannedLinear, fusable, fused_of
 from .plan import (
     BODY_REPEATS,
-    REPEATS,
+    HEAD_REPEATS,
     WIDTHS,
     KindPlan,
     Plan,
@@ -130,11 +130,13 @@ def tune(model: torch.nn.Module, cache_dir: str | Path | None = None, *, again: 
             apply(model, found, cache_dir)
         return found, False
     say = progress or (lambda s: None)
+    if cpu.busy():  # two jobs on 2 cores double every kernel's time: the plan is written, and says the load
+        log.warning("specviz: tuning on a busy machine (load %.1f): the timings are noisy", cpu.load_average() or 0.0)
     kinds: dict[str, KindPlan] = {}
     head = float_head(model)
     if head is not None:
         say(f"timing the LM head's kernels ({len(TABLE)} kernels, widths 1-{WIDTHS[-1]})")
-        kinds["head"] = measure_kind([head.weight.detach()], REPEATS["head"])
+        kinds["head"] = measure_kind([head.weight.detach()], HEAD_REPEATS)
     for kind, weights in body_kinds(model).items():
         say(f"timing the {kind} projections' kernels")
         kinds[kind] = measure_kind(weights, BODY_REPEATS)
