@@ -12,7 +12,7 @@ import pytest
 
 from specviz.analysis import advisor as A
 from specviz.analysis import runcost as RC
-from tests.test_advisor import cost_model
+from tests.test_advisor import cost_model, tiny  # noqa: F401 (a fixture)
 
 
 def rec(k, verify_ms, other_ms=0.5, draft_ms=0.1, tree=()):
@@ -77,3 +77,28 @@ def test_nothing_to_anchor_leaves_the_model_alone():
     assert new.lookup_s == cost.lookup_s  # three lookups: kept as measured
     assert new.base_step_s == pytest.approx(ratios[9] * cost.base_step_s)  # one width: the same ratio everywhere
     assert "t(9) x 0.96" in RC.words(ratios, 5)
+
+
+@pytest.mark.parametrize("timed", [True, False])
+def test_advise_anchors_a_measured_cost_model_to_its_decode(tiny, monkeypatch, timed):
+    """advise() under greedy decoding prices the target's passes from its replay decode when the cost
+    model was timed here (measured_s > 0), and says so; a cost model of given numbers stays as given."""
+    from dataclasses import replace
+
+    from specviz.bench import advise as adv
+    from specviz.core.records import Sampling
+    from specviz.prompts import PromptRow
+
+    target, _ = tiny
+    given = replace(cost_model(slope=0.0005, overhead=0.001), measured_s=1.0 if timed else 0.0)
+    monkeypatch.setattr(adv, "load_or_measure", lambda *a, **kw: (given, False))
+    prompts = [PromptRow("the cat sat on the mat. the cat sat on the mat. the", "code", "p0"),
+               PromptRow("abc abc abc abc abc abc abc", "dialogue", "p1")]
+    advice = adv.advise(target, ["ngram"], prompts, ks=(1, 2), max_new_tokens=24, sampling=Sampling(temperature=0.0),
+                        chat=False)
+    told = [n for n in advice.notes if "priced as the advisor's own decode ran them" in n]
+    if timed:
+        assert len(told) == 1 and "t(1) x " in told[0] and advice.cost.target_s != given.target_s
+        assert advice.cost.drafts == given.drafts and advice.cost.prefill_s == given.prefill_s
+    else:
+        assert not told and advice.cost == given

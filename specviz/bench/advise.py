@@ -474,7 +474,10 @@ def advise(target, specs: Sequence[str], prompts: Sequence[PromptRow], *, cache_
 
 def _anchored(cost: CostModel, rep: Replayed, notes: list[str]) -> CostModel:
     """The cost model with the target's passes priced as the replay's decodes ran them
-    (:mod:`specviz.analysis.runcost`: a pass timed alone is not the pass a run makes)."""
+    (:mod:`specviz.analysis.runcost`: a pass timed alone is not the pass a run makes). A cost model
+    of given numbers (``measured_s`` 0: not timed on this machine, as tests give it) is used as given."""
+    if not cost.measured_s:
+        return cost
     runs = [steps for _, decode in rep.steps for steps in decode]
     lookups = [x for ngram, decode in rep.steps if ngram for x in runcost.draft_samples(decode)]
     anchored, ratios = runcost.anchored(cost, runcost.pass_samples(runs), lookups)
