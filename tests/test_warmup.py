@@ -26,15 +26,23 @@ def _model(tokenizer, name, seed):
     return loaded(make_llama(len(tokenizer), 32, 1, seed=seed), tokenizer, name)
 
 
-def test_prepare_loads_then_builds_the_static_step_and_a_run_then_waits_for_nothing(tokenizer, fresh_startup):
+def test_prepare_loads_tunes_then_builds_the_static_step_and_a_run_then_waits_for_nothing(tokenizer, fresh_startup,
+                                                                                         monkeypatch):
+    from specviz.runtime import state, tune
+
     model = _model(tokenizer, "tiny-warm", 11)
     assert static_decode.supports(model.model) is None  # a float Llama on the CPU: served by the static step
     said: list[str] = []
+    tuned = []
+    real = tune.tune
+    monkeypatch.setattr(tune, "tune", lambda m, *a, **k: tuned.append(state.of(m).decoder is None) or real(m, *a, **k))
     thread = warmup.prepare(["tiny-warm"], load=lambda name, progress=None: model, say=said.append)
     thread.join(120)
     assert not fresh_startup.running and fresh_startup.stage is None and not fresh_startup.errors
-    assert list(fresh_startup.seconds) == ["load tiny-warm", "static tiny-warm"]
-    assert said[0] == "loading tiny-warm" and "fast decode step" in said[1] and said[-1].startswith("start-up preparation done")
+    assert list(fresh_startup.seconds) == ["load tiny-warm", "tune tiny-warm", "static tiny-warm"]
+    assert tuned == [True]  # the plan is made before the decode step that reads it
+    assert said[0] == "loading tiny-warm" and said[1].startswith("tuning tiny-warm's kernels") and "fast decode step" in said[2]
+    assert said[-1].startswith("start-up preparation done")
     assert static_decode.warm(model.model) == 0.0  # built already: nothing left for the first run
     run_said: list[str] = []
     assert fresh_startup.wait(["tiny-warm"], run_said.append) == 0.0 and run_said == []
@@ -70,7 +78,7 @@ def test_the_rehearsal_runs_last_and_does_not_wait_for_its_own_preparation(token
     assert not thread.is_alive() and not fresh_startup.errors
     stage, waited, before = seen[0]
     assert stage.startswith("running the default configuration once, untimed") and waited == 0.0
-    assert before == ["load tiny-reh", "static tiny-reh"] and "rehearsal" in fresh_startup.seconds
+    assert before == ["load tiny-reh", "tune tiny-reh", "static tiny-reh"] and "rehearsal" in fresh_startup.seconds
 
 
 def test_a_run_announces_a_static_step_it_builds_itself(tokenizer):
