@@ -1,28 +1,27 @@
 """A draft token's cost against a target step: c = t(draft token) / t(target step), side by side;
-and the static step's runners (eager, compile, export, fused) side by side.
+and the static step's runners (eager, fused) side by side.
 
 For each draft spec, two copies of the same proposer draft k tokens (greedy) from the same cached
 context, interleaved in one process, each rolled back after every repeat:
 - transformers: the model's own forward on a DynamicCache (``SPECVIZ_STATIC_DECODE=0``);
-- static: specviz.runtime.static_decode's one-token step on static KV buffers (the default: the
-  runner it measures fastest);
+- static: specviz.runtime.static_decode's one-token step on static KV buffers (its default runner:
+  fused where it serves, else eager);
 and the target's own one-token decode step and its verify pass over k + 1 tokens (float32, both
 ways: the transformers forward and the static step that specviz runs) are timed in the same
 rotation, so each c is measured against the same machine state. Provisional on a busy machine.
 
-``--runners eager,compile,export,fused`` also times, in the same rotation, the target's one-token
+``--runners eager,fused`` also times, in the same rotation, the target's one-token
 step and verify pass and the int8 draft's one-token step (``--int8``, default TARGET@int8), whole
 (head included) and the body alone (one call of the runner, no head), through each runner of the
-static step (specviz.runtime.runners; each on its own decoder, built once, its
-build and first calls' seconds printed: compile and export pay theirs there, export once per model
-and torch version, then from its package on disk). ``--widths 1-9`` times the int8 draft's body
+static step (specviz.runtime.static_decode.RUNNERS; each on its own decoder, built once, its
+build and first calls' seconds printed). ``--widths 1-9`` times the int8 draft's body
 at each of those widths (per call; divide by the width for per token), and ``--int8-kernels
 int_mm,blocked`` builds the int8 draft once per ``Int8Options.kernel`` and times each in the same
 rotation (the kernels side by side, one process, interleaved).
 
     PYTHONPATH=$PWD python benchmarks/draft_cost.py [--target gemma-3-270m]
         [--draft draft:gemma-3-270m@int8 --draft draft:gemma-3-270m@int8,vocab=16384 | --draft none]
-        [--runners eager,compile,export,fused] [--widths 1-9] [--int8-kernels int_mm,blocked] [--k 4] [--repeats 9]
+        [--runners eager,fused] [--widths 1-9] [--int8-kernels int_mm,blocked] [--k 4] [--repeats 9]
 """
 
 from __future__ import annotations
@@ -180,9 +179,9 @@ def main() -> None:
                 t = time.perf_counter()
                 step()  # builds on the first call
                 if label == "target":
-                    verify()  # a second width (compile: the graph for n >= 2)
+                    verify()  # a second width
                 first = time.perf_counter() - t
-                built[label, runner] = (sum(decoder._runner.build_s.values()), first, decoder.runner)
+                built[label, runner] = (decoder.build_s, first, decoder.runner)
                 fns[f"{label} step [{runner}]"] = step
                 for width in (1, args.k + 1) if label == "target" else parse_widths(args.widths):
                     name = f"{label} body alone, {width} token(s) [{runner}] (per call)"

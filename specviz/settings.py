@@ -83,15 +83,13 @@ SETTINGS: tuple[Setting, ...] = (
             ("specviz/models/hub.py",)),
     # -- models and the engine's kernels ----------------------------------------------------------
     Setting("SPECVIZ_CACHE_DIR", "~/.cache/specviz",
-            "where the converted built-in models (and their `@int8` copies, under int8/, the static step's AOTInductor packages, under static_decode/, and the measured kernel choices) are kept",
-            "models (app, API, CLI)", ("specviz/runtime/runners.py",)),
+            "where the converted built-in models (and their `@int8` copies, under int8/, the built C++ ops, under kernels/, and the measured kernel choices) are kept",
+            "models (app, API, CLI)", ("specviz/runtime/state.py",)),
     Setting("SPECVIZ_STATIC_DECODE", "auto",
-            "how drafts and the target run the static decode step: `auto` keeps the first that serves of fused (an int8 "
-            "body on specviz's kernel or a planned float32 one: each layer one C++ op), export (a package on disk) and "
-            "eager, timing nothing (the same kernels and tokens on every start); `all` measures every runner, compile "
-            "and export included (each build within 120 s), and each prompt length's prefill way; "
-            "`eager`, `compile`, `export`, `fused`: that runner (eager if it "
-            "fails); `0`: the `transformers` forward instead (for comparisons)", "engine",
+            "how drafts and the target run the static decode step: `auto` runs fused (each layer one C++ op) where it "
+            "serves the body (an int8 one on specviz's kernel or a planned float32 one), else eager, timing nothing "
+            "(the same kernels and tokens on every start); `eager`, `fused`: that runner (eager if it fails); "
+            "`0`: the `transformers` forward instead (for comparisons)", "engine",
             ("specviz/runtime/static_decode.py",)),
     Setting("SPECVIZ_CPU_HEAD", "on",
             "`0`: keep a large fp32 or bf16 LM head's own `F.linear` instead of its plan's kernels (`specviz tune`)", "engine",

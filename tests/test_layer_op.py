@@ -1,8 +1,8 @@
 """The static step's ``fused`` runner (specviz.runtime.layer_op): each decoder layer of an int8 body,
 or of a planned float32 one, as one C++ op (torch.ops.specviz_int8.layer). Against the body it writes out, op for op: the same
 hidden states and the same K/V writes to float rounding, for Llama and Gemma 3 (sliding window),
-chains, a token tree and rollbacks; the runner serves only the bodies it can, is measured with
-the others, and a failure falls back to eager with the same tokens."""
+chains, a token tree and rollbacks; the runner serves only the bodies it can (and by default
+does), and a failure falls back to eager with the same tokens."""
 
 import copy
 import logging
@@ -45,7 +45,7 @@ def _step_pair(model):
         example = decoder._inputs(cache, prompt, 0)
         decoder.body(*example)  # the prompt's keys and values, by the body itself
         cache.length = len(prompt)
-        fused = layer_op.RUNNER.build(decoder.body, example).step
+        fused = layer_op.RUNNER.build(decoder.body, example)
     return decoder, cache, fused
 
 
@@ -84,13 +84,14 @@ def _writes_as_the_body(model):
 @pytest.fixture(params=["llama", "gemma"])
 def planned_model(request, tiny_target, gemma, monkeypatch, tmp_path):
     """A float32 copy whose projections are planned (q/k/v and gate/up fused; F.linear at one row,
-    oneDNN wider, as gemma-3-270m's q/k/v measured on a Zen 4): what the fused runner serves in float32."""
-    from specviz.runtime import cpu, projections
-    from tests.test_static_decode import _timings
+    oneDNN wider): what the fused runner serves in float32."""
+    from specviz.runtime import plan as kernel_plan
+    from specviz.runtime import projections
+    from tests.test_static_decode import _plan
 
     monkeypatch.setenv("SPECVIZ_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(projections, "MIN_BODY_ELEMENTS", 0)  # tiny models' projections planned too
-    monkeypatch.setattr(cpu, "time_weights", _timings("mixed"))
+    monkeypatch.setattr(kernel_plan, "of", _plan("mixed"))
     base = tiny_target if request.param == "llama" else gemma
     model = copy.deepcopy(base.model)
     static_cache(model)  # plans the projections
@@ -104,7 +105,7 @@ def test_the_op_is_a_float32_body_written_out(planned_model):
     verify pass's first row is the decode step's)."""
     body = static_cache(planned_model).decoder.body
     assert layer_op.products_kind(body) == "float32" and layer_op.why_not(body) is None
-    assert "fused" in [r.name for r in static_decode.candidates(body)]
+    assert static_decode.runner_for(body) is layer_op.RUNNER
     _writes_as_the_body(planned_model)
     decoder, cache, fused = _step_pair(planned_model)
     p, rows = cache.length, torch.tensor([3, 8, 5, 11, 4])
@@ -121,25 +122,12 @@ def test_it_serves_only_int8_bodies_on_specviz_kernel_and_planned_float32_ones(t
     monkeypatch.delenv("SPECVIZ_STATIC_DECODE", raising=False)
     body = static_cache(int8_model).decoder.body
     assert layer_op.why_not(body) is None
-    assert "fused" in [r.name for r in static_decode.candidates(body)]
+    assert static_decode.runner_for(body) is layer_op.RUNNER
     fp32 = static_cache(gemma.model).decoder.body
     assert "specviz's int8 kernel" in layer_op.why_not(fp32)
-    assert "fused" not in [r.name for r in static_decode.candidates(fp32)]
+    assert static_decode.runner_for(fp32).name == "eager"
     int_mm = quantize_int8(copy.deepcopy(tiny_target.model), options=Int8Options(smooth_alpha=None, kernel="int_mm"))
     assert layer_op.why_not(static_cache(int_mm).decoder.body) is not None
-    from specviz.runtime import runners
-    from specviz.runtime.kv import forward_logits
-
-    both = (static_decode.RUNNERS["fused"], static_decode.RUNNERS["eager"])  # measured, as SPECVIZ_STATIC_DECODE=all does
-    monkeypatch.setattr(static_decode, "candidates", lambda body, package_dir=None: both)
-    static_decode._decoders.pop(int8_model, None)
-    forward_logits(int8_model, torch.tensor([1, 5, 9]), static_cache(int8_model), 1)
-    forward_logits(int8_model, torch.tensor([4]), static_cache(int8_model), 1)  # measured on its first body call
-    choice = runners.choices()[-1]  # what specviz bench prints: the runner kept and every runner's time
-    assert choice["label"].endswith("(int8)") and {"fused", "eager"} <= set(choice["ms"])
-    assert choice["width"] == 1 and choice["wide"] == 5 and set(choice["wide_ms"]) == set(choice["ms"])
-    total = {k: choice["ms"][k] + choice["wide_ms"][k] for k in choice["ms"]}  # kept: the fastest over both widths
-    assert choice["kept"] == static_cache(int8_model).decoder.runner == min(total, key=total.get)
 
 
 @torch.inference_mode()
@@ -185,53 +173,17 @@ def test_an_int8_draft_on_it_keeps_the_target_exact(gemma, monkeypatch):
     assert dec.generate(PROMPTS[0], max_new_tokens=20).stats.acceptance_rate > 0.5
 
 
-def test_a_prompt_takes_the_way_measured_faster_at_its_length():
-    """Prefill: a length no longer than one where the body measured faster takes the body, one no
-    shorter than one where the model's forward did takes the model's, anything else runs both once."""
-    import time
-
-    calls = []
-
-    def way(name, seconds):
-        def run():
-            calls.append(name)
-            time.sleep(seconds)
-            return name
-        return run
-
-    choice = layer_op.Prefill("test", measure=True)
-    assert choice(10, way("model", 0.03), way("body", 0.0)) == "body" and calls == ["model", "body"]
-    calls.clear()
-    assert choice(8, way("model", 0.03), way("body", 0.0)) == "body" and calls == ["body"]
-    calls.clear()
-    # measured: the model, run again so that the prompt's keys and values are the chosen way's
-    assert choice(40, way("model", 0.0), way("body", 0.03)) == "model" and calls == ["model", "body", "model"]
-    assert (choice.body_upto, choice.model_from) == (10, 40)
-    calls.clear()
-    assert choice(50, way("model", 0.0), way("body", 0.03)) == "model" and calls == ["model"]
-
-
-def test_by_default_a_prompt_takes_the_body_unmeasured():
-    """Prefill unmeasured (the default): the body at every length, the model's forward never run, so
-    a prompt's keys and values do not depend on what a timing said on this start."""
-    calls = []
-    choice = layer_op.Prefill("test")
-    for n in (2, 10, 400):
-        assert choice(n, lambda: calls.append("model") or "model", lambda: calls.append("body") or "body") == "body"
-    assert calls == ["body"] * 3 and (choice.body_upto, choice.model_from) == (0, None)
-
-
 @torch.inference_mode()
 def test_a_prompt_prefilled_by_the_fused_body_continues_as_the_model_does(gemma, monkeypatch):
-    """Either way a prompt goes in, the next token's distribution is the int8 model's own (its
-    transformers forward over the whole sequence), and no prompt is timed (the body takes them all)."""
+    """A prompt prefilled by the fused body (all its rows in one call of each layer's op): the next
+    token's distribution is the int8 model's own (its transformers forward over the whole sequence)."""
     from specviz.runtime.kv import forward_logits, new_cache
 
     monkeypatch.setenv("SPECVIZ_STATIC_DECODE", "fused")
     q8 = quantize_int8(copy.deepcopy(gemma.model), gemma.tokenizer, Int8Options(kernel="blocked"))
     first = static_cache(q8)
     forward_logits(q8, torch.tensor([1, 5, 9]), first, 1)
-    forward_logits(q8, torch.tensor([4]), first, 1)  # the runner is chosen on the first body call
+    forward_logits(q8, torch.tensor([4]), first, 1)
     decoder = first.decoder
     assert decoder.runner == "fused"
     for prompt in ([1, 5, 9, 12, 7, 5, 9, 30, 4, 8], [2, 6, 9, 13, 8, 5, 3, 31, 5, 9]):
@@ -241,5 +193,3 @@ def test_a_prompt_prefilled_by_the_fused_body_continues_as_the_model_does(gemma,
             b = forward_logits(q8, torch.tensor(feed), dynamic, 1)
             overlap = float(torch.minimum(torch.softmax(a, -1), torch.softmax(b, -1)).sum())
             assert overlap > 0.97
-    fused = decoder._prefills["fused"]
-    assert not fused.measure and (fused.body_upto, fused.model_from) == (0, None)  # the body, never timed

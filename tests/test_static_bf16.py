@@ -16,7 +16,7 @@ from specviz.runtime import body, projections, static_decode
 from specviz.runtime.kv import forward_logits, keep_path, new_cache, rollback, score_tree
 from specviz.runtime.static_decode import StaticKV, static_cache, supports
 from tests.test_engine import PROMPTS
-from tests.test_static_decode import _timings, reference_logits, tiny_gemma
+from tests.test_static_decode import _plan, reference_logits, tiny_gemma
 
 BF16_ULP = 2.0**-7  # bf16's relative spacing: 8 significant bits
 
@@ -83,39 +83,33 @@ def test_bfloat16_is_served_and_float16_is_not(tiny_target):
     assert "float32 or bfloat16" in supports(copy.deepcopy(m32).to(torch.float16))
 
 
-@pytest.mark.parametrize("runner", ["eager", "graphs"])
-def test_a_bf16_body_gives_the_transformers_bf16_logits(runner, pair, monkeypatch, tmp_path):
-    from tests.test_static_decode import use_runner
-
-    runner = use_runner(monkeypatch, runner)
+def test_a_bf16_body_gives_the_transformers_bf16_logits(pair, monkeypatch, tmp_path):
     monkeypatch.setenv("SPECVIZ_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(static_decode, "MIN_CAPACITY", 16)  # the buffers grow on the way
     monkeypatch.setattr(static_decode, "SPAN", 8)
     cache = chains_and_tree_match(*pair)
-    assert cache.decoder.runner == runner
+    assert cache.decoder.runner == "eager"  # the fused op computes in float32 only
 
 
-@pytest.mark.parametrize("timing", ["mixed", "onednn"])
+@pytest.mark.parametrize("timing", ["mixed", "packed"])
 def test_planned_bf16_projections_give_the_same_logits(timing, pair, monkeypatch, tmp_path):
     """bf16 projections are planned as fp32 ones are (q/k/v and gate/up fused into bf16 weights,
-    each kind on its measured kernel per width; here a stand-in clock), with the same logits."""
-    from specviz.runtime import cpu
-    from tests.test_static_decode import graph_runner
+    each kind on its planned kernel per width; here a stand-in plan), with the same logits."""
+    from specviz.runtime import kernels
+    from specviz.runtime import plan as kernel_plan
 
     if not _onednn_runs_bf16():
         pytest.skip("this CPU's oneDNN has no bf16 inner product: the plan keeps F.linear (test_cpu)")
-    graph_runner(monkeypatch)
     monkeypatch.setenv("SPECVIZ_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(projections, "MIN_BODY_ELEMENTS", 0)  # tiny models' projections planned too
-    monkeypatch.setattr(cpu, "time_weights", _timings(timing))
+    monkeypatch.setattr(kernel_plan, "of", _plan(timing))
     cache = chains_and_tree_match(*pair)
     body = cache.decoder.body
     assert sorted(body.kernel_plans) == ["down", "gate_up", "o", "qkv"]
-    assert all(plan.dtype == "bfloat16" for plan in body.kernel_plans.values())
     assert all(f.weight.dtype == torch.bfloat16 for f in body.fused)
-    if cpu.pack(body.fused[0].weight) is not None:  # this build reorders bf16 weights: oneDNN reads the packed copies
+    if kernels.pack(body.fused[0].weight) is not None:  # this build reorders bf16 weights: oneDNN reads the packed copies
         assert all(f.packed is not None and f.packed.is_mkldnn for f in body.fused)
-    assert cache.decoder.runner == "compile"  # a step per kernel set reads the packed copies
+    assert cache.decoder.runner == "eager"
 
 
 def _onednn_runs_bf16() -> bool:
@@ -123,28 +117,24 @@ def _onednn_runs_bf16() -> bool:
     then times it as failing and keeps F.linear)."""
     from specviz.runtime import cpu
 
-    try:
-        cpu._onednn_linear(torch.randn(2, 32, dtype=torch.bfloat16), torch.randn(16, 32, dtype=torch.bfloat16), None)
-    except RuntimeError:
-        return False
-    return True
+    return cpu.onednn_bf16()
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_packed_copies_give_the_same_products(dtype):
-    """A packed copy (bf16: oneDNN's only way; fp32: the third kernel) multiplies as the weight does."""
-    from specviz.runtime import cpu
+    """A packed copy (bf16: oneDNN's only way; fp32: a kernel of the table) multiplies as the weight does."""
+    from specviz.runtime import kernels
 
     if dtype == torch.bfloat16 and not _onednn_runs_bf16():
         pytest.skip("this CPU's oneDNN has no bf16 inner product")
     w = torch.randn(48, 32).to(dtype)
-    packed = cpu.pack(w)
+    packed = kernels.pack(w)
     if packed is None:
         pytest.skip("this torch build cannot reorder weights for oneDNN")
-    assert packed.is_mkldnn and cpu.pack(w.to(torch.float16)) is None
+    assert packed.is_mkldnn and kernels.pack(w.to(torch.float16)) is None
     x = torch.randn(5, 32, dtype=dtype)
     tol = 1e-2 if dtype == torch.bfloat16 else 1e-5
-    torch.testing.assert_close(cpu._onednn_linear(x, packed, None), torch.nn.functional.linear(x, w), atol=tol, rtol=tol)
+    torch.testing.assert_close(kernels._onednn(x, packed, None), torch.nn.functional.linear(x, w), atol=tol, rtol=tol)
 
 
 def test_a_bf16_product_of_the_static_body_rounds_each_row_alike_at_every_width():
@@ -155,9 +145,8 @@ def test_a_bf16_product_of_the_static_body_rounds_each_row_alike_at_every_width(
         pytest.skip("this CPU's oneDNN has no bf16 inner product")
     torch.manual_seed(0)
     down = torch.nn.Linear(2048, 640, bias=False).to(torch.bfloat16)
-    planned = projections.PlannedLinear([copy.deepcopy(down)])
-    planned.onednn_at = (2,)  # oneDNN on the packed copy at every width, as the bf16 plans run
-    planned.packed = planned.pack()
+    planned = projections.PlannedLinear.fuse([copy.deepcopy(down)])
+    planned.use(["oneDNN packed"])  # oneDNN on the packed copy at every width, as the bf16 plans run
     assert planned.packed is not None
     x = torch.randn(9, 2048).to(torch.bfloat16)
     with torch.inference_mode():

@@ -10,8 +10,9 @@ import torch
 
 from specviz import SpeculativeDecoder
 from specviz.proposers import DraftModel
-from specviz.runtime import projections, static_decode
-from specviz.runtime.kv import forward_logits, new_cache, rollback, session_cache
+from specviz.runtime import projections, state, static_decode
+from specviz.runtime.body import EAGER, Runner
+from specviz.runtime.kv import forward_logits, new_cache, rollback
 from specviz.runtime.static_decode import StaticKV, static_cache, supports
 from tests.support.kernel import NEEDS_OP
 from tests.support.tiny import loaded, perturbed
@@ -107,23 +108,6 @@ def test_a_rollback_into_the_prompt_past_the_window(model):
     torch.testing.assert_close(forward_logits(model.model, torch.tensor(ids[9:]), cache, 5), want[9:], atol=2e-4, rtol=1e-4)
 
 
-@pytest.mark.parametrize("way", ["body", "model"])
-def test_a_prompt_goes_in_either_way_as_the_transformers_forward(model, way, monkeypatch):
-    """A prompt through the body on all its rows (eager) or through the model's own forward: the
-    same logits after it and on its last rows, past the sliding window (layer_op.Prefill takes the
-    body unless it measures; here each is forced)."""
-    ids = [1] + [(3 * i + 5) % 30 + 3 for i in range(13)]  # 14 tokens, past the 4-token window
-    want = reference_logits(model.model, ids)
-    cache = static_cache(model.model)
-    choice = cache.decoder._prefills["eager"]
-    monkeypatch.setattr(choice, "measure", True)
-    monkeypatch.setattr(choice, "body_upto", 100 if way == "body" else 0)
-    monkeypatch.setattr(choice, "model_from", None if way == "body" else 1)
-    got = torch.cat([forward_logits(model.model, torch.tensor(ids[:10]), cache, 3),
-                     forward_logits(model.model, torch.tensor(ids[10:]), cache, 4)])  # [7, V]
-    torch.testing.assert_close(got, want[7:], atol=2e-4, rtol=1e-4)
-
-
 @pytest.mark.parametrize("first", [1, 5])
 def test_one_step_serves_any_number_of_tokens(model, monkeypatch, first):
     """The target's verify pass feeds k + 1 tokens at once, a draft one: the same step
@@ -133,7 +117,7 @@ def test_one_step_serves_any_number_of_tokens(model, monkeypatch, first):
     monkeypatch.setattr(static_decode, "SPAN", 4)
     ids = [1] + [(11 * i + 2) % 30 + 3 for i in range(39)]  # 40 tokens
     want = reference_logits(model.model, ids)  # [40, V]
-    static_decode._decoders.pop(model.model, None)  # built anew, on a feed of `first` tokens
+    state.of(model.model).decoder = None  # built anew, on a feed of `first` tokens
     cache = static_cache(model.model)
     forward_logits(model.model, torch.tensor(ids[:3]), cache, 1)
     at = 3
@@ -230,13 +214,13 @@ def test_target_steps_run_on_it_and_stay_exact(tiny_target, gemma, monkeypatch):
 
 
 @torch.no_grad()
-def test_an_int8_body_builds_once_for_every_width(gemma, monkeypatch):
-    """An int_mm int8 copy (per-token activation scales computed for all rows at once, q/k/v and
-    gate/up fused, torch._int_mm) is built once by a graph runner: that one step feeds a chain's
-    tokens several at a time and scores a tree, with the same distributions as its transformers forward."""
-    built = graph_runner(monkeypatch)
+def test_an_int_mm_int8_body_runs_eagerly_at_every_width(gemma):
+    """An int_mm int8 copy (per-token activation scales for all rows at once, q/k/v and gate/up
+    fused, torch._int_mm), which the fused runner does not serve, runs on the eager body: one step
+    feeds a chain's tokens several at a time and scores a tree, with its transformers forward's
+    distributions."""
     static = int8_matches(gemma.model, "int_mm")
-    assert static.decoder.runner == "compile" and set(static.decoder._steps) == {None} and len(built) == 1
+    assert static.decoder.runner == "eager"
     assert len(static.decoder.body.fused) == 2 * len(gemma.model.model.layers)
 
 
@@ -251,7 +235,7 @@ def test_a_blocked_int8_body_serves_every_width_on_specviz_own_kernel(gemma, mon
         pytest.skip(f"the int8 kernel cannot be built here: {int8_kernel.load()}")
     monkeypatch.setenv("SPECVIZ_STATIC_DECODE", runner)
     static = int8_matches(gemma.model, "blocked")
-    assert static.decoder.runner == runner and set(static.decoder._steps) == {None}
+    assert static.decoder.runner == runner
     assert len(static.decoder.body.fused) == 2 * len(gemma.model.model.layers)
 
 
@@ -266,7 +250,6 @@ def int8_matches(model, kernel: str = "int_mm") -> StaticKV:
     q8 = quantize_int8(copy.deepcopy(model), options=Int8Options(smooth_alpha=None, kernel=kernel))
     ids = [1, 5, 9, 12, 7, 5, 9, 30, 4, 8, 6, 3, 10]
     dynamic, static = new_cache(q8), static_cache(q8)
-    assert static.decoder.body.any_width  # int_mm, blocked: no loop over rows, one build for every width
 
     def close(a, b):  # int8 rounding may differ, the distribution does not
         for x, y in zip(torch.softmax(a, -1), torch.softmax(b, -1)):
@@ -313,45 +296,20 @@ def test_the_step_is_built_once_per_model_and_freed_with_it(tokenizer):
 
 
 def test_warm_builds_the_step_before_a_session_and_changes_nothing(tokenizer):
-    """warm() chooses the runner up front (the app calls it while loading), once; a session after
-    it gives the transformers forward's greedy tokens as before."""
+    """warm() builds the step up front (the app calls it while loading), once; a session after it
+    builds nothing at any width and gives the transformers forward's greedy tokens as before."""
     model = tiny_gemma(len(tokenizer), seed=6)
     assert static_cache(model).decoder.runner is None
-    assert static_decode.warm(model) > 0 and static_cache(model).decoder.runner is not None
+    assert static_decode.warm(model, (1, 5)) > 0 and static_cache(model).decoder.runner == "eager"
     assert static_decode.warm(model) == 0.0  # built already
+    built = static_decode.build_seconds()
     lm = loaded(model, tokenizer, "tiny-gemma-warm")
     for prompt in PROMPTS[:2]:
         assert list(SpeculativeDecoder(lm, None).generate(prompt, max_new_tokens=12).token_ids) == hf_greedy(lm, prompt, 12)
+    assert static_decode.build_seconds() == built
 
 
-# -- the runners (specviz.runtime.runners) --------------------------------------------------------
-
-RUNNERS = ["eager", "graphs", pytest.param("compile", marks=pytest.mark.slow), pytest.param("export", marks=pytest.mark.slow)]
-
-
-def graph_runner(monkeypatch) -> list[int]:
-    """A stand-in for a graph runner (compile, export: a step built per set of kernels the body
-    runs at a width, see its graph_key) whose steps are the eager body, built in no time: the
-    runner machinery of those runners (has_graph, warm, a step per width) in fast tests. Installed
-    as "compile" and asked for by name. -> the widths it built steps for, in order."""
-    import dataclasses
-
-    from specviz.runtime import runners
-
-    built = []
-    monkeypatch.setitem(static_decode.RUNNERS, "compile", dataclasses.replace(
-        runners.COMPILE, build_step=lambda body, example, directory: built.append(int(example[0].shape[0])) or body))
-    monkeypatch.setenv("SPECVIZ_STATIC_DECODE", "compile")
-    return built
-
-
-def use_runner(monkeypatch, runner: str) -> str:
-    """Ask for ``runner`` by name ("graphs": :func:`graph_runner`) -> the name the decoder keeps."""
-    if runner == "graphs":
-        graph_runner(monkeypatch)
-        return "compile"
-    monkeypatch.setenv("SPECVIZ_STATIC_DECODE", runner)
-    return runner
+# -- the runners: eager and fused (specviz.runtime.layer_op) --------------------------------------
 
 
 def chains_match(model, widths=(1, 4, 1, 9, 2, 6)) -> StaticKV:
@@ -392,35 +350,6 @@ def tree_matches(model) -> None:
                                    atol=2e-4, rtol=1e-4)
 
 
-@pytest.mark.parametrize("runner", RUNNERS)
-def test_every_runner_gives_the_transformers_logits(runner, tiny_target, tokenizer, monkeypatch, tmp_path):
-    """Each runner, asked for by name, on a tiny Llama and a Gemma 3 with an 8-token sliding window:
-    chains of several widths with rollbacks between them and a token tree with its path kept, as
-    the transformers forward, the runner serving every call; and an int8 copy (its chain fed
-    several tokens at a time, its tree, one build for every width) keeps its distributions, the
-    runner serving it too. compile and export build for minutes on two cores: slow."""
-    runner = use_runner(monkeypatch, runner)
-    monkeypatch.setenv("SPECVIZ_CACHE_DIR", str(tmp_path))  # export's packages
-    monkeypatch.setattr(static_decode, "MIN_CAPACITY", 16)  # the buffers grow on the way
-    monkeypatch.setattr(static_decode, "SPAN", 8)
-    gemma = tiny_gemma(len(tokenizer), seed=7, sliding_window=8)
-    for model in (copy.deepcopy(tiny_target.model), gemma):  # new models: new decoders, built with this runner
-        cache = chains_match(model)
-        tree_matches(model)
-        assert cache.decoder.runner == runner
-    static = int8_matches(gemma)  # the int_mm kernel
-    assert static.decoder.runner in (runner, "eager")
-    if runner == "export":  # one package per body shape, its weights left out: built once, then loaded
-        from specviz.runtime import runners
-
-        assert len(list((tmp_path / "static_decode").glob("*.pt2"))) == 3  # Llama, Gemma, Gemma's int8 copy
-        twin = perturbed(tiny_target.model, 0.1, seed=4)  # other weights, the same shapes
-        chains_match(twin, widths=(1, 5))
-        assert runners._built[-1].note.startswith("loaded")
-        monkeypatch.delenv("SPECVIZ_STATIC_DECODE")  # and the default takes it (before eager) from the disk
-        assert [r.name for r in static_decode.candidates(static_decode.StaticDecoder(twin).body)] == ["export"]
-
-
 @pytest.fixture
 def fresh(tiny_target):
     """The tiny target as a new model (so a new static step, built under the test's settings)."""
@@ -431,14 +360,11 @@ def fresh(tiny_target):
 def test_a_failing_runner_gives_way_to_eager_with_the_same_tokens(fresh, monkeypatch, caplog, when):
     """A runner that raises at build, or at a call after a few good ones, leaves that model on the
     eager body: said once in the log with the reason, and greedy output is the target's own."""
-    import dataclasses
-
     from specviz.proposers import NGram
-    from specviz.runtime import runners
 
     calls = []
 
-    def flaky(body, example, directory):
+    def flaky(body, example):
         if when == "build":
             raise RuntimeError("no compiler here")
 
@@ -450,89 +376,84 @@ def test_a_failing_runner_gives_way_to_eager_with_the_same_tokens(fresh, monkeyp
 
         return step
 
-    monkeypatch.setitem(static_decode.RUNNERS, "compile", dataclasses.replace(runners.COMPILE, build_step=flaky))
-    monkeypatch.setenv("SPECVIZ_STATIC_DECODE", "compile")
-    with caplog.at_level("WARNING", logger="specviz.runtime.runners"):
+    monkeypatch.setitem(static_decode.RUNNERS, "fused", Runner("fused", flaky))
+    monkeypatch.setenv("SPECVIZ_STATIC_DECODE", "fused")
+    with caplog.at_level("WARNING", logger="specviz.runtime.static_decode"):
         for prompt in PROMPTS:
             want = hf_greedy(fresh, prompt, 16)
             assert list(SpeculativeDecoder(fresh, NGram(), k=4).generate(prompt, max_new_tokens=16).token_ids) == want
-    said = [r.getMessage() for r in caplog.records if "compile" in r.getMessage()]
+    said = [r.getMessage() for r in caplog.records if "fused" in r.getMessage()]
     assert len(said) == 1 and "no compiler here" in said[0], said
-    assert static_decode._decoders[fresh.model].runner == "eager"
+    assert state.of(fresh.model).decoder.runner == "eager"
     assert len(calls) == (0 if when == "build" else 4)
 
 
 @NEEDS_OP[0]
-def test_by_default_the_first_runner_that_serves_is_kept_without_timing(gemma, monkeypatch, caplog, specviz_op):
-    """Unset, the step keeps the first runner of AUTO that serves the body (an int8 copy on specviz's
-    kernel: fused) and times nothing, so a model runs the same kernels, and gives the same floats, on
-    every start whatever the machine was doing; its prompts go through the body, unmeasured. A float32
-    body no other runner serves runs eagerly."""
+def test_by_default_fused_serves_where_it_can_without_timing(gemma, monkeypatch, caplog, specviz_op):
+    """Unset, the step runs fused where layer_op.why_not allows (an int8 copy on specviz's kernel) and
+    times nothing, so a model runs the same kernels, and gives the same floats, on every start; a
+    float32 body the fused runner does not serve runs eagerly."""
     monkeypatch.delenv("SPECVIZ_STATIC_DECODE", raising=False)
-    with caplog.at_level("INFO", logger="specviz.runtime.runners"):
+    with caplog.at_level("INFO", logger="specviz.runtime.static_decode"):
         decoder = int8_matches(gemma.model, "blocked").decoder
-    assert decoder.runner == "fused" and decoder._runner.per_call == {}
-    assert not any("keeping" in r.getMessage() for r in caplog.records)
-    assert not any(p.measure for p in decoder._prefills.values())
-    assert static_decode.trace_seconds() > 0 and decoder.runner in static_decode.runners_kept()
+    assert decoder.runner == "fused"
+    assert [r.getMessage() for r in caplog.records if "built" in r.getMessage()] == [
+        f"specviz: built the fused static decode step of {decoder.label} in {decoder.build_s:.1f} s"]
+    assert static_decode.build_seconds() > 0 and decoder.runner in static_decode.runners_kept()
     plain = static_decode.StaticDecoder(copy.deepcopy(gemma.model)).body
-    assert [r.name for r in static_decode.candidates(plain)] == ["eager"]
+    assert static_decode.runner_for(plain) is EAGER
 
 
-@pytest.mark.parametrize("value, mode", [("", "auto"), ("1", "auto"), ("0", "off"), ("off", "off"), ("export", "export"),
-                                         ("FUSED", "fused"), ("all", "all"), ("fastest", "auto"),
-                                         ("trace", "auto")])  # TorchScript's runner is gone: measured instead
-def test_the_setting(monkeypatch, value, mode):
+@pytest.mark.parametrize("value, mode", [("", "auto"), ("1", "auto"), ("0", "off"), ("off", "off"), ("eager", "eager"),
+                                         ("FUSED", "fused"), ("fastest", "auto"),
+                                         ("all", "auto"), ("export", "auto"), ("compile", "auto")])  # removed runners
+def test_the_setting(monkeypatch, caplog, value, mode):
     monkeypatch.setenv("SPECVIZ_STATIC_DECODE", value)
-    assert static_decode.mode() == mode and static_decode.enabled() == (mode != "off")
+    static_decode._say_unknown.cache_clear()
+    with caplog.at_level("WARNING", logger="specviz.runtime.static_decode"):
+        assert static_decode.mode() == mode and static_decode.enabled() == (mode != "off")
+        static_decode.mode()
+    warned = "".join(r.getMessage() for r in caplog.records)  # once, and why for a removed runner
+    assert warned.count("SPECVIZ_STATIC_DECODE") == (value in ("fastest", "all", "export", "compile"))
+    assert ("removed" in warned) == (value in ("all", "export", "compile"))
 
 
 # -- the projections' kernels (specviz.runtime.projections.plan_projections) ---------------------------------
 
 
-def _timings(kind: str):
-    """A stand-in for cpu.time_weights: (F.linear s, oneDNN s[, oneDNN packed s]) by width. "mixed":
-    F.linear at one row, oneDNN from two (what gemma-3-270m's q/k/v measured on a Zen 4); "onednn":
-    oneDNN at every width; "packed": F.linear at one row, oneDNN on the packed copies from two (its
-    fp32 head on a Zen 1); "kmajor": F.linear on the K-major copies at one row, oneDNN from two
-    (fp32's head and gate/up on an AMX Xeon); "wfirst": the weight as the left operand wherever it
-    is timed (1-2 rows: gemma-3-270m's body on a Zen 4), oneDNN wider; "blocked": specviz's own
-    product at every width (its op built here)."""
-    def time_weights(weights, rows, *args, packed=None, kmajor=None, weight_first=False, blocked=None, **kwargs):
-        if kind == "blocked" and blocked is not None:
-            return (2.0, 2.0, None, None, None, None, 1.0)
-        if kind == "wfirst" and weight_first and rows <= projections.cpu.WEIGHT_FIRST_ROWS:  # as time_weights bounds it
-            return (2.0, 2.0, None, None, 1.0)
-        if kind == "packed" and packed is not None and None not in packed:
-            return (1.0, 2.0, 3.0) if rows == 1 else (2.0, 1.5, 1.0)
-        if kind == "kmajor" and kmajor is not None:
-            return (2.0, 2.0, None, 1.0)
-        return (1.0, 2.0) if kind not in ("onednn", "kmajor") and rows == 1 else (2.0, 1.0)
-    return time_weights
+def _plan(kind: str):
+    """A stand-in for the model's kernel plan (specviz.runtime.plan.of): "mixed": F.linear at one row,
+    oneDNN on the packed copies from two (gemma-3-270m's q/k/v on a Zen 4 before the blocked
+    product); "packed": oneDNN's packed copies at every width; "blocked": specviz's own product at
+    every width (its op built here)."""
+    from specviz.runtime import plan as kernel_plan
+
+    by_width = {"mixed": {1: "F.linear", 2: "oneDNN packed"}, "packed": {1: "oneDNN packed"},
+                "blocked": {1: "specviz blocked"}}[kind]
+    tuned = kernel_plan.Plan("stand-in", {k: kernel_plan.KindPlan(by_width) for k in ("qkv", "o", "gate_up", "down")})
+    return lambda model: tuned
 
 
-@pytest.mark.parametrize("runner", RUNNERS + [pytest.param("fused", marks=NEEDS_OP[0])])
-@pytest.mark.parametrize("timing", ["mixed", "onednn", "packed", "kmajor", "wfirst", pytest.param("blocked", marks=NEEDS_OP[0])])
+@pytest.mark.parametrize("runner", ["eager", pytest.param("fused", marks=NEEDS_OP[0])])
+@pytest.mark.parametrize("timing", ["mixed", "packed", pytest.param("blocked", marks=NEEDS_OP[0])])
 def test_planned_projections_give_the_transformers_logits(runner, timing, tiny_target, tokenizer, monkeypatch, tmp_path,
                                                           request):
-    """q/k/v and gate/up fused, and every projection kind on the kernel its plan picks per width
-    (oneDNN at some widths, F.linear at others, or oneDNN everywhere): the same logits as the
+    """q/k/v and gate/up fused, and every projection kind on the kernel its plan names per width
+    (oneDNN at some widths, F.linear at others, or one kernel everywhere): the same logits as the
     transformers forward for chains, rollbacks and a tree; the members' weights are views of the
-    fused ones (no second copy); a plan that changes kernel with the width builds a graph per set
-    of kernels (here two: one row, and every wider width), not per width."""
-    from specviz.runtime import cpu
+    fused ones (no second copy)."""
+    from specviz.runtime import kernels
+    from specviz.runtime import plan as kernel_plan
 
-    if runner == "compile":  # dynamo counts recompiles of the body's code across this process's tests (limit 64)
-        torch._dynamo.reset()
     if timing == "blocked" or runner == "fused":
         request.getfixturevalue("specviz_op")  # built and loaded
     calls = []
-    onednn = cpu._onednn_linear
-    monkeypatch.setattr(cpu, "_onednn_linear", lambda *a: calls.append(a[0].shape[0]) or onednn(*a))
-    runner = use_runner(monkeypatch, runner)
+    onednn = kernels._onednn
+    monkeypatch.setattr(kernels, "_onednn", lambda *a: calls.append(a[0].shape[0]) or onednn(*a))
+    monkeypatch.setenv("SPECVIZ_STATIC_DECODE", runner)
     monkeypatch.setenv("SPECVIZ_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(projections, "MIN_BODY_ELEMENTS", 0)  # tiny models' projections planned too
-    monkeypatch.setattr(cpu, "time_weights", _timings(timing))
+    monkeypatch.setattr(kernel_plan, "of", _plan(timing))
     monkeypatch.setattr(static_decode, "MIN_CAPACITY", 16)
     monkeypatch.setattr(static_decode, "SPAN", 8)
     for model in (copy.deepcopy(tiny_target.model), tiny_gemma(len(tokenizer), seed=7, sliding_window=8)):
@@ -553,89 +474,55 @@ def test_planned_projections_give_the_transformers_logits(runner, timing, tiny_t
         fused = projections.fused_of(attn.q_proj, attn.k_proj, attn.v_proj)
         assert fused is not None and attn.q_proj.weight.data_ptr() == fused.weight.data_ptr()
         assert attn.k_proj.weight.untyped_storage().data_ptr() == fused.weight.untyped_storage().data_ptr()
-        uniform = timing in ("onednn", "blocked")  # one kernel at every width
-        assert body.any_width is uniform and body.rows_at_once
+        packs = kernels.pack(fused.weight) is not None
         # one row: F.linear in the mixed plan (the fused runner: specviz's float32 product at every width)
-        assert timing == "blocked" or runner == "fused" or (calls and (timing == "onednn" or 1 not in calls))
+        assert timing == "blocked" or runner == "fused" or not packs or (calls and (timing == "packed" or 1 not in calls))
         assert not (timing == "blocked" and calls) and all((f.blocked is not None) is (timing == "blocked") for f in body.fused)
-        assert timing != "wfirst" or 2 not in calls  # two rows: weight-first too
-        export_mixed = runner == "export" and not uniform  # one graph of symbolic width: eager, said once
-        assert cache.decoder.runner == ("eager" if export_mixed else runner)
-        if runner == "compile" and request.node.callspec.params["runner"] == "graphs":
-            # one row, and every wider width; or one for all; weight-first's one and two rows differ (bmm, mm)
-            assert len(cache.decoder._steps) == (1 if uniform else 2)
-        if timing == "wfirst":  # one row (bmm), two (mm) and wider (oneDNN): three graphs where all three widths run
-            assert len({body.graph_key(n) for n in (1, 2, 3, 4, 5)}) == 3
-        if cpu.pack(fused.weight) is not None:  # a second copy only where a plan reads it
-            assert all((f.packed is not None and f.packed.is_mkldnn) is (timing == "packed") for f in body.fused)
-        assert all((f.kmajor is not None) is (timing == "kmajor") for f in body.fused)
+        assert cache.decoder.runner == runner
+        if packs:  # a second copy only where a plan reads it
+            assert all((f.packed is not None and f.packed.is_mkldnn) is (timing != "blocked") for f in body.fused)
         calls.clear()
 
 
-def test_warm_builds_a_graph_for_every_width_asked(tiny_target, monkeypatch, tmp_path):
-    """warm(model, widths) builds, before any session, the step of every width asked (widths on the
-    same kernels share one), so no later call of those widths builds anything."""
-    from specviz.runtime import cpu, runners
-
-    widths = graph_runner(monkeypatch)
-    monkeypatch.setenv("SPECVIZ_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(projections, "MIN_BODY_ELEMENTS", 0)
-    monkeypatch.setattr(cpu, "time_weights", _timings("mixed"))  # F.linear at one row, oneDNN from two
-    model = copy.deepcopy(tiny_target.model)
-    decoder = static_cache(model).decoder
-    assert not any(decoder.has_graph(n) for n in range(1, 6))
-    assert static_decode.warm(model, range(1, 6)) > 0
-    assert all(decoder.has_graph(n) for n in range(1, 6)) and len(decoder._steps) == 2
-    assert static_decode.warm(model, range(1, 6)) == 0.0
-    built = runners.build_seconds()
-    cache = session_cache(model)
-    forward_logits(model, torch.tensor([1, 5, 9, 2]), cache, 1)
-    for n in (1, 3, 5, 2):
-        forward_logits(model, torch.arange(3, 3 + n), cache, n)
-    assert runners.build_seconds() == built and widths == [1, 2]  # one row, then one wider width for 2..5
-
-
 def test_a_second_decoder_on_a_model_reuses_its_planned_layers(tiny_target, monkeypatch, tmp_path):
-    """A second StaticDecoder on the same model (runners timed side by side) takes the first's
-    planned layers instead of planning its own. Its graphs reach them through the model's own
-    projections, so planning anew took them from the first body: the first's graph of a new width
-    then read a packed weight from outside its modules (TorchScript's trace, since removed, failed:
-    "Unsupported value kind: Tensor") and ran eagerly from then on."""
-    from specviz.runtime import cpu
+    """A second StaticDecoder on the same model (draft_cost.py's runners side by side) takes the
+    first's planned layers instead of planning its own: one copy of the weights, and the first
+    body's projections stay the ones it planned."""
+    from specviz.runtime import kernels
+    from specviz.runtime import plan as kernel_plan
 
-    graph_runner(monkeypatch)
+    monkeypatch.setenv("SPECVIZ_STATIC_DECODE", "eager")
     monkeypatch.setenv("SPECVIZ_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(projections, "MIN_BODY_ELEMENTS", 0)
-    monkeypatch.setattr(cpu, "time_weights", _timings("packed"))  # oneDNN on the packed copies from two rows
+    monkeypatch.setattr(kernel_plan, "of", _plan("mixed"))  # oneDNN on the packed copies from two rows
+    monkeypatch.setenv("SPECVIZ_STATIC_DECODE", "eager")  # the planned kernels themselves (not the fused op)
     model = copy.deepcopy(tiny_target.model)
     ids = [1] + [(11 * i + 2) % 30 + 3 for i in range(9)]
     want = reference_logits(model, ids)  # [10, V]
     first = static_decode.StaticDecoder(model).new_cache()
     forward_logits(model, torch.tensor(ids[:3]), first, 1)  # prefilled by the model's own forward: no graph yet
     second = static_decode.StaticDecoder(model)
-    if cpu.pack(second.body.fused[0].weight) is None:
+    if kernels.pack(second.body.fused[0].weight) is None:
         pytest.skip("no packed oneDNN weights in this build")
     assert list(second.body.fused) == list(first.decoder.body.fused)  # the same layers, one copy of the weights
     forward_logits(model, torch.tensor(ids[:3]), second.new_cache(), 1)
     got = forward_logits(model, torch.tensor(ids[3:8]), first, 5)  # the first body's first graph: 5 rows, packed
     torch.testing.assert_close(got, want[3:8], atol=2e-4, rtol=1e-4)
-    assert first.decoder.runner == "compile"
+    assert first.decoder.runner == "eager"
 
 
-def test_a_projection_plan_is_measured_once_per_machine_and_cached(tiny_target, monkeypatch, tmp_path):
-    """The plan of each projection kind is measured on the first model and read from the cache file
-    for the next model of the same shapes; SPECVIZ_CPU_KERNELS=0 leaves the projections alone."""
-    from specviz.runtime import cpu
+def test_a_projection_plan_is_read_never_measured(tiny_target, monkeypatch, tmp_path):
+    """A decoder's projections take the kernels the model's plan names (feature defaults without
+    one) and time nothing; SPECVIZ_CPU_KERNELS=0 leaves the projections alone."""
+    from specviz.runtime import plan as kernel_plan
 
     monkeypatch.setenv("SPECVIZ_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(projections, "MIN_BODY_ELEMENTS", 0)
-    timed = []
-    monkeypatch.setattr(cpu, "time_weights", lambda weights, rows, *a, **k: timed.append(rows) or (2.0, 1.0))
-    first = static_decode.StaticDecoder(copy.deepcopy(tiny_target.model)).body
-    assert len(timed) == 4 * cpu.MEASURED_ROWS and not any(p.cached for p in first.kernel_plans.values())
-    again = static_decode.StaticDecoder(copy.deepcopy(tiny_target.model)).body
-    assert len(timed) == 4 * cpu.MEASURED_ROWS and all(p.cached for p in again.kernel_plans.values())
-    assert (tmp_path / cpu.CACHE_FILE).exists()
+    monkeypatch.setattr(kernel_plan, "time_kernels", lambda *a, **k: pytest.fail("timed while building a decoder"))
+    body = static_decode.StaticDecoder(copy.deepcopy(tiny_target.model)).body
+    want = kernel_plan.default_kernel("qkv")
+    assert all(p.kernels == {1: want} and not p.cached for p in body.kernel_plans.values())
+    assert all(f.kernels == (want,) * kernel_plan.WIDTHS[-1] for f in body.fused)
     monkeypatch.setenv("SPECVIZ_CPU_KERNELS", "0")
     off = static_decode.StaticDecoder(copy.deepcopy(tiny_target.model)).body
     assert off.kernel_plans == {} and len(off.fused) == 0
@@ -643,17 +530,14 @@ def test_a_projection_plan_is_measured_once_per_machine_and_cached(tiny_target, 
 
 def test_an_early_exit_body_built_first_keeps_its_plain_layers_when_the_target_plans(tiny_target, monkeypatch, tmp_path):
     """An early-exit draft shares the target's first layers, and a sweep builds its body first (when
-    it builds its decoders). Its kind too small to plan (the o projections of one layer) stayed
-    plain; the target then planned that kind over all its layers, the shared one included, and the
-    draft's first graph read the new fused layer from outside its own modules (TorchScript's trace,
-    since removed: "Unsupported value kind: Tensor"): the draft ran eagerly for the rest of the
-    sweep. Now layers a body reads stay as it left them, and the target plans the rest."""
+    it builds its decoders). Its kind too small to plan (the o projections of one layer) stays
+    plain: layers a body reads stay as it left them, and the target plans the rest."""
     from specviz.proposers import EarlyExit
-    from specviz.runtime import cpu
+    from specviz.runtime import plan as kernel_plan
 
-    graph_runner(monkeypatch)
+    monkeypatch.setenv("SPECVIZ_STATIC_DECODE", "eager")
     monkeypatch.setenv("SPECVIZ_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(cpu, "time_weights", _timings("packed"))
+    monkeypatch.setattr(kernel_plan, "of", _plan("mixed"))
     target = loaded(copy.deepcopy(tiny_target.model), tiny_target.tokenizer, "tiny-ee-target")
     layers = target.model.model.layers
     ee = EarlyExit(target, 1)
@@ -666,6 +550,6 @@ def test_an_early_exit_body_built_first_keeps_its_plain_layers_when_the_target_p
     assert projections.fused_of(layers[1].self_attn.o_proj) is not None  # the target's own: planned
     for k in (1, 2, 3):
         assert SpeculativeDecoder(target, ee, k=k).generate(prompt, max_new_tokens=12).token_ids == want
-    assert static_decode.static_cache(ee.model.model).decoder.runner == "compile"
-    assert static_decode.static_cache(target.model).decoder.runner == "compile"
+    assert static_decode.static_cache(ee.model.model).decoder.runner == "eager"
+    assert static_decode.static_cache(target.model).decoder.runner == "eager"
     assert list(want) == hf_greedy(target, prompt, 12)

@@ -371,7 +371,7 @@ STARTUP = StartUp()
 
 def record_path() -> Path:
     """Where the app keeps its last preparation's total: the cache directory (``SPECVIZ_CACHE_DIR``)."""
-    from ..runtime.runners import cache_home
+    from ..runtime.state import cache_home
 
     return cache_home() / RECORD_FILE
 

@@ -22,11 +22,10 @@ from ..runtime import static_decode
 from ..runtime.argmax_head import report as argmax_report
 from ..runtime.cpu import machine_id
 from ..runtime.int8_speed import kernel_choice as int8_kernel_choice
-from ..runtime.runners import choices as runner_choices
 from ..runtime.sampled_head import report as sampled_head_report
+from ..runtime.static_decode import build_seconds, projection_kernel_report, runners_kept
 from ..runtime.static_decode import enabled as static_decode_enabled
 from ..runtime.tune import head_report
-from ..runtime.static_decode import projection_kernel_report, runners_kept, trace_seconds
 from . import stalls
 from .config import SCHEMA, TARGET_ONLY, BenchConfig, BenchEvent, RunSpec
 from .hf import _hf_kwargs, _run_hf, _sync
@@ -98,7 +97,7 @@ class Sweep:
         self.stopped = False
         self.finished = False
         self.wall_s = self.timed_s = self.warmup_s = 0.0
-        self._traced_before = trace_seconds()  # static decode steps traced before this sweep
+        self._traced_before = build_seconds()  # static decode steps built before this sweep
         self._started: float | None = None
         self._ids: list[list[int]] | None = None
         self._out_ids: dict[RunSpec, list[int]] = {}  # the current prompt's outputs, for same_as_target
@@ -339,9 +338,8 @@ class Sweep:
             "threads": torch.get_num_threads(),
             "bandwidth_gb_s": [round(b, 2) for b in self.bandwidth_probes],  # read beside target-only's runs
             "static_decode": static_decode_enabled(),  # chain steps (drafts and the target) on the traced step (specviz.runtime.static_decode)
-            "static_decode_trace_s": trace_seconds() - self._traced_before,  # tracing it, once per model
-            "static_decode_runner": runners_kept(),  # the runner(s) it kept: fused, trace, export, compile, eager (runtime.runners)
-            "static_decode_choices": runner_choices(),  # each model's: the runner kept and every runner's ms per call
+            "static_decode_trace_s": build_seconds() - self._traced_before,  # building it, once per model
+            "static_decode_runner": runners_kept(),  # the runner(s) it kept: fused, eager (runtime.static_decode)
             "lm_head": head_report(getattr(self.target, "model", None)),  # its plan's kernel per width (runtime.tune)
             # greedy lean steps: the certified argmax's bf16 screen, per width (specviz.runtime.argmax_head)
             "argmax_head": argmax_report(self.target.model) if getattr(self.target, "model", None) is not None else None,

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from .. import settings
-from ..runtime.runners import cache_home
+from ..runtime.state import cache_home
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 def cache_dir() -> Path:
     """Where converted built-in models live: ``$SPECVIZ_CACHE_DIR``, else ``~/.cache/specviz``
-    (the one cache directory, :func:`specviz.runtime.runners.cache_home`)."""
+    (the one cache directory, :func:`specviz.runtime.state.cache_home`)."""
     return cache_home()
 
 

@@ -12,14 +12,15 @@ head before the rotary (Qwen3 by plain w); Qwen2 (and any ``attention_bias``) ad
 projections carry; Phi-3 stores q/k/v and gate/up as one fused projection each, in the order the
 body fuses them, and may rotate only part of each head; the sliding window sits on every layer of
 Mistral and Phi-3 when set, on the layers ``layer_types`` names for Gemma 3, Qwen2 and Qwen3.
-:func:`family_why_not` says, in a sentence, what of a config the body cannot serve. A runner (:mod:`specviz.runtime.runners`) runs it: eager,
-compiled, exported, traced, or each layer as one C++ op (:mod:`specviz.runtime.layer_op`, the same
-layer in C++). Every shape is written with -1 for n, so one build can serve every width.
+:func:`family_why_not` says, in a sentence, what of a config the body cannot serve. A
+:class:`Runner` runs it: :data:`EAGER` (the body op by op) or ``fused`` (each layer one C++ op:
+:mod:`specviz.runtime.layer_op`). Every shape is written with -1 for n, so one step serves every width.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
+from dataclasses import dataclass
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -27,7 +28,8 @@ import torch.nn.functional as F
 from . import projections
 from .projections import fused_of
 
-__all__ = ["FAMILIES", "DecoderBody", "family_why_not", "projections_of", "rotary_dim", "sliding_layers"]
+__all__ = ["EAGER", "FAMILIES", "DecoderBody", "Runner", "family_why_not", "projections_of", "rotary_dim", "rows_at_once",
+           "sliding_layers"]
 
 
 FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "gemma3_text", "phi3")  # model_type values the body serves
@@ -42,6 +44,14 @@ def projections_of(layer: torch.nn.Module) -> tuple[tuple[torch.nn.Module, ...],
     qkv = (attn.qkv_proj,) if hasattr(attn, "qkv_proj") else (attn.q_proj, attn.k_proj, attn.v_proj)
     gate_up = (mlp.gate_up_proj,) if hasattr(mlp, "gate_up_proj") else (mlp.gate_proj, mlp.up_proj)
     return qkv, (attn.o_proj,), gate_up, (mlp.down_proj,)
+
+
+def rows_at_once(layers) -> bool:
+    """Whether every projection of ``layers`` takes all n rows in one call: a plain ``nn.Linear``
+    or one of specviz's own (``any_width``: int8 copies, planned layers). Anything else keeps the
+    ``transformers`` forward (static_decode.supports)."""
+    return all(type(m) is torch.nn.Linear or getattr(m, "any_width", False) is True
+               for layer in layers for members in projections_of(layer) for m in members)
 
 
 def sliding_layers(text) -> list[bool]:
@@ -116,12 +126,28 @@ def _project(linear: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
     return _rows(fused_of(linear) or linear, x)
 
 
+Step = Callable[..., torch.Tensor]  # the body's inputs -> hidden states [n, d] (writes the K/V buffers)
+
+
+@dataclass(frozen=True)
+class Runner:
+    """One way to run a body: ``build(body, example)`` -> a step taking the body's inputs (``example``:
+    one set of them) that gives the body's hidden states and writes the same K/V slots. A step
+    serves every width; one that raises gives way to :data:`EAGER` (static_decode)."""
+
+    name: str
+    build: Callable[[torch.nn.Module, tuple], Step]
+
+
+EAGER = Runner("eager", lambda body, example: body)  # the body itself, op by op: serves every body
+
+
 class DecoderBody(torch.nn.Module):
     """The decoder body for n new tokens: (tokens [n], positions [n], rotary rows, masks, K/V
     buffers) -> the final-norm hidden states [n, d]; writes the tokens' keys and values into the
     buffers. n = 1 is a draft's decode step; n = k + 1 is the target's verify pass."""
 
-    def __init__(self, model: torch.nn.Module, kernel_dir: Path | None = None):
+    def __init__(self, model: torch.nn.Module):
         super().__init__()
         text = model.config.get_text_config()
         body = model.model
@@ -152,42 +178,25 @@ class DecoderBody(torch.nn.Module):
             if self.qk_norm:  # q's and k's heads are normed as one [h + kv, hd] tensor: q's scale per query head, then k's
                 q_scale, k_scale = scale(layer.self_attn.q_norm), scale(layer.self_attn.k_norm)  # each [hd]
                 scales.append(torch.cat([q_scale.expand(self.heads, -1), k_scale.expand(self.kv_heads, -1)]))
-            for j, w in enumerate(scales):  # buffers, so an exported graph names them (runners.py)
+            for j, w in enumerate(scales):  # buffers: they follow the module's .to()
                 self.register_buffer(f"norm_{i}_{j}", w, persistent=False)
             self.norms.append([f"norm_{i}_{j}" for j in range(len(scales))])
         self.register_buffer("final", scale(body.norm), persistent=False)
         kinds = [projections_of(layer) for layer in self.layers]  # per layer: (q, k, v), (o,), (gate, up), (down,)
-        linears = [m for layer in kinds for members in layer for m in members]
-        # all n tokens in one call: plain Linears, or int8 ones (specviz.runtime.quantize: no row loop)
-        self.rows_at_once = all(type(m) is torch.nn.Linear or getattr(m, "any_width", False) is True for m in linears)
-        # fp32 or bf16 projections: q/k/v and gate/up fused, each kind on the kernel measured faster per width
-        # (projections.py)
+        # q/k/v and gate/up fused, each kind on the kernel measured faster per width (projections.py)
         kind_names = ("qkv", "o", "gate_up", "down")
         self.kernel_plans = {kind: plan for kind, (_, plan) in projections.plan_projections({
             name: [layer[j] for layer in kinds] for j, name in enumerate(kind_names)
         }, model).items()}  # read from the model's kernel plan (specviz.runtime.plan)
         fused = [fused_of(*layer[j]) for j in range(len(kind_names)) for layer in kinds]
-        self.fused = torch.nn.ModuleList([f for f in fused if f is not None])  # registered: an export names their weights
-        # one build serves every n unless a projection's kernel changes with the width
-        self.any_width = self.rows_at_once and all(getattr(f, "uniform", lambda: True)() for f in self.fused)
-
-    def graph_key(self, n: int) -> object:
-        """What a graph of this body for n tokens depends on: the kernel each planned projection runs
-        at width n (widths that agree share one graph), or n itself for projections that loop over
-        their rows (a packed int8 copy's). Weight-first (code 4) runs one row through another
-        product than wider widths (cpu._weight_first_linear), so its one row has a graph of its own."""
-        if not self.rows_at_once:
-            return n
-        codes = (f.onednn_at[min(n, len(f.onednn_at) - 1)] for f in self.fused if hasattr(f, "onednn_at"))
-        return tuple((c, n == 1) if c == 4 else c for c in codes)
+        self.fused = torch.nn.ModuleList([f for f in fused if f is not None])  # the planned layers this body reads
 
     def _norm(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:  # [..., m] -> [..., m]
         """RMSNorm in float32 with scale ``w`` (broadcast over x), rounded back to x's dtype (a no-op
         cast in float32), written out as transformers' Gemma norm writes it (Llama's, in bf16, scales
         after rounding back: one rounding apart, as ``F.rms_norm`` was). The same floats as
-        ``F.rms_norm``, which on a CPU runs these ops one by one with casts around them: about 10 us
-        a call in a trace against under 2 written out (109 norms a gemma-3-270m step)."""
-        if x.dtype == torch.float32:  # no casts: a trace would keep them as two ops a norm (~180 a step)
+        ``F.rms_norm``, which on a CPU runs these ops one by one with casts around them."""
+        if x.dtype == torch.float32:  # no casts
             return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * w
         xf = x.float()
         return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps) * w).to(x.dtype)
@@ -206,22 +215,16 @@ class DecoderBody(torch.nn.Module):
 
     def forward(self, tokens, pos, cos, sin, cos_local, sin_local, mask, mask_local, keys, values):
         # tokens, pos [n] long; cos/sin [n, 1, hd]; masks [n, S] additive; keys/values [layers, kv, C, hd] (C >= S)
-        return self.run_layers(self.layer, tokens, pos, cos, sin, cos_local, sin_local, mask, mask_local, keys, values)
-
-    def run_layers(self, layer_step, tokens, pos, cos, sin, cos_local, sin_local, mask, mask_local, keys, values):
-        """The forward with each decoder layer run by ``layer_step`` (:meth:`layer`, or a compiled
-        copy of it that every layer shares: specviz.runtime.runners)."""
         h = F.embedding(tokens, self.embedding) * self.embed_scale  # [n, d]
         for i, layer in enumerate(self.layers):
             w = [getattr(self, name) for name in self.norms[i]]
             rows = (cos_local, sin_local, mask_local) if self.local[i] else (cos, sin, mask)
-            h = layer_step(h, layer, w, pos, *rows, keys[i], values[i])
+            h = self.layer(h, layer, w, pos, *rows, keys[i], values[i])
         return self._norm(h, self.final)  # [n, d]
 
     def layer(self, h, layer, w, pos, cos, sin, mask, keys, values):
         """One decoder layer: h [n, d] -> [n, d]; writes the tokens' keys and values [kv, n, hd] into
-        ``keys``/``values`` [kv, C, hd] at ``pos``. Every shape is written with -1 for n, so one
-        graph (trace, export) serves any number of tokens."""
+        ``keys``/``values`` [kv, C, hd] at ``pos``. Every shape is written with -1 for n."""
         hd, norm = self.head_dim, self._norm
         kv, group = self.kv_heads, self.heads // self.kv_heads
         span = mask.shape[1]  # S: attention reads the buffers' first S slots (the buffers hold C >= S)

@@ -93,7 +93,7 @@ def _ninja_on_path() -> None:
 
 def _library() -> Path:
     """Where this machine's build of the ops lives: ``<cache home>/kernels/<name>.so``, present only whole."""
-    from .runners import cache_home
+    from .state import cache_home
 
     name = _name()
     return cache_home() / "kernels" / f"{name}.so"

@@ -1,38 +1,28 @@
-"""The static step's ``fused`` runner: each decoder layer of an int8 or float32 body as one op.
+"""The static step's ``fused`` runner: each decoder layer of a float32 body as one C++ op.
 
-An int8 draft's one-token step is mostly not its products: on a Zen 4 EPYC (2 threads) gemma-3-270m's
-int8 body spent about 2.6 ms of 6 ms in its 72 int8 products and the rest in ~30 small ops a layer
-(norms, rotary, K/V writes, attention, the activation, residual adds), each dispatched alone, even
-traced. ``torch.ops.specviz_int8.layer`` (``layer_kernel.cpp``, built with the int8 kernel) is
-:meth:`specviz.runtime.body.DecoderBody.layer` written out in C++ on the same products: one
-call a layer. This runner calls it from Python for each layer (no graph to build) and serves
-float32 bodies whose projections all run on specviz's int8 kernel (``@int8``, ``kernel="blocked"``,
-q/k/v and gate/up fused) or are all planned float32 layers
-(:class:`~specviz.runtime.projections.PlannedLinear`), which it runs on specviz's float32 product
-(a blocked copy of each weight; every row's sums in one order, so a row gets the same bits at every
-width). gemma-3-270m in float32 on that CPU: 17.1 -> 13.8 ms at one token, 21.4 -> 16.5 at five
-(trace -> fused). Whether a model keeps it is measured with the other runners on its first call
-(:class:`specviz.runtime.runners.Choice`); its hidden states match the body's to float rounding
-(tests/test_layer_op.py).
+A small model's one-token step is mostly not its products but ~30 small ops a layer (norms,
+rotary, K/V writes, attention, the activation, residual adds), each dispatched alone.
+``torch.ops.specviz_int8.layer`` (``layer_kernel.cpp``, built with the int8 kernel) is
+:meth:`specviz.runtime.body.DecoderBody.layer` written out in C++ on the same products: one call a
+layer. It serves bodies whose projections all run on specviz's int8 kernel (``@int8``,
+``kernel="blocked"``, q/k/v and gate/up fused) or are all planned float32 layers
+(:class:`~specviz.runtime.projections.PlannedLinear`), run on specviz's float32 product (a blocked
+copy of each weight; every row's sums in one order, so a row gets the same bits at every width).
+Where :func:`why_not` allows, the static step keeps it by default; its hidden states match the
+body's to float rounding (tests/test_layer_op.py). Measurements: docs/results-log.md.
 """
 
 from __future__ import annotations
 
-import logging
-import time
-from collections.abc import Callable
-
 import torch
 import torch.nn.functional as F
 
-from . import dense_kernel, int8_kernel, runners
-from .body import projections_of
+from . import dense_kernel, int8_kernel
+from .body import Runner, Step, projections_of
 from .projections import PlannedLinear, fused_of
 from .quantize import BlockedInt8Linear
 
-__all__ = ["RUNNER", "Prefill", "products_kind", "why_not"]
-
-log = logging.getLogger(__name__)
+__all__ = ["RUNNER", "products_kind", "why_not"]
 
 
 def _products(layer: torch.nn.Module) -> list[torch.nn.Module | None]:
@@ -92,7 +82,7 @@ def _layer_args(body: torch.nn.Module) -> list[tuple]:
     return out
 
 
-def _build(body: torch.nn.Module, example: tuple, directory) -> runners.Step:
+def _build(body: torch.nn.Module, example: tuple) -> Step:
     why = why_not(body)
     if why is not None:
         raise RuntimeError(why)
@@ -107,51 +97,7 @@ def _build(body: torch.nn.Module, example: tuple, directory) -> runners.Step:
             h = op(h, *fixed, *rows, keys[i], values[i], pos, *shape)  # [n, d]
         return body._norm(h, body.final)  # [n, d]
 
-    step(*example)
     return step
 
 
-RUNNER = runners.Runner("fused", _build, every_body_any_width=True)
-
-
-class Prefill:
-    """How a model's static step prefills a prompt of n tokens: through the body on all n rows at
-    once (the fused runner's layer op for an int8 or planned float32 body; else the body op by op),
-    or through the model's own batched forward (``transformers``: MKL's products, SDPA).
-
-    By default always the body, never by timing: the two ways write other floats into the keys and
-    values (an int8 model's forward quantizes its activations otherwise), so a choice by timing made
-    a seed's tokens differ from one start to the next; and the body measured faster at every length
-    tried (below). With ``measure`` (``SPECVIZ_STATIC_DECODE=all``, tuning) it is measured: a length
-    no longer than one where the body measured faster takes the body, one no shorter than one where
-    the model measured faster takes the model, and any other runs both ways once (the same keys and
-    values written to the same slots; the faster way last, so they are its), said in the log.
-    On a Zen 4 EPYC (2 threads): gemma-3-270m@int8, 26 tokens 46 ms (the model's) against 21
-    (the fused body's), 120: 91 against 75; gemma-3-270m in float32, 50 tokens 150 against 84 ms,
-    120: 268 against 172. The int8 body's per-token activation quantization is also its decode
-    step's, closer to float32 (softmax overlap 0.934 against 0.919 on a 48-token prompt)."""
-
-    def __init__(self, label: str, measure: bool = False):
-        self.label, self.measure = label, measure
-        self.body_upto = 0  # the longest prompt at which the body measured faster
-        self.model_from: int | None = None  # the shortest at which the model's forward did
-
-    def __call__(self, n: int, model_way: Callable[[], torch.Tensor], body_way: Callable[[], torch.Tensor]) -> torch.Tensor:
-        if not self.measure or n <= self.body_upto:
-            return body_way()
-        if self.model_from is not None and n >= self.model_from:
-            return model_way()
-        t = time.perf_counter()
-        model_way()
-        t_model = time.perf_counter() - t
-        t = time.perf_counter()
-        out = body_way()
-        t_body = time.perf_counter() - t
-        if t_body < t_model:
-            self.body_upto = n
-        else:
-            self.model_from = n if self.model_from is None else min(self.model_from, n)
-            out = model_way()  # the keys and values of the way every later prompt of this length takes
-        log.info("specviz: prefill of %d tokens for %s: the body %.1f ms, the model's forward %.1f ms; %s", n,
-                 self.label, t_body * 1e3, t_model * 1e3, "the body" if t_body < t_model else "the model's forward")
-        return out
+RUNNER = Runner("fused", _build)

@@ -5,7 +5,7 @@ measurements are kept live here, in one :class:`ModelRuntime` a model carries (`
 instead of in module-level registries keyed by the model: a newcomer finds what the runtime holds
 for a model in one place, and it goes when the model goes.
 
-A bottom-layer module: it imports nothing from specviz.
+A bottom-layer module: it imports nothing from specviz but its settings.
 """
 
 from __future__ import annotations
@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
+from .. import settings
 
 ATTRIBUTE = "_specviz_runtime"  # where a model keeps its ModelRuntime (an attribute, not a submodule)
 _CREATE = threading.Lock()
@@ -53,3 +55,10 @@ def of(model: torch.nn.Module) -> ModelRuntime:
 def peek(model: torch.nn.Module) -> ModelRuntime | None:
     """``model``'s runtime object if it has one (never makes one)."""
     return model.__dict__.get(ATTRIBUTE)
+
+
+def cache_home() -> Path:
+    """specviz's cache directory (converted models, built kernels, measured plans):
+    ``$SPECVIZ_CACHE_DIR``, else ``~/.cache/specviz``."""
+    env = settings.value("SPECVIZ_CACHE_DIR")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "specviz"

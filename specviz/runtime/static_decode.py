@@ -1,69 +1,49 @@
 """A lean decode step on the CPU: static KV buffers, one body per model, run by a runner.
 
-For a small model most of a decode step is not the matrix products: gemma-3-270m's int8 copy
-spends about 6 ms of a 24 ms token in its int8 GEMMs and the rest in Python and in ~2,000 small
-ops (module calls, RMSNorm's five ops, mask building, the DynamicCache's concatenations); the
-fp32 target pays the same ~10 ms on every verify pass. This module writes the same forward as a
-single function of tensors for n new tokens at positions p..p+n-1 (n = 1: a draft's step or
-target-only decoding; n = k + 1: the target's verify pass):
+For a small model most of a decode step is not the matrix products but Python and ~2,000 small
+ops (module calls, RMSNorm's five ops, mask building, the DynamicCache's concatenations). This
+module runs the same forward as one function of tensors (:class:`~specviz.runtime.body.DecoderBody`)
+for n new tokens at positions p..p+n-1 (n = 1: a draft's step or target-only decoding; n = k + 1:
+the target's verify pass; a prompt: all its rows at once):
 
 - the KV cache is a pair of preallocated buffers [layers, kv_heads, capacity, head_dim] written in
   place (``index_copy_``) and read up to the context, with an additive [n, S] mask per attention
   type (causal, and the sliding window for Gemma 3's local layers); a rollback moves the length;
-- RMSNorm is one fused ``F.rms_norm`` with its scale precomputed (Gemma's 1 + w);
 - the rotary tables come from the model's own rotary module, once per capacity;
-- the function runs through a runner (:mod:`specviz.runtime.runners`): ``eager`` (op by op from
-  Python), ``compile`` (``torch.compile``: one decoder layer compiled, shared by every layer),
-  ``export`` (``torch.export`` + AOTInductor, a package on disk built once per model and torch
-  version) or, for an int8 body on specviz's kernel, ``fused`` (each layer one C++ op: :mod:`specviz.runtime.layer_op`). Each model keeps the first
-  of :data:`AUTO` that serves it (no timing: the same runner, and floats, on every start), or the
-  one ``SPECVIZ_STATIC_DECODE`` names, or with ``all`` the fastest by measurement (:func:`mode`); any runner that fails gives way to eager, said once in the log. Building is
-  logged and counted (:func:`trace_seconds`). Every shape in the body is written with -1 for n,
-  so with plain ``nn.Linear`` projections, or an int8 copy's (:mod:`specviz.runtime.quantize`:
-  per-token scales for all rows at once, specviz's blocked kernel or ``torch._int_mm``, q/k/v and
-  gate/up fused), one build serves every width (tested).
+- the body runs through a :class:`~specviz.runtime.body.Runner`: ``fused`` (each layer one C++ op,
+  :mod:`specviz.runtime.layer_op`) where :func:`layer_op.why_not` allows, else ``eager`` (op by op);
+  or the one ``SPECVIZ_STATIC_DECODE`` names (:func:`mode`). Never by timing: a model runs the same
+  kernels, and so the same floats and a seed's tokens, on every start. A runner that fails gives
+  way to eager, said once in the log, the failed call rerun eagerly (the same tokens). Every shape
+  is written with -1 for n, so one step serves every width.
 
-A float32 or bfloat16 body's projections run fused (q/k/v, gate/up) on the kernel measured faster at each
-width on this machine (:func:`specviz.runtime.projections.plan_projections`, cached): when one kind changes kernel with
-the width, the widths that run the same kernels share a graph (and there is no exported one);
-otherwise one serves all.
+The output head stays outside the body (a vocab=N draft's head reads its session's context rows; a
+large target head keeps its measured kernel, :mod:`specviz.runtime.cpu`), so the logits are the
+model's own head on the body's hidden states (not even that for a greedy caller that reads none).
 
-The output head stays outside the body (a vocab=N draft's head reads its session's context
-rows; a large target head keeps its measured kernel switch, :mod:`specviz.runtime.cpu`), so the logits are
-the model's own head applied to the body's hidden states. A prompt is prefilled by the
-body on all its rows (or, measured under ``all``, by the model's own batched decoder, its keys and
-values copied in: :class:`specviz.runtime.layer_op.Prefill`), then that head on its last
-rows (not even that for a greedy caller that reads no logits).
-
-Models of the llama-like families (:data:`ARCHITECTURES`: Llama, Mistral, Qwen2, Qwen3, Gemma 3
-text with any layer pattern, Phi-3) in float32 or bfloat16 on the CPU are served; :func:`supports`
-says in a sentence why any other model or config is not (tests/test_families.py). A bfloat16 body
-computes as the ``transformers`` bf16 forward does: products, rotary and the residual stream in
-bf16, RMSNorm and softmax in float32 (rounded back to bf16), so its logits match that forward to
-bf16 rounding (tests/test_static_bf16.py).
+Models of the llama-like families (:data:`ARCHITECTURES`) in float32 or bfloat16 on the CPU are
+served; :func:`supports` says in a sentence why any other is not (tests/test_families.py). A
+bfloat16 body computes as the ``transformers`` bf16 forward does (tests/test_static_bf16.py).
 Anything else, or ``SPECVIZ_STATIC_DECODE=0``, keeps the ``transformers`` forward and its
-DynamicCache. Token trees run here too (:meth:`StaticDecoder.run_tree`): the target's verify
-pass over a whole tree, and a draft tree's levels, each on top of the levels fed before it. The logits
-match the ``transformers`` forward to float rounding (tests/test_static_decode.py); greedy output
-stays the target's own token for token (tested), and ``python benchmarks/draft_cost.py`` measures
-both steps side by side.
+DynamicCache. Token trees run here too (:meth:`StaticDecoder.run_tree`). The logits match the
+``transformers`` forward to float rounding and greedy output stays the target's own token for
+token (tests/test_static_decode.py); ``python benchmarks/draft_cost.py`` times the steps.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
 import weakref
 from collections.abc import Iterable
-from pathlib import Path
 
 import torch
 
 from .. import settings
-from . import argmax_head, layer_op, plan, runners, sampled_head
-from .body import FAMILIES, DecoderBody, family_why_not
-from .hfcompat import cache_kwargs
+from . import argmax_head, layer_op, plan, sampled_head, state
+from .body import EAGER, FAMILIES, DecoderBody, Runner, Step, family_why_not, rows_at_once
 from .step_masks import step_masks
 
 log = logging.getLogger(__name__)
@@ -72,42 +52,40 @@ ARCHITECTURES = FAMILIES  # llama, mistral, qwen2, qwen3, gemma3_text, phi3 (bod
 DTYPES = (torch.float32, torch.bfloat16)  # the weights the body serves
 MIN_CAPACITY = 128  # positions a new cache holds; it doubles when full
 SPAN = 64  # attention reads the buffers up to the position rounded up to a multiple of this
-RUNNERS = {r.name: r for r in (runners.EAGER, runners.COMPILE, runners.EXPORT, layer_op.RUNNER)}
-AUTO = ("fused", "export", "eager")  # by default the first of these that serves a body (fused: where
-# layer_op.why_not allows; export: from a package already on disk), never by timing: the kernels a model
-# runs, and so its floats and a seed's tokens, are the same on every start; "all" measures (tuning)
+RUNNERS = {r.name: r for r in (EAGER, layer_op.RUNNER)}  # what SPECVIZ_STATIC_DECODE may name
 _OFF, _ON = ("0", "false", "no", "off"), ("", "1", "true", "yes", "on", "auto")
 
 
 def mode() -> str:
-    """``SPECVIZ_STATIC_DECODE``: "off" (``0``), "auto" (unset: the first of :data:`AUTO` that serves
-    the body, the same on every start), "all" (the fastest of every runner by measurement, each built
-    within runners.BUDGET_S, and each prompt length's prefill way measured too) or one runner's name
-    (that one, eager if it fails)."""
+    """``SPECVIZ_STATIC_DECODE``: "off" (``0``), "auto" (unset: :func:`runner_for` chooses) or a
+    runner's name (that one, eager if it fails)."""
     value = settings.word("SPECVIZ_STATIC_DECODE")
     if value in _OFF:
         return "off"
-    if value in RUNNERS or value == "all":
+    if value in RUNNERS:
         return value
     if value not in _ON:
-        log.warning("specviz: SPECVIZ_STATIC_DECODE=%r is none of 0, auto, all, %s; measuring (auto)", value, ", ".join(RUNNERS))
+        _say_unknown(value)
     return "auto"
+
+
+@functools.cache
+def _say_unknown(value: str) -> None:
+    gone = " (compile, export and `all`'s choice by timing were removed)" if value in ("all", "compile", "export") else ""
+    log.warning("specviz: SPECVIZ_STATIC_DECODE=%r is none of 0, auto, %s%s; using auto", value, ", ".join(RUNNERS), gone)
 
 
 def enabled() -> bool:
     return mode() != "off"
 
 
-def candidates(body: torch.nn.Module, package_dir: Path | None = None) -> tuple[runners.Runner, ...]:
-    """The runners :func:`mode` asks for ``body``: one (the first of :data:`AUTO` that serves it, or
-    the one named), or every runner that serves it, to measure ("all")."""
+def runner_for(body: torch.nn.Module) -> Runner:
+    """The runner :func:`mode` asks for ``body``: the one named, else fused where
+    :func:`layer_op.why_not` allows, else eager (which serves every body)."""
     how = mode()
     if how in RUNNERS:
-        return (RUNNERS[how],)
-    serves = {"export": lambda: runners.package_path(body, package_dir).exists(), "fused": lambda: layer_op.why_not(body) is None}
-    if how == "all":
-        return tuple(RUNNERS[k] for k in ("fused", "export", "compile", "eager") if k != "fused" or serves[k]())
-    return tuple(RUNNERS[k] for k in AUTO if k not in serves or serves[k]())[:1]  # eager serves every body
+        return RUNNERS[how]
+    return layer_op.RUNNER if layer_op.why_not(body) is None else EAGER
 
 
 def supports(model: torch.nn.Module) -> str | None:
@@ -125,6 +103,8 @@ def supports(model: torch.nn.Module) -> str | None:
         return f"weights are {weight.dtype} on {weight.device}, not float32 or bfloat16 on the CPU"
     if len(body.layers) != text.num_hidden_layers:
         return "the layer list and the config disagree"
+    if not rows_at_once(body.layers):
+        return "a projection that is neither an nn.Linear nor one of specviz's own"
     return family_why_not(model, text)  # what of this family's config the body serves
 
 
@@ -195,29 +175,21 @@ class StaticKV:
 class StaticDecoder:
     """The static step of one model (shared by every session that drafts or verifies with it)."""
 
-    def __init__(self, model: torch.nn.Module, package_dir: Path | None = None):
-        self._model = weakref.ref(model)  # the cache is keyed weakly on the model: no strong reference back
+    def __init__(self, model: torch.nn.Module):
+        self._model = weakref.ref(model)  # the model holds this decoder (state.of): no strong reference back
         self.text = model.config.get_text_config()
-        self.body = DecoderBody(model, runners.cache_home()).eval()
+        self.body = DecoderBody(model).eval()
         self.shape = (self.text.num_hidden_layers, self.body.kv_heads, self.body.head_dim)
         self.window = getattr(self.text, "sliding_window", None) if any(self.body.local) else None
         self.softcap = getattr(self.text, "final_logit_softcapping", None)
-        label = type(model).__name__ + (" (int8)" if layer_op.products_kind(self.body) == "int8" else "")  # a target and its int8 draft apart
-        self._runner = runners.Choice(self.body, candidates(self.body, package_dir), label, package_dir)
-        self._prefills = {way: layer_op.Prefill(f"{label} ({way} body)", measure=mode() == "all")
-                          for way in ("fused", "eager")}  # a prompt's way
+        self.label = type(model).__name__ + (" (int8)" if layer_op.products_kind(self.body) == "int8" else "")
+        self._runner = runner_for(self.body)  # chosen now, built on the first call (or warm)
+        self.runner: str | None = None  # the runner whose step serves (None before the first build)
+        self.build_s = 0.0  # seconds spent building steps
+        self._step: Step | None = None
         self._tables: tuple[torch.Tensor, ...] | None = None  # cos, sin, cos_local, sin_local [C, hd]
-        self._lock = threading.Lock()
-
-    @property
-    def runner(self) -> str | None:
-        """The runner this model's step kept (None before its first call)."""
-        return None if self._runner.runner is None else self._runner.runner.name
-
-    @property
-    def _steps(self) -> dict:
-        """The kept runner's steps by width (None: one for every width)."""
-        return self._runner.steps
+        self._lock = threading.Lock()  # the rotary tables
+        self._build_lock = threading.Lock()  # the step
 
     @property
     def model(self) -> torch.nn.Module:
@@ -269,41 +241,60 @@ class StaticDecoder:
         rot = [t[positions, None] for t in (cos, sin, cos_l, sin_l)]  # each [n, 1, hd]
         return (tokens, slots, *rot, mask, mask_local, cache.keys, cache.values)  # buffers [layers, kv, C, hd]
 
-    def has_graph(self, n: int) -> bool:
-        """Whether the step for n tokens is built (its runner chosen, its graph made)."""
-        return self._runner.has_step(n)
+    def prepare(self, example: tuple) -> Step:
+        """The step, built on first use (logged, its seconds counted); a runner that cannot build
+        gives way to eager, said once."""
+        if self._step is None:
+            with self._build_lock:
+                if self._step is None:
+                    runner = self._runner
+                    try:
+                        self._step = self._build(runner, example)
+                    except Exception as e:
+                        if runner is EAGER:
+                            raise
+                        log.warning("specviz: no %s static decode step for %s (%s: %s)", runner.name, self.label,
+                                    type(e).__name__, e)
+                        self._step = self._build(EAGER, example)
+        return self._step
 
-    def prepare(self, example: tuple) -> None:
-        """Choose the runner and build the step for ``example``'s width, without running it."""
-        self._runner.prepare(example)
+    def _build(self, runner: Runner, example: tuple) -> Step:
+        t = time.perf_counter()
+        step = runner.build(self.body, example)
+        seconds = time.perf_counter() - t
+        self.build_s += seconds
+        self.runner = runner.name
+        _built_s.append(seconds)
+        _kept.append(runner.name)
+        log.info("specviz: built the %s static decode step of %s in %.1f s", runner.name, self.label, seconds)
+        return step
 
     def _call(self, example: tuple) -> torch.Tensor:
-        """The body on ``example`` through the runner this model keeps (chosen on its first call)."""
-        return self._runner(example)
+        """The body on ``example`` through this model's step; a step that raises gives way to the
+        eager body from then on (said once), and this call is rerun eagerly: it writes the same slots."""
+        step = self.prepare(example)
+        try:
+            return step(*example)
+        except Exception as e:
+            if step is self.body:
+                raise
+            with self._build_lock:
+                if self._step is step:  # not another thread's fall-back already
+                    log.warning("specviz: the %s static decode step of %s failed (%s: %s); running it eagerly from now on",
+                                self.runner, self.label, type(e).__name__, e)
+                    self._step, self.runner = self.body, EAGER.name
+                    _kept.append(EAGER.name)
+            return self.body(*example)
 
     @torch.inference_mode()
     def run(self, cache: StaticKV, input_ids: torch.Tensor, keep: int = 1, lazy: bool = False):
-        n = int(input_ids.shape[0])
+        """``input_ids`` [n] (a prompt, a token, a verify pass) after the cached positions, in one
+        call of the step -> logits of the last ``keep`` [keep, V] (``lazy``: see :meth:`_head`)."""
+        n, start = int(input_ids.shape[0]), cache.length
         if not 1 <= keep <= n:
             raise ValueError(f"keep must lie in 1..{n}, got {keep}")
-        start = cache.length
         cache.reserve(start + n)
-        if start == 0 and n > 1:  # a prompt: the body on all n rows (or the model's own forward: Prefill)
-            model_way = lambda: self._prefill(cache, input_ids, keep, lazy)  # noqa: E731
-            if not self.body.rows_at_once:
-                return model_way()
-            way = "fused" if self.runner == "fused" else "eager"  # eager: a graph per width would be built for n
-            step = self._call if way == "fused" else (lambda example: self.body(*example))
-            return self._prefills[way](n, model_way, lambda: self._fed(cache, input_ids, keep, lazy, 0, step))
-        return self._fed(cache, input_ids, keep, lazy, start)
-
-    def _fed(self, cache: StaticKV, input_ids: torch.Tensor, keep: int, lazy: bool, start: int, step=None):
-        n = int(input_ids.shape[0])
-        if self.body.rows_at_once:  # all n tokens in one call (``step``: the body's way, default the kept runner)
-            hidden = (step or self._call)(self._inputs(cache, input_ids, start))[n - keep :]  # [keep, d]
-        else:  # projections that take one row a call (none of specviz's own): a token at a time
-            hidden = torch.cat([self._call(self._inputs(cache, input_ids[i : i + 1], start + i))
-                                for i in range(n)])[n - keep :]  # [keep, d]
+        hidden = self._call(self._inputs(cache, input_ids, start))[n - keep :]  # [keep, d]
         cache.length = start + n
         return self._head(hidden, lazy)  # [keep, V]
 
@@ -351,39 +342,18 @@ class StaticDecoder:
             logits = torch.tanh(logits / self.softcap) * self.softcap
         return logits
 
-    def _prefill(self, cache: StaticKV, input_ids: torch.Tensor, keep: int, lazy: bool = False) -> torch.Tensor:
-        """A prompt through the model's own batched forward; its keys and values copied in."""
-        from transformers import DynamicCache
-
-        n = int(input_ids.shape[0])
-        dynamic = DynamicCache(config=self.model.config)
-        dynamic.activate_past_recording()  # sliding layers keep the whole prompt: a later rollback may reach into it
-        # the decoder alone, then this step's own head on 2-D rows: a bf16 head called on the
-        # model's [1, keep, d] takes a batched-matmul path that copies its whole weight (0.7 s)
-        out = self.model.model(input_ids=input_ids[None], **cache_kwargs(self.model.model, dynamic), use_cache=True)
-        for i, layer in enumerate(dynamic.layers):
-            kept = layer.keys.shape[2]  # every position (past recording), as a full layer holds
-            cache.keys[i, :, n - kept : n] = layer.keys[0]
-            cache.values[i, :, n - kept : n] = layer.values[0]
-        cache.length = n
-        return self._head(out.last_hidden_state[0, -keep:], lazy)  # [keep, V]
-
 
 def warm(model: torch.nn.Module, widths: Iterable[int] = (1,)) -> float:
-    """Build ``model``'s static step and choose its runner now (with one untimed one-token call on
-    a scratch cache), and its graph for each of ``widths`` tokens (widths whose kernels agree share
-    one), so that a session's first timed step of those widths does not pay that one-off cost. ->
-    seconds spent (0.0 when all of it was built already or the model is not served)."""
+    """Build ``model``'s static step now (on a scratch cache), so that a session's first timed step
+    does not pay that one-off cost. ``widths``: those the caller will feed; one step serves them
+    all. -> seconds spent (0.0 when it was built already or the model is not served)."""
     cache = static_cache(model)
-    decoder = cache.decoder if cache is not None else None
-    todo = [n for n in sorted(set(widths)) if decoder is not None and not decoder.has_graph(n)]
-    if not todo:
+    if cache is None or cache.decoder._step is not None:
         return 0.0
     t = time.perf_counter()
     with torch.inference_mode():
-        cache.reserve(todo[-1])
-        for n in todo:  # tokens 0 at slots 0..n-1, the body only
-            decoder.prepare(decoder._inputs(cache, torch.zeros(n, dtype=torch.long), 0))
+        cache.reserve(1)
+        cache.decoder.prepare(cache.decoder._inputs(cache, torch.zeros(1, dtype=torch.long), 0))
     return time.perf_counter() - t
 
 
@@ -391,47 +361,44 @@ def projection_kernel_report(model: torch.nn.Module | None) -> dict | None:
     """The kernel per width of each planned projection kind of ``model``'s static step, with both
     timings (ms, for all its layers), as :func:`specviz.runtime.plan.report` gives them; None
     when the model has no static step yet or nothing was planned."""
-    try:
-        decoder = _decoders.get(model) if model is not None else None
-    except TypeError:  # not a module
-        decoder = None
+    found = state.peek(model) if isinstance(model, torch.nn.Module) else None
+    decoder = found.decoder if found is not None else None
     if decoder is None or not decoder.body.kernel_plans:
         return None
     layers = len(decoder.body.layers)
     return {kind: {**plan.report(p, [], decoder.body.dtype), "layers": layers} for kind, p in decoder.body.kernel_plans.items()}
 
 
-def trace_seconds() -> float:
-    """Seconds this process has spent building static decode steps, any runner (once per model;
-    the name is from when tracing was the only way)."""
-    return runners.build_seconds()
+_built_s: list[float] = []  # seconds of each step this process built
+_kept: list[str] = []  # the runner of each step built or fallen back to, in order
+
+
+def build_seconds() -> float:
+    """Seconds this process has spent building static decode steps."""
+    return sum(_built_s)
 
 
 def runners_kept() -> str:
-    """The runners this process's static decode steps kept ("fused", "export, eager", ...; "" if none)."""
-    return ", ".join(runners.kept())
-
-
-_decoders: "weakref.WeakKeyDictionary[torch.nn.Module, StaticDecoder]" = weakref.WeakKeyDictionary()
-_lock = threading.Lock()
+    """The runners this process's static decode steps kept ("fused", "fused, eager", ...; "" if none)."""
+    return ", ".join(dict.fromkeys(_kept))
 
 
 def static_cache(model: torch.nn.Module) -> StaticKV | None:
-    """A new session cache on ``model``'s static decode step (built once per model), or None when
-    the model is not served (see :func:`supports`) or ``SPECVIZ_STATIC_DECODE=0``."""
+    """A new session cache on ``model``'s static decode step (built once per model, kept in
+    ``state.of(model).decoder``), or None when the model is not served (see :func:`supports`) or
+    ``SPECVIZ_STATIC_DECODE=0``."""
     if not enabled():
         return None
     why = supports(model)  # checked per session: a model moved to a GPU since is no longer served
     if why is not None:
         log.debug("specviz: no static decode step for %s: %s", type(model).__name__, why)
         return None
-    with _lock:
-        decoder = _decoders.get(model)
-        if decoder is None:
-            decoder = _decoders[model] = StaticDecoder(model)
-    return decoder.new_cache()
+    runtime = state.of(model)
+    with runtime.lock:
+        if runtime.decoder is None:
+            runtime.decoder = StaticDecoder(model)
+    return runtime.decoder.new_cache()
 
 
-__all__ = ["AUTO", "RUNNERS", "StaticDecoder", "StaticKV", "candidates", "mode", "projection_kernel_report", "runners_kept",
-           "static_cache", "supports",
-           "trace_seconds", "warm"]
+__all__ = ["RUNNERS", "StaticDecoder", "StaticKV", "build_seconds", "mode", "projection_kernel_report", "runner_for",
+           "runners_kept", "static_cache", "supports", "warm"]
