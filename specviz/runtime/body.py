@@ -111,11 +111,9 @@ def family_why_not(model: torch.nn.Module, text) -> str | None:
 
 def _rows(module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
     """A projection ``module`` on x [n, in] -> [n, out]; bf16: on the rows and one more (the first
-    again), so that every width rounds alike. A bf16 product of one row (oneDNN's, packed or not)
-    sums a long input in another order than products of 2+ rows do (gemma-3-270m's down
-    projection, 2,048 inputs, on a Zen 4 EPYC): a one-token step then rounds apart from the same
-    token's row of a verify pass, and greedy decoding parts from target-only's at near-ties. On
-    2+ rows every time the two give the same floats (no cost measured: bf16's curve is flat)."""
+    again), so that every width rounds alike: a bf16 product of one row sums a long input in
+    another order than one of 2+ rows, so a one-token step would round apart from the same token's
+    row of a verify pass, and greedy decoding part from target-only's at near-ties."""
     if x.dtype == torch.bfloat16:
         return module(torch.cat((x, x[:1])))[:-1]  # [n + 1, out] -> [n, out]
     return module(x)
@@ -204,14 +202,10 @@ class DecoderBody(torch.nn.Module):
     def _rope(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:  # [n, h, hd]
         """x * cos + rotate_half(x) * sin over the first ``rotary_dim`` dims of each head (cos, sin
         [n, 1, rotary_dim]); Phi-3's partial rotary passes the other dims through unchanged."""
-        r = self.rotary_dim
-        if r < self.head_dim:
-            return torch.cat((self._rotate(x[..., :r], cos, sin), x[..., r:]), -1)
-        return self._rotate(x, cos, sin)
-
-    def _rotate(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:  # [n, h, r]
-        half = self.rotary_dim // 2
-        return x * cos + torch.cat((-x[..., half:], x[..., :half]), -1) * sin
+        r, half = self.rotary_dim, self.rotary_dim // 2
+        xr = x[..., :r]  # [n, h, r]
+        turned = xr * cos + torch.cat((-xr[..., half:], xr[..., :half]), -1) * sin
+        return torch.cat((turned, x[..., r:]), -1) if r < self.head_dim else turned
 
     def forward(self, tokens, pos, cos, sin, cos_local, sin_local, mask, mask_local, keys, values):
         # tokens, pos [n] long; cos/sin [n, 1, hd]; masks [n, S] additive; keys/values [layers, kv, C, hd] (C >= S)

@@ -18,9 +18,8 @@ def new_cache(model: torch.nn.Module):
 
 
 def session_cache(model: torch.nn.Module):
-    """A session's cache for ``model``: the buffers of its static step (:mod:`specviz.runtime.static_decode`,
-    one traced graph per model: chain drafts, the target's verify pass over a chain or a whole
-    token tree, target-only decoding) where it has one, else :func:`new_cache`."""
+    """A session's cache for ``model``: the buffers of its static step (:mod:`specviz.runtime.static_decode`)
+    where it has one, else :func:`new_cache`."""
     from .static_decode import static_cache
 
     cache = static_cache(model)

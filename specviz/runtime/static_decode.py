@@ -1,33 +1,19 @@
-"""A lean decode step on the CPU: static KV buffers, one body per model, run by a runner.
+"""A lean decode step: static KV buffers, one body per model, run by a runner.
 
-For a small model most of a decode step is not the matrix products but Python and ~2,000 small
-ops (module calls, RMSNorm's five ops, mask building, the DynamicCache's concatenations). This
-module runs the same forward as one function of tensors (:class:`~specviz.runtime.body.DecoderBody`)
-for n new tokens at positions p..p+n-1 (n = 1: a draft's step or target-only decoding; n = k + 1:
-the target's verify pass; a prompt: all its rows at once):
-
-- the KV cache is a pair of preallocated buffers [layers, kv_heads, capacity, head_dim] written in
-  place (``index_copy_``) and read up to the context, with an additive [n, S] mask per attention
-  type (causal, and the sliding window for Gemma 3's local layers); a rollback moves the length;
-- the rotary tables come from the model's own rotary module, once per capacity;
-- the body runs through a :class:`~specviz.runtime.body.Runner`: ``fused`` (each layer one C++ op,
-  :mod:`specviz.runtime.layer_op`) where :func:`layer_op.why_not` allows, else ``eager`` (op by op);
-  or the one ``SPECVIZ_STATIC_DECODE`` names (:func:`mode`). Never by timing: a model runs the same
-  kernels, and so the same floats and a seed's tokens, on every start. A runner that fails gives
-  way to eager, said once in the log, the failed call rerun eagerly (the same tokens). Every shape
-  is written with -1 for n, so one step serves every width.
-
-The output head stays outside the body (a vocab=N draft's head reads its session's context rows; a
-large target head keeps its measured kernel, :mod:`specviz.runtime.cpu`), so the logits are the
-model's own head on the body's hidden states (not even that for a greedy caller that reads none).
-
-Models of the llama-like families (:data:`ARCHITECTURES`) in float32 or bfloat16 on the CPU are
-served; :func:`supports` says in a sentence why any other is not (tests/test_families.py). A
-bfloat16 body computes as the ``transformers`` bf16 forward does (tests/test_static_bf16.py).
-Anything else, or ``SPECVIZ_STATIC_DECODE=0``, keeps the ``transformers`` forward and its
-DynamicCache. Token trees run here too (:meth:`StaticDecoder.run_tree`). The logits match the
-``transformers`` forward to float rounding and greedy output stays the target's own token for
-token (tests/test_static_decode.py); ``python benchmarks/draft_cost.py`` times the steps.
+For a small model most of a decode step is Python and small ops, not products. This module runs
+the forward as one function of tensors (:class:`~specviz.runtime.body.DecoderBody`) for n new
+tokens at positions p..p+n-1 (a draft's step, a verify pass, a prompt's rows, a token tree's nodes)
+on a pair of preallocated K/V buffers [layers, kv_heads, capacity, head_dim], written in place and
+read up to the context under an additive [n, S] mask per attention type (a rollback moves the
+length). The body runs through a :class:`~specviz.runtime.body.Runner`: ``fused`` (each layer one
+C++ op, :mod:`specviz.runtime.layer_op`) where :func:`layer_op.why_not` allows, else ``eager``, or
+the one ``SPECVIZ_STATIC_DECODE`` names; never by timing, so a model runs the same kernels, floats
+and a seed's tokens on every start. A runner that fails gives way to eager, said once, the failed
+call rerun eagerly. The model's own head runs on the body's hidden states (only when read, for a
+greedy caller). :func:`supports` says why a model is not served; then, or with
+``SPECVIZ_STATIC_DECODE=0``, the ``transformers`` forward and its DynamicCache serve. The logits
+match that forward to float rounding (tests/test_static_decode.py, test_static_bf16.py,
+test_families.py).
 """
 
 from __future__ import annotations
@@ -317,12 +303,9 @@ class StaticDecoder:
         return self._head(hidden, lazy)
 
     def _head(self, hidden: torch.Tensor, lazy: bool | str = False):
-        """Logits [rows, V] of hidden [rows, d]; ``lazy`` (True: a greedy step): where the model has a
-        certified argmax screen for this width, or a head over part of the vocabulary (a draft's
-        ``vocab=N``: its ``lazy_logits``), an :class:`~specviz.runtime.argmax_head.LazyLogits`:
-        logits computed only when read, argmax without them; ``lazy`` = ``sampled_head.SAMPLE`` (a
-        sampled step): a :class:`~specviz.runtime.argmax_head.HeadLogits` whose every logit the bf16
-        screen bounds, at the widths where that measured faster."""
+        """Logits [rows, V] of hidden [rows, d]; ``lazy`` (True: a greedy step): logits computed only
+        when read (a certified argmax screen, or a ``vocab=N`` head's ``lazy_logits``); ``lazy`` =
+        ``sampled_head.SAMPLE``: every logit bounded by the bf16 screen where the plan uses it."""
         if not lazy:
             return self._full_head(hidden)
         if lazy == sampled_head.SAMPLE:  # a sampled step: every logit bounded by a bf16 screen, where faster
