@@ -4,11 +4,12 @@ Why. :mod:`specviz.analysis.costmodel` times each pass alone, in rounds, rolled 
 a run steps back to back, on its own contexts and in the caches its previous step left. Term by
 term against the sweeps of the four advisor checks on one Zen 4 with the current engine
 (``benchmarks/results/advisor-check-zen4{n,q,t,v}-fp32*.json``, each cost over the same run's
-target-only step, so a uniformly slow host cancels): tau was within 3%, the draft's cost within
-~15% either way, but the one-token step (the baseline every speedup divides) was priced 13-25%
-above target-only's steps in the sweep while the wide passes were priced 0-8% above, so v(n)
-came out too flat and the speedups too high, the more so the narrower the pass (issue 51: 8 of
-10 predictions too high). The n-gram lookup was priced at a tenth of what a step's drafting takes.
+target-only step, so a uniformly slow host cancels): tau was within 4% (median per proposer and
+k), the int8 draft's own cost within 16% either way, but the one-token step (the baseline every
+speedup divides) was priced 13-25% above target-only's steps in the sweep while the 9-wide
+passes were priced from 4% below to 13% above (about 2% above at the median), so v(n) came out
+too flat and the speedups too high, the more so the narrower the pass (issue 51: 8 of 10
+predictions too high). The n-gram lookup was priced at a tenth of what a step's drafting takes.
 
 The greedy advisor decodes its prompts once through the engine anyway (the replay's decode,
 :func:`specviz.bench.advise.calibrate_by_replay`), so the passes a run makes are measured there:
