@@ -17,43 +17,31 @@ from typing import Any
 import torch
 
 from . import argmax_head, cpu, int8_speed, projections, sampled_head, state
+from . import plan as plans
 from .body import projections_of
 from .kernels import DEFAULT, TABLE, PlannedLinear, fusable, fused_of
-from .plan import (
-    BODY_REPEATS,
-    HEAD_REPEATS,
-    WIDTHS,
-    KindPlan,
-    Plan,
-    default_kernel,
-    key_of,
-    measure_kind,
-    of,
-    read,
-    report,
-    write,
-)
 
 log = logging.getLogger(__name__)
+key_of = plans.key_of  # a model's plan key, for its loader
 
 _said: set[str] = set()  # the keys whose missing plan was logged
 
 
-def load(model: torch.nn.Module, key: str, cache_dir: str | Path | None) -> Plan:
+def load(model: torch.nn.Module, key: str, cache_dir: str | Path | None) -> plans.Plan:
     """Read ``key``'s plan (never measuring) and give ``model`` its kernels: the head's, its
     screens'. Without a plan file: the CPU features' defaults, said once in the log."""
-    plan = read(key, cache_dir)
+    plan = plans.read(key, cache_dir)
     if plan is None:
-        plan = Plan(key)
-        if key not in _said:
+        plan = plans.Plan(key)
+        if key not in _said and all(p.device.type == "cpu" for p in model.parameters()):  # a GPU model plans nothing
             _said.add(key)
             log.info("specviz: no tuned kernel plan for %s on this machine (`specviz tune --target ...` makes one);"
-                     " kernels from CPU features: %s", key, default_kernel("head"))
+                     " kernels from CPU features: %s", key, plans.default_kernel("head"))
     apply(model, plan, cache_dir)
     return plan
 
 
-def apply(model: torch.nn.Module, plan: Plan, cache_dir: str | Path | None = None) -> None:
+def apply(model: torch.nn.Module, plan: plans.Plan, cache_dir: str | Path | None = None) -> None:
     """Give ``model`` ``plan``'s head kernels and screens (its body's projections read it when its
     decoder is built: :func:`specviz.runtime.projections.plan_projections`)."""
     held = state.of(model)
@@ -74,7 +62,7 @@ def float_head(model: torch.nn.Module) -> torch.nn.Linear | None:
     return head if head.weight.numel() >= cpu.MIN_HEAD_ELEMENTS else None
 
 
-def plan_head(model: torch.nn.Module, plan: Plan) -> bool:
+def plan_head(model: torch.nn.Module, plan: plans.Plan) -> bool:
     """Run the model's large float head on ``plan``'s kernels (:class:`PlannedLinear`); -> whether it
     runs another kernel than F.linear at some width. ``SPECVIZ_CPU_HEAD=0``: its own head."""
     linear = float_head(model)
@@ -82,7 +70,7 @@ def plan_head(model: torch.nn.Module, plan: Plan) -> bool:
         return False
     wrapped = model.get_output_embeddings()
     kind = plan.kind("head", linear.weight.dtype)
-    kernels = kind.by_width(len(WIDTHS))
+    kernels = kind.by_width(len(plans.WIDTHS))
     if cpu.disabled() or set(kernels) == {DEFAULT}:
         if isinstance(wrapped, PlannedLinear):
             model.set_output_embeddings(linear)
@@ -117,14 +105,14 @@ def body_kinds(model: torch.nn.Module) -> dict[str, list[torch.Tensor]]:
 
 
 def tune(model: torch.nn.Module, cache_dir: str | Path | None = None, *, again: bool = False,
-         progress: Callable[[str], None] | None = None) -> tuple[Plan, bool]:
+         progress: Callable[[str], None] | None = None) -> tuple[plans.Plan, bool]:
     """Measure ``model``'s plan here once and write its file (:func:`load` read its key); with a
     plan file there already, read it instead unless ``again``. -> (the plan, whether measured).
     The fresh plan is given to the model (its decoder, if built already, keeps the old one)."""
     held = state.of(model)
-    key = held.plan.key if held.plan is not None else key_of(type(model).__name__, torch.float32)
+    key = held.plan.key if held.plan is not None else plans.key_of(type(model).__name__, torch.float32)
     cache_dir = Path(cache_dir).expanduser() if cache_dir is not None else held.cache_dir
-    found = read(key, cache_dir) if cache_dir is not None and not again else None
+    found = plans.read(key, cache_dir) if cache_dir is not None and not again else None
     if found is not None:  # measured before: the model's load read it (a model loaded otherwise gets it now)
         if held.plan is None or held.plan.path != found.path:
             apply(model, found, cache_dir)
@@ -132,24 +120,24 @@ def tune(model: torch.nn.Module, cache_dir: str | Path | None = None, *, again: 
     say = progress or (lambda s: None)
     if cpu.busy():  # two jobs on 2 cores double every kernel's time: the plan is written, and says the load
         log.warning("specviz: tuning on a busy machine (load %.1f): the timings are noisy", cpu.load_average() or 0.0)
-    kinds: dict[str, KindPlan] = {}
+    kinds: dict[str, plans.KindPlan] = {}
     head = float_head(model)
     if head is not None:
-        say(f"timing the LM head's kernels ({len(TABLE)} kernels, widths 1-{WIDTHS[-1]})")
-        kinds["head"] = measure_kind([head.weight.detach()], HEAD_REPEATS)
+        say(f"timing the LM head's kernels ({len(TABLE)} kernels, widths 1-{plans.WIDTHS[-1]})")
+        kinds["head"] = plans.measure_kind([head.weight.detach()], plans.HEAD_REPEATS)
     for kind, weights in body_kinds(model).items():
         say(f"timing the {kind} projections' kernels")
-        kinds[kind] = measure_kind(weights, BODY_REPEATS)
-    plan_head(model, Plan(key, dict(kinds)))  # the screens are timed against the head as it will run
+        kinds[kind] = plans.measure_kind(weights, plans.BODY_REPEATS)
+    plan_head(model, plans.Plan(key, dict(kinds)))  # the screens are timed against the head as it will run
     for kind, measure in (("argmax", argmax_head.measure), ("sampled", sampled_head.measure),
                           ("int8_head", int8_speed.measure)):
         found_kind = measure(model, kinds)
         if found_kind is not None:
             say(f"timed {kind}")
             kinds[kind] = found_kind
-    plan = Plan(key, kinds)
+    plan = plans.Plan(key, kinds)
     if cache_dir is not None:
-        plan = Plan(key, kinds, write(plan, cache_dir))
+        plan = plans.Plan(key, kinds, plans.write(plan, cache_dir))
     if held.decoder is None:
         apply(model, plan, cache_dir)
     else:
@@ -159,7 +147,7 @@ def tune(model: torch.nn.Module, cache_dir: str | Path | None = None, *, again: 
 
 
 def head_report(model: torch.nn.Module) -> dict[str, Any] | None:
-    """The LM head's kernels per width (:func:`report`), or None where its head is not a large float one."""
+    """The LM head's kernels per width (:func:`specviz.runtime.plan.report`), or None where its head is not a large float one."""
     try:
         linear = float_head(model)
     except (TypeError, AttributeError):  # not a model
@@ -167,5 +155,5 @@ def head_report(model: torch.nn.Module) -> dict[str, Any] | None:
     if linear is None or cpu.disabled():
         return None
     wrapped = model.get_output_embeddings()
-    kind = wrapped.plan if isinstance(wrapped, PlannedLinear) and wrapped.plan is not None else of(model).kind("head")
-    return report(kind, linear.weight.shape, linear.weight.dtype, isinstance(wrapped, PlannedLinear))
+    kind = wrapped.plan if isinstance(wrapped, PlannedLinear) and wrapped.plan is not None else plans.of(model).kind("head")
+    return plans.report(kind, linear.weight.shape, linear.weight.dtype, isinstance(wrapped, PlannedLinear))
