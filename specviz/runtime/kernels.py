@@ -36,20 +36,6 @@ def _onednn(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None) ->
     return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
 
 
-# ``specviz::onednn_linear``: oneDNN's linear as an operator of its own, for a compiled or exported
-# body (Inductor lowers oneDNN's op only for weights it packed itself); registered on the
-# dispatcher directly (CPU, and oneDNN's own tensors), whose call costs half custom_op's wrapper's.
-_LIBRARY = torch.library.Library("specviz", "DEF")
-_LIBRARY.define("onednn_linear(Tensor x, Tensor weight, Tensor? bias) -> Tensor")
-for _key in ("CPU", "MkldnnCPU"):
-    _LIBRARY.impl("onednn_linear", _onednn, _key)
-
-
-@torch.library.register_fake("specviz::onednn_linear")
-def _(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    return x.new_empty(x.shape[0], weight.shape[0])
-
-
 def pack(weight: torch.Tensor) -> torch.Tensor | None:
     """A weight [out, in] reordered once into oneDNN's blocked layout (an mkldnn tensor, as many
     bytes again), which its linear then reads without reordering on every call (a plain bf16
@@ -63,12 +49,6 @@ def pack(weight: torch.Tensor) -> torch.Tensor | None:
         return torch.ops.mkldnn._reorder_linear_weight(weight.detach(), 1 if weight.dtype == torch.bfloat16 else 16)
     except (RuntimeError, AttributeError):
         return None
-
-
-def _run_packed(x, weight, packed, bias, out):  # [rows, in] -> [rows, out]
-    if torch.compiler.is_compiling():  # a graph cannot hold oneDNN's op itself
-        return torch.ops.specviz.onednn_linear(x, packed, bias)
-    return _onednn(x, packed, bias)
 
 
 @dataclass(frozen=True)
@@ -97,7 +77,7 @@ class Kernel:
 F_LINEAR = Kernel("F.linear", lambda x, w, c, b, out: F.linear(x, w, b), needs="nothing")
 BLOCKED = Kernel("specviz blocked", lambda x, w, c, b, out: dense_kernel.dense(x, c, b, out), "blocked", dense_kernel.block,
                  batch_invariant=True, dtypes=(torch.float32,), needs="specviz's native ops built here (a C++ compiler)")
-PACKED = Kernel("oneDNN packed", _run_packed, "packed", pack,
+PACKED = Kernel("oneDNN packed", lambda x, w, c, b, out: _onednn(x, c, b), "packed", pack,
                 needs="oneDNN in this torch build (bf16: a CPU with a bf16 product, AVX512-BF16 or AMX)")
 TABLE: dict[str, Kernel] = {k.name: k for k in (BLOCKED, F_LINEAR, PACKED)}  # in order of preference
 COPIES = tuple(k.copy for k in TABLE.values() if k.copy)  # a planned layer's copies of its weight
