@@ -6,7 +6,8 @@ tokens at positions p..p+n-1 (a draft's step, a verify pass, a prompt's rows, a 
 on a pair of preallocated K/V buffers [layers, kv_heads, capacity, head_dim], written in place and
 read up to the context under an additive [n, S] mask per attention type (a rollback moves the
 length). The body runs through a :class:`~specviz.runtime.body.Runner`: ``fused`` (each layer one
-C++ op, :mod:`specviz.runtime.layer_op`) where :func:`layer_op.why_not` allows, else ``eager``, or
+C++ op, :mod:`specviz.runtime.layer_op`) where :func:`layer_op.why_not` allows, ``cuda`` (CUDA graphs
+at one padded shape, :mod:`specviz.runtime.cuda_step`) on a GPU, else ``eager``, or
 the one ``SPECVIZ_STATIC_DECODE`` names; never by timing, so a model runs the same kernels, floats
 and a seed's tokens on every start. A runner that fails gives way to eager, said once, the failed
 call rerun eagerly. The model's own head runs on the body's hidden states (only when read, for a
@@ -28,7 +29,7 @@ from collections.abc import Iterable
 import torch
 
 from .. import settings
-from . import argmax_head, layer_op, plan, sampled_head, state
+from . import argmax_head, cuda_step, layer_op, plan, sampled_head, state
 from .body import EAGER, FAMILIES, DecoderBody, Runner, Step, family_why_not, rows_at_once
 from .step_masks import step_masks
 
@@ -38,7 +39,7 @@ ARCHITECTURES = FAMILIES  # llama, mistral, qwen2, qwen3, gemma3_text, phi3 (bod
 DTYPES = (torch.float32, torch.bfloat16)  # the weights the body serves
 MIN_CAPACITY = 128  # positions a new cache holds; it doubles when full
 SPAN = 64  # attention reads the buffers up to the position rounded up to a multiple of this
-RUNNERS = {r.name: r for r in (EAGER, layer_op.RUNNER)}  # what SPECVIZ_STATIC_DECODE may name
+RUNNERS = {r.name: r for r in (EAGER, layer_op.RUNNER, cuda_step.RUNNER)}  # what SPECVIZ_STATIC_DECODE may name
 _OFF, _ON = ("0", "false", "no", "off"), ("", "1", "true", "yes", "on", "auto")
 
 
@@ -71,6 +72,8 @@ def runner_for(body: torch.nn.Module) -> Runner:
     how = mode()
     if how in RUNNERS:
         return RUNNERS[how]
+    if body.embedding.is_cuda:  # a GPU: the body replayed from CUDA graphs (cuda_step)
+        return cuda_step.RUNNER
     return layer_op.RUNNER if layer_op.why_not(body) is None else EAGER
 
 
@@ -85,8 +88,8 @@ def supports(model: torch.nn.Module) -> str | None:
     if body is None or not isinstance(getattr(body, "layers", None), torch.nn.ModuleList):
         return "no decoder layer list at model.model.layers"
     weight = body.embed_tokens.weight
-    if weight.device.type != "cpu" or weight.dtype not in DTYPES:
-        return f"weights are {weight.dtype} on {weight.device}, not float32 or bfloat16 on the CPU"
+    if weight.device.type not in ("cpu", "cuda") or weight.dtype not in DTYPES:
+        return f"weights are {weight.dtype} on {weight.device}, not float32 or bfloat16 on the CPU or a CUDA GPU"
     if len(body.layers) != text.num_hidden_layers:
         return "the layer list and the config disagree"
     if not rows_at_once(body.layers):
@@ -120,7 +123,7 @@ class StaticKV:
         """Room for ``n`` positions (buffers doubled and copied when full)."""
         if n <= self.capacity:
             return
-        size = max(MIN_CAPACITY, self.capacity)
+        size = max(cuda_step.CAPACITY if runner_for(self.decoder.body) is cuda_step.RUNNER else MIN_CAPACITY, self.capacity)
         while size < n:
             size *= 2
         keys, values = self.decoder.buffers(size)
@@ -190,7 +193,9 @@ class StaticDecoder:
     def buffers(self, capacity: int) -> tuple[torch.Tensor, torch.Tensor]:
         L, kv, hd = self.shape
         dtype = self.body.dtype
-        return torch.zeros(L, kv, capacity, hd, dtype=dtype), torch.zeros(L, kv, capacity, hd, dtype=dtype)
+        device = self.body.embedding.device
+        return (torch.zeros(L, kv, capacity, hd, dtype=dtype, device=device),
+                torch.zeros(L, kv, capacity, hd, dtype=dtype, device=device))
 
     def _rotary(self, capacity: int) -> tuple[torch.Tensor, ...]:
         """cos, sin for global and local layers over positions 0..capacity-1 (each [>= C, hd])."""
@@ -225,7 +230,8 @@ class StaticDecoder:
         span = min(cache.capacity, -(-(p + n) // SPAN) * SPAN)
         slots, positions, mask, mask_local = step_masks(p, n, span, self.window, positions, visible, fed)  # [n], [n], 2 x [n, S]
         rot = [t[positions, None] for t in (cos, sin, cos_l, sin_l)]  # each [n, 1, hd]
-        return (tokens, slots, *rot, mask, mask_local, cache.keys, cache.values)  # buffers [layers, kv, C, hd]
+        rows = (t.to(cache.keys.device) for t in (tokens, slots, *rot, mask, mask_local))  # built on the CPU
+        return (*rows, cache.keys, cache.values)  # buffers [layers, kv, C, hd]
 
     def prepare(self, example: tuple) -> Step:
         """The step, built on first use (logged, its seconds counted); a runner that cannot build
@@ -320,7 +326,8 @@ class StaticDecoder:
         return self._full_head(hidden)
 
     def _full_head(self, hidden: torch.Tensor) -> torch.Tensor:
-        logits = self.model.get_output_embeddings()(hidden).float()  # [rows, V]
+        head = self.model.get_output_embeddings()  # on a GPU on a fixed count of rows (cuda_step.head_rows)
+        logits = (cuda_step.head_rows(head, hidden) if self.runner == "cuda" else head(hidden)).float()  # [rows, V]
         if self.softcap:
             logits = torch.tanh(logits / self.softcap) * self.softcap
         return logits

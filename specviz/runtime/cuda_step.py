@@ -1,0 +1,155 @@
+"""The static decode step on a CUDA GPU, built like gpt-fast's: the same body, replayed from CUDA graphs.
+
+On a GPU a small model's decode step is kernel launches, not arithmetic: a 16-layer body launches
+a few hundred kernels a step, each a few microseconds of Python and driver time. gpt-fast's answer
+(``torch.compile(mode="reduce-overhead")``) is a static KV cache and a CUDA graph per input shape,
+replayed. ZeroGPU forbids compiling at run time, so this module captures the body of
+:mod:`specviz.runtime.body` directly with ``torch.cuda.CUDAGraph`` (no Dynamo, no Inductor): the
+same function of tensors the CPU runs, in the weights' dtype (bfloat16 or float32).
+
+Every call runs at one shape, :data:`WIDTH` rows by the buffers' whole capacity of columns (n new
+tokens padded with copies of the first, which write the same keys and values to the same slot;
+the masks padded with -inf): so one graph per session buffer serves every width from 1 to
+:data:`WIDTH`, and - the point for exactness - a token's row goes through the same kernels whether
+it is fed alone (target-only decoding) or in a verify pass of k + 1 (cuBLAS picks its kernel, and
+so its reduction order, by the matrix shape; a one-row and a five-row product may round apart in
+bf16). The head is applied on :data:`WIDTH` rows for the same reason (:func:`head_rows`). What a
+row computes depends on its own inputs only, so the greedy output equals the same model's own
+bf16 target-only decoding through this step. It is not ``generate()``'s: ``transformers`` runs
+other kernels (SDPA, its own shapes) and may round apart where two logits nearly tie.
+
+A graph is captured on a buffer's first call (after one eager warm-up on a side stream) and keyed
+by the buffers' address and capacity (a session's buffers, doubled when full, are new ones); the
+last :data:`MAX_GRAPHS` are kept. Any failure (capture refused, out of memory, a replay error)
+gives way to running the same padded inputs eagerly from then on, said once in the log: the same
+kernels, so the same tokens. ``capture`` is a seam: on the CPU, :func:`replaying` stands in for a
+CUDA graph (it records the callable and replays it into the same output buffer), so the static
+input and output buffers, the padding and the fallback run in tests/test_cuda_step.py exactly as
+on a GPU. Steps wider than :data:`WIDTH` (a long prompt) run eagerly at their own width.
+
+Written on a CPU-only machine: the capture itself has never run on a GPU here (docs/gpu.md).
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import logging
+import threading
+from typing import Callable
+
+import torch
+
+from .body import Runner
+
+log = logging.getLogger(__name__)
+
+WIDTH = 32  # rows every graphed call runs (n new tokens padded): k + 1 of a chain, a tree's nodes
+CAPACITY = 4096  # positions a CUDA session's buffers start with (gpt-fast's max_seq_length): one graph, one shape
+MAX_GRAPHS = 8  # graphs kept per body (each a session's buffers); the oldest goes first
+
+Capture = Callable[[Callable[[], torch.Tensor]], tuple[Callable[[], None], torch.Tensor]]
+
+
+def cuda_capture(fn: Callable[[], torch.Tensor], pool=None) -> tuple[Callable[[], None], torch.Tensor]:
+    """``fn`` (reading only static tensors) run once eagerly on a side stream (cuBLAS handles and
+    workspaces are made outside the capture, as torch's docs ask), then captured -> (replay, the
+    static output it refills)."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):  # other sessions' threads may run
+        out = fn()
+    return graph.replay, out
+
+
+def replaying(fn: Callable[[], torch.Tensor], pool=None) -> tuple[Callable[[], None], torch.Tensor]:
+    """The CPU stand-in for :func:`cuda_capture`: the same contract (``fn`` reads static inputs,
+    replay refills one static output), so the copy-in and copy-out are tested without a GPU."""
+    out = fn()
+    return (lambda: out.copy_(fn())), out
+
+
+def padded(example: tuple, width: int) -> tuple:
+    """The body's inputs for n <= ``width`` tokens at the graph's shape: every row tensor (tokens,
+    positions, rotary rows [n, ...]) with row 0 repeated to ``width`` rows, each mask [n, S] widened
+    to the buffers' capacity C with -inf (those slots unseen) and its rows padded likewise. A
+    repeated row sees and writes what row 0 does: the same keys and values at the same slot."""
+    *rows, mask, mask_local, keys, values = example
+    n, (span, capacity) = int(rows[0].shape[0]), (int(mask.shape[1]), int(keys.shape[2]))
+
+    def wide(m: torch.Tensor) -> torch.Tensor:  # [n, S] -> [n, C]
+        return torch.cat([m, m.new_full((n, capacity - span), float("-inf"))], 1) if capacity > span else m
+
+    def tall(t: torch.Tensor) -> torch.Tensor:  # [n, ...] -> [width, ...]
+        return torch.cat([t, t[:1].expand(width - n, *t.shape[1:])]) if width > n else t
+
+    return (*(tall(t) for t in rows), tall(wide(mask)), tall(wide(mask_local)), keys, values)
+
+
+class GraphStep:
+    """The body as a step (the body's inputs -> hidden states [n, d], the buffers written) replayed
+    from one graph per session buffer; eager on the same padded inputs after any failure."""
+
+    def __init__(self, body: torch.nn.Module, capture: Capture | None = None, width: int | None = None):
+        self.body, self.width = body, width or WIDTH
+        self.capture = capture or (replaying if not body.embedding.is_cuda else cuda_capture)
+        self.pool = torch.cuda.graph_pool_handle() if self.capture is cuda_capture else None  # graphs share memory
+        self.graphs: collections.OrderedDict = collections.OrderedDict()  # key -> (static inputs, replay, out)
+        self.failed: str | None = None  # why graphs gave way to eager (None: they did not)
+        self.note = "CUDA graphs" if self.capture is cuda_capture else f"graphs via {getattr(self.capture, '__name__', 'a stand-in')}"
+        self._lock = threading.Lock()  # one copy-in, replay and copy-out at a time: the inputs are shared
+
+    def __call__(self, *example) -> torch.Tensor:
+        n = int(example[0].shape[0])
+        if n > self.width:
+            return self.body(*example)  # a prompt's rows: eagerly at their width
+        inputs = padded(example, self.width)
+        with self._lock:
+            if self.failed is None:
+                try:
+                    return self._replay(inputs)[:n].clone()
+                except Exception as e:  # capture refused, out of memory, a replay error: eager from now on
+                    self._give_up(e)
+            return self.body(*inputs)[:n]
+
+    def _replay(self, inputs: tuple) -> torch.Tensor:
+        *rows, keys, values = inputs
+        key = (int(keys.shape[2]), keys.data_ptr(), values.data_ptr(), keys.dtype)
+        graph = self.graphs.get(key)
+        if graph is None:
+            static = [t.clone() for t in rows]  # the graph's own inputs, refilled before each replay
+            with torch.cuda.device(keys.device) if keys.is_cuda else contextlib.nullcontext():  # its side stream there
+                replay, out = self.capture(lambda: self.body(*static, keys, values), self.pool)
+            graph = self.graphs[key] = (static, replay, out)
+            while len(self.graphs) > MAX_GRAPHS:
+                self.graphs.popitem(last=False)
+        self.graphs.move_to_end(key)
+        static, replay, out = graph
+        for dst, src in zip(static, rows):
+            dst.copy_(src)
+        replay()
+        return out  # [width, d]
+
+    def _give_up(self, error: Exception) -> None:
+        self.failed = f"{type(error).__name__}: {error}"
+        self.graphs.clear()
+        log.warning("specviz: graphs of the static decode step failed (%s); running it eagerly from now on, on the same"
+                    " padded inputs", self.failed)
+
+
+def head_rows(head: torch.nn.Module, hidden: torch.Tensor, width: int | None = None) -> torch.Tensor:
+    """``head`` on hidden [rows, d] computed on :data:`WIDTH` rows (row 0 repeated), so a row's
+    logits come from the same product whatever the number of rows -> [rows, V]."""
+    rows, width = int(hidden.shape[0]), width or WIDTH
+    if rows >= width:
+        return head(hidden)
+    return head(torch.cat([hidden, hidden[:1].expand(width - rows, -1)]))[:rows]
+
+
+RUNNER = Runner("cuda", lambda body, example: GraphStep(body))  # graphs captured on first use, per session buffer
+
+__all__ = ["CAPACITY", "MAX_GRAPHS", "RUNNER", "WIDTH", "GraphStep", "cuda_capture", "head_rows", "padded", "replaying"]
