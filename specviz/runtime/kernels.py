@@ -144,7 +144,7 @@ class PlannedLinear(torch.nn.Module):
                 setattr(self, name, made)
         self.kernels = tuple(k if TABLE[k].copy is None or getattr(self, TABLE[k].copy) is not None else DEFAULT
                              for k in names)
-        self.plan = plan
+        self.plan, self.only = plan, (self.kernels[0] if len(set(self.kernels)) == 1 else None)  # only: every width's
 
     def kernel(self, rows: int) -> str:
         """The kernel ``rows`` rows run on."""
@@ -152,7 +152,7 @@ class PlannedLinear(torch.nn.Module):
 
     def uniform(self) -> bool:
         """Whether every width runs the same kernel (then one graph serves every width)."""
-        return len(set(self.kernels)) == 1
+        return self.only is not None
 
     def graph_key(self, n: int) -> str:
         """What a graph of ``n`` rows through this layer depends on: its kernel there."""
@@ -171,7 +171,7 @@ class PlannedLinear(torch.nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # [..., in] -> [..., out]
         rows = x.numel() // max(1, x.shape[-1])
-        k = TABLE[self.kernels[-1] if self.uniform() else self.kernel(rows)]
+        k = TABLE[self.only or self.kernel(rows)]
         held = getattr(self, k.copy) if k.copy else None
         if k.copy and held is None:  # a copy of the layer: the same product family, F.linear
             return F.linear(x, self.weight, self.bias)
