@@ -12,7 +12,14 @@ import pytest
 
 from specviz.analysis import advisor as A
 from specviz.analysis import runcost as RC
-from tests.test_advisor import cost_model, tiny  # noqa: F401 (a fixture)
+from tests.support import loaded, make_char_tokenizer, make_llama
+from tests.test_advisor import cost_model
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    tok = make_char_tokenizer()
+    return loaded(make_llama(len(tok), 32, 2, seed=0, sharpen=30.0), tok, "tiny-target")
 
 
 def rec(k, verify_ms, other_ms=0.5, draft_ms=0.1, tree=()):
@@ -89,7 +96,7 @@ def test_advise_anchors_a_measured_cost_model_to_its_decode(tiny, monkeypatch, t
     from specviz.core.records import Sampling
     from specviz.prompts import PromptRow
 
-    target, _ = tiny
+    target = tiny
     given = replace(cost_model(slope=0.0005, overhead=0.001), measured_s=1.0 if timed else 0.0)
     monkeypatch.setattr(adv, "load_or_measure", lambda *a, **kw: (given, False))
     prompts = [PromptRow("the cat sat on the mat. the cat sat on the mat. the", "code", "p0"),
