@@ -2,7 +2,7 @@
 
     make gpu-check                                      # = python3 benchmarks/gpu_check.py
     python3 benchmarks/gpu_check.py --device cuda --out gpu_check.json
-    python3 benchmarks/gpu_check.py --device cpu --tiny  # what CI runs: tiny sizes, under a minute
+    python3 benchmarks/gpu_check.py --device cpu --tiny  # what CI runs: tiny sizes, 1-2 minutes on 2 busy cores
 
 Needs only torch, transformers and this source tree (run from a copy of the repository; nothing
 is installed, downloaded or read from a model package; gradio and plotly are never imported).
@@ -18,15 +18,23 @@ Sections, all on the chosen device:
        with sliding-window layers);
   3. bfloat16 greedy divergence: tokens equal to model.generate's before the first difference;
   4. the verify-cost curve t(n), n = 1..64, for a ~1.2B-parameter random Llama in bfloat16;
-  5. the engine's own per-step cost (proposal, verify rule, records) beside its forward pass.
+  5. the engine's own per-step cost (proposal, verify rule, records) beside its forward pass;
+  6. the static decode step three ways (SPECVIZ_STATIC_DECODE): "graphs" (the body replayed from
+     CUDA graphs, specviz.runtime.cuda_step; on a CPU its stand-in, which replays eagerly),
+     "eager" (the same body op by op) and "transformers" (the model's own forward, generate()'s):
+     t(n) for n = 1..17 on the big model, and a step's cost per proposer kind;
+  7. bfloat16 exactness through the graphed step: greedy output of every proposer equal to the
+     same model's own bf16 target-only decoding through that step (not to generate()'s: its
+     kernels round apart; docs/gpu.md).
 
 Writes a JSON report (--out) and prints a summary. Exit status 1 if an exactness check fails
-(section 2 or 1); timings and bfloat16 divergence never fail it.
+(sections 1, 2 or 7); timings and bfloat16 divergence from generate() never fail it.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -47,8 +55,9 @@ from packaging.version import Version  # noqa: E402
 from specviz import Sampling, SpeculativeDecoder  # noqa: E402
 from specviz.analysis import checks  # noqa: E402
 from specviz.models import load_model, resolve_device, resolve_dtype  # noqa: E402
-from specviz.proposers import DraftModel, NGram  # noqa: E402
-from specviz.runtime.kv import forward_logits, new_cache, rollback  # noqa: E402
+from specviz.proposers import DraftModel, DraftTree, EarlyExit, NGram, NGramTree  # noqa: E402
+from specviz.runtime import cuda_step, state  # noqa: E402
+from specviz.runtime.kv import forward_logits, new_cache, rollback, session_cache  # noqa: E402
 
 SCHEMA = "specviz.gpu_check/1"
 MIN_TRANSFORMERS = (5, 18)  # as pyproject.toml
@@ -67,13 +76,20 @@ BIG = dict(vocab_size=128256, hidden_size=2048, intermediate_size=8192, num_hidd
            num_attention_heads=32, num_key_value_heads=8, head_dim=64, tie_word_embeddings=True)
 SMALL = dict(vocab_size=4096, hidden_size=256, intermediate_size=1024, num_hidden_layers=4,
              num_attention_heads=8, num_key_value_heads=2, head_dim=32, tie_word_embeddings=True)
-# seconds each section should take on one data-centre GPU (full sizes): 270 s in all, under 5 minutes
-BUDGET_S = dict(models=20, loading=10, statistical=100, greedy=20, rollback=15, bf16_divergence=20, big_model=20,
-                bf16_divergence_big=15, verify_cost=30, engine_overhead=20)
+# seconds each section should take on one data-centre GPU (full sizes): 285 s in all, under 5 minutes; the
+# sections of 6 and 7 stop early (and say so) past theirs. Guesses: no GPU run is recorded yet (docs/gpu.md).
+BUDGET_S = dict(models=10, loading=10, statistical=80, greedy=15, rollback=15, bf16_divergence=15, big_model=15,
+                bf16_divergence_big=10, verify_cost=20, engine_overhead=15, step_curve=25, proposer_cost=35,
+                bf16_exactness=20)
 FULL = dict(samples=1500, greedy_prompts=3, greedy_tokens=40, bf16_tokens=64, big=BIG, max_n=64, context=256,
-            warmup=3, reps=10, overhead_tokens=48)
+            warmup=3, reps=10, overhead_tokens=48, step_n=17, cost_tokens=48, exact_prompts=3)
 TINY = dict(samples=400, greedy_prompts=2, greedy_tokens=24, bf16_tokens=16, big=SMALL, max_n=8, context=64,
-            warmup=1, reps=3, overhead_tokens=12)
+            warmup=1, reps=3, overhead_tokens=12, step_n=3, cost_tokens=6, exact_prompts=1)
+# the static step's ways (SPECVIZ_STATIC_DECODE): CUDA graphs of the body (a stand-in on a CPU), the
+# same body op by op, and the model's own transformers forward (no static step: generate()'s)
+WAYS = {"graphs": "cuda", "eager": "eager", "transformers": "0"}
+DRAFT = dict(hidden_size=256, intermediate_size=1024, num_hidden_layers=2, num_attention_heads=4,
+             num_key_value_heads=2, head_dim=64, tie_word_embeddings=True)  # a small draft for the big model
 
 
 def sync(device: torch.device) -> None:
@@ -327,6 +343,167 @@ def _engine_overhead(big, n_tokens: int, context: int) -> list[dict]:
     return rows
 
 
+# -- 6-7. the static step three ways: CUDA graphs, eager, transformers ------------------------
+
+
+@contextlib.contextmanager
+def static_way(way: str, *models):
+    """``SPECVIZ_STATIC_DECODE`` set for ``way`` (:data:`WAYS`) and each model's static step built
+    afresh under it (a model keeps the runner it first built), then dropped again."""
+    previous = os.environ.get("SPECVIZ_STATIC_DECODE")
+    os.environ["SPECVIZ_STATIC_DECODE"] = WAYS[way]
+    for model in models:
+        state.of(model).decoder = None
+    try:
+        yield
+    finally:
+        for model in models:
+            state.of(model).decoder = None
+        if previous is None:
+            os.environ.pop("SPECVIZ_STATIC_DECODE", None)
+        else:
+            os.environ["SPECVIZ_STATIC_DECODE"] = previous
+
+
+def step_facts(model) -> dict:
+    """The runner ``model``'s static step runs (None: the transformers forward) and, for graphs,
+    how many it holds and whether they gave way to eager (why)."""
+    decoder = state.of(model).decoder
+    if decoder is None:
+        return dict(runner=None)
+    step = getattr(decoder, "_step", None)
+    facts = dict(runner=decoder.runner)
+    if hasattr(step, "graphs"):
+        facts.update(graphs=len(step.graphs), capture=step.note, width=step.width, fell_back=step.failed)
+    return facts
+
+
+def step_curve(big, max_n: int, context: int, warmup: int, reps: int, budget_s: float) -> dict:
+    """t(n), n = 1..max_n new positions on a ``context``-token cache and the rollback after, each
+    way of :data:`WAYS`; a way not reached within ``budget_s`` is listed as skipped."""
+    model, device = big.model, big.device
+    g = torch.Generator().manual_seed(4)
+    ids = torch.randint(3, model.config.vocab_size, (context + max_n,), generator=g).to(device)  # [L + max_n]
+    out: dict = dict(context=context, warmup=warmup, reps=reps, ways={}, skipped=[])
+    deadline = time.perf_counter() + budget_s
+    for way in WAYS:
+        if time.perf_counter() > deadline:
+            out["skipped"].append(way)
+            continue
+        with static_way(way, model), torch.inference_mode():
+            cache = session_cache(model)
+            sync(device)
+            t0 = time.perf_counter()
+            forward_logits(model, ids[:context], cache, 1)  # the prompt, then the first step builds
+            forward_logits(model, ids[context: context + 1], cache, 1)  # the step (graphs: its capture)
+            sync(device)
+            first_s = time.perf_counter() - t0
+            rollback(cache, context)
+            t_ms = {}
+            for n in range(1, max_n + 1):
+                def once(n=n):
+                    forward_logits(model, ids[context: context + n], cache, n)  # [n, V]
+                    rollback(cache, context)
+                t_ms[n] = median_ms(once, device, warmup, reps)
+            out["ways"][way] = dict(t_ms=t_ms, v={n: t / t_ms[1] for n, t in t_ms.items()},
+                                    first_call_s=round(first_s, 3), **step_facts(model))
+    return out
+
+
+def proposer_kinds(big, draft, tiny: bool) -> list:
+    """(name, k, a new proposer) for each proposer kind the step's cost is measured for (--tiny:
+    one chain, one tree and target-only, to keep CI short)."""
+    kinds = [("target-only", 1, lambda: None), ("ngram", 4, NGram), ("draft", 4, lambda: DraftModel(draft)),
+            ("ngram-tree", 1, lambda: NGramTree(nodes=16)), ("draft-tree", 1, lambda: DraftTree(draft, nodes=12)),
+            ("early-exit", 4, lambda: EarlyExit(big, max(1, big.model.config.num_hidden_layers // 4)))]
+    return [kind for kind in kinds if not tiny or kind[0] in ("target-only", "ngram", "draft-tree")]
+
+
+def proposer_cost(big, draft, n_tokens: int, context: int, budget_s: float, tiny: bool = False) -> list[dict]:
+    """A step's wall time (synchronised) and tokens per step for each proposer kind, each way;
+    greedy, after a warm-up generation (graphs captured, kernels loaded)."""
+    device = big.device
+    g = torch.Generator().manual_seed(5)
+    stem = torch.randint(3, big.model.config.vocab_size, (context // 2,), generator=g).tolist()
+    prompt = stem + stem  # repeated: the n-gram proposers find drafts
+    rows, deadline = [], time.perf_counter() + budget_s
+    for way in WAYS:
+        with static_way(way, big.model, draft.model):
+            for kind, k, make in proposer_kinds(big, draft, tiny):
+                if time.perf_counter() > deadline:
+                    rows.append(dict(way=way, proposer=kind, k=k, skipped="over the section's time budget"))
+                    continue
+                try:
+                    decoder = SpeculativeDecoder(big, make(), k=k)
+                    decoder.generate(prompt, max_new_tokens=4)  # warm-up
+                    session = decoder.start(prompt, max_new_tokens=n_tokens)
+                    session.step()  # prefill + first step: not a steady-state step
+                    steps = []
+                    while not session.done:
+                        sync(device)
+                        t0 = time.perf_counter()
+                        session.step()
+                        sync(device)
+                        steps.append((time.perf_counter() - t0) * 1e3)
+                except Exception as e:  # noqa: BLE001 - a timing never fails the check: say what broke
+                    rows.append(dict(way=way, proposer=kind, k=k, error=f"{type(e).__name__}: {e}"))
+                    continue
+                if not steps:
+                    continue
+                res = session.result()
+                tokens = len(res.token_ids) - 1  # the first step's token is not timed
+                rows.append(dict(way=way, proposer=kind, k=k, steps=len(steps), step_ms=statistics.fmean(steps),
+                                 tokens_per_step=res.stats.mean_acceptance_length,
+                                 ms_per_token=sum(steps) / max(tokens, 1), **step_facts(big.model)))
+    return rows
+
+
+def bf16_exactness(bf16: Models, big, n_prompts: int, n_tokens: int, context: int, budget_s: float) -> list[dict]:
+    """Through the graphed step in bfloat16: each proposer's greedy output equal to the same model's
+    own target-only decoding through that step (ok), and how many tokens of it equal
+    model.generate's (information only: generate() runs other kernels)."""
+    rows, deadline = [], time.perf_counter() + budget_s
+    g = torch.Generator().manual_seed(1)
+    stem = torch.randint(3, big.model.config.vocab_size, (context // 2,), generator=g).tolist()
+    cases = [(bf16.target, "tiny llama", p, [("ngram", NGram, k) for k in KS] + [("draft", lambda: DraftModel(bf16.near), 3)],
+              (bf16.target.model, bf16.near.model)) for p in PROMPTS[:n_prompts]]
+    cases.append((big, f"random llama {num_params(big) / 1e6:.0f}M", stem + stem, [("ngram", NGram, 4)], (big.model,)))
+    for lm, name, prompt, proposers, models in cases:
+        if time.perf_counter() > deadline:
+            rows.append(dict(model=name, skipped="over the section's time budget"))
+            continue
+        with static_way("graphs", *models):
+            rows += against_target_only(lm, name, prompt, proposers, n_tokens)
+    return rows
+
+
+def against_target_only(lm, name: str, prompt, proposers, n_tokens: int) -> list[dict]:
+    """Each of ``proposers`` ((kind, make, k)) decoding greedily with ``lm``, against ``lm``'s own
+    target-only decoding through the same static step (ok: equal), and that one against generate()."""
+    alone = list(SpeculativeDecoder(lm, None).generate(prompt, max_new_tokens=n_tokens).token_ids)
+    facts = step_facts(lm.model)
+    generated = checks.matching_prefix(alone, checks.hf_greedy(lm, prompt, n_tokens))
+    rows = []
+    for kind, make, k in proposers:
+        out = list(SpeculativeDecoder(lm, make(), k=k).generate(prompt, max_new_tokens=n_tokens).token_ids)
+        rows.append(dict(model=name, proposer=kind, k=k, dtype=str(lm.dtype).removeprefix("torch."), tokens=n_tokens,
+                         matched_target_only=checks.matching_prefix(out, alone),
+                         target_only_matched_generate=generated, ok=out == alone, **facts))
+    return rows
+
+
+def build_draft(big, device: torch.device, dtype: torch.dtype):
+    """A small random Llama on the big model's vocabulary, its draft in the step-cost section."""
+    from transformers import AutoModelForCausalLM, LlamaConfig
+
+    cfg = LlamaConfig(vocab_size=big.model.config.vocab_size, max_position_embeddings=4096, bos_token_id=1,
+                      eos_token_id=2, pad_token_id=0, **DRAFT)
+    torch.manual_seed(1)
+    with torch.device(device):
+        model = AutoModelForCausalLM.from_config(cfg, dtype=dtype).eval()
+    return checks.loaded(model, big.tokenizer, "random-llama-draft", device, dtype)
+
+
 # -- the run ---------------------------------------------------------------------------------
 
 
@@ -357,6 +534,9 @@ def run(device: torch.device, tiny: bool) -> dict:
 
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = False  # float32 means float32 in the exactness checks
+    else:  # the graphs' CPU stand-in (the same code, replayed eagerly) on fewer rows: bf16 products here cost by the row
+        cuda_step.WIDTH, cuda_step.CAPACITY = 8, 128
+    report["environment"].update(graph_width=cuda_step.WIDTH, graph_capacity=cuda_step.CAPACITY)
     models = section("models", Models, device)
     del report["models"]
     section("loading", check_loading, device, models)
@@ -371,6 +551,12 @@ def run(device: torch.device, tiny: bool) -> dict:
     del report["bf16_divergence_big"]
     section("verify_cost", verify_curve, big, sizes["max_n"], sizes["context"], sizes["warmup"], sizes["reps"])
     section("engine_overhead", engine_overhead, big, sizes["overhead_tokens"], sizes["context"])
+    section("step_curve", step_curve, big, sizes["step_n"], sizes["context"], sizes["warmup"], sizes["reps"],
+            BUDGET_S["step_curve"])
+    draft = build_draft(big, device, torch.bfloat16)
+    section("proposer_cost", proposer_cost, big, draft, sizes["cost_tokens"], sizes["context"], BUDGET_S["proposer_cost"], tiny)
+    section("bf16_exactness", bf16_exactness, bf16, big, sizes["exact_prompts"], sizes["bf16_tokens"], sizes["context"],
+            BUDGET_S["bf16_exactness"])
 
     failures = [f"loading: {report['loading']}"] if not report["loading"]["ok"] else []
     for r in report["statistical"]:
@@ -381,6 +567,8 @@ def run(device: torch.device, tiny: bool) -> dict:
     failures += [f"greedy {r['proposer']} k={r['k']}: matched {r['matched']} of {r['tokens']}"
                  for r in report["greedy"] if not r["ok"]]
     failures += [f"rollback {r['model']}: relative error {r['max_rel_err']:.2e}" for r in report["rollback"] if not r["ok"]]
+    failures += [f"bf16 graphed step, {r['model']} {r['proposer']} k={r['k']}: matched target-only's for "
+                 f"{r['matched_target_only']} of {r['tokens']}" for r in report["bf16_exactness"] if r.get("ok") is False]
     report["failures"] = failures
     report["ok"] = not failures
     return report
@@ -410,6 +598,26 @@ def summary(report: dict) -> str:
     for r in report["engine_overhead"]:
         lines.append(f"  engine per step, {r['proposer']} k={r['k']}: {r['step_ms']:.2f} ms = forward {r['forward_ms']:.2f} "
                      f"+ engine {r['engine_ms']:.2f} ({100 * r['engine_share']:.0f}%)")
+    curve = report["step_curve"]
+    for way, row in curve["ways"].items():
+        ns = [n for n in (1, 2, 4, 8, 16, 17) if n in row["t_ms"]]
+        how = f"{row['runner'] or 'transformers forward'}" + (f", {row['graphs']} graph(s) ({row['capture']})" if "graphs" in row else "")
+        fell = f"; FELL BACK to eager: {row['fell_back']}" if row.get("fell_back") else ""
+        lines.append(f"  static step {way} [{how}]: " + ", ".join(f"t({n})={row['t_ms'][n]:.2f}ms" for n in ns)
+                     + f"; first call {row['first_call_s']:.2f} s{fell}")
+    if curve["skipped"]:
+        lines.append("  static step ways skipped (time budget): " + ", ".join(curve["skipped"]))
+    for way in WAYS:
+        done = [r for r in report["proposer_cost"] if r["way"] == way and "step_ms" in r]
+        lines.append(f"  step cost, {way}: " + ", ".join(f"{r['proposer']} {r['step_ms']:.1f} ms/step {r['ms_per_token']:.1f} ms/token"
+                                                         for r in done))
+    for r in report["proposer_cost"]:
+        if "error" in r or "skipped" in r:
+            lines.append(f"  step cost, {r['way']} {r['proposer']}: {r.get('error') or r.get('skipped')}")
+    exact = [r for r in report["bf16_exactness"] if "ok" in r]
+    lines.append(f"  bf16 greedy through the graphed step == its own target-only: {sum(r['ok'] for r in exact)}/{len(exact)}"
+                 f" configs (runner {', '.join(sorted({str(r['runner']) for r in exact}))}); target-only == generate() for "
+                 + ", ".join(sorted({f"{r['model']} {r['target_only_matched_generate']}/{r['tokens']}" for r in exact})))
     lines.append("  seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in report["seconds"].items()))
     over = [k for k, v in report["seconds"].items() if not report["tiny"] and v > BUDGET_S.get(k, float("inf"))]
     if over:

@@ -74,6 +74,17 @@ def test_cpu_run_passes_with_torch_and_transformers_only(tmp_path):
     assert curve["v"]["1"] == 1.0 and all(t > 0 for t in curve["t_ms"].values())
     for r in report["engine_overhead"]:
         assert r["step_ms"] == pytest.approx(r["forward_ms"] + r["engine_ms"]) and 0 < r["engine_share"] < 1
+    ways = report["step_curve"]["ways"]  # the graphed step (its CPU stand-in), eager, transformers
+    assert list(ways) == ["graphs", "eager", "transformers"] and not report["step_curve"]["skipped"]
+    assert [w["runner"] for w in ways.values()] == ["cuda", "eager", None]
+    assert ways["graphs"]["graphs"] >= 1 and ways["graphs"]["fell_back"] is None
+    assert all(sorted(int(n) for n in w["t_ms"]) == [1, 2, 3] and min(w["t_ms"].values()) > 0 for w in ways.values())
+    cost = report["proposer_cost"]
+    assert {(r["way"], r["proposer"]) for r in cost if r.get("step_ms", 0) > 0} == {
+        (w, p) for w in ways for p in ("target-only", "ngram", "draft-tree")}
+    exact = report["bf16_exactness"]
+    assert {(r["model"].split()[0], r["proposer"]) for r in exact} >= {("tiny", "ngram"), ("tiny", "draft"), ("random", "ngram")}
+    assert all(r["ok"] and r["dtype"] == "bfloat16" and r["runner"] == "cuda" and r["fell_back"] is None for r in exact)
 
 
 @pytest.fixture(scope="module")
@@ -96,6 +107,19 @@ def test_greedy_check_fails_when_the_engine_accepts_wrong_drafts(script, fp32_mo
     monkeypatch.setattr(engine, "verify", accept_everything)
     rows = script.check_greedy(fp32_models, 1, 16)
     assert not all(r["ok"] for r in rows if r["proposer"] == "ngram")  # its drafts are often wrong
+
+
+def test_target_only_check_fails_when_the_engine_accepts_wrong_drafts(script, fp32_models, monkeypatch):
+    def accept_everything(p, q, drafts, **kw):
+        k = drafts.shape[0]
+        ones = torch.ones(k)
+        return Verification(k, int(kw["target_argmax"][k]), False, ones, ones, ones, None, None)
+
+    monkeypatch.setattr(engine, "verify", accept_everything)
+    t = fp32_models.target
+    with script.static_way("graphs", t.model):
+        rows = script.against_target_only(t, "tiny", script.PROMPTS[0], [("ngram", script.NGram, 3)], 16)
+    assert rows[0]["runner"] == "cuda" and not rows[0]["ok"] and rows[0]["matched_target_only"] < 16
 
 
 def test_rollback_check_fails_when_the_cache_is_not_rolled_back(script, fp32_models, monkeypatch):
