@@ -56,8 +56,11 @@ def test_anchored_to_the_runs_passes():
     assert new.t(17) + o == pytest.approx(ratios[9] * (cost.t(17) + o))  # beyond: the nearest anchored ratio
     assert all(new.t(n) <= new.t(n + 1) for n in range(1, 17))
     assert new.t_tree(9) - new.t(9) == pytest.approx(ratios[9] * (cost.t_tree(9) - cost.t(9)))
-    assert new.lookup_s["ngram"] == pytest.approx(0.0001) and new.drafts == cost.drafts  # the draft as measured
-    assert new.step_overhead_s == o and new.prefill_s == cost.prefill_s
+    assert new.lookup_s["ngram"] == pytest.approx(0.0001) and new.step_overhead_s == o
+    d, d0 = new.drafts["d"], cost.drafts["d"]  # the draft keeps its measured ratio to the one-token step
+    assert d.step_s / new.base_step_s == pytest.approx(d0.step_s / cost.base_step_s)
+    assert d.feed(2) / new.base_step_s == pytest.approx(d0.feed(2) / cost.base_step_s)
+    assert new.prefill_s == pytest.approx(ratios[9] * cost.prefill_s) and d.prefill_s == pytest.approx(ratios[9] * d0.prefill_s)
 
 
 def test_the_anchor_lowers_an_optimistic_forecast():
@@ -106,6 +109,7 @@ def test_advise_anchors_a_measured_cost_model_to_its_decode(tiny, monkeypatch, t
     told = [n for n in advice.notes if "priced as the advisor's own decode ran them" in n]
     if timed:
         assert len(told) == 1 and "t(1) x " in told[0] and advice.cost.target_s != given.target_s
-        assert advice.cost.drafts == given.drafts and advice.cost.prefill_s == given.prefill_s
+        c = advice.cost.drafts["d"].step_s / advice.cost.base_step_s  # the draft's ratio to the step, as measured
+        assert c == pytest.approx(given.drafts["d"].step_s / given.base_step_s)
     else:
         assert not told and advice.cost == given

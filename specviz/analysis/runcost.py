@@ -17,8 +17,12 @@ per width n (drafts + 1), the median of the steps' verify + other time. :func:`a
 the cost model to them: at each width the decode ran at least ``MIN_STEPS`` times, the ratio of
 that median to the model's t(n) + o; between such widths the ratio is linear in n, outside them
 the nearest one's. The shape across n stays the cost model's (every n is measured there), the
-level is the run's. A draft's costs stay as measured; the n-gram lookup becomes the decode's own
-median drafting time where the decode drafted with n-grams. Pure functions of numbers.
+level is the run's. A draft's costs were timed as ratios to the target's one-token pass, and keep
+them (scaled by the one-token step's ratio), and the prefills take the widest anchored width's
+ratio, so a host that changes speed between the cost model and the decode moves every term alike
+(a smoke run on a host at load 13 on 2 cores read the one-token step at 0.44 of its cost model's:
+with the draft left as timed, every draft forecast fell 30% low). The n-gram lookup becomes the
+decode's own median drafting time where the decode drafted with n-grams. Pure functions of numbers.
 """
 
 from __future__ import annotations
@@ -84,7 +88,15 @@ def anchored(cost: CostModel, samples: Mapping[int, Sequence[float]], lookups: S
     lookup = dict(cost.lookup_s)
     if len(lookups) >= min_steps:
         lookup["ngram"] = statistics.median(lookups)
-    return replace(cost, target_s=scaled(cost.target_s), tree_s=scaled(cost.tree_s), lookup_s=lookup), ratios
+    one, wide = _ratio_at(ratios, 1), ratios[max(ratios)]  # the one-token step's ratio; the prefill's (widest) one
+
+    def times(points: Mapping[int, float]) -> dict[int, float]:
+        return {n: one * x for n, x in points.items()}
+
+    drafts = {name: replace(d, step_s=one * d.step_s, feed_s=times(d.feed_s), level_s=times(d.level_s),
+                            prefill_s=wide * d.prefill_s, switch_s=one * d.switch_s) for name, d in cost.drafts.items()}
+    return replace(cost, target_s=scaled(cost.target_s), tree_s=scaled(cost.tree_s), lookup_s=lookup, drafts=drafts,
+                   prefill_s=wide * cost.prefill_s), ratios
 
 
 def words(ratios: Mapping[int, float], steps: int) -> str:
