@@ -78,7 +78,7 @@ at::Tensor linear(const at::Tensor& x_, const at::Tensor& w, const at::Tensor& s
 // The weight blocked [N/16, K, 16]: 16 outputs a 64-byte step over all K, streamed once for up to
 // 12 rows. Each output's sum runs k = 0..K-1 in one chain of float32 multiply-adds whatever the
 // width, so a row's result is the same bits in a 1-row and a 9-row call (a verify pass's first row
-// is the decode step's). Two 8-lane halves on AVX2; plain loops below that.
+// is the decode step's). Below AVX-512, two 8-lane halves.
 namespace {
 template <int R>
 void dense_block(const float* w, const float* x, int64_t K, float* out, int64_t ld) {
@@ -91,29 +91,16 @@ void dense_block(const float* w, const float* x, int64_t K, float* out, int64_t 
     for (int r = 0; r < R; ++r) acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(x[r * K + k]), wk, acc[r]);
   }
   for (int r = 0; r < R; ++r) _mm512_storeu_ps(out + r * ld, acc[r]);
-#elif SPECVIZ_AVX2
-  __m256 acc[R][2];  // the same chains, 8 lanes a register
-  for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+#else  // two 8-lane halves (kernel_parts.h's f8)
+  f8 acc[R][2];
+  for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = f8{};  // (an `= {}` here compiles to a memset call)
   for (int64_t k = 0; k < K; ++k) {
-    if constexpr (R >= PREFETCH_ROWS) _mm_prefetch(reinterpret_cast<const char*>(w + (k + AHEAD) * LANES), _MM_HINT_T0);
-    const __m256 lo = _mm256_loadu_ps(w + k * LANES), hi = _mm256_loadu_ps(w + k * LANES + 8);
+    if constexpr (R >= PREFETCH_ROWS) __builtin_prefetch(w + (k + AHEAD) * LANES);
+    const f8 lo = load8(w + k * LANES), hi = load8(w + k * LANES + 8);
     for (int r = 0; r < R; ++r) {
-      const __m256 xr = _mm256_set1_ps(x[r * K + k]);
-      acc[r][0] = _mm256_fmadd_ps(xr, lo, acc[r][0]);
-      acc[r][1] = _mm256_fmadd_ps(xr, hi, acc[r][1]);
-    }
-  }
-  for (int r = 0; r < R; ++r) {
-    _mm256_storeu_ps(out + r * ld, acc[r][0]);
-    _mm256_storeu_ps(out + r * ld + 8, acc[r][1]);
-  }
-#else
-  float acc[R][LANES] = {};
-  for (int64_t k = 0; k < K; ++k) {
-    const float* wk = w + k * LANES;
-    for (int r = 0; r < R; ++r) {
-      const float xr = x[r * K + k];
-      for (int j = 0; j < LANES; ++j) acc[r][j] = std::fma(xr, wk[j], acc[r][j]);
+      const f8 xr = splat8(x[r * K + k]);
+      acc[r][0] = mul_add8(xr, lo, acc[r][0]);
+      acc[r][1] = mul_add8(xr, hi, acc[r][1]);
     }
   }
   for (int r = 0; r < R; ++r) std::memcpy(out + r * ld, acc[r], sizeof(acc[r]));

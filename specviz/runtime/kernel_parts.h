@@ -167,6 +167,24 @@ inline void block_sums(const int8_t* w, const uint8_t* u, int64_t rows, int64_t 
   }
 }
 
+// Below AVX-512, the float32 products take 16 outputs as two halves of 8 floats: one register each
+// on AVX2, two SSE registers in a plain build (GCC's vector types: one source for both builds).
+typedef float f8 __attribute__((vector_size(32)));
+typedef uint32_t u8x __attribute__((vector_size(32)));
+inline f8 load8(const void* p) {
+  f8 v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+inline f8 splat8(float v) { return f8{v, v, v, v, v, v, v, v}; }
+inline f8 mul_add8(f8 a, f8 b, f8 c) {  // a b + c: rounded once where the CPU has FMA
+#if defined(__FMA__)
+  return (f8)_mm256_fmadd_ps((__m256)a, (__m256)b, (__m256)c);
+#else
+  return a * b + c;
+#endif
+}
+
 constexpr int64_t LANES = 16;  // outputs a screen block
 constexpr int64_t MAX_ROWS = 12;  // rows a pass: 12 sums + a weight and a row in registers
 

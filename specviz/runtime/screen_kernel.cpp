@@ -60,26 +60,25 @@ void screen_f32(const uint16_t* w, const float* x, int64_t K2, float* out, int64
     }
   }, w, K2, out, ld);
 }
-#elif SPECVIZ_AVX2
-// the same products on an AVX2 CPU: each 16-output block as two halves of 8, U chains for one row
+#else
+// the same products below AVX-512: each 16-output block as two halves of 8 (kernel_parts.h's f8),
+// U chains for one row
 template <int R>
 void screen_f32(const uint16_t* w, const float* x, int64_t K2, float* out, int64_t ld) {
   constexpr int U = R == 1 ? 2 : 1;
-  const __m256i high = _mm256_set1_epi32((int)0xFFFF0000u);
-  __m256 acc[R][U][2];
+  f8 acc[R][U][2];
   for (int r = 0; r < R; ++r)
-    for (int u = 0; u < U; ++u) acc[r][u][0] = acc[r][u][1] = _mm256_setzero_ps();
+    for (int u = 0; u < U; ++u) acc[r][u][0] = acc[r][u][1] = f8{};
   auto step = [&](int u, int64_t p) {
-    __m256 even[2], odd[2];
+    f8 even[2], odd[2];
     for (int h = 0; h < 2; ++h) {  // outputs 8h .. 8h + 7: 32 bytes of pairs
-      const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + p * 2 * LANES + h * LANES));
-      even[h] = _mm256_castsi256_ps(_mm256_slli_epi32(b, 16));
-      odd[h] = _mm256_castsi256_ps(_mm256_and_si256(b, high));
+      const u8x b = (u8x)load8(w + p * 2 * LANES + h * LANES);
+      even[h] = (f8)(b << 16);  // w[j, 2p], exactly
+      odd[h] = (f8)(b & 0xFFFF0000u);  // w[j, 2p + 1], exactly
     }
     for (int r = 0; r < R; ++r) {  // each row's two inputs broadcast once for both halves
-      const __m256 x0 = _mm256_set1_ps(x[r * 2 * K2 + 2 * p]), x1 = _mm256_set1_ps(x[r * 2 * K2 + 2 * p + 1]);
-      for (int h = 0; h < 2; ++h)
-        acc[r][u][h] = _mm256_fmadd_ps(x1, odd[h], _mm256_fmadd_ps(x0, even[h], acc[r][u][h]));
+      const f8 x0 = splat8(x[r * 2 * K2 + 2 * p]), x1 = splat8(x[r * 2 * K2 + 2 * p + 1]);
+      for (int h = 0; h < 2; ++h) acc[r][u][h] = mul_add8(x1, odd[h], mul_add8(x0, even[h], acc[r][u][h]));
     }
   };
   int64_t p = 0;
@@ -88,32 +87,10 @@ void screen_f32(const uint16_t* w, const float* x, int64_t K2, float* out, int64
   for (; p < K2; ++p) step(0, p);
   for (int r = 0; r < R; ++r)
     for (int h = 0; h < 2; ++h) {
-      __m256 sum = acc[r][0][h];
-      for (int u = 1; u < U; ++u) sum = _mm256_add_ps(sum, acc[r][u][h]);
-      _mm256_storeu_ps(out + r * ld + 8 * h, sum);
+      f8 sum = acc[r][0][h];
+      for (int u = 1; u < U; ++u) sum += acc[r][u][h];
+      std::memcpy(out + r * ld + 8 * h, &sum, sizeof(sum));
     }
-}
-#else
-inline float widen(uint16_t b) {  // bf16 bits -> float32, exactly
-  uint32_t bits = (uint32_t)b << 16;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-
-template <int R>
-void screen_f32(const uint16_t* w, const float* x, int64_t K2, float* out, int64_t ld) {
-  float acc[R][LANES] = {};
-  for (int64_t k = 0; k < 2 * K2; ++k) {
-    const uint16_t* wk = w + (k / 2) * 2 * LANES + (k % 2);
-    float wf[LANES];
-    for (int j = 0; j < LANES; ++j) wf[j] = widen(wk[2 * j]);
-    for (int r = 0; r < R; ++r) {
-      const float xr = x[r * 2 * K2 + k];
-      for (int j = 0; j < LANES; ++j) acc[r][j] += xr * wf[j];
-    }
-  }
-  for (int r = 0; r < R; ++r) std::memcpy(out + r * ld, acc[r], sizeof(acc[r]));
 }
 #endif
 
@@ -209,7 +186,6 @@ struct Kept {  // one thread's candidates and running maxima
   std::vector<float> top;
   std::vector<int64_t> count, row, col;
   std::vector<float> val;
-  bool over = false;
 };
 
 // the threads' candidates merged: top [M] = the largest of their tops (NaN where any gave a row up),
@@ -274,7 +250,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> screen_top(const at::Tensor& x_, 
             if (id >= V) break;  // the padding's outputs (0): not the head's
             const float v = out[r * LANES + j];
             if (v < thr[m]) continue;  // the threshold rose within this block
-            if (k.count[m]++ >= cap) { k.over = true; k.top[m] = std::nanf(""); thr[m] = inf; break; }
+            if (k.count[m]++ >= cap) { k.top[m] = std::nanf(""); thr[m] = inf; break; }
             k.row.push_back(m), k.col.push_back(id), k.val.push_back(v);
             if (v > k.top[m]) { k.top[m] = v; thr[m] = v - tb[m]; }
           }
