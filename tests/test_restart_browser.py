@@ -25,7 +25,6 @@ from tests.support import app_server
 from tests.support.browser import ARRIVED, open_page
 from tests.test_lesson_browser import MOMENTS, REJECTED_SHOWN, _walk_to_the_rejection
 
-
 ROOT = Path(__file__).resolve().parents[1]
 TIMEOUT_MS = 240_000
 DESKTOP, PHONE = (1280, 800), (390, 844)

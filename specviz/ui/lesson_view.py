@@ -24,9 +24,10 @@ from ..viz.phases import step_phase_html
 from ..viz.race import race_figure, race_html
 from ..viz.styles import keys_help_html
 from ..viz.tree import chain_view, tree_figure, tree_mask_figure
-from ..viz.whatif import WHATIF_MAX_K
+from ..viz.whatif import WHATIF_MAX_K, whatif_curve
 from .state import PlaygroundState
-from .whatif_view import advice_outputs, machine_curve, whatif_outputs
+from .whatif_view import _run as whatif_run
+from .whatif_view import advice_outputs, whatif_outputs
 
 # Play speed: the menu's label -> the pause between steps in seconds
 SPEEDS = {"as fast as it runs": 0.0, "2 steps/s": 0.5, "1 step/s": 1.0, "1 step / 3 s": 3.0}
@@ -142,6 +143,15 @@ def _k(state: PlaygroundState) -> int:
         return 0
 
 
+def _k_curve(state: PlaygroundState) -> list[tuple[int, float]]:
+    """The what-if chart's curve at this run's own a, c and f on this machine's measured v(k + 1) (the
+    chart's :func:`specviz.ui.whatif_view._run`): the card names its best k, the chart's star."""
+    run = whatif_run(state)
+    if run is None or not run.timed or not run.v_at:
+        return []
+    return whatif_curve(run.a, run.c, run.v, run.f, WHATIF_MAX_K, run.v_at)
+
+
 def why_html(state: PlaygroundState) -> str:
     """The "why this speedup?" card of the run (and its target-only run, once there is one)."""
     stats = state.visible_stats()  # a latest step not committed yet is not told
@@ -153,9 +163,8 @@ def why_html(state: PlaygroundState) -> str:
                 f'from the run\'s own numbers.</p><p class="sv-muted">{WHEN_IT_PAYS}</p>{note}</div>')
     base = state.comparable_baseline()
     st = state.settings
-    curve = machine_curve(state) if base is not None else None  # this machine's v(n): the what-if's, Learn part 5's
-    v_at = tuple(curve.v(kk + 1) for kk in range(1, WHATIF_MAX_K + 1)) if curve is not None else ()
-    story = explain_run(state.visible_steps(), stats, base, k=_k(state), proposer=_proposer_name(state), v_at=v_at,
+    story = explain_run(state.visible_steps(), stats, base, k=_k(state), proposer=_proposer_name(state),
+                        k_curve=_k_curve(state) if base is not None else (),
                         baseline_steps=state.baseline_steps if base is not None else (),
                         temperature=st.temperature if st is not None else None,
                         lossy=st is not None and st.acceptance == "typical" and st.temperature > 0)

@@ -341,18 +341,14 @@ def run_interval(steps: Sequence[StepRecord], stats: Stats, baseline_steps: Sequ
 
 
 def explain_run(steps: Sequence[StepRecord], stats: Stats, baseline: Stats | None = None, *, k: int,
-                proposer: str = "draft model", v_at: Sequence[float] = (),
+                proposer: str = "draft model", k_curve: Sequence[tuple[int, float]] = (),
                 baseline_steps: Sequence[StepRecord] = (), temperature: float | None = None,
                 lossy: bool = False) -> SpeedupStory:
     """The card for a playground run: its steps and Stats, and a finished target-only run's Stats
     (same target, prompt and settings) if there is one; with its steps (``baseline_steps``) the
-    speedup gets its noise band (:func:`run_interval`). ``v_at``: this machine's measured v(k' + 1)
-    for k' = 1, 2, ... (the what-if's): the card's best k is then the what-if's."""
-    from .whatif import run_point, whatif_curve  # (whatif imports this module)
-
+    speedup gets its noise band (:func:`run_interval`). ``k_curve``: the what-if chart's curve for this
+    run on this machine's measured v(k' + 1) (see :func:`explain_speedup`): the card's best k is its."""
     c, v = run_costs(stats, baseline)
-    point = run_point(steps, stats, baseline, k) if v_at and baseline is not None else None
-    k_curve = whatif_curve(point.a, point.c, point.v, point.f, len(v_at), v_at) if point and point.timed else ()
     speed = None
     if baseline is not None and baseline.tokens_per_s > 0 and stats.tokens_per_s > 0:
         speed = stats.tokens_per_s / baseline.tokens_per_s
