@@ -126,7 +126,9 @@ def whatif_figure(run: RunPoint | None, a: float, k: int, c: float, k_max: int =
         dict(type="scatter", mode="markers", name=f"k = {cur[0]}: {cur[1]:.2f}×", x=[cur[0]], y=[cur[1]],
              marker=dict(symbol="circle-open", size=14, color=COLORS["ink"], line=dict(width=2)),
              hovertemplate="k = %{x}<br>predicted %{y:.2f}×<extra></extra>"),
-        dict(type="scatter", mode="markers", name=f"best k = {best[0]}", x=[best[0]], y=[best[1]],
+        # with the run's one v at every k the star is that assumption's, not advice: its name says so
+        dict(type="scatter", mode="markers", name=f"best k = {best[0]}" + ("" if run.v_at else " if v stayed flat"),
+             x=[best[0]], y=[best[1]],
              marker=dict(symbol="star", size=14, color=COLORS["bonus"], line=dict(width=1, color="white")),
              hovertemplate="best k = %{x}<br>%{y:.2f}×<extra></extra>"),
     ]
