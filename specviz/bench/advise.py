@@ -238,6 +238,8 @@ class Replayed:
     rows: dict[tuple[str, int], list[R.DraftRows]] = field(default_factory=dict)  # (draft, id(prompt set)) -> rows
     info: list[dict[str, Any]] = field(default_factory=list)  # per decode: proposer, prompts, seconds, self-check
     steps: list[tuple[bool, list]] = field(default_factory=list)  # per decode: (drafted with n-grams, step records per prompt)
+    cost: Any = None  # the cost model anchored to these decodes (_anchored), which every replayed price uses
+    ratios: dict[int, float] = field(default_factory=dict)  # width -> the decodes' pass over the cost model's
 
     def draft_rows(self, draft, key: int) -> list[R.DraftRows]:
         if (str(draft.name), key) not in self.rows:
@@ -297,6 +299,7 @@ def calibrate_by_replay(target, candidates: Sequence[Candidate], prompts: Sequen
         if say:
             say(f"decoded {len(records)} prompts greedily with {rep.info[-1]['decoded_with']} k={k} in {seconds:.1f} s "
                 f"(its replay gave back {same} of {len(records)} decodes step for step)")
+    cost = rep.cost = _anchored(cost, rep)  # before ngram+draft's replayed steps are priced with it
     cals: dict[str, Any] = {}
     by_k: dict[str, dict[int, A.ChainCalibration]] = {}
     if fallback:
@@ -454,7 +457,9 @@ def advise(target, specs: Sequence[str], prompts: Sequence[PromptRow], *, cache_
                                               run_prompts=run_prompts)
         tree_replay, info = _exact_tree_replay(target, rep, prompts, run_prompts, max_new_tokens, load), rep.info
         notes += [_replay_note(i) for i in info]
-        cost = _anchored(cost, rep, notes)
+        if rep.ratios:
+            notes.append(runcost.words(rep.ratios, sum(len(r) for _, d in rep.steps for r in d)))
+        cost = rep.cost or cost
     else:
         cals = calibrate(target, candidates, prompts, k=max(ks), min_drafted=min_drafted, max_new_tokens=max_new_tokens,
                          sampling=sampling, chat=chat, seed=seed, say=say, run_prompts=run_prompts)
@@ -472,17 +477,16 @@ def advise(target, specs: Sequence[str], prompts: Sequence[PromptRow], *, cache_
                   {"decodes": info}, tree_replay, schedule)
 
 
-def _anchored(cost: CostModel, rep: Replayed, notes: list[str]) -> CostModel:
+def _anchored(cost: CostModel, rep: Replayed) -> CostModel:
     """The cost model with the target's passes priced as the replay's decodes ran them
-    (:mod:`specviz.analysis.runcost`: a pass timed alone is not the pass a run makes). A cost model
-    of given numbers (``measured_s`` 0: not timed on this machine, as tests give it) is used as given."""
+    (:mod:`specviz.analysis.runcost`: a pass timed alone is not the pass a run makes; the ratios
+    go to ``rep.ratios``). A cost model of given numbers (``measured_s`` 0: not timed on this
+    machine, as tests give it) is used as given."""
     if not cost.measured_s:
         return cost
     runs = [steps for _, decode in rep.steps for steps in decode]
     lookups = [x for ngram, decode in rep.steps if ngram for x in runcost.draft_samples(decode)]
-    anchored, ratios = runcost.anchored(cost, runcost.pass_samples(runs), lookups)
-    if ratios:
-        notes.append(runcost.words(ratios, sum(len(r) for r in runs)))
+    anchored, rep.ratios = runcost.anchored(cost, runcost.pass_samples(runs), lookups)
     return anchored
 
 
