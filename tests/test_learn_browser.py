@@ -123,7 +123,8 @@ def test_calculator_slider_updates_the_output(page):
 def test_best_k_here_and_on_a_gpu_follows_the_sliders(page):
     page.locator("#sv-learn-hardware").get_by_text("Why the best k on this CPU").first.click()
     page.wait_for_selector("#sv-learn-hw-plot .legendtext >> text=a GPU (illustration)")
-    assert "a = 0.70" in page.inner_text("#sv-learn-hw-words")
+    a0 = float(page.locator("#sv-learn-hw-a input[type=number]").input_value())  # hw.default_point: this machine's
+    assert f"a = {a0:.2f}" in page.inner_text("#sv-learn-hw-words")
     box = page.locator("#sv-learn-hw-a input[type=number]")
     box.fill("0.6")
     box.press("Enter")
@@ -138,5 +139,39 @@ def test_narrow_screen_has_no_sideways_scroll(browser, app_url):
     pg.wait_for_selector("#sv-learn-verdict .sv-learn-verdict")
     pg.wait_for_selector("#sv-learn-hist g.point")
     assert pg.evaluate("document.documentElement.scrollWidth") <= 391  # nothing sticks out sideways
+    assert not pg.js_errors
+    pg.context.close()
+
+
+def test_part_5_takes_the_playground_run_and_names_the_what_ifs_best_k(browser, app_url):
+    """Issue 52's one story in the page: Play and Run target-only in the Playground, then Learn part 5's
+    "Use my playground run": its sliders take the run's a and c and its best k is the what-if's star
+    (and the card names no other k)."""
+    import re
+
+    pg = _open_learn(browser, app_url)
+    pg.get_by_role("tab", name="Playground").click()
+    pg.click("#sv-play-btn")
+    pg.wait_for_function("document.querySelector('#sv-status').innerText.includes('Finished')", timeout=120_000)
+    pg.click("#sv-baseline-btn")
+    pg.wait_for_function("document.querySelector('#sv-whatif-note').innerText.includes('measured')", timeout=120_000)
+    pg.wait_for_selector("#sv-whatif-plot .legendtext >> text=/best k = /")
+    star = int(re.search(r"best k = (\d+)", pg.inner_text("#sv-whatif-plot")).group(1))
+    a = pg.locator("#sv-whatif-a input[type=number]").input_value()
+    card = pg.inner_html("#sv-why")
+    pg.get_by_role("tab", name="Learn").click()
+    pg.locator("#sv-learn-hardware").get_by_text("Why the best k on this CPU").first.click()
+    pg.click("#sv-learn-hw-run")
+    pg.wait_for_selector("#sv-learn-hw-words .sv-learn-hw-best", state="attached")
+    pg.wait_for_function("() => document.querySelector('#sv-learn-hw-words').innerText.includes('playground run')")
+    learn = int(pg.get_attribute("#sv-learn-hw-words .sv-learn-hw-best", "data-best-k"))
+    assert learn == star, (learn, star)
+    assert abs(float(pg.locator("#sv-learn-hw-a input[type=number]").input_value()) - float(a)) < 1e-3
+    said = re.search(r'data-best-k="(\d+)"', card)
+    assert said is None or int(said.group(1)) == star, card
+    box = pg.locator("#sv-learn-hw-a input[type=number]")  # a slider moved by hand leaves the run
+    box.fill("0.55")
+    box.press("Enter")
+    pg.wait_for_function("() => document.querySelector('#sv-learn-hw-words')?.innerText.includes('a = 0.55')")
     assert not pg.js_errors
     pg.context.close()
