@@ -176,6 +176,20 @@ def _union(page, selectors: list[str]) -> dict:
     return {"x": max(0, x0 - 8), "y": max(0, y0 - 8), "width": x1 - x0 + 16, "height": y1 - y0 + 16}
 
 
+REJECTED_SHOWN = "!!document.querySelector('#sv-phase .sv-phase[data-phase=\"decide\"] .sv-phase-cell[data-kind=\"rejected\"]')"
+
+
+def to_the_rejection(page, most: int = 16) -> None:
+    """phase ▶ from the rejection tour's draft phase until its rejected draft is decided (then the charts' frame)."""
+    for _ in range(most):
+        if page.evaluate(REJECTED_SHOWN):
+            break
+        page.click("#sv-next-phase")
+        page.wait_for_timeout(400)
+    page.wait_for_function(REJECTED_SHOWN)
+    page.wait_for_timeout(1500)
+
+
 def lesson_screenshots(url: str, out_dir: str) -> list[str]:
     """The README's lesson pictures, each reached by its guided tour: a rejection mid-step (the
     decide phase and the inspector), the race with the speedup card, a tree step, a phone view."""
@@ -197,6 +211,7 @@ def lesson_screenshots(url: str, out_dir: str) -> list[str]:
             page.wait_for_timeout(2500)  # the charts' second frame
 
         tour("rejection", "Tour: step")
+        to_the_rejection(page)  # the tour opens the step in its draft phase: phase ▶ to the rejected draft
         page.locator("#sv-phase").scroll_into_view_if_needed()
         page.screenshot(path=str(out / "screenshot-rejection.png"),
                         clip=_union(page, ["#sv-step-slider", "#sv-phase", "#sv-summary", "#sv-draft-table", "#sv-topk"]),
@@ -216,6 +231,7 @@ def lesson_screenshots(url: str, out_dir: str) -> list[str]:
         phone.click("#sv-tour-rejection")
         phone.wait_for_function("document.querySelector('#sv-status').innerText.includes('Tour: step')")
         phone.wait_for_timeout(2500)
+        to_the_rejection(phone)
         phone.locator("#sv-phase").scroll_into_view_if_needed()
         phone.screenshot(path=str(out / "screenshot-lesson-phone.png"))
         saved.append(str(out / "screenshot-lesson-phone.png"))
