@@ -302,6 +302,8 @@ def test_the_rejection_tour_shows_its_chart_by_the_decide_boxes(browser, app_url
         assert 0 <= gap <= 40, box  # just under the boxes
         assert box["nav"]["y"] < phase["y"] < chart["y"] < box["guess"]["y"] < box["table"]["y"], box
         assert page.evaluate("document.documentElement.scrollWidth") <= size[0] + 1
+        mode, animate = boxes(page, ["#sv-lesson-mode", "#sv-animate"])  # the switch reads in a few lines, not ten
+        assert mode["width"] >= 300 and mode["height"] <= 130 and animate["y"] >= mode["y"] + mode["height"] - 1, (mode, animate)
     else:
         assert chart["x"] >= phase["x"] + phase["width"] - 1 and chart["y"] < phase["y"] + phase["height"], box  # beside
     assert not page.js_errors
