@@ -2,19 +2,14 @@
 function of tensors for n new tokens at positions p..p+n-1, (tokens, positions, rotary rows, masks,
 K/V buffers) -> the final-norm hidden states, writing the tokens' keys and values in place.
 
-The layers of the llama-like families (:data:`FAMILIES`) written out op by op (RMSNorm as one
-fused op with its scale precomputed, rotary from the model's own tables, attention on the buffers
-up to the context, the projections fused q/k/v and gate/up on the kernel measured faster per
-width, :mod:`specviz.runtime.projections`). They differ in a few places only, each read from the
-family's ``transformers`` modeling file: Gemma 3 norms by 1 + w, around both sublayers, scales
-attention by ``query_pre_attn_scalar`` and uses GELU (tanh); Gemma 3 and Qwen3 norm q and k per
-head before the rotary (Qwen3 by plain w); Qwen2 (and any ``attention_bias``) adds biases, which the
-projections carry; Phi-3 stores q/k/v and gate/up as one fused projection each, in the order the
-body fuses them, and may rotate only part of each head; the sliding window sits on every layer of
-Mistral and Phi-3 when set, on the layers ``layer_types`` names for Gemma 3, Qwen2 and Qwen3.
-:func:`family_why_not` says, in a sentence, what of a config the body cannot serve. A
-:class:`Runner` runs it: :data:`EAGER` (the body op by op) or ``fused`` (each layer one C++ op:
-:mod:`specviz.runtime.layer_op`). Every shape is written with -1 for n, so one step serves every width.
+The llama-like families (:data:`FAMILIES`) written out op by op, q/k/v and gate/up fused
+(:mod:`specviz.runtime.projections`). They differ only where their ``transformers`` modeling files
+do: Gemma 3 norms by 1 + w around both sublayers, scales attention by ``query_pre_attn_scalar`` and
+uses GELU (tanh); Gemma 3 and Qwen3 norm q and k per head before the rotary; Qwen2 adds biases (in
+the projections); Phi-3 stores q/k/v and gate/up fused and may rotate part of each head; the
+sliding window is on every layer of Mistral and Phi-3, on the ``layer_types`` named ones elsewhere.
+:func:`family_why_not` says what of a config the body cannot serve. Every shape is written with -1
+for n, so one step serves every width.
 """
 
 from __future__ import annotations
@@ -55,9 +50,8 @@ def rows_at_once(layers) -> bool:
 
 
 def sliding_layers(text) -> list[bool]:
-    """Which layers attend through the sliding window. Mistral and Phi-3 build one mask for every
-    layer, windowed when ``sliding_window`` is set (their ``layer_types``, if any, unread); Gemma 3,
-    Qwen2 and Qwen3 window the layers ``layer_types`` calls "sliding_attention"; Llama none."""
+    """Which layers attend through the sliding window (as the module's text says; their
+    ``layer_types``, if any, is unread for Mistral and Phi-3)."""
     n = text.num_hidden_layers
     if text.model_type in ("mistral", "phi3"):
         return [getattr(text, "sliding_window", None) is not None] * n
@@ -79,10 +73,8 @@ def _rope_types(rotary: torch.nn.Module) -> list[str]:
 
 def family_why_not(model: torch.nn.Module, text) -> str | None:
     """Why the body cannot run ``model`` (config ``text``) as its ``transformers`` forward does (a
-    sentence), or None: a family outside :data:`FAMILIES`, another activation, Gemma's soft-capping
-    or bidirectional attention, rotary tables that change with the length fed (dynamic NTK,
-    LongRoPE: not a function of the position alone), a partial rotary outside Phi-3 (whose own
-    forward is the only one that passes the other dims through), sliding layers without a window."""
+    sentence), or None. Rotary tables must be a function of the position alone (not dynamic NTK
+    or LongRoPE); only Phi-3's forward passes a partial rotary's other dims through."""
     kind = text.model_type
     if kind not in FAMILIES:
         return f"architecture {kind!r} is not one of {', '.join(FAMILIES)}"
@@ -110,10 +102,9 @@ def family_why_not(model: torch.nn.Module, text) -> str | None:
 
 
 def _rows(module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
-    """A projection ``module`` on x [n, in] -> [n, out]; bf16: on the rows and one more (the first
-    again), so that every width rounds alike: a bf16 product of one row sums a long input in
-    another order than one of 2+ rows, so a one-token step would round apart from the same token's
-    row of a verify pass, and greedy decoding part from target-only's at near-ties."""
+    """A projection ``module`` on x [n, in] -> [n, out]; bf16 on one extra row (row 0 again):
+    a one-row bf16 product sums in another order than a 2+ row one, so without it a token's
+    one-token step would round apart from its verify row (greedy parting at near-ties)."""
     if x.dtype == torch.bfloat16:
         return module(torch.cat((x, x[:1])))[:-1]  # [n + 1, out] -> [n, out]
     return module(x)
@@ -129,9 +120,8 @@ Step = Callable[..., torch.Tensor]  # the body's inputs -> hidden states [n, d] 
 
 @dataclass(frozen=True)
 class Runner:
-    """One way to run a body: ``build(body, example)`` -> a step taking the body's inputs (``example``:
-    one set of them) that gives the body's hidden states and writes the same K/V slots. A step
-    serves every width; one that raises gives way to :data:`EAGER` (static_decode)."""
+    """One way to run a body: ``build(body, example)`` -> a step taking the body's inputs that
+    gives its hidden states and writes the same K/V slots, at every width."""
 
     name: str
     build: Callable[[torch.nn.Module, tuple], Step]
@@ -190,10 +180,8 @@ class DecoderBody(torch.nn.Module):
         self.fused = torch.nn.ModuleList([f for f in fused if f is not None])  # the planned layers this body reads
 
     def _norm(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:  # [..., m] -> [..., m]
-        """RMSNorm in float32 with scale ``w`` (broadcast over x), rounded back to x's dtype (a no-op
-        cast in float32), written out as transformers' Gemma norm writes it (Llama's, in bf16, scales
-        after rounding back: one rounding apart, as ``F.rms_norm`` was). The same floats as
-        ``F.rms_norm``, which on a CPU runs these ops one by one with casts around them."""
+        """RMSNorm in float32 with scale ``w``, rounded back to x's dtype, as transformers' Gemma norm
+        writes it (Llama's bf16 norm scales after rounding: one rounding apart, as ``F.rms_norm``)."""
         if x.dtype == torch.float32:  # no casts
             return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * w
         xf = x.float()

@@ -1,33 +1,18 @@
-"""The static decode step on a CUDA GPU, built like gpt-fast's: the same body, replayed from CUDA graphs.
+"""The static decode step on a CUDA GPU: the same body (:mod:`specviz.runtime.body`), replayed
+from CUDA graphs captured with ``torch.cuda.CUDAGraph`` (no Dynamo: ZeroGPU forbids compiling at run
+time), because a small model's GPU step is a few hundred kernel launches, not arithmetic.
 
-On a GPU a small model's decode step is kernel launches, not arithmetic: a 16-layer body launches
-a few hundred kernels a step, each a few microseconds of Python and driver time. gpt-fast's answer
-(``torch.compile(mode="reduce-overhead")``) is a static KV cache and a CUDA graph per input shape,
-replayed. ZeroGPU forbids compiling at run time, so this module captures the body of
-:mod:`specviz.runtime.body` directly with ``torch.cuda.CUDAGraph`` (no Dynamo, no Inductor): the
-same function of tensors the CPU runs, in the weights' dtype (bfloat16 or float32).
+Exactness: every call runs at one shape, :data:`WIDTH` rows (n tokens padded with copies of the
+first, which write the same K/V to the same slot) by the buffers' whole capacity (masks padded with
+-inf), and the head too (:func:`head_rows`). cuBLAS picks its kernel, so its rounding, by shape;
+at one shape a token's row is the same bits fed alone or in a verify pass, so greedy output equals
+this step's own target-only decoding (not ``generate()``'s, whose kernels differ).
 
-Every call runs at one shape, :data:`WIDTH` rows by the buffers' whole capacity of columns (n new
-tokens padded with copies of the first, which write the same keys and values to the same slot;
-the masks padded with -inf): so one graph per session buffer serves every width from 1 to
-:data:`WIDTH`, and - the point for exactness - a token's row goes through the same kernels whether
-it is fed alone (target-only decoding) or in a verify pass of k + 1 (cuBLAS picks its kernel, and
-so its reduction order, by the matrix shape; a one-row and a five-row product may round apart in
-bf16). The head is applied on :data:`WIDTH` rows for the same reason (:func:`head_rows`). What a
-row computes depends on its own inputs only, so the greedy output equals the same model's own
-bf16 target-only decoding through this step. It is not ``generate()``'s: ``transformers`` runs
-other kernels (SDPA, its own shapes) and may round apart where two logits nearly tie.
-
-A graph is captured on a buffer's first call (after one eager warm-up on a side stream) and keyed
-by the buffers' address and capacity (a session's buffers, doubled when full, are new ones); the
-last :data:`MAX_GRAPHS` are kept. Any failure (capture refused, out of memory, a replay error)
-gives way to running the same padded inputs eagerly from then on, said once in the log: the same
-kernels, so the same tokens. ``capture`` is a seam: on the CPU, :func:`replaying` stands in for a
-CUDA graph (it records the callable and replays it into the same output buffer), so the static
-input and output buffers, the padding and the fallback run in tests/test_cuda_step.py exactly as
-on a GPU. Steps wider than :data:`WIDTH` (a long prompt) run eagerly at their own width.
-
-Written on a CPU-only machine: the capture itself has never run on a GPU here (docs/gpu.md).
+A graph is captured on a buffer's first call, keyed by the buffers' address and capacity (the last
+:data:`MAX_GRAPHS` kept). Any failure gives way to the same padded inputs run eagerly, said once.
+Steps wider than :data:`WIDTH` (a long prompt) run eagerly. ``capture`` is a seam: :func:`replaying`
+stands in on the CPU, so tests/test_cuda_step.py runs the copy-in, padding and fall-back; the
+capture itself is untested on a GPU here (docs/gpu.md).
 """
 
 from __future__ import annotations
@@ -67,17 +52,15 @@ def cuda_capture(fn: Callable[[], torch.Tensor], pool=None) -> tuple[Callable[[]
 
 
 def replaying(fn: Callable[[], torch.Tensor], pool=None) -> tuple[Callable[[], None], torch.Tensor]:
-    """The CPU stand-in for :func:`cuda_capture`: the same contract (``fn`` reads static inputs,
-    replay refills one static output), so the copy-in and copy-out are tested without a GPU."""
+    """The CPU stand-in for :func:`cuda_capture`, with the same contract."""
     out = fn()
     return (lambda: out.copy_(fn())), out
 
 
 def padded(example: tuple, width: int) -> tuple:
-    """The body's inputs for n <= ``width`` tokens at the graph's shape: every row tensor (tokens,
-    positions, rotary rows [n, ...]) with row 0 repeated to ``width`` rows, each mask [n, S] widened
-    to the buffers' capacity C with -inf (those slots unseen) and its rows padded likewise. A
-    repeated row sees and writes what row 0 does: the same keys and values at the same slot."""
+    """The body's inputs for n <= ``width`` tokens at the graph's shape: row tensors [n, ...] with
+    row 0 repeated to ``width`` rows, masks [n, S] widened to the capacity C with -inf, then padded
+    likewise (a repeated row writes row 0's keys and values to row 0's slot)."""
     *rows, mask, mask_local, keys, values = example
     n, (span, capacity) = int(rows[0].shape[0]), (int(mask.shape[1]), int(keys.shape[2]))
 
@@ -142,8 +125,7 @@ class GraphStep:
 
 
 def head_rows(head: torch.nn.Module, hidden: torch.Tensor, width: int | None = None) -> torch.Tensor:
-    """``head`` on hidden [rows, d] computed on :data:`WIDTH` rows (row 0 repeated), so a row's
-    logits come from the same product whatever the number of rows -> [rows, V]."""
+    """``head`` on hidden [rows, d] at :data:`WIDTH` rows (row 0 repeated) -> [rows, V]."""
     rows, width = int(hidden.shape[0]), width or WIDTH
     if rows >= width:
         return head(hidden)

@@ -1,26 +1,19 @@
-"""specviz's own int8 product for a few rows: ``torch.ops.specviz_int8.linear``, built for this CPU.
+"""specviz's native kernels, built for this CPU; first of them ``torch.ops.specviz_int8.linear``.
 
-The int8 draft spends its decode step in 72 one-row products (gemma-3-270m's body, 100 MB of int8
-weights), where PyTorch's int8 kernels read the weights at 13-20 GB/s on a Zen 4 EPYC, well under
-the float products (docs/benchmarks.md). ``int8_kernel.cpp`` is the product a decode step needs:
-the rows quantized to uint8 per token (asymmetric), the int8 weight blocked for it (:func:`block`),
-exact int32 sums (AVX-512 VNNI, AVX2, or plain loops), scales and bias in the same pass, the output
-rows split across torch's threads. The same library holds ``dense`` (a float32 product for a few
-rows, :mod:`specviz.runtime.dense_kernel`), the certified argmax head's screens
-(``screen_kernel.cpp``, :mod:`specviz.runtime.argmax_head`) and ``layer`` (a whole decoder layer in
-one call, ``layer_kernel.cpp``, :mod:`specviz.runtime.layer_op`); ``kernel_parts.h`` holds what the
-sources share. (The ops keep their first namespace, ``specviz_int8``.)
+``int8_kernel.cpp`` is the int8 product a decode step needs on a few rows, where PyTorch's int8
+kernels read the weights well under the float products' bandwidth (docs/benchmarks.md): rows
+quantized to uint8 per token, the weight blocked for it (:func:`block`), exact int32 sums, scales
+and bias in the same pass. The same library holds ``dense`` (:mod:`specviz.runtime.dense_kernel`),
+the argmax head's screens (``screen_kernel.cpp``) and ``layer`` (``layer_kernel.cpp``,
+:mod:`specviz.runtime.layer_op`); ``kernel_parts.h`` holds what they share.
 
-:func:`load` compiles it with ``torch.utils.cpp_extension`` for this machine (``-march=native``,
-capped at torch's own ISA level), once per CPU, torch version and source text, into
-``<cache home>/kernels/specviz_kernels_<digest>.so``. A build can be killed halfway, and
-cpp_extension waits forever on the ``lock`` such a build leaves, so each build runs in a fresh
-``<name>.build-*`` directory and moves the finished library into place (``os.replace``: whole or
-absent). A process finding another's build waits for it at most :data:`WAIT_S` seconds (then
-PyTorch's kernels serve, and the log says where that build is); a build directory whose process is
-gone, or untouched for :data:`STALE_S` seconds, is removed (said in the log, with its path). Where
-nothing can be built (no C++ compiler, no ninja) :func:`load` says why, once, and every caller keeps
-PyTorch's kernels.
+:func:`load` compiles it with ``torch.utils.cpp_extension`` (``-march=native``, capped at torch's
+ISA level) once per CPU, torch version and source text, into
+``<cache home>/kernels/specviz_kernels_<digest>.so``. cpp_extension waits forever on the ``lock`` a
+killed build leaves, so each build runs in a fresh ``<name>.build-*`` directory and ``os.replace``s
+the library into place (whole or absent); another process waits for it at most :data:`WAIT_S`, and
+a build directory whose process is gone or idle for :data:`STALE_S` is removed. Where nothing can
+be built, :func:`load` says why once and PyTorch's kernels serve.
 """
 
 from __future__ import annotations
@@ -50,8 +43,7 @@ SOURCES = tuple(SOURCE.with_name(f) for f in ("int8_kernel.cpp", "screen_kernel.
 HEADERS = tuple(SOURCE.with_name(f) for f in ("int8_kernel.h", "kernel_parts.h"))  # what the sources share
 BLOCK = 64  # outputs a block: the weight is [N/64, K/4, 64, 4] int8 (int8_kernel.cpp)
 FLAGS = ("-O3", "-march=native", "-fopenmp")  # this CPU's ISA; OpenMP: at::parallel_for's threads
-# torch's own ISA level caps the build's (ATEN_CPU_CAPABILITY=avx2 on an AVX-512 machine emulates an
-# AVX2-only CPU: torch's kernels, oneDNN's with ONEDNN_MAX_CPU_ISA=AVX2, and these)
+# torch's ISA level caps the build's (ATEN_CPU_CAPABILITY=avx2 emulates an AVX2-only CPU)
 CAPS = {"AVX2": ("-mno-avx512f",), "DEFAULT": ("-mno-avx",)}
 PREFIX = "specviz_kernels_"  # the library: every op the sources define, not only the int8 product
 WAIT_S = 600.0  # the longest a process waits for another's build (15-200 s on a busy 2-core box): then PyTorch's kernels
@@ -121,8 +113,8 @@ def toolchain() -> str | None:
 
 @dataclass(frozen=True)
 class BuildDir:
-    """A build's directory under kernels/ (``<name>.build-*``, or a ``lock``-holding one of an
-    older layout): who made it (host and pid, where it says) and how long ago anything in it changed."""
+    """A build directory under kernels/ (``<name>.build-*``, or an older layout's with a ``lock``):
+    its maker's host and pid (where it says) and seconds since anything in it changed."""
 
     path: Path
     host: str | None
@@ -233,9 +225,8 @@ def _load_or_build(built: Path, wait_s: float) -> str | None:
 
 
 def load() -> str | None:
-    """Build (first time on this machine) and load the ops. -> None when ``torch.ops.specviz_int8.linear``
-    is ready, else why not (said once in the log with the path taken: PyTorch's kernels). Never
-    waits on a lock: see the module's text. ``SPECVIZ_INT8_KERNEL=0`` turns it off."""
+    """Build (first time on this machine) and load the ops -> None when ready, else why not (said
+    once in the log). ``SPECVIZ_INT8_KERNEL=0`` turns it off."""
     with _lock:
         if "why" in _state:
             return _state["why"]
@@ -259,7 +250,7 @@ def load() -> str | None:
 
 
 def _register_fake() -> None:
-    """The ops' shape functions, for torch.compile and torch.export (the ``compile`` runner)."""
+    """The ops' shape functions, so a graph that calls them can be traced (torch.export)."""
     try:
         @torch.library.register_fake("specviz_int8::linear")
         def _(x, w, scale, wsum, bias, inv_smooth, n):  # noqa: ANN001 - the op's schema

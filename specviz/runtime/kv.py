@@ -46,10 +46,9 @@ def rollback(cache, length: int) -> None:
 
 
 def forward_logits(model: torch.nn.Module, input_ids: torch.Tensor, cache, keep: int, lazy: bool = False):
-    """Run ``input_ids`` [n] through ``model`` on top of ``cache`` (updated in place) and return
-    the float32 logits of the last ``keep`` positions [keep, V]. A :class:`specviz.runtime.static_decode.StaticKV`
-    runs its own static step of the same model; ``lazy`` (greedy callers that read only the argmax):
-    there, a :class:`specviz.runtime.argmax_head.HeadLogits` where the model screens its head."""
+    """Run ``input_ids`` [n] through ``model`` on top of ``cache`` (updated in place) -> float32
+    logits of the last ``keep`` positions [keep, V]. A static step's cache runs that step; ``lazy``
+    (a greedy caller) may then get a :class:`specviz.runtime.argmax_head.HeadLogits`."""
     run = getattr(cache, "run", None)
     if run is not None:
         return run(input_ids, keep, lazy)
@@ -59,10 +58,8 @@ def forward_logits(model: torch.nn.Module, input_ids: torch.Tensor, cache, keep:
 
 @torch.inference_mode()  # a static step's buffers are inference tensors
 def take_prefix(cache, source, n: int) -> bool:
-    """Start the empty ``cache`` from ``source``'s first ``n`` positions, both a static step's buffers
-    (:class:`~specviz.runtime.static_decode.StaticKV`) of the same layout (layers, kv heads, head
-    size, dtype: a copy of the same model, such as its int8 draft); -> whether it did (else nothing
-    changes but the cache's room)."""
+    """Start the empty ``cache`` from ``source``'s first ``n`` positions, both static step buffers
+    of one layout (a copy of the same model, such as its int8 draft) -> whether it did."""
     if not all(hasattr(c, "reserve") for c in (cache, source)) or cache.length or source.keys is None:
         return False
     if not 0 < n <= source.length:
@@ -182,8 +179,7 @@ def tree_forward_logits(
     visible:        [m, T+m] bool: which of the T cached tree slots and m new tokens each new token
                     sees (itself included; a node sees its ancestors only)
     slot_positions: [T+m] absolute positions of those T+m slots
-    lazy:           greedy callers that read only the argmax: where a static step runs the tree,
-                    a :class:`specviz.runtime.argmax_head.HeadLogits` if the model screens its head
+    lazy:           as :func:`forward_logits`'s
     Sliding-window layers get their own mask (window applied by position, not by slot), and their
     cache is widened by T for this forward so no context inside the window is cut off.
     """
@@ -229,11 +225,9 @@ def tree_forward_logits(
 
 
 def keep_slots(cache, tail: int, keep: torch.Tensor | list[int]) -> None:
-    """Of the last ``tail`` slots in every layer of ``cache``, keep only those at ``keep`` (indices
-    into that tail, in order) and drop the rest: the accepted path of a tree, gathered.
-
-    Sliding-window layers included (they keep every slot until ``rollback`` trims them, as long
-    as the cache was made by ``new_cache``)."""
+    """Of the last ``tail`` slots in every layer of ``cache`` (sliding ones too, for a
+    :func:`new_cache`), keep only those at ``keep`` (indices into that tail, in order): a tree's
+    accepted path, gathered."""
     keep = torch.as_tensor(keep, dtype=torch.long)
     dropped = tail - int(keep.shape[0])
     if tail == 0 or (dropped == 0 and bool((keep == torch.arange(tail)).all())):

@@ -1,15 +1,12 @@
 """The static step's ``fused`` runner: each decoder layer of a float32 body as one C++ op.
 
-A small model's one-token step is mostly not its products but ~30 small ops a layer (norms,
-rotary, K/V writes, attention, the activation, residual adds), each dispatched alone.
-``torch.ops.specviz_int8.layer`` (``layer_kernel.cpp``, built with the int8 kernel) is
-:meth:`specviz.runtime.body.DecoderBody.layer` written out in C++ on the same products: one call a
-layer. It serves bodies whose projections all run on specviz's int8 kernel (``@int8``,
-``kernel="blocked"``, q/k/v and gate/up fused) or are all planned float32 layers
-(:class:`~specviz.runtime.projections.PlannedLinear`), run on specviz's float32 product (a blocked
-copy of each weight; every row's sums in one order, so a row gets the same bits at every width).
-Where :func:`why_not` allows, the static step keeps it by default; its hidden states match the
-body's to float rounding (tests/test_layer_op.py). Measurements: docs/results-log.md.
+A small model's one-token step is mostly ~30 small ops a layer, each dispatched alone, not its
+products. ``torch.ops.specviz_int8.layer`` (``layer_kernel.cpp``) is
+:meth:`specviz.runtime.body.DecoderBody.layer` in C++ on the same products, one call a layer, for
+bodies whose projections are all fused on specviz's int8 kernel (``@int8``) or all planned float32
+layers (:class:`~specviz.runtime.projections.PlannedLinear`, whose rows sum in one order at every
+width). The default where :func:`why_not` allows; hidden states match the body's to float rounding
+(tests/test_layer_op.py). Measurements: docs/results-log.md.
 """
 
 from __future__ import annotations
@@ -32,9 +29,8 @@ def _products(layer: torch.nn.Module) -> list[torch.nn.Module | None]:
 
 
 def products_kind(body: torch.nn.Module) -> str | None:
-    """``"int8"`` where every projection of ``body`` is fused (q/k/v, gate/up) on specviz's int8
-    kernel (an ``@int8`` model's), ``"float32"`` where every one is a planned float32 layer
-    (:class:`~specviz.runtime.projections.PlannedLinear`, run on specviz's float32 product), else None."""
+    """``"int8"`` where every product of ``body`` is fused on specviz's int8 kernel, ``"float32"``
+    where every one is a planned float32 layer, else None."""
     kinds = set()
     for layer in body.layers:
         for m in _products(layer):

@@ -1,34 +1,20 @@
 """A faithful int8 copy of a float32 model for CPU self-drafting, on maintained int8 kernels.
 
-Plain per-tensor dynamic int8 puts gemma-3-270m's next-token distribution far from its float
-original: Gemma's hidden states carry a few channels hundreds of times larger than the rest, and a
-batched prefill shares one scale with the huge first-token (attention-sink) rows. So every layer
-here takes the inputs that measured best (``benchmarks/int8_quality.py``; every option it once
-compared is in docs/results-log.md):
-- one symmetric weight scale per output row, one 8-bit activation scale per token (every row at
-  once; the int32 sums are exact);
-- SmoothQuant (Xiao et al., 2023) outlier migration (``smooth_alpha``): per input channel j,
-  s_j = max|X_j|^alpha / max|W_:,j|^(1 - alpha) measured on calibration text; the layer computes
-  (x / s) @ (W * s)^T, the same product with the activation outliers moved into the weights.
+Plain per-tensor int8 moves gemma-3-270m's next-token distribution far from float32 (a few hidden
+channels are hundreds of times larger than the rest), so every layer here takes what measured best
+(``benchmarks/int8_quality.py``; the overlaps and every option once compared: docs/benchmarks.md,
+docs/results-log.md):
+- one symmetric weight scale per output row, one 8-bit activation scale per token (exact int32 sums);
+- SmoothQuant (Xiao et al., 2023) with strength ``smooth_alpha``: per input channel j,
+  s_j = max|X_j|^alpha / max|W_:,j|^(1 - alpha) on calibration text (the bundled Spec-Bench dev
+  prompts); the layer computes (x / s) @ (W * s)^T, the same product with the outliers in W.
 
-The projections that read one input (q/k/v, gate/up) share one smoothing and are one fused layer,
-so the static step quantizes that input once and multiplies once (72 products a token for
-gemma-3-270m, not 126). Two kernels (``Int8Options.kernel``), no quantized tensors (``torch.ao``,
-deprecated upstream) anywhere:
-- ``"int_mm"`` (:class:`Int8Linear`): ``torch._int_mm`` (int8 x int8 -> int32; oneDNN's VNNI kernel
-  where the CPU has it, an exact integer GEMM elsewhere) on plain int8 tensors with the scales
-  applied after it, as torchao's CPU int8 path does; one graph serves every width. A large output
-  head can also run on oneDNN's int8 linear with its weight prepacked once
-  (:func:`specviz.runtime.int8_speed.speed_up_int8_head`).
-- ``"blocked"`` (:class:`BlockedInt8Linear`): the same int8 weights and scales on specviz's own
-  product (:mod:`specviz.runtime.int8_kernel`, built for this CPU): asymmetric uint8 activations
-  per token, one op a product, one graph for every width.
-
-An ``@int8`` model runs ``blocked`` where specviz's kernel builds, else ``int_mm``
-(:func:`specviz.runtime.int8_speed.choose_kernel`). Calibration text: the bundled Spec-Bench dev
-prompts (offline, deterministic). Mean next-token overlap with float32 on gemma-3-270m (held-out
-prompts, batched prefill / token by token): torch.ao's per-tensor quantize_dynamic 0.77 / 0.81;
-per-channel, per-token, 8-bit 0.93 / 0.92; + smoothing (alpha 0.5, the default) 0.95 / 0.94.
+Projections that read one input (q/k/v, gate/up) share one smoothing and are one fused layer: one
+quantization of x, one product. Two kernels (``Int8Options.kernel``), no ``torch.ao`` tensors:
+``"int_mm"`` (:class:`Int8Linear`, ``torch._int_mm`` with the scales applied after it; a large head
+may run oneDNN's prepacked int8 linear, :func:`specviz.runtime.int8_speed.speed_up_int8_head`) and
+``"blocked"`` (:class:`BlockedInt8Linear`, specviz's own product, :mod:`specviz.runtime.int8_kernel`).
+An ``@int8`` model runs ``blocked`` where that builds (:func:`specviz.runtime.int8_speed.choose_kernel`).
 """
 
 from __future__ import annotations
@@ -140,8 +126,7 @@ class Int8Linear(torch.nn.Module):
 
     @property
     def any_width(self) -> bool:
-        """One graph of this layer serves every width: no kernel switch by rows (every layer but a
-        measured head; the static decode step keeps the head out of its graph anyway)."""
+        """No kernel switch by rows (every layer but a measured head): one call serves every width."""
         return not any(self.onednn_at)
 
     def kernel(self, rows: int) -> str:
@@ -152,17 +137,17 @@ class Int8Linear(torch.nn.Module):
         state = super().__getstate__() if hasattr(super(), "__getstate__") else self.__dict__
         return {**state, "_packed": None}
 
-    def _like(self, qweight: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None) -> "Int8Linear":
-        """A layer with these int8 rows [N, in], scales [N] and bias [N] and this one's smoothing
-        (every width on ``_int_mm``)."""
+    def _like(self, qweight: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None,
+              blocked: bool = True) -> "Int8Linear":
+        """A layer of int8 rows [N, in], scales [N], bias [N] with this one's smoothing
+        (``blocked``: with a blocked copy of its own, where the class keeps one)."""
         new = Int8Linear.__new__(Int8Linear)
         torch.nn.Module.__init__(new)
         new._hold(self.in_features, qweight, scale, bias, self.inv_smooth)  # [N, in], [N], [N]
         return new.eval()
 
     def select_rows(self, ids: torch.Tensor) -> "Int8Linear":
-        """A copy keeping output rows ``ids`` [N] only, with exactly the same int8 values and
-        per-row scales; every width on ``_int_mm``."""
+        """A copy of output rows ``ids`` [N] only: the same int8 values and scales."""
         return self._like(self.qweight[ids].contiguous(), self.scale[ids].contiguous(),
                           None if self.bias is None else self.bias[ids].contiguous())
 
@@ -170,7 +155,7 @@ class Int8Linear(torch.nn.Module):
         """Output rows start..stop-1 as a layer of their own that shares this one's storage (views:
         no copy), remembering this one as its ``group``."""
         part = self._like(self.qweight[start:stop], self.scale[start:stop],
-                          None if self.bias is None else self.bias[start:stop])
+                          None if self.bias is None else self.bias[start:stop], blocked=False)
         part.group = (self,)  # a tuple: not registered as a submodule (the model counts each weight once)
         return part
 
@@ -185,15 +170,11 @@ class Int8Linear(torch.nn.Module):
 
 
 class BlockedInt8Linear(Int8Linear):
-    """``Int8Options(kernel="blocked")``: the same int8 weight, scales and smoothing as
-    :class:`Int8Linear`, multiplied by specviz's own kernel (:mod:`specviz.runtime.int8_kernel`:
-    asymmetric uint8 activations per token, smoothing, scales and bias in the same call: one op a
-    product, one graph for every width, each row the same bits at any width). Every width runs
-    it: a prompt's many rows too (no clock chooses between kernels that round differently; the
-    static step prefills through the fused layer op anyway). The blocked copy (``blocked``,
-    ``wsum``: buffers, so an exported body owns them) is a second copy of the int8 weight, which
-    stays: a fused layer's rows (q, k, v) are views of it, and the disk cache stores it. Those
-    rows, which only the model's own forward calls, block their part on their first call."""
+    """``Int8Options(kernel="blocked")``: :class:`Int8Linear`'s weight, scales and smoothing on
+    specviz's own kernel (:mod:`specviz.runtime.int8_kernel`), at every width, so a row has the
+    same bits at any width. ``blocked``/``wsum`` are a second copy of the weight; ``qweight`` stays
+    (a fused layer's rows are views of it, the disk cache stores it), and those rows, called only
+    by the model's own forward, block their part on first use."""
 
     def __init__(self, linear: torch.nn.Linear, smooth: torch.Tensor | None):
         super().__init__(linear, smooth)
@@ -231,12 +212,6 @@ class BlockedInt8Linear(Int8Linear):
             new._block()
         return new
 
-    def rows(self, start: int, stop: int) -> "BlockedInt8Linear":
-        part = self._like(self.qweight[start:stop], self.scale[start:stop],
-                          None if self.bias is None else self.bias[start:stop], blocked=False)
-        part.group = (self,)
-        return part
-
     def kernel(self, rows: int) -> str:
         return "blocked"
 
@@ -254,10 +229,8 @@ def prepack(ints: torch.Tensor) -> torch.Tensor:
 
 def _fused(names: tuple[str, ...], lins: list[torch.nn.Linear], stats: dict[str, torch.Tensor],
            alpha: float | None, layer: type[Int8Linear]) -> dict[str, torch.nn.Module]:
-    """One ``layer`` (:class:`Int8Linear` or :class:`BlockedInt8Linear`) over the stacked weights of
-    projections that read one input (one smoothing, measured on that input against all their
-    weights; one activation quantization and one int8 product for all of them in the static
-    step) -> {name: its rows}."""
+    """One ``layer`` over the stacked weights of projections that read one input (one smoothing
+    against all their weights) -> {name: its rows}."""
     weight = torch.cat([lin.weight.detach().float() for lin in lins])  # [sum out, in]
     bias = None if lins[0].bias is None else torch.cat([lin.bias.detach().float() for lin in lins])
     stacked = SimpleNamespace(in_features=weight.shape[1], out_features=weight.shape[0], weight=weight, bias=bias)
@@ -294,12 +267,9 @@ def float_targets(model: torch.nn.Module) -> dict[str, torch.nn.Linear]:
 
 @torch.inference_mode()
 def quantize_int8(model: torch.nn.Module, tokenizer=None, options: Int8Options | None = None) -> torch.nn.Module:
-    """Replace every float32 ``nn.Linear`` of ``model`` (in place; the LM head included, as its
-    own int8 copy when tied; the input embedding stays float) by an :class:`Int8Linear`.
-
-    ``tokenizer`` is needed for smoothing (it encodes the calibration prompts). -> ``model`` (eval).
-    The projections that read one input become rows of one fused layer each.
-    """
+    """Replace every float32 ``nn.Linear`` of ``model`` in place (the LM head too, its own copy
+    when tied; the embedding stays float) by an int8 layer; -> ``model`` (eval). ``tokenizer``
+    encodes the calibration prompts smoothing needs."""
     options = options or Int8Options()
     if options.smooth_alpha is not None and tokenizer is None:
         raise ValueError("smoothing needs the model's tokenizer for its calibration text; pass tokenizer= or smooth_alpha=None")

@@ -1,7 +1,6 @@
 """SmoothQuant's calibration for :mod:`specviz.runtime.quantize`: the calibration text, the
-per-input-channel activation maxima a float model sees on it, the migration scales s_j
-(Xiao et al., 2023) computed from them and a weight, and the projections that read one input
-(q/k/v, gate/up), which share one smoothing and one fused int8 layer.
+activation maxima per input channel, the scales s_j (Xiao et al., 2023), and the projections that
+read one input (q/k/v, gate/up), which share one smoothing.
 
 A bottom-layer module: it imports nothing from specviz but the bundled prompts.
 """

@@ -1,9 +1,8 @@
 """One runtime object per loaded model: everything the runtime decided or built for it.
 
-A model's static decode step, its LM head's kernel plan, its certified screens and where its
-measurements are kept live here, in one :class:`ModelRuntime` a model carries (``of(model)``),
-instead of in module-level registries keyed by the model: a newcomer finds what the runtime holds
-for a model in one place, and it goes when the model goes.
+A model's static decode step, head plan, certified screens and cache directory live in one
+:class:`ModelRuntime` the model carries (``of(model)``), not in module-level registries: one place
+to look, and it goes when the model goes.
 
 A bottom-layer module: it imports nothing from specviz but its settings.
 """

@@ -1,20 +1,15 @@
 """A lean decode step: static KV buffers, one body per model, run by a runner.
 
-For a small model most of a decode step is Python and small ops, not products. This module runs
-the forward as one function of tensors (:class:`~specviz.runtime.body.DecoderBody`) for n new
-tokens at positions p..p+n-1 (a draft's step, a verify pass, a prompt's rows, a token tree's nodes)
-on a pair of preallocated K/V buffers [layers, kv_heads, capacity, head_dim], written in place and
-read up to the context under an additive [n, S] mask per attention type (a rollback moves the
-length). The body runs through a :class:`~specviz.runtime.body.Runner`: ``fused`` (each layer one
-C++ op, :mod:`specviz.runtime.layer_op`) where :func:`layer_op.why_not` allows, ``cuda`` (CUDA graphs
-at one padded shape, :mod:`specviz.runtime.cuda_step`) on a GPU, else ``eager``, or
-the one ``SPECVIZ_STATIC_DECODE`` names; never by timing, so a model runs the same kernels, floats
-and a seed's tokens on every start. A runner that fails gives way to eager, said once, the failed
-call rerun eagerly. The model's own head runs on the body's hidden states (only when read, for a
-greedy caller). :func:`supports` says why a model is not served; then, or with
-``SPECVIZ_STATIC_DECODE=0``, the ``transformers`` forward and its DynamicCache serve. The logits
-match that forward to float rounding (tests/test_static_decode.py, test_static_bf16.py,
-test_families.py).
+A small model's decode step is mostly Python and small ops, not products. This module runs the
+forward as one function of tensors (:class:`~specviz.runtime.body.DecoderBody`) for n new tokens
+(a draft step, a verify pass, a prompt, a tree's nodes) on preallocated K/V buffers
+[layers, kv_heads, capacity, head_dim], written in place, read under an additive [n, S] mask (a
+rollback moves the length). A :class:`~specviz.runtime.body.Runner` runs the body: the one
+``SPECVIZ_STATIC_DECODE`` names, else ``cuda`` on a GPU, ``fused`` (:mod:`specviz.runtime.layer_op`)
+where :func:`layer_op.why_not` allows, else ``eager``; never chosen by timing, so a seed gives the
+same tokens on every start. A runner that fails gives way to eager (said once, the call rerun).
+Where :func:`supports` refuses, or with ``SPECVIZ_STATIC_DECODE=0``, the ``transformers`` forward
+serves; the logits match it to float rounding (tests/test_static_decode.py, test_families.py).
 """
 
 from __future__ import annotations
@@ -220,11 +215,9 @@ class StaticDecoder:
 
     def _inputs(self, cache: StaticKV, tokens: torch.Tensor, p: int, positions: torch.Tensor | None = None,
                 visible: torch.Tensor | None = None, fed: torch.Tensor | None = None) -> tuple:
-        """The body's inputs for ``tokens`` [n] written to slots p..p+n-1, a chain's or a token
-        tree's (:func:`~specviz.runtime.step_masks.step_masks`: ``positions``, ``visible``, ``fed``).
-        Attention reads only the buffers' first S = p + n slots rounded up to SPAN (the mask's
-        width; the body narrows the whole buffers to it), so its cost follows the context, not the
-        capacity."""
+        """The body's inputs for ``tokens`` [n] at slots p..p+n-1 (a tree's: ``positions``,
+        ``visible``, ``fed`` as :func:`~specviz.runtime.step_masks.step_masks` takes them). Masks
+        span S = p + n rounded up to SPAN, so attention's cost follows the context, not the capacity."""
         n = int(tokens.shape[0])
         cos, sin, cos_l, sin_l = self._rotary(cache.capacity)
         span = min(cache.capacity, -(-(p + n) // SPAN) * SPAN)
@@ -234,8 +227,7 @@ class StaticDecoder:
         return (*rows, cache.keys, cache.values)  # buffers [layers, kv, C, hd]
 
     def prepare(self, example: tuple) -> Step:
-        """The step, built on first use (logged, its seconds counted); a runner that cannot build
-        gives way to eager, said once."""
+        """The step, built on first use; a runner that cannot build gives way to eager."""
         if self._step is None:
             with self._build_lock:
                 if self._step is None:
@@ -262,8 +254,8 @@ class StaticDecoder:
         return step
 
     def _call(self, example: tuple) -> torch.Tensor:
-        """The body on ``example`` through this model's step; a step that raises gives way to the
-        eager body from then on (said once), and this call is rerun eagerly: it writes the same slots."""
+        """The body on ``example`` through the step; one that raises gives way to eager from then
+        on, and this call is rerun eagerly (it writes the same slots)."""
         step = self.prepare(example)
         try:
             return step(*example)
@@ -293,11 +285,9 @@ class StaticDecoder:
     @torch.inference_mode()
     def run_tree(self, cache: StaticKV, tokens: torch.Tensor, positions: torch.Tensor, visible: torch.Tensor,
                  lazy: bool = False, fed: torch.Tensor | None = None):
-        """A token tree's nodes ``tokens`` [m] at ``positions`` [m] in one call, each seeing
-        the cached context and the nodes ``visible`` [m, T + m] allows, T the tree slots fed
-        before them this step at positions ``fed`` [T] (a draft tree's earlier levels) -> float32
-        logits [m, V] (``lazy``: as :meth:`run`'s). The nodes take the next m slots;
-        :meth:`StaticKV.keep_slots` keeps the accepted path."""
+        """A token tree's nodes ``tokens`` [m] at ``positions`` [m] in one call, each seeing the
+        context and what ``visible`` [m, T + m] allows (T: tree slots fed earlier this step, at
+        positions ``fed`` [T]) -> logits [m, V]. :meth:`StaticKV.keep_slots` keeps the accepted path."""
         m, start = int(tokens.shape[0]), cache.length
         T = 0 if fed is None else int(fed.shape[0])
         if tuple(visible.shape) != (m, T + m) or T > start:
@@ -314,7 +304,7 @@ class StaticDecoder:
         ``sampled_head.SAMPLE``: every logit bounded by the bf16 screen where the plan uses it."""
         if not lazy:
             return self._full_head(hidden)
-        if lazy == sampled_head.SAMPLE:  # a sampled step: every logit bounded by a bf16 screen, where faster
+        if lazy == sampled_head.SAMPLE:
             screen = sampled_head.screen_for(self.model, hidden.shape[0])
             return argmax_head.HeadLogits(hidden, self._full_head, screen) if screen is not None else self._full_head(hidden)
         screen = argmax_head.screen_of(self.model)
@@ -334,9 +324,8 @@ class StaticDecoder:
 
 
 def warm(model: torch.nn.Module, widths: Iterable[int] = (1,)) -> float:
-    """Build ``model``'s static step now (on a scratch cache), so that a session's first timed step
-    does not pay that one-off cost. ``widths``: those the caller will feed; one step serves them
-    all. -> seconds spent (0.0 when it was built already or the model is not served)."""
+    """Build ``model``'s static step now, so a session's first timed step does not pay for it
+    (one step serves every width in ``widths``) -> seconds spent (0.0: built already, or not served)."""
     cache = static_cache(model)
     if cache is None or cache.decoder._step is not None:
         return 0.0
@@ -348,9 +337,8 @@ def warm(model: torch.nn.Module, widths: Iterable[int] = (1,)) -> float:
 
 
 def projection_kernel_report(model: torch.nn.Module | None) -> dict | None:
-    """The kernel per width of each planned projection kind of ``model``'s static step, with both
-    timings (ms, for all its layers), as :func:`specviz.runtime.plan.report` gives them; None
-    when the model has no static step yet or nothing was planned."""
+    """:func:`specviz.runtime.plan.report` of each planned projection kind of ``model``'s static
+    step (ms for all its layers); None when it has no step yet or nothing was planned."""
     found = state.peek(model) if isinstance(model, torch.nn.Module) else None
     decoder = found.decoder if found is not None else None
     if decoder is None or not decoder.body.kernel_plans:
@@ -374,9 +362,8 @@ def runners_kept() -> str:
 
 
 def static_cache(model: torch.nn.Module) -> StaticKV | None:
-    """A new session cache on ``model``'s static decode step (built once per model, kept in
-    ``state.of(model).decoder``), or None when the model is not served (see :func:`supports`) or
-    ``SPECVIZ_STATIC_DECODE=0``."""
+    """A new session cache on ``model``'s static step (one per model, ``state.of(model).decoder``),
+    or None where :func:`supports` refuses or ``SPECVIZ_STATIC_DECODE=0``."""
     if not enabled():
         return None
     why = supports(model)  # checked per session: a model moved to a GPU since is no longer served

@@ -1,11 +1,9 @@
 """The additive attention masks of one static decode step (:mod:`specviz.runtime.static_decode`).
 
-n new tokens are written to slots p..p+n-1 of the K/V buffers, and attention reads the first S
-slots (S >= p + n). A chain's tokens sit at positions equal to their slots and see every slot up
-to their own; a token tree's nodes sit at positions by depth and see the context and the tree
-slots ``visible`` allows (their ancestors and themselves), where the last T slots before p may
-hold nodes fed earlier in the same step (a draft tree's levels) at positions ``fed``. A sliding
-window is applied by position, not by slot.
+n new tokens go to slots p..p+n-1; attention reads the first S >= p + n slots. A chain's token
+sits at its slot's position and sees every slot up to its own; a tree's node sits at its depth's
+position and sees the context and the tree slots ``visible`` allows, the last T slots before p
+holding nodes fed earlier this step at positions ``fed``. A sliding window applies by position.
 """
 
 from __future__ import annotations
