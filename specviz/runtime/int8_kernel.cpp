@@ -6,9 +6,8 @@
 // saturation) where the compiler targets it, int16 pair sums (vpmaddwd) on AVX2, plain loops
 // elsewhere. The weight is stored blocked, [N/64, K/4, 64, 4]: 64 outputs x 4 inputs a 256-byte
 // step, so one block streams in order.
-// Built and loaded by specviz/runtime/int8_kernel.py (torch.utils.cpp_extension), per machine.
-// The same library holds a float32 product for a few rows (below), the certified argmax head's
-// screens (screen_kernel.cpp) and a decoder layer in one op (layer_kernel.cpp).
+// Built and loaded by specviz/runtime/int8_kernel.py, per machine, with a float32 product (below),
+// the argmax head's screens (screen_kernel.cpp) and a decoder layer in one op (layer_kernel.cpp).
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <torch/library.h>

@@ -33,12 +33,9 @@
 namespace specviz::kern {
 constexpr int64_t BLOCK = 64;  // outputs per block; a block's weights are [K/4][64][4] bytes
 constexpr int64_t ROWS = 4;    // rows of x that share one pass over a block's weights
-// From PREFETCH_ROWS rows a pass on, the products (int8, float32, the screens) are busy enough
-// multiplying that the hardware's prefetcher falls behind: they ask for the weight AHEAD 64-byte
-// lines early. Zen 4 EPYC, 2 threads: gemma-3-270m's 72 float32 body products at 5 rows 17.2 ->
-// 13.4-15.8 ms, 9 rows 21.2 -> 15.5 (their AVX2 path, built and run capped at AVX2 there: 19.8-21.0
-// -> 16.5-17.1, 25.6-26.9 -> 19.5-20.2); the int8 screen's pass on VNNI at 5 rows 7.0-8.5 -> 6.5-6.9,
-// 9 rows 10.6-11.4 -> 9.5-9.8. At 1-3 rows asking ahead cost up to 1.5 ms, so no pass that narrow asks.
+// From PREFETCH_ROWS rows a pass on, the products are busy enough multiplying that the hardware's
+// prefetcher falls behind, so they ask for the weight AHEAD 64-byte lines early; narrower passes
+// lose by asking (measurements: docs/results-log.md, thirteenth session).
 constexpr int PREFETCH_ROWS = 4;
 constexpr int64_t AHEAD = 32;
 constexpr int64_t SCREEN_ROWS = 6;  // the int8 screen's (its 24 sums and 4 weights fit AVX-512's 32 registers)

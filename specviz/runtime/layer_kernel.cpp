@@ -1,13 +1,10 @@
 // One decoder layer in one call: torch.ops.specviz_int8.layer, for the static decode step of an int8
 // draft or a float32 model (body.py's DecoderBody.layer, written out in C++).
 //
-// A gemma-3-270m int8 draft's one-token step is 18 layers of ~30 small tensor ops around 4 int8
-// products: the products read 100 MB in ~2.6 ms, and the small ops (norms, rotary, the K/V writes,
-// attention's bmm/softmax, the activation, residual adds), each dispatched alone, cost as much
-// again. Here a layer is one op: the same float32 arithmetic as DecoderBody.layer, in plain loops (a
-// row of 640 or a head of 256 floats is microseconds), the four products on int8_product, or on
-// dense_product for a float32 body's blocked weights (each row's bits then the same at every width:
-// a verify pass's rows are the decode step's).
+// A small model's layer is ~30 small tensor ops around 4 products, each dispatched alone, costing
+// as much as the products (docs/results-log.md). Here a layer is one op: DecoderBody.layer's float32
+// arithmetic in plain loops, the products on int8_product or dense_product (whose rows have the same
+// bits at every width: a verify pass's rows are the decode step's).
 //
 // For n new tokens, h [n, d] -> [n, d], with (Llama; Gemma 3 adds the bracketed steps, Qwen3 the
 // q/k norm alone, its scale the third; biases, Qwen2's, come with the products):
@@ -98,10 +95,10 @@ void run(const Product& p, const float* x, int64_t M, int64_t K, float* y) {
 }
 }  // namespace
 
-// h [n, d]; norms: [d] scales (Llama 2, Gemma 3 4) and, for Gemma 3 and Qwen3, q's and k's [h + kv, hd] last;
-// the four products (q/k/v fused, o, gate/up fused, down) as blocked weights (int8, or float32:
-// then no steps, row sums or smoothings), steps, row sums, biases and smoothings (an empty tensor: none) and output sizes; cos, sin [n, 1, hd]; mask
-// [n, S] additive; keys, values [kv, C, hd] (written at pos [n]) -> h [n, d]
+// h [n, d]; norms: [d] scales (Llama 2, Gemma 3 4), then q's and k's [h + kv, hd] for Gemma 3 and Qwen3;
+// per product (q/k/v, o, gate/up, down): blocked weight (int8, or float32), steps, row sums, bias,
+// smoothing (an empty tensor: none) and output size; cos, sin [n, 1, hd]; mask [n, S] additive;
+// keys, values [kv, C, hd] (written at pos [n]) -> h [n, d]
 at::Tensor layer(const at::Tensor& h_, at::TensorList norms_, at::TensorList w_, at::TensorList scales_,
                  at::TensorList wsums_, at::TensorList biases_, at::TensorList smooths_, at::IntArrayRef outs_,
                  const at::Tensor& cos_, const at::Tensor& sin_, const at::Tensor& mask_, at::Tensor& keys,
@@ -191,8 +188,7 @@ at::Tensor layer(const at::Tensor& h_, at::TensorList norms_, at::TensorList w_,
   // the MLP: x = norm(h); a = act(x W_gate) * (x W_up); h += [norm](a W_down)
   rms_norm(hp, norms[gemma ? 2 : 1].data_ptr<float>(), n, d, 1, eps, x.data());
   run(gate_up, x.data(), n, d, y.data());
-  // the activation on ATen's vectorized kernel, in place on the gate half (a scalar tanh costs
-  // ~50 us a layer on 2,048 inputs): the same function the body calls
+  // the activation on ATen's vectorized kernel, in place on the gate half: the body's function
   at::Tensor gate = at::from_blob(y.data(), {n, inter}, {outs[2], 1}, h0.options());
   gemma ? (void)at::gelu_(gate, "tanh") : (void)at::silu_(gate);
   std::vector<float> a(n * inter);
