@@ -115,6 +115,9 @@ def _default_run(browser, url) -> dict:
     page.wait_for_function("document.querySelector('#sv-tokens .sv-tokens')?.dataset.steps === '1'")
     page.click("#sv-play-btn")
     page.wait_for_function("document.querySelector('#sv-status').innerText.includes('Finished')")
+    # the inspector follows Play about once a second: its last frame (the run's last step) comes after the status
+    page.wait_for_function("(() => { const n = document.querySelector('#sv-tokens .sv-tokens')?.dataset.steps;"
+                           " return !!n && (document.querySelector('#sv-summary')?.innerText || '').startsWith('Step ' + n + ':'); })()")
     story = page.evaluate(_STORY)
     assert "sv-msg-error" not in page.inner_html("#sv-status") and not page.js_errors
     page.context.close()
