@@ -144,8 +144,7 @@ class DecoderBody(torch.nn.Module):
         self.layers = body.layers
         self.embedding = body.embed_tokens.weight  # [V, d]
         self.dtype = self.embedding.dtype  # float32 or bfloat16: the weights', activations' and K/V buffers'
-        scale = getattr(body.embed_tokens, "embed_scale", None)  # Gemma scales embeddings by sqrt(d)
-        # ... by sqrt(d) rounded to the weights' dtype, as transformers' Gemma3ScaledWordEmbedding does
+        scale = getattr(body.embed_tokens, "embed_scale", None)  # Gemma's sqrt(d), in the weights' dtype as HF's
         self.embed_scale = float(torch.as_tensor(scale).to(self.dtype)) if scale is not None else 1.0
         self.d, self.eps = text.hidden_size, text.rms_norm_eps
         self.heads, self.kv_heads = text.num_attention_heads, text.num_key_value_heads

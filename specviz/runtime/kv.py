@@ -31,12 +31,9 @@ def cache_length(cache) -> int:
 
 
 def rollback(cache, length: int) -> None:
-    """Drop every cached position at or after ``length`` (``cache.crop``, transformers 5 style).
-
-    Call it once after each forward that may need undoing, even when nothing is dropped: the
-    crop is also what trims sliding-window layers back to their window, and trimming before a
-    later rollback would lose states that the rollback needs.
-    """
+    """Drop every cached position at or after ``length`` (``cache.crop``). Call it after each
+    forward that may need undoing, even when nothing is dropped: the crop also trims sliding-window
+    layers back to their window, and trimming before a later rollback would lose states it needs."""
     current = cache_length(cache)
     if current == 0:
         return  # nothing cached yet (layers not initialised)
@@ -247,13 +244,10 @@ def keep_slots(cache, tail: int, keep: torch.Tensor | list[int]) -> None:
 
 def score_tree(model: torch.nn.Module, cache, root: torch.Tensor, tokens: torch.Tensor, parents: torch.Tensor,
                lazy: bool = False) -> torch.Tensor:
-    """One target forward over [root, node_1..node_n] on top of ``cache`` (which holds the context
-    before the root): node i sees the context, the root and its own ancestors, at position
-    len(context) + depth - 1. -> float32 logits [n+1, V] (row 0 after the root, row i+1 after node i).
-
-    root: [1] long (the last committed token), tokens: [n] long, parents: [n] long (-1 = root);
-    ``lazy``: as :func:`tree_forward_logits`'s
-    """
+    """One target forward over ``root`` [1] and ``tokens`` [n] on top of ``cache`` (the context before
+    the root): node i (parent ``parents[i]``, -1: the root) sees the context, the root and its ancestors,
+    at position len(context) + depth - 1 -> float32 logits [n+1, V] (row i+1 after node i; ``lazy``
+    as :func:`forward_logits`'s)."""
     feed = torch.cat([root, tokens])  # [n+1]
     par = torch.cat([parents.new_full((1,), -1), torch.where(parents < 0, 0, parents + 1)])  # [n+1] root = slot 0
     par[0] = -1

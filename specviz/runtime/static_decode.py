@@ -30,7 +30,6 @@ from .step_masks import step_masks
 
 log = logging.getLogger(__name__)
 
-ARCHITECTURES = FAMILIES  # llama, mistral, qwen2, qwen3, gemma3_text, phi3 (body.py: what each differs in)
 DTYPES = (torch.float32, torch.bfloat16)  # the weights the body serves
 MIN_CAPACITY = 128  # positions a new cache holds; it doubles when full
 SPAN = 64  # attention reads the buffers up to the position rounded up to a multiple of this
@@ -77,8 +76,8 @@ def supports(model: torch.nn.Module) -> str | None:
     cfg = getattr(model, "config", None)
     text = cfg.get_text_config() if cfg is not None and hasattr(cfg, "get_text_config") else cfg
     kind = getattr(text, "model_type", None)
-    if kind not in ARCHITECTURES:
-        return f"architecture {kind!r} is not one of {', '.join(ARCHITECTURES)}"
+    if kind not in FAMILIES:
+        return f"architecture {kind!r} is not one of {', '.join(FAMILIES)}"
     body = getattr(model, "model", None)
     if body is None or not isinstance(getattr(body, "layers", None), torch.nn.ModuleList):
         return "no decoder layer list at model.model.layers"
