@@ -10,6 +10,7 @@ A bottom-layer module: it imports nothing from specviz but its settings.
 from __future__ import annotations
 
 import threading
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,26 +35,40 @@ class ModelRuntime:
     sampled_screen: Any = None  # the bf16 screen a sampled step bounds its logits with
     extra: dict[str, Any] = field(default_factory=dict)  # anything else a runtime module keeps per model
     lock: threading.RLock = field(default_factory=threading.RLock, repr=False, compare=False)
+    owner: Any = field(default=None, repr=False, compare=False)  # a weakref to the model it belongs to
 
     def __reduce__(self):  # a copied or pickled model is another model: it starts with an empty runtime
         return (ModelRuntime, ())
 
 
-def of(model: torch.nn.Module) -> ModelRuntime:
-    """``model``'s runtime object, made on first use (one per model, shared by its sessions)."""
+def _own(model: torch.nn.Module) -> ModelRuntime | None:
     found = model.__dict__.get(ATTRIBUTE)
+    return found if found is not None and found.owner is not None and found.owner() is model else None
+
+
+def of(model: torch.nn.Module) -> ModelRuntime:
+    """``model``'s runtime object, made on first use (one per model, shared by its sessions).
+
+    A shallow copy of a model (``copy.copy``: a cut-vocabulary or early-exit draft, a view with its
+    own config) carries the original's attribute; it is another model, so it gets a runtime of its
+    own, keeping only what belongs to the shared weights (the cache directory and the kernel plan),
+    never the original's decode step or screens, which compute the original's outputs."""
+    found = _own(model)
     if found is None:
         with _CREATE:
-            found = model.__dict__.get(ATTRIBUTE)
+            found = _own(model)
             if found is None:
-                found = ModelRuntime()
+                inherited = model.__dict__.get(ATTRIBUTE)
+                found = ModelRuntime(owner=weakref.ref(model))
+                if inherited is not None:
+                    found.cache_dir, found.plan = inherited.cache_dir, inherited.plan
                 object.__setattr__(model, ATTRIBUTE, found)  # a plain attribute: not a parameter or submodule
     return found
 
 
 def peek(model: torch.nn.Module) -> ModelRuntime | None:
-    """``model``'s runtime object if it has one (never makes one)."""
-    return model.__dict__.get(ATTRIBUTE)
+    """``model``'s own runtime object if it has one (never makes one; a copy's inherited one is not its own)."""
+    return _own(model)
 
 
 def cache_home() -> Path:
