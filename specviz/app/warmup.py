@@ -87,7 +87,7 @@ def tune_targets(names: Iterable[str], dtype: str = "auto", again: bool = False,
     for name in names:
         model = load_model(name, device="cpu", dtype=dtype, progress=say).model
         plan, new = tune.tune(model, cache_dir(), again=again, progress=say)
-        lines.append(f"{name}: {'measured' if new else 'already there (--again measures again)'}: {plan.path}\n"
+        lines.append(f"{name}: {'measured, written to' if new else 'already there (--again measures again):'} {plan.path}\n"
                      f"  {describe_plan(plan)}")
     return lines
 
