@@ -211,7 +211,8 @@ def test_the_choice_comes_from_the_plan_and_is_reported(tiny_target, monkeypatch
     try:
         screen = argmax_head.attach(model, min_elements=0)  # no plan: the bf16 screen at every width
         assert screen.kind == "bf16" and all(screen.used(r) for r in (1, 5, 40))
-        assert argmax_head.report(model) == {"widths": {}, "used": list(range(1, len(screen.use_at))), "kind": "bf16"}
+        used = list(range(1, len(screen.use_at)))
+        assert argmax_head.report(model) == {"widths": {}, "used": used, "kind": "bf16", "by_kind": {"bf16": used}}
         times = {r: {"full": 10.0, "bf16": 20.0, "int8": 5.0 if r < 9 else 11.0} for r in argmax_head.WIDTHS}
         held.plan = kernel_plan.Plan("tiny", {"argmax": kernel_plan.screen_kind(times, argmax_head.KINDS)})
         with monkeypatch.context() as m:  # only the kept copy is made
@@ -251,3 +252,27 @@ def test_the_roofline_counts_the_screen_greedy_steps_read(tiny_target, screened)
     argmax_head.detach(model)
     assert hardware.screened_bytes(model, counted) is None
     assert not any("bf16 screen" in line for line in hardware.roofline_lines(rows, model, probes_gb_s=[10.0]))
+
+
+def test_a_plan_that_splits_the_widths_keeps_both_screens_and_each_width_reads_its_own(tiny_target, near_draft, monkeypatch):
+    from specviz.runtime import plan as kernel_plan
+    from specviz.runtime import state
+
+    monkeypatch.setenv("SPECVIZ_ARGMAX_HEAD", "auto")
+    held = state.of(tiny_target.model)
+    times = {r: {"full": 10.0, "bf16": 6.0 if r >= 5 else 8.0, "int8": 3.0 if r < 5 else 9.0} for r in argmax_head.WIDTHS}
+    held.plan = kernel_plan.Plan("tiny", {"argmax": kernel_plan.screen_kind(times, argmax_head.KINDS)})
+    seen = []
+    for kind in (argmax_head.Screen, argmax_head.Int8Screen):
+        real = kind.argmax
+        monkeypatch.setattr(kind, "argmax", lambda self, h, real=real: seen.append((self.kind, h.shape[0])) or real(self, h))
+    try:
+        assert argmax_head.attach(tiny_target.model, min_elements=0).kind == "int8"  # one row's first
+        assert [s.kind for s in argmax_head.screens_of(tiny_target.model)] == ["int8", "bf16"]
+        assert [argmax_head.screen_of(tiny_target.model, r).kind for r in (1, 4, 5, 9)] == ["int8", "int8", "bf16", "bf16"]
+        both = _tokens(tiny_target, DraftModel(near_draft), 5, "lean")  # one-row draft-free steps and 6-row verifies
+        assert {kind for kind, _ in seen} == {"int8", "bf16"} and all((n < 5) == (kind == "int8") for kind, n in seen)
+    finally:
+        held.plan = None
+        argmax_head.detach(tiny_target.model)
+    assert both == _tokens(tiny_target, DraftModel(near_draft), 5, "lean")  # the full head's tokens

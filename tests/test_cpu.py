@@ -234,3 +234,17 @@ def test_the_kernel_lines_read_a_plans_report_and_an_older_sweeps():
            "cached": True, "threads": 2, "shape": [8, 4]}
     assert "weight-first at 1 row (21 ms vs 64 ms for F.linear)" in kernel_words.describe_head_kernels(old)
     assert kernel_words.kernel_summary({"lm_head": new}) == "LM head: specviz blocked at 1 row, oneDNN packed at 2 rows"
+
+
+def test_each_width_takes_its_fastest_screen_and_a_model_keeps_both_where_each_wins():
+    # As tune measured gemma-3-270m's head on a Zen 3 (ms: full, bf16, int8 by width): the int8 screen
+    # wins one to three rows, the bf16 one from five; a median over widths picked one screen for all
+    # and cost target-only decoding 18% when it picked bf16.
+    times = {1: {"full": 28.2, "bf16": 15.9, "int8": 10.3}, 2: {"full": 30.9, "bf16": 17.1, "int8": 13.0},
+             3: {"full": 39.4, "bf16": 19.2, "int8": 16.7}, 5: {"full": 29.3, "bf16": 19.4, "int8": 23.7},
+             9: {"full": 33.5, "bf16": 27.0, "int8": 45.8}, 17: {"full": 59.7, "bf16": 46.3, "int8": 84.9}}
+    chosen = kernel_plan.screen_kind(times, argmax_head.KINDS)
+    assert chosen.by_width(9) == ("int8",) * 4 + ("bf16",) * 5
+    times[17]["bf16"] = 58.0  # under 10% faster than the full head: the full head there
+    assert kernel_plan.screen_kind(times, argmax_head.KINDS).kernel(17) == "full"
+    assert kernel_plan.screen_kind({1: {"full": 1.0, "bf16": 0.95}}, ("bf16",)) is None

@@ -224,7 +224,7 @@ def roofline_lines(rows: list[dict], model: torch.nn.Module, precision: str | No
                 own = roofline(read, bw.bytes_per_s)
                 from ..runtime.argmax_head import screen_of
 
-                kind = screen_of(model).kind  # there is one: it read fewer bytes
+                kind = screen_of(model, 1).kind  # there is one: it read fewer bytes
                 lines.append(f"    greedy steps read the LM head's {kind} screen in place of its float32 weight: "
                              f"{read / 1e6:.0f} MB a step, a limit of {own.tokens_per_s:.1f} tokens/s; "
                              f"these steps at {steps / own.tokens_per_s:.2f} of it")
@@ -240,8 +240,8 @@ def screened_bytes(model: torch.nn.Module, counted: int) -> int | None:
     replaced by its bf16 or int8 screen and the few rows recomputed; None where no screen runs at one row."""
     from ..runtime.argmax_head import screen_of
 
-    screen = screen_of(model)
-    if screen is None or not screen.used(1):
+    screen = screen_of(model, 1)  # the screen a one-row step reads, if any
+    if screen is None:
         return None
     return int(counted - screen.weight.numel() * screen.weight.element_size() + screen.blocked.numel() * screen.blocked.element_size())
 

@@ -366,16 +366,17 @@ def attach(model: torch.nn.Module, min_elements: int | None = None) -> Screen | 
         log.info("specviz: no certified argmax head: the screen op %s", why)
         return None
     wanted = plan.of(model).kind("argmax") if mode == "auto" else plan.KindPlan({1: "bf16" if mode == "on" else "int8"})
-    kind = next((k for k in wanted.kernels.values() if k in KINDS), None)
-    if kind is None:
+    kinds = [k for k in dict.fromkeys(wanted.kernel(r) for r in range(1, max(max(wanted.kernels), WIDTHS[-1]) + 1)) if k in KINDS]
+    if not kinds:
         log.info("specviz: the plan keeps the full float32 head for greedy steps")
         return None
     head = model.get_output_embeddings()
-    screen = MAKERS[kind](head.weight)
-    held.screen = dataclasses.replace(screen, use_at=use_at(wanted, kind),
-                                      times={w: (m["full"], m[kind]) for w, m in wanted.ms.items() if kind in m})
-    log.info("specviz: greedy argmax through the %s screen of the %dx%d head (%s)", kind, *head.weight.shape,
-             "tuned" if wanted.cached else "CPU features' default")
+    screens = [dataclasses.replace(MAKERS[kind](head.weight), use_at=use_at(wanted, kind),
+                                   times={w: (m["full"], m[kind]) for w, m in wanted.ms.items() if kind in m})
+               for kind in kinds]  # the kind at one row first: target-only decoding's
+    held.screen, held.extra["screens"] = screens[0], screens
+    log.info("specviz: greedy argmax through the %s screen%s of the %dx%d head (%s)", " and ".join(kinds),
+             "s" if len(kinds) > 1 else "", *head.weight.shape, "tuned" if wanted.cached else "CPU features' default")
     return held.screen
 
 
@@ -385,14 +386,25 @@ def use_at(kind_plan, kind: str) -> tuple[bool, ...]:
     return (False,) + tuple(kind_plan.kernel(r) == kind for r in range(1, widest + 1))
 
 
-def screen_of(model: torch.nn.Module) -> Screen | Int8Screen | None:
+def screen_of(model: torch.nn.Module, rows: int | None = None) -> Screen | Int8Screen | None:
+    """``model``'s screen (``rows``: the one its plan uses at that width, None where it runs the full head)."""
     held = state.peek(model)
-    return held.screen if held is not None else None
+    if held is None or held.screen is None or rows is None:
+        return held.screen if held is not None else None
+    return next((s for s in held.extra.get("screens", [held.screen]) if s.used(rows)), None)
+
+
+def screens_of(model: torch.nn.Module) -> list:
+    """Every screen ``model`` keeps (one, or the int8 and the bf16 one where each wins some widths)."""
+    held = state.peek(model)
+    return [] if held is None or held.screen is None else held.extra.get("screens", [held.screen])
 
 
 def detach(model: torch.nn.Module) -> None:
     """Run ``model``'s full float32 head again at every width."""
-    state.of(model).screen = None
+    held = state.of(model)
+    held.screen = None
+    held.extra.pop("screens", None)
 
 
 def _words(times: dict[int, tuple[float, float]]) -> str:
@@ -404,5 +416,7 @@ def report(model: torch.nn.Module) -> dict | None:
     screen = screen_of(model)
     if screen is None:
         return None
+    every = screens_of(model)
     return {"widths": {str(r): [round(a, 2), round(b, 2)] for r, (a, b) in screen.times.items()},
-            "used": [r for r in range(1, len(screen.use_at)) if screen.use_at[r]], "kind": screen.kind}
+            "used": [r for r in range(1, len(screen.use_at)) if screen.use_at[r]], "kind": screen.kind,
+            "by_kind": {s.kind: [r for r in range(1, len(s.use_at)) if s.use_at[r]] for s in every}}

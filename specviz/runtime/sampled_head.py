@@ -41,8 +41,8 @@ def screen_for(model: torch.nn.Module, rows: int) -> argmax_head.Screen | None:
     held = state.of(model)
     with held.lock:  # two sessions' first sampled steps build it once
         if held.sampled_screen is None or held.sampled_screen[0] != mode:
-            bf16 = (argmax_screen if isinstance(argmax_screen, argmax_head.Screen)
-                    else argmax_head.build(model.get_output_embeddings().weight))
+            bf16 = next((s for s in argmax_head.screens_of(model) if isinstance(s, argmax_head.Screen)), None) \
+                or argmax_head.build(model.get_output_embeddings().weight)
             wanted = plan.of(model).kind("sampled") if mode == "auto" else plan.KindPlan({1: "bf16"})
             times = {w: (m["full"], m["bf16"]) for w, m in wanted.ms.items() if "bf16" in m}
             held.sampled_screen = (mode, dataclasses.replace(bf16, use_at=argmax_head.use_at(wanted, "bf16"), times=times))
@@ -73,13 +73,11 @@ def measure(model: torch.nn.Module, _kinds=None) -> "plan.KindPlan | None":
 def screen_bytes(model: torch.nn.Module) -> int:
     """Memory ``model``'s head screens take beside its weights: the argmax screen's copy and, where
     that is the int8 one, the bf16 copy a sampled step builds (counted before it is built)."""
-    screen = argmax_head.screen_of(model)
-    if screen is None:
-        return 0
-    tensors = [v for v in vars(screen).values() if isinstance(v, torch.Tensor) and v is not screen.weight]
-    total = sum(t.numel() * t.element_size() for t in tensors)
-    if not isinstance(screen, argmax_head.Screen):
-        total += screen.weight.numel() * 2  # the bf16 copy (argmax_head.build)
+    screens = argmax_head.screens_of(model)
+    total = sum(t.numel() * t.element_size() for screen in screens for t in vars(screen).values()
+                if isinstance(t, torch.Tensor) and t is not screen.weight)
+    if screens and not any(isinstance(screen, argmax_head.Screen) for screen in screens):
+        total += screens[0].weight.numel() * 2  # the bf16 copy a sampled step builds (argmax_head.build)
     return int(total)
 
 

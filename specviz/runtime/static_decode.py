@@ -306,8 +306,8 @@ class StaticDecoder:
         if lazy == sampled_head.SAMPLE:
             screen = sampled_head.screen_for(self.model, hidden.shape[0])
             return argmax_head.HeadLogits(hidden, self._full_head, screen) if screen is not None else self._full_head(hidden)
-        screen = argmax_head.screen_of(self.model)
-        if screen is not None and screen.used(hidden.shape[0]):
+        screen = argmax_head.screen_of(self.model, hidden.shape[0])
+        if screen is not None:
             return argmax_head.HeadLogits(hidden, self._full_head, screen)
         part = getattr(self.model.get_output_embeddings(), "lazy_logits", None)
         if part is not None and not self.softcap:
