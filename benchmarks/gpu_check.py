@@ -256,6 +256,17 @@ def num_params(lm) -> int:
     return sum(p.numel() for p in lm.model.parameters())
 
 
+def pass_times(model, ids, cache, context: int, max_n: int, device, warmup: int, reps: int) -> dict[int, float]:
+    """Median ms of one pass of n = 1..max_n new tokens after ``context`` cached ones, rolled back each time."""
+    t_ms = {}
+    for n in range(1, max_n + 1):
+        def once(n=n):
+            forward_logits(model, ids[context: context + n], cache, n)  # [n, V]
+            rollback(cache, context)
+        t_ms[n] = median_ms(once, device, warmup, reps)
+    return t_ms
+
+
 def verify_curve(big, max_n: int, context: int, warmup: int, reps: int) -> dict:
     """t(n): one forward of n new positions on top of a ``context``-token cache, then the rollback
     the engine does; v(n) = t(n) / t(1)."""
@@ -266,12 +277,7 @@ def verify_curve(big, max_n: int, context: int, warmup: int, reps: int) -> dict:
     with torch.inference_mode():
         forward_logits(model, ids[:context], cache, 1)
         rollback(cache, context)
-        t_ms = {}
-        for n in range(1, max_n + 1):
-            def once(n=n):
-                forward_logits(model, ids[context: context + n], cache, n)  # [n, V]
-                rollback(cache, context)
-            t_ms[n] = median_ms(once, device, warmup, reps)
+        t_ms = pass_times(model, ids, cache, context, max_n, device, warmup, reps)
     return dict(context=context, warmup=warmup, reps=reps, t_ms=t_ms, v={n: t / t_ms[1] for n, t in t_ms.items()})
 
 
@@ -399,12 +405,7 @@ def step_curve(big, max_n: int, context: int, warmup: int, reps: int, budget_s: 
             sync(device)
             first_s = time.perf_counter() - t0
             rollback(cache, context)
-            t_ms = {}
-            for n in range(1, max_n + 1):
-                def once(n=n):
-                    forward_logits(model, ids[context: context + n], cache, n)  # [n, V]
-                    rollback(cache, context)
-                t_ms[n] = median_ms(once, device, warmup, reps)
+            t_ms = pass_times(model, ids, cache, context, max_n, device, warmup, reps)
             out["ways"][way] = dict(t_ms=t_ms, v={n: t / t_ms[1] for n, t in t_ms.items()},
                                     first_call_s=round(first_s, 3), **step_facts(model))
     return out
