@@ -13,8 +13,9 @@ import pytest
 import torch
 
 from specviz import Sampling, SpeculativeDecoder
+from specviz.bench import kernel_words
 from specviz.core.bounds import ENGINE_MAX_K
-from specviz.runtime import argmax_head, cpu, int8_speed, kernel_words, projections, sampled_head, state, tune
+from specviz.runtime import argmax_head, cpu, int8_speed, projections, sampled_head, state, tune
 from specviz.runtime import plan as kernel_plan
 from specviz.runtime.kernels import DEFAULT, TABLE, PlannedLinear
 from tests.support import make_char_tokenizer, make_llama

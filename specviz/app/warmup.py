@@ -81,15 +81,31 @@ def tune_targets(names: Iterable[str], dtype: str = "auto", again: bool = False,
     measured (``again``: measure anyway) -> a line or two per model, saying where its plan is."""
     from ..models import cache_dir, load_model
     from ..runtime import tune
-    from ..runtime.kernel_words import describe_plan
 
     lines = []
     for name in names:
         model = load_model(name, device="cpu", dtype=dtype, progress=say).model
         plan, new = tune.tune(model, cache_dir(), again=again, progress=say)
         lines.append(f"{name}: {'measured, written to' if new else 'already there (--again measures again):'} {plan.path}\n"
-                     f"  {describe_plan(plan)}")
+                     f"  {plan_words(plan)}")
     return lines
+
+
+def plan_words(plan) -> str:
+    """A plan in one line: each tuned kind's kernels by width ("head: specviz blocked at 1-9 rows; ...")."""
+    from ..runtime.plan import default_kernel
+
+    parts = []
+    for kind, p in plan.kinds.items():
+        runs: list[list] = []  # [kernel, first width, last width]
+        for w, name in sorted(p.kernels.items()):
+            if runs and runs[-1][0] == name:
+                runs[-1][2] = w
+            else:
+                runs.append([name, w, w])
+        parts.append(f"{kind}: " + ", ".join(f"{n} at {a}-{b} rows" if a != b else f"{n} at {a} row{'s' if a > 1 else ''}"
+                                             for n, a, b in runs))
+    return "; ".join(parts) or f"nothing to tune here: CPU features' defaults ({default_kernel('head')})"
 
 
 def lowest_priority() -> bool:

@@ -65,7 +65,7 @@ def report_text(report: dict[str, Any], rows: list[dict[str, Any]], target: Any,
     about its own numbers (:mod:`specviz.bench.verdicts`), the readout and the roofline."""
     from ..analysis.hardware import roofline_lines
     from ..analysis.metrics import why_no_speedup
-    from ..runtime.kernel_words import describe_kernels
+    from .kernel_words import describe_kernels
 
     m = report["meta"]
     out = [format_table(rows), ""]

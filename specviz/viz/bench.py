@@ -16,7 +16,7 @@ from typing import Any, Callable, Mapping, Sequence
 import plotly.graph_objects as go
 
 from ..analysis.metrics import METRICS, expected_tokens_per_step
-from ..runtime.kernel_words import kernel_summary
+from ..bench.kernel_words import kernel_summary
 from .bench_marks import chain_fits, mark_traces
 from .bench_page import page_html
 from .bench_readout import why_markdown

@@ -7,7 +7,7 @@ import html
 from typing import Any, Mapping
 
 from ..analysis.metrics import definitions
-from ..runtime.kernel_words import describe_kernels
+from ..bench.kernel_words import describe_kernels
 from .bench_readout import why_markdown
 from .bench_rows import report_rows
 from .bench_table import table_help, table_rows
