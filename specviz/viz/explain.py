@@ -55,6 +55,7 @@ class SpeedupStory:
     numbers: dict = field(default_factory=dict)  # a, k, c, v, tau, tokens, forwards, f, k_eff
     band: SpeedupInterval | None = None  # the measured speedup's bootstrap interval over the steps' timings
     lossy: bool = False  # typical acceptance: every number is the LOSSY rule's, said in the headline
+    judged: float | None = None  # the speedup the verdict reads: ``measured``, or with stalled steps at their median
 
     @property
     def text(self) -> str:
@@ -67,6 +68,10 @@ class SpeedupStory:
         limit = f' data-limit="{self.limit}"' if self.limit else ""
         limit += ' data-lossy="true"' if self.lossy else ""
         limit += f' data-best-k="{self.numbers["best_k"]}"' if "best_k" in self.numbers else ""  # the what-if's star
+        if self.measured is not None:
+            limit += f' data-measured="{self.measured:.4f}"'
+        if self.judged is not None and self.judged != self.measured:
+            limit += f' data-stall-adjusted="{self.judged:.4f}"'
         if self.band is not None:
             b = self.band
             limit += (f' data-noise="{"within" if b.within_noise else "clear"}" data-low="{b.low:.4f}"'
@@ -176,32 +181,60 @@ def explain_speedup(*, a: float | None, k: int, tau: float, tokens: int, target_
     gains = ideal_gains(tau, k_eff, c, v, drafted_fraction)
     limit = limit_of(gains)
     measured = speedup
-    shown = measured if measured is not None else predicted
-    verdict = _verdict(shown)
-    noisy = measured is not None and band is not None and band.within_noise
-    if measured is not None and band is not None and band.stalled:
-        sentences.append(f"{_n(band.stalled, 'step')} stalled (over twice the time of the run's other steps of "
-                         "its kind: the machine, not the method), so the speedup and its interval count "
-                         f"{'it' if band.stalled == 1 else 'them'} at that kind's median time.")
+    judged = _judged(measured, band)  # the measured ratio, or with stalled steps at their kind's median
+    verdict = _verdict(judged if judged is not None else predicted)
+    noisy = judged is not None and band is not None and band.within_noise
+    if judged is not None and band is not None and band.stalled:
+        sentences.append(_stall_sentence(measured, judged, band.stalled))
+    said = _speedup_words(measured, judged, band.stalled if band is not None else 0)
     if noisy:
         verdict = "even"
-        head = (f"Speedup {_x(measured)}, within noise ({band.words()} over the steps' own timings): not told apart "
+        head = (f"{said}, within noise ({band.words()} over the steps' own timings): not told apart "
                 "from target-only on this run.")
-    elif measured is not None:
+    elif judged is not None:
         spread = f" ({band.words()})" if band is not None else ""
-        head = f"Speedup {_x(measured)}{spread}: " + {"faster": "speculation pays here.", "even": "about even with target-only.",
-                                                      "slower": "slower than target-only."}[verdict]
-        if predicted is not None and abs(measured - predicted) > 0.1 * predicted:
-            sentences.append(_gap_sentence(measured, predicted, proposer))
+        head = f"{said}{spread}: " + {"faster": "speculation pays here.", "even": "about even with target-only.",
+                                      "slower": "slower than target-only."}[verdict]
+        if predicted is not None and abs(judged - predicted) > 0.1 * predicted:
+            sentences.append(_gap_sentence(judged, predicted, proposer))
     else:
         head = f"Expected about {_x(predicted)} (decode loop only); run target-only to measure it."
     head = _lossy_head(head, lossy)
-    if measured is not None and measured < SLOWER and predicted >= FASTER:
+    if judged is not None and judged < SLOWER and predicted >= FASTER:
         limit = "overhead"  # the decode loop pays; what is lost is outside it
     advice = _advice(limit, verdict, a=a, k=k, c=c, v=v, proposer=proposer, gains=gains, tau=tau,
                      f=drafted_fraction, predicted=predicted, greedy=temperature is not None and temperature <= 0)
     advice = _best_k_advice(advice, limit, k, k_curve, nums)
-    return SpeedupStory(verdict, limit, head, tuple(sentences), advice, predicted, measured, nums, band, lossy)
+    return SpeedupStory(verdict, limit, head, tuple(sentences), advice, predicted, measured, nums, band, lossy, judged)
+
+
+def _judged(measured: float | None, band: SpeedupInterval | None) -> float | None:
+    """The speedup the verdict reads: the band's (stalled steps at their kind's median) where steps
+    stalled and it differs from the measured ratio as shown (two decimals), else the measured one."""
+    if measured is None or band is None or not band.stalled or f"{band.speedup:.2f}" == f"{measured:.2f}":
+        return measured
+    return band.speedup
+
+
+def _speedup_words(measured: float | None, judged: float | None, stalled: int) -> str:
+    """The headline's speedup: the Speedup card's measured number first, then (where steps stalled
+    and it differs) the stall-adjusted one the verdict reads: two numbers on one page, each named
+    (issue 52: the card and the metric showed two speedups and never said why)."""
+    if judged is None or judged == measured:
+        return f"Speedup {_x(measured)}" if measured is not None else ""
+    return (f"Speedup {_x(measured)} measured (the Speedup card); {_x(judged)} with the "
+            f"{_n(stalled, 'stalled step')} counted at {'its' if stalled == 1 else 'their'} kind's median time")
+
+
+def _stall_sentence(measured: float, judged: float, stalled: int) -> str:
+    """How many steps stalled and what that did to the number the card judges by."""
+    what = (f"{_n(stalled, 'step')} stalled (over twice the time of the run's other steps of its kind: the machine, "
+            "not the method)")
+    if judged == measured:
+        return f"{what}; counted at {'its' if stalled == 1 else 'their'} kind's median time, the speedup is the same to two decimals."
+    return (f"{what}. The Speedup card divides the two runs' tokens/s as they ran ({_x(measured)}); this card counts "
+            f"{'that step' if stalled == 1 else 'each stalled step'} at its kind's median time ({_x(judged)}), and its "
+            "verdict and interval are that number's.")
 
 
 def _lossy_head(head: str, lossy: bool) -> str:
@@ -354,8 +387,6 @@ def explain_run(steps: Sequence[StepRecord], stats: Stats, baseline: Stats | Non
         speed = stats.tokens_per_s / baseline.tokens_per_s
     prefill = max(1, stats.target_forwards - stats.steps)
     band = run_interval(steps, stats, baseline_steps, baseline) if speed is not None else None
-    if band is not None and band.stalled:
-        speed = band.speedup  # the tokens/s ratio with each stalled step at its kind's median time
     return explain_speedup(
         a=stats.acceptance_rate if stats.drafted else None, k=k, tau=stats.mean_acceptance_length,
         tokens=stats.new_tokens, target_forwards=stats.target_forwards, c=c, v=v, speedup=speed,
