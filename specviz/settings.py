@@ -178,6 +178,17 @@ def foreign(name: str) -> str:
     return os.environ.get(name, "")
 
 
+def foreign_default(name: str, default: str) -> None:
+    """Set another library's variable to ``default`` unless the user set it (Gradio's analytics off
+    before the app starts)."""
+    os.environ.setdefault(name, default)
+
+
+def child_env(**overrides: str) -> dict[str, str]:
+    """The environment a child process (a vLLM server) starts with: this process's, with ``overrides``."""
+    return {**os.environ, **overrides}
+
+
 def put_on_path(directory: str) -> None:
     """Put ``directory`` first on PATH, for the subprocesses a native build starts (cpp_extension
     runs ``ninja`` from PATH; the ``ninja`` package's binary may not be on it)."""

@@ -74,13 +74,36 @@ def test_the_readers_parse_as_the_runtime_did_and_refuse_unregistered_names(monk
         settings.value("SPECVIZ_NOT_A_SETTING")
 
 
-def test_the_runtime_reads_the_environment_only_through_settings():
-    """No os.environ / os.getenv below specviz/app and specviz/cli but in settings.py (issue 48);
-    the native build puts ninja on PATH through settings.put_on_path."""
-    pending: set[str] = set()
-    readers = [p.name for p in sorted((ROOT / "specviz" / "runtime").glob("*.py"))
-               if p.name not in pending and re.search(r"os\.environ|os\.getenv|getenv\(", p.read_text(encoding="utf-8"))]
+ENV_READERS = ("specviz/settings.py", "specviz/app/", "specviz/cli")  # where os.environ may be read (issue 48)
+ENV_READ = re.compile(r"os\.environ|os\.getenv|getenv\(|os\.putenv")
+
+
+def env_readers(root: Path) -> list[str]:
+    """The modules under ``root``/specviz that read the environment themselves."""
+    found = []
+    for path in sorted((root / "specviz").rglob("*.py")):
+        rel = path.relative_to(root).as_posix()
+        if not rel.startswith(ENV_READERS) and ENV_READ.search(path.read_text(encoding="utf-8")):
+            found.append(rel)
+    return found
+
+
+def test_the_environment_is_read_only_through_settings():
+    """No os.environ / os.getenv under specviz/ but in settings.py, specviz/app and specviz/cli*
+    (issue 48): the UI, the remote servers and the runtime ask specviz.settings (the native build
+    puts ninja on PATH through settings.put_on_path, a vLLM server's env is settings.child_env)."""
+    readers = env_readers(ROOT)
     assert not readers, f"read the environment through specviz.settings: {readers}"
+
+
+def test_a_new_environment_read_is_caught(tmp_path):
+    for rel, text in (("specviz/ui/x.py", "import os\nA = os.environ.get('X')\n"),
+                      ("specviz/runtime/y.py", "from os import getenv\nB = getenv('Y')\n"),
+                      ("specviz/app/z.py", "import os\nC = os.environ['Z']\n"),
+                      ("specviz/settings.py", "import os\nD = os.environ\n")):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text, encoding="utf-8")
+    assert env_readers(tmp_path) == ["specviz/runtime/y.py", "specviz/ui/x.py"]
 
 
 # -- (b) every name registered, every registered name read -----------------------------------

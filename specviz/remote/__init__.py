@@ -12,7 +12,7 @@ the local lab's definitions, reports and figures: ``specviz bench --remote URL``
 
 from __future__ import annotations
 
-import os
+from .. import settings
 
 __all__ = ["remote_allowed", "check_remote_allowed", "REMOTE_ENV"]
 
@@ -25,7 +25,7 @@ def remote_allowed() -> bool:
     Off by default: a public Space must not become a proxy to arbitrary addresses. The command
     line does not ask (it runs on the user's own machine).
     """
-    return os.environ.get(REMOTE_ENV, "").strip().lower() in {"1", "true", "yes", "on"}
+    return settings.word(REMOTE_ENV) in {"1", "true", "yes", "on"}
 
 
 def check_remote_allowed() -> None:

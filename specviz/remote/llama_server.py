@@ -31,12 +31,13 @@ import tempfile
 import time
 from pathlib import Path
 
+from .. import settings
 from .local import BuildError, LocalServer, free_port
 from .local import tail as _tail
 
 __all__ = ["VERSION", "CMAKE_FLAGS", "BuildError", "LlamaServer", "binary_path", "build", "gemma_gguf", "start"]
 
-VERSION = os.environ.get("SPECVIZ_LLAMA_CPP_VERSION", "11434.0.0")
+VERSION = settings.value("SPECVIZ_LLAMA_CPP_VERSION", "11434.0.0")
 CMAKE_FLAGS = (
     "-DGGML_NATIVE=OFF", "-DGGML_AVX2=ON", "-DGGML_FMA=ON", "-DGGML_F16C=ON", "-DGGML_BMI2=ON",
     "-DLLAMA_CURL=OFF", "-DCMAKE_BUILD_TYPE=Release", "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF",
@@ -53,7 +54,7 @@ def _root(version: str = VERSION) -> Path:
 
 def binary_path(version: str = VERSION) -> Path:
     """Where the cached ``llama-server`` binary lives (it may not exist yet)."""
-    override = os.environ.get("SPECVIZ_LLAMA_SERVER")
+    override = settings.value("SPECVIZ_LLAMA_SERVER")
     return Path(override) if override else _root(version) / "build" / "bin" / "llama-server"
 
 
@@ -92,7 +93,7 @@ def build(version: str = VERSION, jobs: int | None = None, quiet: bool = False) 
     binary = binary_path(version)
     if binary.exists() and os.access(binary, os.X_OK):
         return binary
-    if os.environ.get("SPECVIZ_LLAMA_SERVER"):
+    if settings.value("SPECVIZ_LLAMA_SERVER"):
         raise BuildError(f"SPECVIZ_LLAMA_SERVER={binary} is not an executable file")
     for tool in ("cmake", "c++"):
         if shutil.which(tool) is None:
@@ -100,7 +101,7 @@ def build(version: str = VERSION, jobs: int | None = None, quiet: bool = False) 
     root = _root(version)
     root.mkdir(parents=True, exist_ok=True)
     log_path = root / "build.log"
-    jobs = jobs or int(os.environ.get("SPECVIZ_BUILD_JOBS", "2"))
+    jobs = jobs or int(settings.value("SPECVIZ_BUILD_JOBS", "2"))
     t0 = time.time()
     with open(log_path, "a", encoding="utf-8") as log:
         src = _fetch_sources(root, version, log)

@@ -43,13 +43,14 @@ import tempfile
 import time
 from pathlib import Path
 
+from .. import settings
 from .local import BuildError, LocalServer, free_port
 from .local import tail as _tail
 
 __all__ = ["VERSION", "REMOVE", "BuildError", "VllmServer", "build", "gemma_dir", "installed", "launch", "python_path",
            "server_args", "server_env", "spec_config", "start", "wait_ready"]
 
-VERSION = os.environ.get("SPECVIZ_VLLM_VERSION", "0.32.0")
+VERSION = settings.value("SPECVIZ_VLLM_VERSION", "0.32.0")
 # dependencies whose wheels do not load against the +cpu torch (a text model needs none of them),
 # and triton (1 GB), which has no CPU backend: vLLM says so at every start and runs without it
 REMOVE = ("torchvision", "torchaudio", "torchcodec", "triton")
@@ -65,7 +66,7 @@ def _root(version: str = VERSION) -> Path:
 
 def python_path(version: str = VERSION) -> Path:
     """The python of the vLLM venv (it may not exist yet), or ``SPECVIZ_VLLM_PYTHON``."""
-    override = os.environ.get("SPECVIZ_VLLM_PYTHON")
+    override = settings.value("SPECVIZ_VLLM_PYTHON")
     return Path(override) if override else _root(version) / "venv" / "bin" / "python"
 
 
@@ -103,7 +104,7 @@ def build(version: str = VERSION, quiet: bool = False) -> Path:
     removal and the import check again. Raises :class:`BuildError` with the install log's last
     lines when a step fails.
     """
-    if os.environ.get("SPECVIZ_VLLM_PYTHON"):
+    if settings.value("SPECVIZ_VLLM_PYTHON"):
         py = python_path(version)
         if not os.access(py, os.X_OK):
             raise BuildError(f"SPECVIZ_VLLM_PYTHON={py} is not an executable file")
@@ -167,7 +168,7 @@ def server_args(model: Path, spec: str = "ngram", port: int = 8000, k: int = 4, 
 
 def server_env(threads: int | None = None) -> dict[str, str]:
     """The server's environment: a small KV cache (GB), no telemetry, offline."""
-    env = dict(os.environ)
+    env = settings.child_env()
     env.setdefault("VLLM_CPU_KVCACHE_SPACE", KV_CACHE_GB)
     env.update({"VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
     if threads:

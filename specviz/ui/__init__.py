@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 import threading
 from importlib import resources
 from typing import Any, Callable
 
 import gradio as gr
+
+from .. import settings
 
 __all__ = ["build_demo", "css", "launch", "launch_kwargs", "theme", "warm_up"]
 
@@ -110,11 +111,11 @@ def launch_kwargs() -> dict[str, Any]:
 
 def launch(demo: gr.Blocks | None = None, **kwargs: Any):
     """Queue and launch the demo on SPECVIZ_HOST:SPECVIZ_PORT (127.0.0.1:7860) unless given."""
-    os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+    settings.foreign_default("GRADIO_ANALYTICS_ENABLED", "False")
     demo = demo or build_demo()
     kw: dict[str, Any] = {
-        "server_name": os.environ.get("SPECVIZ_HOST") or os.environ.get("GRADIO_SERVER_NAME") or "127.0.0.1",
-        "server_port": int(os.environ.get("SPECVIZ_PORT") or os.environ.get("GRADIO_SERVER_PORT") or 7860),
+        "server_name": settings.value("SPECVIZ_HOST") or settings.foreign("GRADIO_SERVER_NAME") or "127.0.0.1",
+        "server_port": int(settings.value("SPECVIZ_PORT") or settings.foreign("GRADIO_SERVER_PORT") or 7860),
         "footer_links": ["gradio", "settings"],
         **launch_kwargs(),
     }

@@ -12,7 +12,6 @@ Defaults come from ``SPECVIZ_DEFAULT_TARGET`` / ``SPECVIZ_DEFAULT_DRAFT`` (as in
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Sequence
 
@@ -20,6 +19,7 @@ import gradio as gr
 
 from .. import bench as B
 from .. import prompts as P
+from .. import settings
 from ..analysis.prediction import ASSUMPTIONS
 from ..app import runs
 from ..app.limits import Limits
@@ -72,8 +72,8 @@ class BenchDefaults:
 
     @classmethod
     def from_env(cls) -> "BenchDefaults":
-        target = os.environ.get("SPECVIZ_DEFAULT_TARGET", "").strip() or "gemma-3-270m"
-        draft = os.environ.get("SPECVIZ_DEFAULT_DRAFT", "").strip() or runs.default_draft(target)
+        target = settings.value("SPECVIZ_DEFAULT_TARGET").strip() or "gemma-3-270m"
+        draft = settings.value("SPECVIZ_DEFAULT_DRAFT").strip() or runs.default_draft(target)
         return cls(target=target, proposers=["ngram", f"draft:{draft}"])
 
 

@@ -6,13 +6,12 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
-import os
 from typing import Any, Callable, Mapping
 
 import gradio as gr
 from gradio.components.plot import PlotData
 
-from .. import viz
+from .. import settings, viz
 
 log = logging.getLogger("specviz.ui")
 
@@ -72,7 +71,7 @@ def engine_concurrency() -> int:
     """Model runs at once across all users (``SPECVIZ_CONCURRENCY``, default 2): the shared
     "specviz-engine" queue's limit."""
     try:
-        return max(1, int(os.environ.get("SPECVIZ_CONCURRENCY", "2")))
+        return max(1, int(settings.value("SPECVIZ_CONCURRENCY", "2")))
     except ValueError:
         return 2
 

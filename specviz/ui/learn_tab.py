@@ -13,12 +13,12 @@ the ``gr.Tab``; :func:`build_learn_tab` lays out its components in the current B
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Any, Iterator
 
 import gradio as gr
 
+from .. import settings
 from ..app.limits import check_prompt_chars, check_prompts_fit, load_checked
 from ..core.bounds import THEORY_MAX_K
 from ..core.records import Sampling
@@ -119,7 +119,7 @@ class LearnDefaults:
 
         d = Defaults.from_env()
         proposer = DRAFT_MODEL if d.draft.strip() else NGRAM
-        typed = os.environ.get("SPECVIZ_DEFAULT_PROMPT", "").strip()
+        typed = settings.value("SPECVIZ_DEFAULT_PROMPT").strip()
         prefix = typed or (DEFAULT_PREFIX if proposer == DRAFT_MODEL else NGRAM_PREFIX)
         return cls(target=d.target, draft=d.draft, proposer=proposer, prefix=prefix,
                    target_choices=tuple(target_choices(d)), draft_choices=tuple(draft_choices(d)))
