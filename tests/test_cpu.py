@@ -15,7 +15,7 @@ import torch
 from specviz import Sampling, SpeculativeDecoder
 from specviz.bench import kernel_words
 from specviz.core.bounds import ENGINE_MAX_K
-from specviz.runtime import argmax_head, cpu, int8_speed, projections, sampled_head, state, tune
+from specviz.runtime import argmax_head, cpu, projections, sampled_head, state, tune
 from specviz.runtime import plan as kernel_plan
 from specviz.runtime.kernels import DEFAULT, TABLE, PlannedLinear
 from tests.support import make_char_tokenizer, make_llama
@@ -31,7 +31,7 @@ def _no_timing(*_a, **_k):
 @pytest.fixture
 def no_timers(monkeypatch):
     """Every timer a plan is measured with, failing if called."""
-    for module, name in ((kernel_plan, "time_kernels"), (argmax_head, "time_widths"), (int8_speed, "time_int8_head")):
+    for module, name in ((kernel_plan, "time_kernels"), (argmax_head, "time_widths")):
         monkeypatch.setattr(module, name, _no_timing)
 
 

@@ -8,7 +8,7 @@ import warnings
 import pytest
 import torch
 
-from specviz.runtime.quantize import Int8Linear, Int8Options, quantize_int8, quantize_rows, smoothing_scales
+from specviz.runtime.quantize import Int8Linear, Int8Options, quantize_int8, smoothing_scales
 from tests.support.tiny import outlier_llama
 
 
@@ -38,7 +38,8 @@ def test_per_token_rows_equal_single_rows_whatever_their_neighbours():
     with torch.inference_mode():
         together = layer(x)
         alone = torch.cat([layer(x[i : i + 1]) for i in range(5)])
-        xq, step = quantize_rows(x, False, 127.0)  # one activation scale for the whole call, as plain dynamic int8
+        step = x.abs().amax() / 127.0  # one activation scale for the whole call, as plain dynamic int8
+        xq = torch.round(x / step).to(torch.int8)
         shared = torch._int_mm(xq, layer.qweight.t()).float() * step * layer.scale
         ref = lin(x)
     assert torch.equal(together, alone)
@@ -185,52 +186,3 @@ def test_one_exported_graph_serves_every_width():
         for n in range(1, 10):
             x = _outlier_input(n, seed=n)
             assert torch.equal(graph(x), layer(x))
-
-
-class _HeadOnly(torch.nn.Module):
-    """A model that is just an int8 output head of ``vocab`` x 64 (for speed_up_int8_head)."""
-
-    def __init__(self, vocab: int):
-        super().__init__()
-        torch.manual_seed(2)
-        self.head = Int8Linear(torch.nn.Linear(64, vocab, bias=False), None)
-
-    def get_output_embeddings(self):
-        return self.head
-
-
-def test_int8_head_takes_onednn_at_the_widths_its_plan_names():
-    from specviz.runtime import cpu, int8_speed, state
-    from specviz.runtime import plan as kernel_plan
-    from specviz.runtime.int8_speed import int8_head_report, onednn_exact, speed_up_int8_head
-
-    if not torch.backends.mkldnn.is_available() or not onednn_exact():
-        pytest.skip("no exact oneDNN int8 linear on this CPU")
-    calls = []
-
-    def timer(layer, rows, repeats=5):  # {kernel: ms}: oneDNN faster at 1-3 rows only
-        calls.append(rows)
-        return {"_int_mm": 1.0, "oneDNN": 0.5 if rows <= 3 else 1.2}
-
-    model = _HeadOnly(cpu.MIN_HEAD_ELEMENTS // 64 + 1)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(int8_speed, "time_int8_head", timer)
-        kind = int8_speed.measure(model)  # specviz tune's timing
-    assert calls == list(range(1, cpu.MEASURED_ROWS + 1))
-    state.of(model).plan = kernel_plan.Plan("head only", {"int8_head": kind})
-    assert speed_up_int8_head(model)  # read from the plan: nothing timed
-    head = model.head
-    assert [head.kernel(r) for r in (1, 3, 4, 9, 40)] == ["oneDNN", "oneDNN", "_int_mm", "_int_mm", "_int_mm"]
-    x = _outlier_input(3, seed=3)
-    with torch.inference_mode():
-        fast = head(x)  # oneDNN at 3 rows
-        head.onednn_at = (False,)
-        plain = head(x)  # _int_mm
-    torch.testing.assert_close(fast, plain, rtol=1e-5, atol=1e-5)  # the same integers, float rounding only
-    report = int8_head_report(model)
-    assert report["kernels"] == ["_int_mm", "oneDNN"] and report["by_rows"][0]["kernel"] == "oneDNN" and report["cached"]
-    untuned = _HeadOnly(cpu.MIN_HEAD_ELEMENTS // 64 + 1)  # no plan: oneDNN at every width where it is exact
-    assert speed_up_int8_head(untuned) and all(untuned.head.kernel(r) == "oneDNN" for r in (1, 9, 40))
-    assert copy.deepcopy(untuned).head._packed is None
-    small = _HeadOnly(1000)  # nothing to gain: left as it is
-    assert not speed_up_int8_head(small) and int8_head_report(small) is None

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import torch
 
+from .. import settings
 from .builtin import BUILTIN_MODELS, _convert_lock, _ensure_converted
 from .cache import _cache_get, _cache_put, _CacheKey, _key_lock
 from .device import _check_size, cache_dir, estimate_parameters, resolve_device, resolve_dtype
@@ -27,6 +28,7 @@ def load_model(
     quantize: str | None = None,
     *,
     progress: Progress | None = None,
+    options: settings.Options | None = None,
 ) -> LoadedModel:
     """Load a causal LM and its tokenizer (cached in-process; see the module docstring).
 
@@ -37,7 +39,9 @@ def load_model(
     ``"bfloat16"``, ``"float16"`` or a ``torch.dtype``. ``quantize``: ``None`` or ``"int8"``
     (CPU and float32 only; ``device="auto"`` then means cpu, and is refused where CUDA is
     available: load the model without @int8 on a GPU). ``progress`` receives short
-    human-readable stage messages. Raises ``ValueError`` with a message meant for the user when
+    human-readable stage messages. ``options``: the engine's settings as a value (the CLI and the
+    app build them once, :func:`specviz.settings.options`), kept on the model's runtime object for
+    the runtime to read; without them it reads the environment's when it asks. Raises ``ValueError`` with a message meant for the user when
     the name is unknown, the model is too big, the hub refuses, or options conflict.
     """
     report = progress or (lambda _msg: None)
@@ -67,17 +71,26 @@ def load_model(
     with _key_lock(key):
         hit = _cache_get(key)
         if hit is not None:  # the same weights under the name asked for ("m@bf16" or "m" with dtype=bfloat16)
+            _pin(hit.model, options)
             return hit if hit.name == spec.display_name else replace(hit, name=spec.display_name)
         if spec.quantize == "int8":
-            lm = _load_int8(spec, report)
+            lm = _load_int8(spec, report, options)
         else:
-            lm = _load_float(spec, dev, dt, report)
+            lm = _load_float(spec, dev, dt, report, options)
         _cache_put(key, lm)
         report(f"{lm.name} ready")
         return lm
 
 
-def _load_int8(spec: _Spec, report: Progress) -> LoadedModel:
+def _pin(model: torch.nn.Module, options: settings.Options | None) -> None:
+    """Keep ``options`` on ``model``'s runtime object (before its plan is read: the screens it attaches read them)."""
+    if options is not None:
+        from ..runtime import state
+
+        state.of(model).pinned = options
+
+
+def _load_int8(spec: _Spec, report: Progress, options: settings.Options | None = None) -> LoadedModel:
     cpu, fp32 = torch.device("cpu"), torch.float32
     base = _cache_get((f"{spec.kind}:{spec.source}", str(cpu), str(fp32), None))
     if base is not None:
@@ -91,7 +104,7 @@ def _load_int8(spec: _Spec, report: Progress) -> LoadedModel:
         model = copy.deepcopy(base.model, memo)
         tokenizer = base.tokenizer
     else:
-        fresh = _load_float(spec, cpu, fp32, report)  # private copy, not cached
+        fresh = _load_float(spec, cpu, fp32, report, options)  # private copy, not cached
         model, tokenizer = fresh.model, fresh.tokenizer
     from ..runtime import tune
     from ..runtime.int8_kernel import needs_build
@@ -99,16 +112,18 @@ def _load_int8(spec: _Spec, report: Progress) -> LoadedModel:
     from ..runtime.quantize import Int8Options
     from .int8cache import quantize_cached
 
-    if needs_build():
+    if needs_build(options):
         report("building specviz's int8 kernel for this CPU (once, about 15 s)…")
-    options = Int8Options(kernel=choose_kernel())  # specviz's own kernel where it builds, else torch._int_mm
-    model, _ = quantize_cached(model, tokenizer, f"{spec.kind}:{spec.source}", options, report=report)  # on disk after the first start
-    # the plan's kernels (an int8 head: oneDNN's prepacked kernel at the widths it names); read, never measured
+    int8 = Int8Options(kernel=choose_kernel(options))  # specviz's own kernel where it builds, else torch._int_mm
+    model, _ = quantize_cached(model, tokenizer, f"{spec.kind}:{spec.source}", int8, report=report)  # on disk after the first start
+    # the plan's kernels (its screens); read, never measured
+    _pin(model, options)
     tune.load(model, tune.key_of(spec.display_name, fp32, "int8"), cache_dir())
     return LoadedModel(model, tokenizer, spec.display_name, cpu, fp32, "int8")
 
 
-def _load_float(spec: _Spec, dev: torch.device, dt: torch.dtype, report: Progress) -> LoadedModel:
+def _load_float(spec: _Spec, dev: torch.device, dt: torch.dtype, report: Progress,
+                options: settings.Options | None = None) -> LoadedModel:
     if spec.kind == "builtin":
         b = BUILTIN_MODELS[spec.source]
         _check_size(b.approx_params, dev, dt, f"built-in model {b.name!r}")
@@ -158,5 +173,6 @@ def _load_float(spec: _Spec, dev: torch.device, dt: torch.dtype, report: Progres
 
     # the head's kernel per width and its screens, from the plan `specviz tune` wrote for this machine
     # (CPU features' defaults without one): read, never measured
+    _pin(model, options)
     tune.load(model, tune.key_of(spec.display_name, dt), cache_dir())
     return LoadedModel(model, tok, spec.display_name, dev, dt, None)

@@ -55,7 +55,6 @@ from dataclasses import dataclass
 
 import torch
 
-from .. import settings
 from . import cpu, state
 from .quantize import quantize_weight
 
@@ -179,7 +178,7 @@ def build_int8(weight: torch.Tensor) -> Int8Screen:
     from . import int8_kernel
 
     w = weight.detach()
-    q, scale = quantize_weight(w, per_channel=True)  # [V, d] int8, [V]: as an @int8 model's layers
+    q, scale = quantize_weight(w)  # [V, d] int8, [V]: as an @int8 model's layers
     blocked, wsum = int8_kernel.block(q)
     err, wn = torch.empty_like(scale), torch.empty_like(scale)
     inf = torch.tensor(float("inf"))
@@ -290,8 +289,8 @@ def materialize(logits) -> torch.Tensor:
 # -- the choice, per model: the screen its plan names (specviz.runtime.plan) ----------------------
 
 
-def setting() -> str:
-    value = settings.word("SPECVIZ_ARGMAX_HEAD", "auto")
+def setting(model: torch.nn.Module) -> str:
+    value = state.of(model).options.argmax_head  # SPECVIZ_ARGMAX_HEAD
     if value not in ("auto", "on", "int8", "0"):
         raise ValueError(f"SPECVIZ_ARGMAX_HEAD must be auto, on, int8 or 0, not {value!r}")
     return value
@@ -339,7 +338,7 @@ def measure(model: torch.nn.Module, _kinds=None):
     :data:`WIDTHS` (:func:`specviz.runtime.plan.screen_kind` picks); None where no screen can run."""
     from . import int8_kernel, plan
 
-    if setting() == "0" or not eligible(model) or int8_kernel.load() is not None:
+    if setting(model) == "0" or not eligible(model) or int8_kernel.load() is not None:
         return None
     head = model.get_output_embeddings()
     times: dict[int, dict[str, float]] = {}
@@ -358,7 +357,7 @@ def attach(model: torch.nn.Module, min_elements: int | None = None) -> Screen | 
 
     held = state.of(model)
     held.screen = None
-    mode = setting()
+    mode = setting(model)
     if mode == "0" or not eligible(model, min_elements):
         return None
     why = int8_kernel.load()

@@ -71,7 +71,7 @@ def busy() -> bool:
     return (load_average() or 0.0) > (os.cpu_count() or 1) + 1
 
 
-def disabled() -> bool:
-    """``SPECVIZ_CPU_HEAD=0`` (or false/no/off): leave every head as it is."""
-    return settings.turned_off("SPECVIZ_CPU_HEAD")
+def disabled(options: settings.Options | None = None) -> bool:
+    """``SPECVIZ_CPU_HEAD=0`` (or false/no/off; ``options.cpu_head``, the environment's without): leave every head as it is."""
+    return not (options or settings.options()).cpu_head
 

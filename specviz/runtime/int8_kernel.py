@@ -83,19 +83,20 @@ def _ninja_on_path() -> None:
         settings.put_on_path(bindir)
 
 
-def _library() -> Path:
+def _library(options: settings.Options | None = None) -> Path:
     """Where this machine's build of the ops lives: ``<cache home>/kernels/<name>.so``, present only whole."""
     from .state import cache_home
 
     name = _name()
-    return cache_home() / "kernels" / f"{name}.so"
+    return cache_home(options) / "kernels" / f"{name}.so"
 
 
-def needs_build() -> bool:
+def needs_build(options: settings.Options | None = None) -> bool:
     """Whether :func:`load` would compile the op now (about 13 s: a caller may say so first)."""
-    if "why" in _state or settings.value("SPECVIZ_INT8_KERNEL", "1") in ("0", "int_mm"):
+    options = options or settings.options()  # the native build has no model: the environment's without
+    if "why" in _state or options.int8_kernel in ("0", "int_mm"):
         return False
-    return not _library().is_file() and toolchain() is None  # no compiler: nothing will be built
+    return not _library(options).is_file() and toolchain() is None  # no compiler: nothing will be built
 
 
 def toolchain() -> str | None:
@@ -224,17 +225,18 @@ def _load_or_build(built: Path, wait_s: float) -> str | None:
         time.sleep(POLL_S)
 
 
-def load() -> str | None:
+def load(options: settings.Options | None = None) -> str | None:
     """Build (first time on this machine) and load the ops -> None when ready, else why not (said
     once in the log). ``SPECVIZ_INT8_KERNEL=0`` turns it off."""
     with _lock:
         if "why" in _state:
             return _state["why"]
         why = None
-        if settings.value("SPECVIZ_INT8_KERNEL", "1") == "0":
+        options = options or settings.options()  # the native build has no model: the environment's without
+        if options.int8_kernel == "0":
             why = "turned off (SPECVIZ_INT8_KERNEL=0)"
         elif not hasattr(torch.ops.specviz_int8, "linear"):  # not loaded in this process yet
-            built = _library()
+            built = _library(options)
             try:
                 built.parent.mkdir(parents=True, exist_ok=True)
                 why = _load_or_build(built, WAIT_S)

@@ -2,9 +2,9 @@
 
 A plan is ``{kind: {width: kernel}}``: the LM head (``head``) and each projection kind of a decoder
 body (``qkv``, ``o``, ``gate_up``, ``down``) name a kernel of :mod:`specviz.runtime.kernels`; the
-greedy argmax (``argmax``: ``bf16``, ``int8`` or ``full``), a sampled step's bounds (``sampled``:
-``bf16`` or ``full``) and an int8 head (``int8_head``: ``_int_mm`` or ``oneDNN``) name what runs
-instead. A width between two planned ones takes the narrower's; a wider one the widest's.
+greedy argmax (``argmax``: ``bf16``, ``int8`` or ``full``) and a sampled step's bounds (``sampled``:
+``bf16`` or ``full``) name what runs instead. A width between two planned ones takes the narrower's;
+a wider one the widest's.
 
 Tuning is a step, not a side effect: :func:`specviz.runtime.tune.tune` (``specviz tune``, the app's
 start-up preparation, ``make bench``) measures every kernel at widths 1..9 once and writes one plan
@@ -86,7 +86,7 @@ class Plan:
 
 def default_kernel(kind: str, dtype: torch.dtype = torch.float32) -> str:
     """What ``kind`` runs without a plan, from this CPU's features (as ggml scores its CPU variants
-    and ATen dispatches by capability): never a measurement (an int8 head's: int8_speed's)."""
+    and ATen dispatches by capability): never a measurement."""
     if kind == "argmax" or kind == "sampled":
         return "bf16"  # the certified screen reads half the head's bytes (exact either way)
     for k in TABLE.values():  # the table's order: batch-invariant first

@@ -14,8 +14,8 @@ from collections.abc import Sequence
 
 import torch
 
-from .. import settings
 from . import plan as kernel_plan
+from . import state
 from .kernels import PlannedLinear, fusable, fused_of
 
 __all__ = ["MIN_BODY_ELEMENTS", "KIND_NAMES", "PlannedLinear", "fusable", "fused_of", "plan_projections"]
@@ -39,7 +39,7 @@ def plan_projections(kinds: dict[str, list[Sequence[torch.nn.Linear]]], model: t
     for it (feature defaults without one). Kinds that are not plain fp32 or bf16 Linears, or too
     small to matter (under :data:`MIN_BODY_ELEMENTS` weights in all), keep their own layers.
     Nothing is done with ``SPECVIZ_CPU_KERNELS=0``."""
-    if settings.turned_off("SPECVIZ_CPU_KERNELS"):
+    if not state.options_of(model).cpu_kernels:  # SPECVIZ_CPU_KERNELS
         return {}
     plan = kernel_plan.of(model)
     plain = _READ_PLAIN

@@ -1,20 +1,14 @@
-"""A faithful int8 copy of a float32 model for CPU self-drafting, on maintained int8 kernels.
+"""A faithful int8 copy of a float32 model for CPU self-drafting.
 
 Plain per-tensor int8 moves gemma-3-270m's next-token distribution far from float32 (a few hidden
-channels are hundreds of times larger than the rest), so every layer here takes what measured best
-(``benchmarks/int8_quality.py``; the overlaps and every option once compared: docs/benchmarks.md,
-docs/results-log.md):
-- one symmetric weight scale per output row, one 8-bit activation scale per token (exact int32 sums);
-- SmoothQuant (Xiao et al., 2023) with strength ``smooth_alpha``: per input channel j,
-  s_j = max|X_j|^alpha / max|W_:,j|^(1 - alpha) on calibration text (the bundled Spec-Bench dev
-  prompts); the layer computes (x / s) @ (W * s)^T, the same product with the outliers in W.
-
-Projections that read one input (q/k/v, gate/up) share one smoothing and are one fused layer: one
-quantization of x, one product. Two kernels (``Int8Options.kernel``), no ``torch.ao`` tensors:
-``"int_mm"`` (:class:`Int8Linear`, ``torch._int_mm`` with the scales applied after it; a large head
-may run oneDNN's prepacked int8 linear, :func:`specviz.runtime.int8_speed.speed_up_int8_head`) and
-``"blocked"`` (:class:`BlockedInt8Linear`, specviz's own product, :mod:`specviz.runtime.int8_kernel`).
-An ``@int8`` model runs ``blocked`` where that builds (:func:`specviz.runtime.int8_speed.choose_kernel`).
+channels are hundreds of times larger than the rest), so every layer takes what measured best
+(``benchmarks/int8_quality.py``; docs/results-log.md): one symmetric weight scale per output row,
+one 8-bit activation scale per token (exact int32 sums), and SmoothQuant (Xiao et al., 2023), which
+moves the outliers into W: (x / s) @ (W * s)^T with s_j = max|X_j|^alpha / max|W_:,j|^(1 - alpha)
+on calibration text. Projections that read one input (q/k/v, gate/up) share one smoothing and are
+one fused layer. Two kernels, no ``torch.ao`` tensors: ``"blocked"`` (:class:`BlockedInt8Linear`,
+specviz's own, :mod:`specviz.runtime.int8_kernel`), what an ``@int8`` model runs where it builds,
+and ``"int_mm"`` (:class:`Int8Linear`, ``torch._int_mm``), the fallback where no compiler is there.
 """
 
 from __future__ import annotations
@@ -29,12 +23,11 @@ from . import int8_kernel
 from .smoothing import SHARED_INPUTS, activation_absmax, calibration_token_ids, shared_input_groups, smoothing_scales  # noqa: F401
 
 KERNELS = ("int_mm", "blocked")  # Int8Options.kernel: Int8Linear, BlockedInt8Linear
-HEAD_KERNELS = ("_int_mm", "oneDNN")  # the int_mm head's two kernels (speed_up_int8_head)
 
 
 @dataclass(frozen=True)
 class Int8Options:
-    """How :func:`quantize_int8` quantizes. The defaults are the measured winner."""
+    """How :func:`quantize_int8` quantizes (the defaults measured best)."""
 
     smooth_alpha: float | None = 0.5  # SmoothQuant migration strength; None: no smoothing (no tokenizer needed)
     calibration_prompts: int = 8  # bundled prompts run through the float model for smoothing
@@ -49,28 +42,27 @@ class Int8Options:
             raise ValueError(f"calibration_prompts must be at least 1, not {self.calibration_prompts}")
 
 
-def quantize_weight(weight: torch.Tensor, per_channel: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
-    """Symmetric int8 ``weight`` [out, in] -> (int8 [out, in], float32 scale [out]: one per row,
-    or the matrix's one scale repeated)."""
+def quantize_weight(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Symmetric int8 ``weight`` [out, in] -> (int8 [out, in], float32 scale [out], one a row)."""
     w = weight.detach().float()
-    amax = w.abs().amax(dim=1) if per_channel else w.abs().amax().expand(w.shape[0])  # [out]
-    scale = (amax / 127.0).clamp_min(1e-12)  # [out]
+    scale = (w.abs().amax(dim=1) / 127.0).clamp_min(1e-12)  # [out]
     ints = torch.round(w / scale[:, None]).clamp_(-127, 127).to(torch.int8)  # [out, in]
     return ints.contiguous(), scale.contiguous()
 
 
-def quantize_rows(x: torch.Tensor, per_token: bool, qmax: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """Symmetric dynamic quantization of ``x`` [rows, in] -> (int8 [rows, in], float32 step
-    [rows, 1], or [1, 1] with one scale for the call). Every row at once: no loop, any width."""
-    amax = x.abs().amax(dim=1, keepdim=True) if per_token else x.abs().amax().reshape(1, 1)  # [rows | 1, 1]
-    step = amax.clamp_min(1e-12) / qmax
-    return torch.round(x / step).to(torch.int8), step  # |x / step| <= qmax: no clamp needed
+def quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Symmetric int8 ``x`` [rows, in], one step a row -> (int8 [rows, in], float32 step [rows, 1]).
+    Every row at once, no loop: one graph serves any width."""
+    step = x.abs().amax(dim=1, keepdim=True).clamp_min(1e-12) / 127.0  # [rows, 1]
+    return torch.round(x / step).to(torch.int8), step  # |x / step| <= 127: no clamp needed
 
 
 class Int8Linear(torch.nn.Module):
     """y = q(x / s) @ q(W * s)^T (+ bias): a drop-in for a float ``nn.Linear``; q: symmetric int8
     (per output row for W, per token for x), the product ``torch._int_mm``. Its int8 weight, scales
     and smoothing are buffers (``qweight`` [out, in], ``scale`` [out], ``inv_smooth`` [in])."""
+
+    any_width = True  # one call serves every width, [n, in] -> [n, out] (specviz.runtime.body)
 
     def __init__(self, linear: torch.nn.Linear, smooth: torch.Tensor | None):
         super().__init__()
@@ -84,15 +76,13 @@ class Int8Linear(torch.nn.Module):
 
     def _hold(self, in_features: int, qweight: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None,
               inv_smooth: torch.Tensor | None) -> None:
-        """Keep these tensors as the layer's buffers (an absent one as None) and start unmeasured."""
+        """Keep these tensors as the layer's buffers (an absent one as None)."""
         self.in_features, self.out_features = in_features, int(qweight.shape[0])
         for name, t in (("inv_smooth", inv_smooth), ("qweight", qweight), ("scale", scale), ("bias", bias)):
             if t is None:
                 setattr(self, name, None)
             else:
                 self.register_buffer(name, t)
-        self.onednn_at: tuple[bool, ...] = (False,)  # by rows (the last entry for wider): oneDNN's prepacked kernel
-        self._packed: tuple[torch.Tensor, torch.Tensor] | None = None  # for oneDNN, built on first use
         self.group: tuple[Int8Linear, ...] = ()  # (the fused layer,) when this one is rows of it (rows())
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # [..., in] -> [..., out]
@@ -100,42 +90,11 @@ class Int8Linear(torch.nn.Module):
         x2 = x.reshape(-1, self.in_features).float()  # [rows, in]
         if self.inv_smooth is not None:
             x2 = x2 * self.inv_smooth  # [rows, in]
-        xq, step = quantize_rows(x2, True, 127.0)  # [rows, in] int8, [rows, 1]
-        if self.onednn_for(x2.shape[0]):  # a Python branch, False for every layer but a measured head
-            y = self._onednn(xq) * step  # [rows, out]
-        else:
-            y = torch._int_mm(xq, self.qweight.t()).float() * step * self.scale  # [rows, out]
+        xq, step = quantize_rows(x2)  # [rows, in] int8, [rows, 1]
+        y = torch._int_mm(xq, self.qweight.t()).float() * step * self.scale  # [rows, out]
         if self.bias is not None:
             y = y + self.bias
         return y.reshape(*lead, self.out_features)
-
-    def _onednn(self, xq: torch.Tensor) -> torch.Tensor:
-        """oneDNN's int8 linear on the prepacked weight: uint8 activations (xq + 128, zero point 128),
-        float32 out with the weight scales applied -> [rows, out] (the row steps still to apply)."""
-        if self._packed is None:
-            self._packed = (prepack(self.qweight), torch.zeros(self.out_features, dtype=torch.long))
-        packed, zeros = self._packed  # the weight in oneDNN's layout, its zero points [out]
-        xu = (xq.to(torch.int16) + 128).to(torch.uint8)  # [rows, in]
-        return torch.ops.onednn.qlinear_pointwise(xu, 1.0, 128, packed, self.scale, zeros, None, 1.0, 0,
-                                                  torch.float32, "none", [], "")
-
-    def onednn_for(self, rows: int) -> bool:
-        """Whether ``rows`` rows run on oneDNN's prepacked kernel (only where a head was measured)."""
-        table = self.onednn_at
-        return any(table) and table[min(rows, len(table) - 1)]
-
-    @property
-    def any_width(self) -> bool:
-        """No kernel switch by rows (every layer but a measured head): one call serves every width."""
-        return not any(self.onednn_at)
-
-    def kernel(self, rows: int) -> str:
-        """The kernel ``rows`` rows run on."""
-        return HEAD_KERNELS[1] if self.onednn_for(rows) else HEAD_KERNELS[0]
-
-    def __getstate__(self) -> dict:  # copies and pickles leave the prepacked weight out (rebuilt on use)
-        state = super().__getstate__() if hasattr(super(), "__getstate__") else self.__dict__
-        return {**state, "_packed": None}
 
     def _like(self, qweight: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None,
               blocked: bool = True) -> "Int8Linear":
@@ -212,19 +171,11 @@ class BlockedInt8Linear(Int8Linear):
             new._block()
         return new
 
-    def kernel(self, rows: int) -> str:
-        return "blocked"
-
 
 _blocking = threading.Lock()
 
 
 LAYERS: dict[str, type[Int8Linear]] = {"int_mm": Int8Linear, "blocked": BlockedInt8Linear}  # by KERNELS
-
-
-def prepack(ints: torch.Tensor) -> torch.Tensor:
-    """int8 weight [out, in] in oneDNN's blocked layout (an opaque tensor; built once per head)."""
-    return torch.ops.onednn.qlinear_prepack(ints, None)
 
 
 def _fused(names: tuple[str, ...], lins: list[torch.nn.Linear], stats: dict[str, torch.Tensor],
@@ -249,7 +200,7 @@ def _fused(names: tuple[str, ...], lins: list[torch.nn.Linear], stats: dict[str,
 def _float_linear(module: torch.nn.Module) -> torch.nn.Linear | None:
     if type(module) is torch.nn.Linear:
         return module
-    inner = getattr(module, "linear", None)  # specviz.runtime.cpu.RowAdaptiveLinear wraps the head
+    inner = getattr(module, "linear", None)  # specviz.runtime.kernels.PlannedLinear wraps the head
     return inner if type(inner) is torch.nn.Linear else None
 
 

@@ -19,14 +19,13 @@ import dataclasses
 
 import torch
 
-from .. import settings
 from . import argmax_head, plan, state
 
 SAMPLE = "sample"  # forward_logits(lazy=SAMPLE): a sampled step's logits, bounded where the plan says
 
 
-def setting() -> str:
-    value = settings.word("SPECVIZ_SAMPLED_HEAD", "auto")
+def setting(model: torch.nn.Module) -> str:
+    value = state.of(model).options.sampled_head  # SPECVIZ_SAMPLED_HEAD
     if value not in ("auto", "on", "0"):
         raise ValueError(f"SPECVIZ_SAMPLED_HEAD must be auto, on or 0, not {value!r}")
     return value
@@ -34,7 +33,7 @@ def setting() -> str:
 
 def screen_for(model: torch.nn.Module, rows: int) -> argmax_head.Screen | None:
     """The bf16 screen a sampled step of ``rows`` rows bounds its logits with, or None (the full head)."""
-    mode = setting()
+    mode = setting(model)
     argmax_screen = argmax_head.screen_of(model)
     if argmax_screen is None or mode == "0":
         return None
@@ -62,7 +61,7 @@ def measure(model: torch.nn.Module, _kinds=None) -> "plan.KindPlan | None":
     plus one exponential over the row (what a bounded row costs before its few exact logits)."""
     from . import int8_kernel
 
-    if setting() == "0" or argmax_head.setting() == "0" or not argmax_head.eligible(model) or int8_kernel.load() is not None:
+    if setting(model) == "0" or argmax_head.setting(model) == "0" or not argmax_head.eligible(model) or int8_kernel.load() is not None:
         return None
     head = model.get_output_embeddings()
     screen = argmax_head.build(head.weight)

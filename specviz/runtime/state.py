@@ -36,6 +36,13 @@ class ModelRuntime:
     extra: dict[str, Any] = field(default_factory=dict)  # anything else a runtime module keeps per model
     lock: threading.RLock = field(default_factory=threading.RLock, repr=False, compare=False)
     owner: Any = field(default=None, repr=False, compare=False)  # a weakref to the model it belongs to
+    pinned: settings.Options | None = None  # the options load_model was given (None: the environment's when read)
+
+    @property
+    def options(self) -> settings.Options:
+        """The options this model runs with: those it was loaded with, else the environment's now
+        (a model built without ``load_model(..., options=...)`` follows its process's settings)."""
+        return self.pinned if self.pinned is not None else settings.options()
 
     def __reduce__(self):  # a copied or pickled model is another model: it starts with an empty runtime
         return (ModelRuntime, ())
@@ -61,7 +68,7 @@ def of(model: torch.nn.Module) -> ModelRuntime:
                 inherited = model.__dict__.get(ATTRIBUTE)
                 found = ModelRuntime(owner=weakref.ref(model))
                 if inherited is not None:
-                    found.cache_dir, found.plan = inherited.cache_dir, inherited.plan
+                    found.cache_dir, found.plan, found.pinned = inherited.cache_dir, inherited.plan, inherited.pinned
                 object.__setattr__(model, ATTRIBUTE, found)  # a plain attribute: not a parameter or submodule
     return found
 
@@ -71,8 +78,13 @@ def peek(model: torch.nn.Module) -> ModelRuntime | None:
     return _own(model)
 
 
-def cache_home() -> Path:
+def options_of(model: torch.nn.Module | None) -> settings.Options:
+    """``model``'s options (:attr:`ModelRuntime.options`), or the environment's for code with no model."""
+    return settings.options() if model is None else of(model).options
+
+
+def cache_home(options: settings.Options | None = None) -> Path:
     """specviz's cache directory (converted models, built kernels, measured plans):
-    ``$SPECVIZ_CACHE_DIR``, else ``~/.cache/specviz``."""
-    env = settings.value("SPECVIZ_CACHE_DIR")
+    ``options.cache_dir`` (``$SPECVIZ_CACHE_DIR``), else ``~/.cache/specviz``."""
+    env = (options or settings.options()).cache_dir
     return Path(env).expanduser() if env else Path.home() / ".cache" / "specviz"

@@ -37,10 +37,10 @@ RUNNERS = {r.name: r for r in (EAGER, layer_op.RUNNER, cuda_step.RUNNER)}  # wha
 _OFF, _ON = ("0", "false", "no", "off"), ("", "1", "true", "yes", "on", "auto")
 
 
-def mode() -> str:
-    """``SPECVIZ_STATIC_DECODE``: "off" (``0``), "auto" (unset: :func:`runner_for` chooses) or a
-    runner's name (that one, eager if it fails)."""
-    value = settings.word("SPECVIZ_STATIC_DECODE")
+def mode(options: settings.Options | None = None) -> str:
+    """``SPECVIZ_STATIC_DECODE`` (``options.static_decode``, the environment's without): "off" (``0``),
+    "auto" (unset: :func:`runner_for` chooses) or a runner's name (that one, eager if it fails)."""
+    value = (options or settings.options()).static_decode
     if value in _OFF:
         return "off"
     if value in RUNNERS:
@@ -56,14 +56,14 @@ def _say_unknown(value: str) -> None:
     log.warning("specviz: SPECVIZ_STATIC_DECODE=%r is none of 0, auto, %s%s; using auto", value, ", ".join(RUNNERS), gone)
 
 
-def enabled() -> bool:
-    return mode() != "off"
+def enabled(options: settings.Options | None = None) -> bool:
+    return mode(options) != "off"
 
 
-def runner_for(body: torch.nn.Module) -> Runner:
+def runner_for(body: torch.nn.Module, options: settings.Options | None = None) -> Runner:
     """The runner :func:`mode` asks for ``body``: the one named, else fused where
     :func:`layer_op.why_not` allows, else eager (which serves every body)."""
-    how = mode()
+    how = mode(options)
     if how in RUNNERS:
         return RUNNERS[how]
     if body.embedding.is_cuda:  # a GPU: the body replayed from CUDA graphs (cuda_step)
@@ -117,7 +117,8 @@ class StaticKV:
         """Room for ``n`` positions (buffers doubled and copied when full)."""
         if n <= self.capacity:
             return
-        size = max(cuda_step.CAPACITY if runner_for(self.decoder.body) is cuda_step.RUNNER else MIN_CAPACITY, self.capacity)
+        options = state.options_of(self.decoder._model())
+        size = max(cuda_step.CAPACITY if runner_for(self.decoder.body, options) is cuda_step.RUNNER else MIN_CAPACITY, self.capacity)
         while size < n:
             size *= 2
         keys, values = self.decoder.buffers(size)
@@ -166,7 +167,7 @@ class StaticDecoder:
         self.window = getattr(self.text, "sliding_window", None) if any(self.body.local) else None
         self.softcap = getattr(self.text, "final_logit_softcapping", None)
         self.label = type(model).__name__ + (" (int8)" if layer_op.products_kind(self.body) == "int8" else "")
-        self._runner = runner_for(self.body)  # chosen now, built on the first call (or warm)
+        self._runner = runner_for(self.body, state.of(model).options)  # chosen now, built on the first call (or warm)
         self.runner: str | None = None  # the runner whose step serves (None before the first build)
         self.build_s = 0.0  # seconds spent building steps
         self._step: Step | None = None
@@ -363,7 +364,7 @@ def runners_kept() -> str:
 def static_cache(model: torch.nn.Module) -> StaticKV | None:
     """A new session cache on ``model``'s static step (one per model, ``state.of(model).decoder``),
     or None where :func:`supports` refuses or ``SPECVIZ_STATIC_DECODE=0``."""
-    if not enabled():
+    if not enabled(state.of(model).options):
         return None
     why = supports(model)  # checked per session: a model moved to a GPU since is no longer served
     if why is not None:

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from . import argmax_head, cpu, int8_speed, projections, sampled_head, state
+from . import argmax_head, cpu, projections, sampled_head, state
 from . import plan as plans
 from .body import projections_of
 from .kernels import DEFAULT, TABLE, PlannedLinear, fusable, fused_of
@@ -49,7 +49,6 @@ def apply(model: torch.nn.Module, plan: plans.Plan, cache_dir: str | Path | None
     if cache_dir is not None:
         held.cache_dir = Path(cache_dir).expanduser()
     plan_head(model, plan)
-    int8_speed.speed_up_int8_head(model)
     argmax_head.attach(model)
 
 
@@ -71,7 +70,7 @@ def plan_head(model: torch.nn.Module, plan: plans.Plan) -> bool:
     wrapped = model.get_output_embeddings()
     kind = plan.kind("head", linear.weight.dtype)
     kernels = kind.by_width(len(plans.WIDTHS))
-    if cpu.disabled() or set(kernels) == {DEFAULT}:
+    if cpu.disabled(state.of(model).options) or set(kernels) == {DEFAULT}:
         if isinstance(wrapped, PlannedLinear):
             model.set_output_embeddings(linear)
         return False
@@ -129,8 +128,7 @@ def tune(model: torch.nn.Module, cache_dir: str | Path | None = None, *, again: 
         say(f"timing the {kind} projections' kernels")
         kinds[kind] = plans.measure_kind(weights, plans.BODY_REPEATS)
     plan_head(model, plans.Plan(key, dict(kinds)))  # the screens are timed against the head as it will run
-    for kind, measure in (("argmax", argmax_head.measure), ("sampled", sampled_head.measure),
-                          ("int8_head", int8_speed.measure)):
+    for kind, measure in (("argmax", argmax_head.measure), ("sampled", sampled_head.measure)):
         found_kind = measure(model, kinds)
         if found_kind is not None:
             say(f"timed {kind}")
@@ -152,7 +150,7 @@ def head_report(model: torch.nn.Module) -> dict[str, Any] | None:
         linear = float_head(model)
     except (TypeError, AttributeError):  # not a model
         return None
-    if linear is None or cpu.disabled():
+    if linear is None or cpu.disabled(state.of(model).options):
         return None
     wrapped = model.get_output_embeddings()
     kind = wrapped.plan if isinstance(wrapped, PlannedLinear) and wrapped.plan is not None else plans.of(model).kind("head")
