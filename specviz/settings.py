@@ -5,10 +5,14 @@ files that read it. This module is the register they are checked against (``test
 every ``SPECVIZ_*`` name in the package is here, and every name here is read) and the source of
 the settings table in ``docs/hosting.md`` (:func:`markdown_table`).
 
-It is also the one place below ``specviz/app`` and ``specviz/cli`` that reads the environment:
-the runtime asks :func:`value`, :func:`word` or :func:`turned_off` with the variable's name at
-its call site (which ``read_in`` names), so what a module reads is still found by its name there,
-and reading a name this register lacks is an error, not a silent default.
+It is also the one place below ``specviz/app`` and ``specviz/cli`` that reads the environment.
+The engine's settings travel as a value: :class:`Options`, built once by :func:`options` (the CLI
+and the app do it at start) and handed to ``load_model(..., options=...)``, which keeps it on the
+model's runtime object; the runtime reads ``state.of(model).options.<field>`` (the register's
+``option`` names the field, ``read_in`` the files that read it), and a test passes an
+``Options`` instead of patching the environment. Everything else asks :func:`value`,
+:func:`word` or :func:`turned_off` with the variable's name at its call site; reading a name this
+register lacks is an error, not a silent default.
 
 A bottom-layer module: it imports nothing from specviz.
 """
@@ -16,9 +20,10 @@ A bottom-layer module: it imports nothing from specviz.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
-__all__ = ["OFF", "Setting", "SETTINGS", "by_name", "foreign", "markdown_table", "names", "turned_off", "value", "word"]
+__all__ = ["OFF", "Options", "Setting", "SETTINGS", "by_name", "child_env", "foreign", "foreign_default", "markdown_table",
+           "names", "options", "put_on_path", "turned_off", "value", "word"]
 
 
 @dataclass(frozen=True)
@@ -30,6 +35,7 @@ class Setting:
     meaning: str  # one line: what a value does
     applies: str  # where it takes effect: "hosted app", "app", "models", "engine", "CLI", ...
     read_in: tuple[str, ...]  # the files that read it, relative to the repository root
+    option: str = ""  # the Options field that carries it ("": read by name where it applies)
 
 
 _LIMITS = "specviz/app/limits.py"
@@ -84,37 +90,37 @@ SETTINGS: tuple[Setting, ...] = (
     # -- models and the engine's kernels ----------------------------------------------------------
     Setting("SPECVIZ_CACHE_DIR", "~/.cache/specviz",
             "where the converted built-in models (and their `@int8` copies, under int8/, the built C++ ops, under kernels/, and the measured kernel choices) are kept",
-            "models (app, API, CLI)", ("specviz/runtime/state.py",)),
+            "models (app, API, CLI)", ("specviz/runtime/state.py",), option="cache_dir"),
     Setting("SPECVIZ_STATIC_DECODE", "auto",
             "how drafts and the target run the static decode step: `auto` runs fused (each layer one C++ op) where it "
             "serves the body (an int8 one on specviz's kernel or a planned float32 one), else eager, timing nothing "
             "(the same kernels and tokens on every start); `eager`, `fused`: that runner (eager if it fails); "
             "`0`: the `transformers` forward instead (for comparisons)", "engine",
-            ("specviz/runtime/static_decode.py",)),
+            ("specviz/runtime/static_decode.py",), option="static_decode"),
     Setting("SPECVIZ_CPU_HEAD", "on",
             "`0`: keep a large fp32 or bf16 LM head's own `F.linear` instead of its plan's kernels (`specviz tune`)", "engine",
-            ("specviz/runtime/cpu.py",)),
+            ("specviz/runtime/cpu.py",), option="cpu_head"),
     Setting("SPECVIZ_ARGMAX_HEAD", "auto",
             "greedy steps with lean records on a large fp32 LM head: the argmax through a bf16 or int8 screen of the "
             "head and a float32 recompute of the rows its error bound keeps (certified); the screen, and the widths, "
             "from the model's kernel plan (`specviz tune`; the bf16 screen at every width without one); `on`: the bf16 screen at every "
             "width; `int8`: the int8 one at every width; `0`: the full float32 head", "engine",
-            ("specviz/runtime/argmax_head.py",)),
+            ("specviz/runtime/argmax_head.py",), option="argmax_head"),
     Setting("SPECVIZ_SAMPLED_HEAD", "auto",
             "sampled chain steps (a plain temperature or a top-k, the exact rule, lean records) on a model whose greedy "
             "argmax screens its head: every logit bounded through the head's bf16 screen and the rule decided on the "
             "bounds, or a top-k p made exactly from the ids they name (the full head only where they cannot decide; "
             "same distribution); used at the widths the model's kernel plan names (`specviz tune`; every width "
             "without one); `on`: at every width; `0`: the full float32 head", "engine",
-            ("specviz/runtime/sampled_head.py",)),
+            ("specviz/runtime/sampled_head.py",), option="sampled_head"),
     Setting("SPECVIZ_CPU_KERNELS", "on",
             "`0`: keep the body's fp32 projections as they are (`F.linear`, unfused) instead of q/k/v and gate/up "
-            "fused, each on its plan's kernel per width (`specviz tune`)", "engine", ("specviz/runtime/projections.py",)),
+            "fused, each on its plan's kernel per width (`specviz tune`)", "engine", ("specviz/runtime/projections.py",), option="cpu_kernels"),
     Setting("SPECVIZ_INT8_KERNEL", "blocked where it builds",
             "the int8 kernel of an `@int8` model: by default `blocked` (specviz's own, built for this CPU once, "
             "into kernels/ of the cache) where it builds, else `int_mm` (`torch._int_mm`); `int_mm`: that one; "
             "`0`: never build specviz's own (so `int_mm`)", "engine",
-            ("specviz/runtime/int8_speed.py", "specviz/runtime/int8_kernel.py")),
+            ("specviz/runtime/int8_speed.py", "specviz/runtime/int8_kernel.py"), option="int8_kernel"),
     Setting("SPECVIZ_THREADS", "2", "torch CPU threads of `python -m specviz.analysis.hardware` and "
             "`benchmarks/lm_head.py`", "benchmarks", ("specviz/analysis/hardware.py", "benchmarks/lm_head.py")),
     Setting("SPECVIZ_DEBUG", "unset", "set: the CLI raises the full traceback instead of its one-line error",
@@ -134,6 +140,39 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("SPECVIZ_CHROMIUM", "/usr/bin/chromium", "the Chromium the browser tests drive", "tests",
             ("tests/support/browser.py",)),
 )
+
+
+@dataclass(frozen=True)
+class Options:
+    """The settings the engine and the runtime act on, as one value (each field's register entry
+    says what it does). Why a value: the CLI and the app read the environment once and a reader
+    sees the options flow down to the model (``load_model(..., options=...)`` keeps them on its
+    runtime object), where a test can set them without touching the environment. Words are kept
+    as set (stripped, lower-cased); the module that acts on one checks it and names the variable."""
+
+    static_decode: str = ""  # SPECVIZ_STATIC_DECODE: "" or auto, 0 (off), a runner's name
+    argmax_head: str = "auto"  # SPECVIZ_ARGMAX_HEAD: auto, on, int8, 0
+    sampled_head: str = "auto"  # SPECVIZ_SAMPLED_HEAD: auto, on, 0
+    cpu_head: bool = True  # SPECVIZ_CPU_HEAD: False keeps a large head's own F.linear
+    cpu_kernels: bool = True  # SPECVIZ_CPU_KERNELS: False keeps the body's projections as they are
+    int8_kernel: str = ""  # SPECVIZ_INT8_KERNEL: "" (blocked where it builds), blocked, int_mm, 0
+    cache_dir: str = ""  # SPECVIZ_CACHE_DIR: "" is ~/.cache/specviz
+
+
+def options() -> Options:
+    """The :class:`Options` the environment sets now (an unset or blank variable: the field's default)."""
+    read = {}
+    for s in SETTINGS:
+        if not s.option:
+            continue
+        default = next(f.default for f in fields(Options) if f.name == s.option)
+        if isinstance(default, bool):
+            read[s.option] = not turned_off(s.name)
+        elif s.option == "cache_dir":
+            read[s.option] = value(s.name)
+        else:
+            read[s.option] = word(s.name, default)
+    return Options(**read)
 
 
 def names() -> tuple[str, ...]:
@@ -203,6 +242,6 @@ def markdown_table() -> str:
     """The settings table of docs/hosting.md (paste the output there when a setting changes)."""
     lines = ["| variable | default | what | applies to | read in |", "|---|---|---|---|---|"]
     for s in SETTINGS:
-        read = ", ".join(f"`{p}`" for p in s.read_in)
+        read = (f"`Options.{s.option}` in " if s.option else "") + ", ".join(f"`{p}`" for p in s.read_in)
         lines.append(f"| `{s.name}` | {_cell(s.default)} | {_cell(s.meaning)} | {s.applies} | {read} |")
     return "\n".join(lines) + "\n"

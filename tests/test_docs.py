@@ -125,11 +125,36 @@ def test_every_setting_named_in_the_package_is_registered():
 
 
 def test_every_registered_setting_is_read_where_it_says():
+    """A setting read by name is named in each file ``read_in`` lists; one carried by
+    ``settings.Options`` is read there as ``.<field>`` (the register's ``option``)."""
     for s in settings.SETTINGS:
         for rel in s.read_in:
             path = ROOT / rel
             assert path.is_file(), f"{s.name}: {rel} does not exist"
-            assert f'"{s.name}"' in path.read_text(encoding="utf-8"), f"{rel} does not read {s.name}"
+            read = f".{s.option}" if s.option else f'"{s.name}"'
+            assert read in path.read_text(encoding="utf-8"), f"{rel} does not read {s.name} ({read})"
+
+
+def test_options_hold_every_engine_setting_and_are_read_from_the_environment(monkeypatch):
+    """settings.options(): one field per setting the register says it carries, each parsed as the
+    runtime did (blank: the default; words stripped and lower-cased; OFF turns a switch off)."""
+    from dataclasses import fields
+
+    carried = {s.option for s in settings.SETTINGS if s.option}
+    assert carried == {f.name for f in fields(settings.Options)}
+    for s in settings.SETTINGS:
+        if s.option:
+            monkeypatch.delenv(s.name, raising=False)
+    assert settings.options() == settings.Options()
+    monkeypatch.setenv("SPECVIZ_ARGMAX_HEAD", " INT8 ")
+    monkeypatch.setenv("SPECVIZ_CPU_KERNELS", "off")
+    monkeypatch.setenv("SPECVIZ_CPU_HEAD", "1")
+    monkeypatch.setenv("SPECVIZ_CACHE_DIR", "~/Somewhere")
+    monkeypatch.setenv("SPECVIZ_STATIC_DECODE", "")
+    got = settings.options()
+    assert got == settings.Options(argmax_head="int8", cpu_kernels=False, cache_dir="~/Somewhere")
+    with pytest.raises(AttributeError):
+        got.argmax_head = "0"  # frozen: a value
 
 
 def test_every_registered_setting_is_read_somewhere():
@@ -137,7 +162,7 @@ def test_every_registered_setting_is_read_somewhere():
     for path in READERS:
         if path != SETTINGS_FILE and path.is_file():
             read |= set(re.findall(r"[\"'](SPECVIZ_[A-Z0-9_]+)[\"']", path.read_text(encoding="utf-8")))
-    unread = [n for n in settings.names() if n not in read]
+    unread = [n for n in settings.names() if n not in read and not settings.by_name(n).option]  # Options: read by settings.options
     assert not unread, f"registered in specviz/settings.py but read nowhere: {unread}"
 
 
