@@ -161,6 +161,56 @@ def test_the_top10_labels_do_not_overlap_on_a_phone(browser, app_url):
     page.context.close()
 
 
+# Runs in the page: draws figure f (or measures the live p/q chart when f is null) as _LABELS does, then
+# tests the chart's marker words ("drafted x") against every axis tick label, the axis titles, the
+# chart title and the legend. -> {marks, overlaps}
+_MARK_WORDS = """(f) => {
+  let div = document.querySelector('#sv-topk .js-plotly-plot');
+  if (f) {
+    div = document.getElementById('sv-marks-probe') || document.createElement('div');
+    div.id = 'sv-marks-probe';
+    div.style.width = document.querySelector('#sv-topk').getBoundingClientRect().width + 'px';
+    document.body.appendChild(div);
+    window.Plotly.newPlot(div, f.data, f.layout, {responsive: false});
+  }
+  const box = (el) => { const r = el.getBoundingClientRect(); return {l: r.left, r: r.right, t: r.top, b: r.bottom, text: el.textContent}; };
+  const marks = [...div.querySelectorAll('g.textpoint text')].filter((t) => t.textContent).map(box);
+  const labels = [...div.querySelectorAll('g.xtick text, g.ytick text, .gtitle, .g-xtitle text, .g-ytitle text, g.legend text')]
+    .filter((t) => t.textContent).map(box);
+  const hit = (A, B) => A.l < B.r - 0.5 && B.l < A.r - 0.5 && A.t < B.b - 0.5 && B.t < A.b - 0.5;
+  const overlaps = [];
+  marks.forEach((m) => labels.forEach((l) => { if (hit(m, l)) overlaps.push([m.text, l.text]); }));
+  return {marks: marks.map((m) => m.text), overlaps};
+}"""
+
+
+def _drafted_figure(where: str) -> dict:
+    """The p/q chart of an accepted draft drawn as the ``first`` bar (the likeliest token, beside the y axis)
+    or the ``last`` (outside both top lists, appended after them)."""
+    from specviz import viz
+    from tests.test_lesson_viz import _d, _step
+
+    top_p = tuple((100 + i, t, 0.3 / (i + 1)) for i, t in enumerate(CODE_TOKENS))
+    top_q = tuple((100 + i, t, 0.25 / (12 - i)) for i, t in enumerate(CODE_TOKENS))
+    d = (_d(0, 100, " function", 0.9, 0.95, 0.5, "accepted", top_p=top_p, top_q=top_q) if where == "first"
+         else _d(0, 500, " lambda", 0.001, 0.0005, 0.2, "accepted", top_p=top_p, top_q=top_q))
+    rec = _step(0, [d], 1, next_text=" return")
+    return json.loads(viz.figure_json(viz.topk_figure.spec(rec, 0)))
+
+
+@pytest.mark.browser
+def test_the_drafted_mark_crosses_no_axis_label_on_a_phone(browser, app_url):
+    """Issue 52: "drafted x", centred over the first bar, lay across the y axis's "100%" at 390 px."""
+    page = _page(browser, app_url)
+    page.click("#sv-step-btn")
+    page.wait_for_function("!!window.Plotly && !!document.querySelector('#sv-topk .js-plotly-plot g.xtick text')")
+    for f in (None, _drafted_figure("first"), _drafted_figure("last")):
+        seen = page.evaluate(_MARK_WORDS, f)
+        assert not seen["overlaps"], seen
+        assert f is None or seen["marks"] == ["drafted x"], seen  # the mark is drawn, with its words
+    page.context.close()
+
+
 @pytest.mark.browser
 def test_the_play_speed_choice_reads_whole_on_a_phone(browser, app_url):
     """The Play speed menu takes its own row on a phone, so its longest choice is not cut off."""

@@ -21,7 +21,7 @@ def choose_kernel(options: settings.Options | None = None) -> str:
     if named == "int_mm":
         _choices.update(kernel=named, why=f"SPECVIZ_INT8_KERNEL={named}")
         return named
-    why_not = int8_kernel.load()
+    why_not = int8_kernel.load(options)
     if why_not is not None:
         _choices.update(kernel="int_mm", why=f"specviz's own kernel: {why_not}")
         return "int_mm"

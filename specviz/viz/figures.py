@@ -242,9 +242,12 @@ def topk_figure(record: StepRecord | None, position: int | None = None, shown: R
         # A marker TRACE, not an annotation: Plotly places an annotation's x on a category axis with
         # r2c, which reads a number-like label ("9") as a category INDEX (the 10th bar); a trace's x
         # is looked up by its label. So a drafted "9" is marked over the bar "9", not over bar #9.
+        # Its words lean inward at either end: centred over the first bar they reached over the y axis's
+        # tick labels on a phone (issue 52: "drafted x" across "100%" at 390 px)
         i = ids.index(drafted[0])
+        lean = "top right" if i == 0 and len(ids) > 1 else "top left" if i == len(ids) - 1 and i > 0 else "top center"
         traces.append(dict(type="scatter", x=[labels[i]], y=[score(drafted[0]) + ymax * 0.03], mode="markers+text",
-                           name="drafted x", showlegend=False, text=["drafted x"], textposition="top center",
+                           name="drafted x", showlegend=False, text=["drafted x"], textposition=lean,
                            textfont=dict(size=10, color=COLORS["q"]), cliponaxis=False,
                            marker=dict(symbol="triangle-down", size=9, color=COLORS["q"]),
                            hovertemplate="drafted x = %{x}<extra></extra>"))
