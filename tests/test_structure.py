@@ -3,7 +3,8 @@
 - the repository stands on its own files: no file names the outside design notes;
 - gradio is imported only under specviz/ui, plotly only under specviz/viz;
 - specviz/ui imports nothing from specviz.proposers (the UI names proposers by spec);
-- no module in specviz/ is over 600 lines, and at most six plain modules sit at its top;
+- no module in specviz/ is over 600 lines or within 25 of that cap (575: a module near the cap
+  gets cut by concern, not squeezed), and at most six plain modules sit at its top;
 - every import of every module (imports inside functions included, ``if TYPE_CHECKING:`` ones
   excluded) goes to its own layer or one below it, in the order of the table that
   docs/architecture.md shows; no import cycle anywhere, deferred imports included;
@@ -27,6 +28,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PKG = ROOT / "specviz"
 MAX_LINES = 600
+MARGIN = 25  # no module within this many lines of the cap (issue 48)
 MAX_TOP_MODULES = 6
 ARCHITECTURE = ROOT / "docs" / "architecture.md"
 OUTSIDE_NOTES = "DESIGN" + ".md"  # spelled in two parts so this file does not mention it
@@ -220,9 +222,10 @@ def _module_params():
 
 
 @pytest.mark.parametrize("path", list(_module_params()))
-def test_no_module_is_over_600_lines(path):
+def test_no_module_is_near_the_600_line_cap(path):
     n = len(path.read_text(encoding="utf-8").splitlines())
-    assert n <= MAX_LINES, f"{_rel(path)} has {n} lines; split it (at most {MAX_LINES} a module)"
+    assert n <= MAX_LINES - MARGIN, (f"{_rel(path)} has {n} lines; cut it by concern (at most {MAX_LINES} a module, "
+                                     f"and none within {MARGIN} of that: {MAX_LINES - MARGIN})")
 
 
 def test_no_import_cycle_at_module_level():

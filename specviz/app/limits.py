@@ -227,9 +227,12 @@ def check_prompts_fit(tokenizer: Any, prompts: list[str], chat: bool = True, lim
 
 
 def load_checked(name: str, limits: Limits | None = None, **kwargs: Any):
-    """``specviz.models.load_model`` for requests from the web UI: the name is checked first."""
+    """``specviz.models.load_model`` for requests from the web UI: the name is checked first, and
+    the model runs with the engine's options read now (``options=`` unless the caller passes them)."""
+    from .. import settings
     from ..models import load_model
 
+    kwargs.setdefault("options", settings.options())
     return load_model(check_model_name(name, limits), **kwargs)
 
 

@@ -4,9 +4,8 @@ The UI only wires: it shows what this module offers (menu labels, draft suggesti
 the user's settings back to :func:`build_decoder` / :func:`build_proposers`. Proposers are named
 by :mod:`specviz.proposers.registry`, so a new registry entry shows up in the menus here too.
 
-Model pairing (the one place for it): a built-in target's natural draft is its own int8 copy;
-for the re-tokenizing proposer it is the other family's model; hub targets (when the hub answers)
-pair with :data:`specviz.models.HUB_PAIRS`.
+Model pairing (which draft a target starts with, what each menu offers) is
+:mod:`specviz.app.pairing`'s; its names are re-exported here.
 """
 
 from __future__ import annotations
@@ -24,13 +23,24 @@ from ..prompts import PromptRow, bundled_path, read_jsonl
 from ..proposers.registry import REGISTRY, auto_pick, from_spec, get_kind, syntax_list
 from . import warmup
 from .limits import check_proposer, check_tree_nodes, max_tree_nodes
+from .pairing import (  # re-exported (__all__): the menus' model pairing lives there
+    CROSS_PAIRS,
+    PAIRS,
+    auto_draft,
+    base_name,
+    bench_proposer_choices,
+    default_draft,
+    draft_choices,
+    draft_menu,
+    native_bf16,
+    specs_for_target,
+    target_choices,
+    tokenizer_family,
+)
 from .warmup import STARTUP
 
 Progress = Callable[[str], None]
 
-# Same-tokenizer pairs among the built-ins, and the other-tokenizer pairs for ``xdraft``.
-PAIRS = {"gemma-3-270m": "gemma-3-270m@int8", "smollm2-135m": "smollm2-135m@int8"}
-CROSS_PAIRS = {"gemma-3-270m": "smollm2-135m", "smollm2-135m": "gemma-3-270m@int8"}
 
 # -- proposer menus ----------------------------------------------------------------------------
 
@@ -130,69 +140,6 @@ def example_prompts() -> list[tuple[str, str]]:
     return out
 
 
-# -- model pairing -----------------------------------------------------------------------------
-
-
-def _hub_pairs() -> dict[str, str]:
-    from ..models import hub_pairs
-
-    return hub_pairs()
-
-
-BF16 = "@bf16"  # a model name's bf16 suffix (specviz.models): the same model, the same tokenizer
-
-
-def base_name(name: str) -> str:
-    """A model name without its @bf16 suffix ("gemma-3-270m@bf16" -> "gemma-3-270m")."""
-    return name[: -len(BF16)] if name.endswith(BF16) else name
-
-
-def native_bf16() -> bool:
-    """Whether this machine runs bf16 natively on its CPU (AVX512-BF16 or AMX), with no GPU: then
-    the target menus offer each built-in in bf16 too (on a GPU, "auto" loads bf16 anyway)."""
-    import torch
-
-    try:
-        return not torch.cuda.is_available() and bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
-    except (AttributeError, RuntimeError):
-        return False
-
-
-def default_draft(target: str) -> str:
-    """The draft a target starts with: its pair, else its own int8 copy (a bf16 target's: its base's)."""
-    from ..models import HUB_PAIRS
-
-    target = base_name(target)
-    return {**PAIRS, **HUB_PAIRS}.get(target, f"{target}@int8")
-
-
-def auto_draft(target: str, proposer: str, current: str) -> str | None:
-    """The draft to switch to when the target or proposer (a spec prefix) changes, unless the user typed one."""
-    pairs = {**PAIRS, **_hub_pairs()}
-    auto = set(pairs.values()) | set(CROSS_PAIRS.values())
-    if current and current not in auto:
-        return None
-    table = CROSS_PAIRS if prefix_of(proposer) == "xdraft" else pairs
-    return table.get(base_name(target))
-
-
-def target_choices(default: str) -> list[str]:
-    """The default, the built-ins (and each in bf16 where the CPU runs bf16 natively), and the hub
-    pairs' targets when the hub answers (a Space)."""
-    from ..models import list_models
-
-    names = [m["name"] for m in list_models()]
-    bf16 = [f"{n}{BF16}" for n in names] if native_bf16() else []
-    return list(dict.fromkeys([default, *names, *bf16, *_hub_pairs()]))
-
-
-def draft_choices(default: str) -> list[str]:
-    from ..models import list_models
-
-    names = [m["name"] for m in list_models()]
-    return list(dict.fromkeys([default, *(PAIRS.get(n, f"{n}@int8") for n in names), *names, *_hub_pairs().values()]))
-
-
 def box_hint(prefix: str) -> str:
     """The hint under the box that takes a kind's argument (the registry's ``hint``; "" for none), so
     that switching proposers always replaces the last kind's hint."""
@@ -208,66 +155,6 @@ def card_note(prefix: str) -> str:
         return get_kind(prefix).note
     except KeyError:
         return ""
-
-
-def tokenizer_family(name: str, known: tuple[set[str], dict[str, str]] | None = None) -> str | None:
-    """Which tokenizer a model name has, where that is known without loading it: a built-in and its
-    @int8 copy share their base name's; a hub pair's target and draft share the draft's. None: unknown
-    (a typed hub id or a local directory). ``known``: :func:`_known_families`, when asking often."""
-    builtins, pairs = known or _known_families()
-    base = base_name((name or "").strip())
-    base = base[: -len("@int8")] if base.endswith("@int8") else base
-    if base in builtins:
-        return base
-    if base in pairs:
-        return pairs[base]
-    return base if base in pairs.values() else None
-
-
-def _known_families() -> tuple[set[str], dict[str, str]]:
-    from ..models import HUB_PAIRS, list_models
-
-    return {m["name"] for m in list_models()}, {**HUB_PAIRS, **_hub_pairs()}
-
-
-def draft_menu(target: str, prefix: str, default: str) -> list[str]:
-    """The draft menu for a target and proposer kind: a kind whose draft must share the target's
-    tokenizer (the registry's ``tokenizer="same"``) is offered only drafts known to share it (the
-    ones whose tokenizer is unknown stay); a re-tokenizing kind ("any") is offered every draft,
-    the other tokenizers first. An unknown target keeps the whole menu."""
-    choices = draft_choices(default)
-    try:
-        need = get_kind(prefix).tokenizer
-    except KeyError:
-        need = ""
-    known = _known_families()
-    fam = tokenizer_family(target, known)
-    if fam is None or not need:
-        return choices
-    other = [c for c in choices if tokenizer_family(c, known) not in (None, fam)]
-    if need == "any":
-        return list(dict.fromkeys([*other, *choices]))
-    return [c for c in choices if c not in other]
-
-
-def specs_for_target(target: str, specs: Sequence[str]) -> list[str]:
-    """The specs whose draft can serve ``target`` (for a menu): a spec whose kind needs the target's
-    tokenizer (``tokenizer="same"``) and names a draft known to have another one is left out; specs
-    without a draft model, re-tokenizing ones and unknown tokenizers stay."""
-    known = _known_families()
-    fam = tokenizer_family(target, known)
-    out = []
-    for spec in specs:
-        prefix, _, arg = spec.partition(":")
-        try:
-            kind = get_kind(prefix)
-        except KeyError:
-            out.append(spec)
-            continue
-        other = tokenizer_family(arg.partition(",")[0], known) if kind.tokenizer == "same" and arg else None
-        if fam is None or other is None or other == fam:
-            out.append(spec)
-    return out
 
 
 @dataclass(frozen=True)
@@ -299,30 +186,6 @@ def saved_advice(target: str, spec: str, k: int) -> SavedAdvice | None:
                        machine=pick.machine, saved=pick.saved, matches=matches)
 
 
-def bench_proposer_choices(defaults: Sequence[str], targets: Sequence[str]) -> list[str]:
-    """The Benchmark tab's proposer menu: the defaults, then every kind for the listed targets."""
-    from ..models import HUB_PAIRS
-
-    extra = ["ngram", "ngram:2", "ngram:4"]
-    for kind in REGISTRY:
-        if kind.prefix == "ngram":
-            continue
-        if kind.needs_model:
-            drafts = [HUB_PAIRS[t] for t in targets if t in HUB_PAIRS]
-            if kind.prefix == "xdraft":
-                drafts = [CROSS_PAIRS[t] for t in targets if t in CROSS_PAIRS]
-            else:
-                drafts += [f"{t}@int8" for t in targets if "@" not in t and t not in HUB_PAIRS]
-                if kind.prefix == "draft":
-                    drafts += [t for t in targets if t not in HUB_PAIRS]
-            extra += [kind.spec(d) for d in drafts]
-        elif kind.arg_required:
-            extra.append(kind.example or kind.spec("4"))
-        else:
-            extra.append(kind.spec())
-    return list(dict.fromkeys([*defaults, *extra]))
-
-
 # -- construction ------------------------------------------------------------------------------
 
 
@@ -347,8 +210,14 @@ def build_decoder(settings: RunSettings, progress: Progress, *, target_only: boo
     anything the user can fix."""
     from .limits import check_prompts_fit
 
-    if load is None:
-        from ..models import load_model as load
+    if load is None:  # the app's loader: the engine's options read once for this run, passed to every load
+        from .. import settings
+        from ..models import load_model
+
+        options = settings.options()
+
+        def load(name: str, **kw: Any):
+            return load_model(name, options=options, **kw)
     STARTUP.wait([settings.target, draft_name(settings.proposer)], progress)  # the start-up preparation, said
     target = load(settings.target, progress=progress)
     check_prompts_fit(target.tokenizer, [settings.prompt], chat=settings.chat)  # hosting limit
@@ -576,5 +445,5 @@ __all__: Sequence[str] = [
     "CROSS_PAIRS", "Defaults", "MENU", "TAKES_OPTIONS", "Tour", "TOURS", "options_hint", "tour_settings", "PAIRS", "TAKES_LAYERS", "USES_DRAFT_MODEL", "auto_draft", "bench_proposer_choices",
     "box_hint", "card_note", "build_decoder", "build_proposers", "check_options", "default_draft", "draft_choices", "draft_menu",
     "SavedAdvice", "saved_advice", "specs_for_target", "tokenizer_family", "example_prompts", "is_target_only", "label_of", "menu_prefix",
-    "prefix_of", "proposer_hint", "spec_for", "target_choices", "trace_settings",
+    "prefix_of", "proposer_hint", "spec_for", "target_choices", "trace_settings", "base_name", "native_bf16",
 ]
