@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from specviz import Hook, Sampling, SpeculativeDecoder
+from specviz.bench import kernel_words
 from specviz.proposers import DraftModel, DraftTree, NGram, NGramTree
 from specviz.runtime import argmax_head
 from tests.support.kernel import NEEDS_OP
@@ -212,19 +213,19 @@ def test_the_choice_comes_from_the_plan_and_is_reported(tiny_target, monkeypatch
         screen = argmax_head.attach(model, min_elements=0)  # no plan: the bf16 screen at every width
         assert screen.kind == "bf16" and all(screen.used(r) for r in (1, 5, 40))
         used = list(range(1, len(screen.use_at)))
-        assert argmax_head.report(model) == {"widths": {}, "used": used, "kind": "bf16", "by_kind": {"bf16": used}}
+        assert kernel_words.screen_report(model) == {"widths": {}, "used": used, "kind": "bf16", "by_kind": {"bf16": used}}
         times = {r: {"full": 10.0, "bf16": 20.0, "int8": 5.0 if r < 9 else 11.0} for r in argmax_head.WIDTHS}
         held.plan = kernel_plan.Plan("tiny", {"argmax": kernel_plan.screen_kind(times, argmax_head.KINDS)})
         with monkeypatch.context() as m:  # only the kept copy is made
             m.setattr(argmax_head, "build", lambda w: pytest.fail("built the bf16 copy"))
             screen = argmax_head.attach(model, min_elements=0)
         assert screen.kind == "int8" and [screen.used(r) for r in (1, 5, 8, 9, 17, 40)] == [True] * 3 + [False] * 3
-        report = argmax_head.report(model)
+        report = kernel_words.screen_report(model)
         assert set(report["widths"]) == {str(r) for r in argmax_head.WIDTHS} and report["used"] == list(range(1, 9))
         slower = {r: {"full": 1.0, "bf16": 2.0, "int8": 3.0} for r in argmax_head.WIDTHS}
         assert kernel_plan.screen_kind(slower, argmax_head.KINDS) is None  # tuned slower: the full head
         held.plan = kernel_plan.Plan("tiny", {"argmax": kernel_plan.KindPlan({1: "full"})})
-        assert argmax_head.attach(model, min_elements=0) is None and argmax_head.report(model) is None
+        assert argmax_head.attach(model, min_elements=0) is None and kernel_words.screen_report(model) is None
     finally:
         held.plan = None
         argmax_head.detach(model)

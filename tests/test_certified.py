@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from specviz import Hook, Sampling, SpeculativeDecoder
+from specviz.bench import kernel_words
 from specviz.core import certified
 from specviz.core.algorithm import verify
 from specviz.proposers import DraftModel, NGram
@@ -251,7 +252,7 @@ def test_the_sampled_heads_choice_is_planned_reported_and_set(tiny_target, monke
         kind = sampled_head.measure(model)  # specviz tune's timing; a sampled step only reads the plan
         state.of(model).plan, state.of(model).sampled_screen = kernel_plan.Plan("tiny", {"sampled": kind} if kind else {}), None
         screen = sampled_head.screen_for(model, 1)
-        report = sampled_head.report(model)
+        report = kernel_words.sampled_report(model)
         if kind is None:
             assert report["widths"] == {} and screen is not None  # nothing tuned: the default, every width
         else:

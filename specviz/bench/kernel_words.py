@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..runtime import argmax_head, state
 from ..runtime.projections import KIND_NAMES
 
 # a report's columns before kernels had one table (older sweeps' JSON): column -> kernel name
@@ -49,6 +50,34 @@ def _ms_range(times: list[dict[str, float]], key: str) -> str:
 
 def _plans(meta: dict[str, Any]) -> list[tuple[str, dict[str, Any] | None]]:
     return [("LM head", meta.get("lm_head"))] + [(KIND_NAMES.get(k, k), v) for k, v in (meta.get("projections") or {}).items()]
+
+
+def _used(screen) -> list[int]:
+    return [r for r in range(1, len(screen.use_at)) if screen.use_at[r]]
+
+
+def _timed(screen) -> dict[str, list[float]]:
+    return {str(r): [round(a, 2), round(b, 2)] for r, (a, b) in screen.times.items()}
+
+
+def screen_report(model) -> dict[str, Any] | None:
+    """A sweep's meta of the greedy argmax screens (:mod:`specviz.runtime.argmax_head`): {"widths":
+    {rows: [full ms, screened ms]}, "used": [rows], "kind", "by_kind": {kind: [rows]}}, or None."""
+    screen = argmax_head.screen_of(model)
+    if screen is None:
+        return None
+    return {"widths": _timed(screen), "used": _used(screen), "kind": screen.kind,
+            "by_kind": {s.kind: _used(s) for s in argmax_head.screens_of(model)}}
+
+
+def sampled_report(model) -> dict[str, Any] | None:
+    """The same of the sampled steps' bounds (:mod:`specviz.runtime.sampled_head`), once a sampled
+    step made them, or None."""
+    held = state.peek(model)
+    if held is None or held.sampled_screen is None:
+        return None
+    screen = held.sampled_screen[1]
+    return {"widths": _timed(screen), "used": _used(screen), "kind": "bf16 bounds"}
 
 
 def describe_head_kernels(report: dict[str, Any] | None, label: str = "LM head") -> str:

@@ -19,16 +19,15 @@ from ..core.stats import step_position_counts
 from ..prompts import PromptRow
 from ..proposers import Proposer
 from ..runtime import static_decode
-from ..runtime.argmax_head import report as argmax_report
 from ..runtime.cpu import machine_id
 from ..runtime.int8_speed import kernel_choice as int8_kernel_choice
-from ..runtime.sampled_head import report as sampled_head_report
 from ..runtime.static_decode import build_seconds, projection_kernel_report, runners_kept
 from ..runtime.static_decode import enabled as static_decode_enabled
 from ..runtime.tune import head_report
 from . import stalls
 from .config import SCHEMA, TARGET_ONLY, BenchConfig, BenchEvent, RunSpec
 from .hf import _hf_kwargs, _run_hf, _sync
+from .kernel_words import sampled_report, screen_report
 from .prompt_notes import at_once_record, chat_note
 from .report import _version
 from .rows import PromptResult, SummaryRow, to_record
@@ -342,9 +341,9 @@ class Sweep:
             "static_decode_runner": runners_kept(),  # the runner(s) it kept: fused, eager (runtime.static_decode)
             "lm_head": head_report(getattr(self.target, "model", None)),  # its plan's kernel per width (runtime.tune)
             # greedy lean steps: the certified argmax's bf16 screen, per width (specviz.runtime.argmax_head)
-            "argmax_head": argmax_report(self.target.model) if getattr(self.target, "model", None) is not None else None,
+            "argmax_head": screen_report(self.target.model) if getattr(self.target, "model", None) is not None else None,
             # sampled lean steps: every logit bounded through a bf16 screen, per width (specviz.runtime.sampled_head)
-            "sampled_head": sampled_head_report(self.target.model) if getattr(self.target, "model", None) is not None else None,
+            "sampled_head": sampled_report(self.target.model) if getattr(self.target, "model", None) is not None else None,
             "projections": projection_kernel_report(getattr(self.target, "model", None)),  # the body's, per kind
             # an @int8 model's products: the kernel chosen here and its timings (only a sweep that runs one)
             "int8_kernel": int8_kernel_choice() if self._runs_int8() else None,

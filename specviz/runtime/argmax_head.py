@@ -1,55 +1,25 @@
 """A certified greedy argmax for a large float32 LM head, at a half or a quarter of its bytes.
 
-Greedy decoding and greedy verification need only argmax_i w_i . h of each row's logits, and a
-262,144 x 640 float32 head is most of a small model's decode step (671 MB read per step). So:
+Greedy steps need only each row's argmax of w_i . h, and a 262,144 x 640 float32 head is most of a
+small model's decode step (671 MB read). So: (1) screen y = h' . w'_i through a cheaper copy of the
+head, :class:`Screen` (bf16, float32 or native bf16 products) or :class:`Int8Screen` (int8, exact
+int32 sums); (2) bound |y_i - w_i . h| from the rounding alone, one B per row (bf16) or one per
+(row, id) (int8, by Cauchy-Schwarz), the float32 recompute's own rounding included; (3) recompute in
+float32 the ids the bound cannot rule out, kept in the screen's own pass (``screen_top``,
+``screen8_top``: y [n, V] is never written), and take the first largest. The result is the float32
+recompute's argmax over the whole head. Every bound, its assumptions and its tests:
+docs/exactness.md, section 4. More than :data:`MAX_KEPT` survivors (a degenerate row): the full head
+decides; a final-logit softcap can tie rows in float32, so such a head is never screened.
 
-1. screen: y = h' @ bf16(W)^T, the weight read as bf16 (half the bytes), with h' = h in float32
-   (float32 multiply-adds of the exactly widened weight), or h' = bf16(h) where the CPU has
-   AVX512-BF16 (vdpbf16ps: two exact bf16 products a float32 lane, twice the float32 multiply-adds
-   an instruction) (``torch.ops.specviz_int8.screen``, built for this CPU);
-2. bound: every |y_i - w_i . h| <= B, with B from the rounding alone (below);
-3. recompute w_i . h in float32 for the rows with y_i >= max(y) - 2B (the true argmax is among
-   them: its y is >= its logit - B >= the best logit - B >= max(y) - 2B), and take the first
-   largest of those. The op keeps those rows in the screen's own pass
-   (``torch.ops.specviz_int8.screen_top``: each block's y against its running max - 2B), so y
-   [n, V] is never written out (1 MB a row).
-
-The bound. With w' = bf16(w) (denormals flushed to zero), N = max_i |w_i|, E = max_i |w_i - w'_i|,
-d = h's length and u = 2^-24 (float32's unit roundoff):
-    |h.w - h'.w'| <= |h| E + |h - h'| (N + E)                 (the weight's and the row's rounding)
-    float32 sums of d products, in any order, are within 1.01 d u |h'| (N + E) of h'.w'
-so B = |h| E + |h - h'| (N + E) + 1.01 d u |h'| (N + E) + 1.01 d u |h| N per row of h (the middle
-term 0 for a float32 row; the last one the survivors' float32 recompute, so that the certified argmax
-is that recompute's own argmax over the whole head: docs/exactness.md states every bound once). The bf16 instruction's sums are counted with 2u (whatever its rounding mode) and
-2d 2^-126 more (it flushes denormal results to zero), and B is taken 0.1% wide for the float32
-norms it is computed from. On gemma-3-270m's head at its own hidden states this keeps a handful of
-the 262,144 rows.
-
-:class:`Int8Screen` is the same three steps on a quarter of the bytes: the head quantized per row
-to int8, h per token to uint8 as the int8 product quantizes it, the sums exact in int32 (VNNI's
-vpdpbusd: four times vdpbf16ps's products an instruction), and a bound per (row, id) from each
-head row's own quantization error by Cauchy-Schwarz (``torch.ops.specviz_int8.screen8_top``, whose
-comment derives it): ten times the bf16 bound, so a few hundred rows survive (gemma-3-270m, code
-prompts: median 230, at most ~5,000). Which screen a model keeps, and at which widths, is planned.
-
-The float32 recompute sums in another order than the head's own kernel, as the planned head
-kernels (:mod:`specviz.runtime.cpu`) already do: the argmax can differ only where two logits are
-within float32 rounding of each other. Where more rows survive than :data:`MAX_KEPT` (a degenerate
-h), the full float32 head decides. A final-logit softcap (tanh) is monotone but may tie rows in
-float32, so a softcapped head is never screened.
-
-:class:`HeadLogits` carries one step's hidden states: its argmax is certified as above, and the
-full logits are computed only when something reads them (a record's p, a sampled step). Which screen,
-and at which widths, the model's kernel plan names (:func:`attach`; ``specviz tune`` measures it;
-``SPECVIZ_ARGMAX_HEAD``).
+:class:`HeadLogits` is one step's logits: its argmax certified as above, every logit bounded (a
+sampled step's, :mod:`specviz.runtime.sampled_head`), the full row computed only when read. Which
+screen runs at which width the model's plan names (:func:`attach`; ``specviz tune`` measures it).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-import statistics
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -309,23 +279,15 @@ def eligible(model: torch.nn.Module, min_elements: int | None = None) -> bool:
 
 def time_widths(head: Callable[[torch.Tensor], torch.Tensor], screen: Screen, widths=WIDTHS,
                 repeats: int = REPEATS, fast: Callable[[torch.Tensor], object] | None = None) -> dict[int, tuple[float, float]]:
-    """{rows: (full head ms, screened argmax ms)}: medians, the two interleaved, on random rows
-    (``fast``: what is timed against the full head instead of the screen's argmax)."""
-    fast_call = fast or screen.argmax
-    g = torch.Generator().manual_seed(0)
-    d = screen.weight.shape[1]
-    out = {}
-    with torch.inference_mode():
-        for rows in widths:
-            h = torch.randn(rows, d, generator=g) * (20.0 / max(screen.norm_max, 1e-6))  # logits of order 20
-            full, fast = [], []
-            for i in range(repeats + 1):
-                for which, sink in ((0, full), (1, fast)) if i % 2 else ((1, fast), (0, full)):
-                    t = time.perf_counter()
-                    head(h) if which == 0 else fast_call(h)
-                    if i:  # the first round warms both
-                        sink.append((time.perf_counter() - t) * 1e3)
-            out[rows] = (statistics.median(full), statistics.median(fast))
+    """{rows: (full head ms, screened argmax ms)} on random rows with logits of order 20, the two
+    interleaved (``fast``: what is timed against the full head instead of the screen's argmax)."""
+    from .plan import time_passes
+
+    g, out = torch.Generator().manual_seed(0), {}
+    for rows in widths:
+        h = torch.randn(rows, screen.weight.shape[1], generator=g) * (20.0 / max(screen.norm_max, 1e-6))  # [rows, d]
+        s = time_passes({"full": lambda: head(h), "fast": lambda: (fast or screen.argmax)(h)}, repeats)
+        out[rows] = (s["full"] * 1e3, s["fast"] * 1e3)
     return out
 
 
@@ -404,18 +366,3 @@ def detach(model: torch.nn.Module) -> None:
     held = state.of(model)
     held.screen = None
     held.extra.pop("screens", None)
-
-
-def _words(times: dict[int, tuple[float, float]]) -> str:
-    return ", ".join(f"{r} row{'s' if r > 1 else ''} {full:.1f} -> {fast:.1f} ms" for r, (full, fast) in times.items())
-
-
-def report(model: torch.nn.Module) -> dict | None:
-    """The screen's choice and timings for a bench's meta: {"widths": {rows: [full ms, screened ms]}, "used": [...]}."""
-    screen = screen_of(model)
-    if screen is None:
-        return None
-    every = screens_of(model)
-    return {"widths": {str(r): [round(a, 2), round(b, 2)] for r, (a, b) in screen.times.items()},
-            "used": [r for r in range(1, len(screen.use_at)) if screen.use_at[r]], "kind": screen.kind,
-            "by_kind": {s.kind: [r for r in range(1, len(s.use_at)) if s.use_at[r]] for s in every}}

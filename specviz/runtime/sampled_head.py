@@ -1,16 +1,9 @@
-"""The screen a sampled step bounds its logits with, per model: built on the first sampled step,
-used at the widths the model's plan names (its "sampled" kind; without a tuned plan, every width).
-
-A sampled step needs every probability, so the certified argmax of :mod:`argmax_head` does not
-decide it; its bf16 screen still bounds every logit, y_i - b <= l_i <= y_i + b with one b a row,
-and :mod:`specviz.core.certified` takes the rule's decisions on those bounds (the int8 screen's
-per-id bounds are about ten times wider: on gemma-3-270m's code rows up to ~9 logits against the
-bf16 screen's ~0.5, too wide to bound a softmax at T = 0.7). Where the model keeps the bf16 screen
-for its argmax, that copy serves; where it keeps the int8 one, a bf16 copy is built (half the
-head's bytes again) the first time a sampled step asks. ``specviz tune`` times the full head
-against the screen's values and bound plus one exponential over the row per width
-(:func:`measure`); a step only reads the plan. Only where the model's argmax head screens at all (:func:`attach` kept
-a screen: a large float32 head, no softcap) and ``SPECVIZ_ARGMAX_HEAD`` is not 0.
+"""The bf16 screen a sampled step bounds every logit with (y_i - b <= l_i <= y_i + b, one b a row),
+for :mod:`specviz.core.certified` to decide the rule on (docs/exactness.md, section 5), at the widths
+the model's plan names ("sampled"; untuned: every width). The argmax's bf16 screen serves where the
+model keeps one; else a bf16 copy is built on the first sampled step (the int8 screen's per-id
+bounds are about ten times wider: too wide to bound a softmax at T = 0.7). Only where the argmax
+head screens at all (:func:`specviz.runtime.argmax_head.attach`).
 """
 
 from __future__ import annotations
@@ -78,14 +71,3 @@ def screen_bytes(model: torch.nn.Module) -> int:
     if screens and not any(isinstance(screen, argmax_head.Screen) for screen in screens):
         total += screens[0].weight.numel() * 2  # the bf16 copy a sampled step builds (argmax_head.build)
     return int(total)
-
-
-def report(model: torch.nn.Module) -> dict | None:
-    """The sampled steps' choice and timings, once a sampled step made it: {"widths": {rows: [full ms,
-    bounded ms]}, "used": [...]}, or None."""
-    held = state.peek(model)
-    if held is None or held.sampled_screen is None:
-        return None
-    screen = held.sampled_screen[1]
-    return {"widths": {str(r): [round(a, 2), round(b, 2)] for r, (a, b) in screen.times.items()},
-            "used": [r for r in range(1, len(screen.use_at)) if screen.use_at[r]], "kind": "bf16 bounds"}
