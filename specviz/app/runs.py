@@ -211,10 +211,10 @@ def build_decoder(settings: RunSettings, progress: Progress, *, target_only: boo
     from .limits import check_prompts_fit
 
     if load is None:  # the app's loader: the engine's options read once for this run, passed to every load
-        from .. import settings
+        from .. import settings as engine_settings  # (``settings`` here is the run's)
         from ..models import load_model
 
-        options = settings.options()
+        options = engine_settings.options()
 
         def load(name: str, **kw: Any):
             return load_model(name, options=options, **kw)
