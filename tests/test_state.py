@@ -64,3 +64,17 @@ def test_load_model_keeps_the_options_it_is_given_and_the_runtime_reads_them(tmp
     assert static_decode.static_cache(lm.model) is None  # off, as the options say, with the environment unset
     state.of(lm.model).pinned = settings.Options()
     assert static_decode.supports(lm.model) is not None or static_decode.static_cache(lm.model) is not None
+
+
+def test_the_apps_loads_keep_the_options_read_at_load(tmp_path, monkeypatch):
+    """The app's loader (app.limits.load_checked) reads the options once and the model keeps
+    them: a later change to the environment does not reach a loaded model's runtime."""
+    from specviz.app.limits import load_checked
+    from tests.support.tiny import make_tiny_model
+
+    monkeypatch.setenv("SPECVIZ_ALLOW_LOCAL_PATHS", "1")
+    monkeypatch.setenv("SPECVIZ_SAMPLED_HEAD", "0")
+    make_tiny_model(tmp_path, seed=4)
+    lm = load_checked(str(tmp_path), device="cpu")
+    monkeypatch.setenv("SPECVIZ_SAMPLED_HEAD", "on")
+    assert state.of(lm.model).options.sampled_head == "0"
