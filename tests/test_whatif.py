@@ -169,3 +169,22 @@ def test_the_what_if_the_card_and_learn_part_5_name_one_best_k_for_the_default_r
     else:
         assert "A smaller k keeps the pass narrow" not in card  # a smaller k does not pay on this curve
     st.close()
+
+
+@pytest.mark.parametrize("rule", ["exact", "typical"])
+def test_a_typical_acceptance_run_is_marked_lossy_on_the_what_if(rule):
+    """Issue 52: a typical-acceptance run's a and speedup are the LOSSY rule's: the chart's title, its
+    measured point and the note say so; an exact run's do not."""
+    from specviz.viz.whatif import run_point, whatif_figure, whatif_html
+    from tests.test_lesson_viz import _d, _stats, _step
+
+    steps = [_step(i, [_d(0, 10, " the", 0.8, 0.9, 0.2, "accepted"), _d(1, 11, " cat", 0.7, 0.1, 0.6, "rejected")], 1,
+                   rule=rule) for i in range(6)]
+    run = run_point(steps, _stats(6, 12, 6, 12, 1.0, 30.0, 120.0, 6.0), _stats(12, 0, 0, 12, 1.5, 0.0, 1200.0, 0.0), 2)
+    assert run is not None and run.lossy == (rule == "typical") and run.measured is not None
+    fig = whatif_figure.spec(run, run.a, run.k, run.c)
+    title, names = fig["layout"]["title"]["text"], [t["name"] for t in fig["data"]]
+    note = whatif_html(run, run.a, run.k, run.c)
+    marked = ["LOSSY" in title, any(n.startswith("measured") and n.endswith("LOSSY") for n in names), "LOSSY" in note,
+              'data-lossy="true"' in note]
+    assert marked == [rule == "typical"] * 4, (title, names, note)

@@ -47,6 +47,7 @@ class RunPoint:
     tree: bool = False
     v_at: tuple[float, ...] = ()  # v(k + 1) for k = 1, 2, ...: this machine's measured curve (empty: v at every k)
     v_source: str = ""  # where v_at comes from, in words (the legend's subtitle)
+    lossy: bool = False  # typical acceptance judged some step: a and the measured speedup are the LOSSY rule's
 
     def v_of(self, k: int) -> float:
         """The verify cost the curve uses at ``k``: the machine's v(k + 1), else the run's own v."""
@@ -80,7 +81,7 @@ def run_point(steps: Sequence[StepRecord], stats: Stats | None, baseline: Stats 
     measured = stats.tokens_per_s / baseline.tokens_per_s if timed and baseline and baseline.tokens_per_s > 0 else None
     f = drafted_fraction(steps)
     return RunPoint(min(1.0, max(0.0, a)), kk, max(0.0, c), max(1e-6, v), f if f > 0 else 1.0, measured, timed,
-                    counts.tree)
+                    counts.tree, lossy=any(getattr(s, "rule", "exact") == "typical" for s in steps))
 
 
 def whatif_curve(a: float, c: float, v: float, f: float = 1.0, k_max: int = WHATIF_MAX_K,
@@ -115,6 +116,8 @@ def whatif_figure(run: RunPoint | None, a: float, k: int, c: float, k_max: int =
     title = "What if? Predicted speedup vs k"
     if run is None:
         return empty_figure.spec(title, "Run a few steps: the curve starts from this run's own a, k and c")
+    if run.lossy:  # the exact rule's theory at a typical-acceptance run's a (issue 52: every number says LOSSY)
+        title += " · LOSSY"
     k_max = max(int(k_max), int(k), run.k)
     mine = whatif_curve(a, c, run.v, run.f, k_max, run.v_at)
     own = whatif_curve(run.a, run.c, run.v, run.f, k_max, run.v_at)
@@ -134,7 +137,8 @@ def whatif_figure(run: RunPoint | None, a: float, k: int, c: float, k_max: int =
     ]
     ys = [p[1] for p in mine + own] + [1.0]
     if run.measured is not None:
-        traces.append(dict(type="scatter", mode="markers", name=f"measured {run.measured:.2f}× (k = {run.k})",
+        traces.append(dict(type="scatter", mode="markers", name=f"measured {run.measured:.2f}× (k = {run.k})"
+                           + (" LOSSY" if run.lossy else ""),
                            x=[run.k], y=[run.measured], hovertemplate="this run, measured<br>k = %{x}: %{y:.2f}×<extra></extra>",
                            marker=dict(symbol="diamond", size=12, color=COLORS["resampled"], line=dict(width=1, color="white"))))
         ys.append(run.measured)
@@ -172,7 +176,11 @@ def whatif_html(run: RunPoint | None, a: float, k: int, c: float) -> str:
            "c and v from the target-only run (v fitted from this run: the same at every k)" if run.timed else
            "no target-only run yet: c is estimated against this run's verify pass, taken as one target step (v = 1)")
     tree = " A tree's a is its accepted path over the depth; the curve is a chain's." if run.tree else ""
-    return (f'<div class="sv-whatif" data-ready="1" data-predicted="{now:.4f}"><b>At a = {_v(a)}, k = {int(k)}, '
+    lossy = ('<b class="sv-lossy-tag">LOSSY</b> this run\'s a and speedup are typical acceptance\'s, which does not '
+             "keep the target's distribution; the curve is the exact rule's at that a. " if run.lossy else "")
+    tag = ' data-lossy="true"' if run.lossy else ""
+    return (f'<div class="sv-whatif" data-ready="1" data-predicted="{now:.4f}"{tag}>'
+            f'{lossy}<b>At a = {_v(a)}, k = {int(k)}, '
             f"c = {_v(c)}: {now:.2f}×</b> predicted ({html.escape(own)}). <span class=\"sv-muted\">i.i.d. acceptance; "
             f"{html.escape(how)}.{tree}</span></div>")
 
