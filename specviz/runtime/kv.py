@@ -8,8 +8,8 @@ from .hfcompat import cache_kwargs
 
 
 def new_cache(model: torch.nn.Module):
-    """An empty DynamicCache laid out for ``model`` (sliding-window layers included) that can be
-    rolled back: past recording keeps sliding-window states until ``rollback`` trims them."""
+    """An empty DynamicCache for ``model`` that can be rolled back (past recording keeps the
+    sliding-window layers' states until ``rollback`` trims them)."""
     from transformers import DynamicCache
 
     cache = DynamicCache(config=model.config)
@@ -18,8 +18,7 @@ def new_cache(model: torch.nn.Module):
 
 
 def session_cache(model: torch.nn.Module):
-    """A session's cache for ``model``: the buffers of its static step (:mod:`specviz.runtime.static_decode`)
-    where it has one, else :func:`new_cache`."""
+    """The buffers of ``model``'s static step (:mod:`specviz.runtime.static_decode`), else :func:`new_cache`."""
     from .static_decode import static_cache
 
     cache = static_cache(model)
@@ -72,13 +71,9 @@ def take_prefix(cache, source, n: int) -> bool:
 
 
 def context_window(model: torch.nn.Module) -> int | None:
-    """The most positions ``model`` takes (``max_position_embeddings`` of its config, or of its
-    text config for multimodal ones); None when the config sets no limit."""
+    """``max_position_embeddings`` of ``model``'s config or its text config; None where unset."""
     config = getattr(model, "config", None)
-    configs = [config]
-    if config is not None and hasattr(config, "get_text_config"):
-        configs.append(config.get_text_config())
-    for cfg in configs:
+    for cfg in (config, config.get_text_config() if hasattr(config, "get_text_config") else None):
         n = getattr(cfg, "max_position_embeddings", None)
         if isinstance(n, int) and not isinstance(n, bool) and n > 0:
             return n
@@ -86,7 +81,7 @@ def context_window(model: torch.nn.Module) -> int | None:
 
 
 def vocab_size(model: torch.nn.Module) -> int:
-    """The size of the model's logits (its config's vocabulary)."""
+    """The size of the model's logits."""
     return int(model.config.get_text_config().vocab_size)
 
 
@@ -167,19 +162,12 @@ def tree_forward_logits(
     slot_positions: torch.Tensor,
     lazy: bool = False,
 ) -> torch.Tensor:
-    """Run ``tokens`` [m] through ``model`` in one forward, each seeing the whole context in
-    ``cache`` plus only what ``visible`` allows among the tree slots, and return float32 logits
-    [m, V]. The new tokens are appended to the cache (compact it afterwards with ``keep_slots``).
-
-    The cache holds the context (positions 0..c-1) followed by T tree slots already fed this step.
-    positions:      [m] absolute position of each new token (context length + depth - 1)
-    visible:        [m, T+m] bool: which of the T cached tree slots and m new tokens each new token
-                    sees (itself included; a node sees its ancestors only)
-    slot_positions: [T+m] absolute positions of those T+m slots
-    lazy:           as :func:`forward_logits`'s
-    Sliding-window layers get their own mask (window applied by position, not by slot), and their
-    cache is widened by T for this forward so no context inside the window is cut off.
-    """
+    """Run ``tokens`` [m] through ``model`` in one forward on top of ``cache`` (the context, then T
+    tree slots fed earlier this step), each seeing the context and what ``visible`` [m, T+m] allows
+    of the tree slots -> float32 logits [m, V]; the tokens are appended (``keep_slots`` compacts).
+    ``positions`` [m]: each token's (context length + depth - 1); ``slot_positions`` [T+m]: the
+    tree slots'. Sliding-window layers get their own mask, by position, and their cache is widened
+    by T for this forward so no context inside the window is cut off."""
     m = int(tokens.shape[0])
     T = int(slot_positions.shape[0]) - m
     run_tree = getattr(cache, "run_tree", None)

@@ -24,52 +24,57 @@ using namespace specviz::kern;
 // Rows are taken up to 12 at a time against one 20 KB block (K = 640), which stays in L1.
 namespace {
 
+// 16 float32 sums: one AVX-512 register, else two halves of 8 (kernel_parts.h's f8). U independent
+// sums a row (pairs p = u mod U), so R U chains of multiply-adds hide their latency (more on
+// AVX-512's 32 registers); from PREFETCH_ROWS rows the weight is asked for AHEAD lines early.
 #if defined(__AVX512F__)
-// R rows against one block: U independent sums a row (pairs p = u mod U), so R U chains of
-// multiply-adds hide their latency; step(acc[r][u] for every r, u, p) adds pair p's products
+using acc16 = __m512;
+inline acc16 zero16() { return _mm512_setzero_ps(); }
+inline acc16 add16(acc16 a, acc16 b) { return _mm512_add_ps(a, b); }
+constexpr int chains_of(int R) { return R == 1 ? 4 : R <= 4 ? 2 : 1; }
+constexpr bool PREFETCH = true;
+#else
+struct acc16 { f8 h[2]; };
+inline acc16 zero16() { return acc16{{f8{}, f8{}}}; }
+inline acc16 add16(acc16 a, acc16 b) { return acc16{{a.h[0] + b.h[0], a.h[1] + b.h[1]}}; }
+constexpr int chains_of(int R) { return R == 1 ? 2 : 1; }
+constexpr bool PREFETCH = false;  // (not measured below AVX-512)
+#endif
+
+// R rows against one block -> out [R, ld]; step(acc, u, p) adds pair p's products to acc[r][u]
 template <int R, typename Step>
 void chains(Step step, const uint16_t* w, int64_t K2, float* out, int64_t ld) {
-  constexpr int U = R == 1 ? 4 : R <= 4 ? 2 : 1;
-  __m512 acc[R][U];
+  constexpr int U = chains_of(R);
+  acc16 acc[R][U];
   for (int r = 0; r < R; ++r)
-    for (int u = 0; u < U; ++u) acc[r][u] = _mm512_setzero_ps();
+    for (int u = 0; u < U; ++u) acc[r][u] = zero16();
   int64_t p = 0;
   for (; p + U <= K2; p += U)
     for (int u = 0; u < U; ++u) {
-      if constexpr (R >= PREFETCH_ROWS) _mm_prefetch(reinterpret_cast<const char*>(w + (p + u + AHEAD) * 2 * LANES), _MM_HINT_T0);
+      if constexpr (PREFETCH && R >= PREFETCH_ROWS) __builtin_prefetch(w + (p + u + AHEAD) * 2 * LANES);
       step(acc, u, p + u);
     }
   for (; p < K2; ++p) step(acc, 0, p);
   for (int r = 0; r < R; ++r) {
-    __m512 sum = acc[r][0];
-    for (int u = 1; u < U; ++u) sum = _mm512_add_ps(sum, acc[r][u]);
-    _mm512_storeu_ps(out + r * ld, sum);
+    acc16 sum = acc[r][0];
+    for (int u = 1; u < U; ++u) sum = add16(sum, acc[r][u]);
+    std::memcpy(out + r * ld, &sum, sizeof(sum));
   }
 }
 
+// x float32 [R, 2 K2]: each weight widened exactly (a shift, a mask), float32 multiply-adds
 template <int R>
 void screen_f32(const uint16_t* w, const float* x, int64_t K2, float* out, int64_t ld) {
-  const __m512i high = _mm512_set1_epi32((int)0xFFFF0000u);
   chains<R>([&](auto& acc, int u, int64_t p) {
+#if defined(__AVX512F__)
     const __m512i b = _mm512_loadu_si512(w + p * 2 * LANES);
     const __m512 even = _mm512_castsi512_ps(_mm512_slli_epi32(b, 16));  // w[j, 2p], exactly
-    const __m512 odd = _mm512_castsi512_ps(_mm512_and_si512(b, high));  // w[j, 2p + 1], exactly
+    const __m512 odd = _mm512_castsi512_ps(_mm512_and_si512(b, _mm512_set1_epi32((int)0xFFFF0000u)));  // w[j, 2p + 1]
     for (int r = 0; r < R; ++r) {
       acc[r][u] = _mm512_fmadd_ps(_mm512_set1_ps(x[r * 2 * K2 + 2 * p]), even, acc[r][u]);
       acc[r][u] = _mm512_fmadd_ps(_mm512_set1_ps(x[r * 2 * K2 + 2 * p + 1]), odd, acc[r][u]);
     }
-  }, w, K2, out, ld);
-}
 #else
-// the same products below AVX-512: each 16-output block as two halves of 8 (kernel_parts.h's f8),
-// U chains for one row
-template <int R>
-void screen_f32(const uint16_t* w, const float* x, int64_t K2, float* out, int64_t ld) {
-  constexpr int U = R == 1 ? 2 : 1;
-  f8 acc[R][U][2];
-  for (int r = 0; r < R; ++r)
-    for (int u = 0; u < U; ++u) acc[r][u][0] = acc[r][u][1] = f8{};
-  auto step = [&](int u, int64_t p) {
     f8 even[2], odd[2];
     for (int h = 0; h < 2; ++h) {  // outputs 8h .. 8h + 7: 32 bytes of pairs
       const u8x b = (u8x)load8(w + p * 2 * LANES + h * LANES);
@@ -78,21 +83,11 @@ void screen_f32(const uint16_t* w, const float* x, int64_t K2, float* out, int64
     }
     for (int r = 0; r < R; ++r) {  // each row's two inputs broadcast once for both halves
       const f8 x0 = splat8(x[r * 2 * K2 + 2 * p]), x1 = splat8(x[r * 2 * K2 + 2 * p + 1]);
-      for (int h = 0; h < 2; ++h) acc[r][u][h] = mul_add8(x1, odd[h], mul_add8(x0, even[h], acc[r][u][h]));
+      for (int h = 0; h < 2; ++h) acc[r][u].h[h] = mul_add8(x1, odd[h], mul_add8(x0, even[h], acc[r][u].h[h]));
     }
-  };
-  int64_t p = 0;
-  for (; p + U <= K2; p += U)
-    for (int u = 0; u < U; ++u) step(u, p + u);
-  for (; p < K2; ++p) step(0, p);
-  for (int r = 0; r < R; ++r)
-    for (int h = 0; h < 2; ++h) {
-      f8 sum = acc[r][0][h];
-      for (int u = 1; u < U; ++u) sum += acc[r][u][h];
-      std::memcpy(out + r * ld + 8 * h, &sum, sizeof(sum));
-    }
-}
 #endif
+  }, w, K2, out, ld);
+}
 
 #if defined(__AVX512BF16__)
 constexpr bool NATIVE_DOT = true;
