@@ -8,17 +8,14 @@ from dataclasses import replace
 
 import torch
 
-from ..runtime import state
 from .draft_model import DraftModel
 
 
 def _shallow(module: torch.nn.Module) -> torch.nn.Module:
     """A copy of ``module`` that shares its parameters but owns its child/parameter dicts, so
-    swapping a child on the copy never touches the original. The copy gets no runtime object of its
-    own yet: sharing the original's (a plain attribute, so ``copy.copy`` carries it) let the cut model
-    run the whole target's static step (q = p) or the target run a freed cut one."""
+    swapping a child on the copy never touches the original. It is another model, so
+    :func:`specviz.runtime.state.of` gives it its own runtime object (never the target's static step)."""
     twin = copy.copy(module)
-    twin.__dict__.pop(state.ATTRIBUTE, None)
     twin._modules = dict(module._modules)
     twin._parameters = dict(module._parameters)
     twin._buffers = dict(module._buffers)
