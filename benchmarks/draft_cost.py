@@ -114,8 +114,8 @@ def int8_copy(target, kernel: str) -> torch.nn.Module:
     """The target's int8 copy with ``Int8Options(kernel=kernel)`` (its head's kernels from the plan
     ``specviz tune --target NAME@int8`` wrote, as ``NAME@int8`` loads it)."""
     from specviz.models.device import cache_dir
+    from specviz.models.int8 import Int8Options, quantize_int8
     from specviz.runtime import tune
-    from specviz.runtime.quantize import Int8Options, quantize_int8
 
     model = quantize_int8(copy.deepcopy(target.model), target.tokenizer, Int8Options(kernel=kernel))
     tune.load(model, tune.key_of(f"{target.name}@int8", torch.float32, "int8"), cache_dir())

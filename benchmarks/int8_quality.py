@@ -25,8 +25,8 @@ import torch
 
 from specviz.core.engine import encode_prompt
 from specviz.models import load_model
+from specviz.models.int8 import Int8Options, quantize_int8
 from specviz.runtime.kv import forward_logits, new_cache
-from specviz.runtime.quantize import Int8Options, quantize_int8
 
 HELD_OUT = [
     "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n",

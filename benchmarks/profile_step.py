@@ -1,6 +1,6 @@
 """Where a Session.step's time goes outside the model forwards, per proposer and k.
 
-For each proposer (ngram, draft:TARGET@int8 built with specviz.runtime.quantize, ngram+draft, early-exit)
+For each proposer (ngram, draft:TARGET@int8 built with specviz.models.int8, ngram+draft, early-exit)
 and k, it runs a few warm steps, then profiles --steps steps with torch.profiler and prints:
 the step's wall time; the time inside model forwards (the draft's and the target's, measured by
 forward hooks on the top-level modules); the rest ("outside"); and the top CPU ops by self time
@@ -28,8 +28,8 @@ from benchmarks.step_overhead import PROMPT, ForwardClock  # the same prompt and
 from specviz.core import engine, lazyrec
 from specviz.core.records import Sampling
 from specviz.models import LoadedModel, load_model
+from specviz.models.int8 import quantize_int8
 from specviz.proposers import DraftModel, EarlyExit, NGram, NGramOrDraft
-from specviz.runtime.quantize import quantize_int8
 
 
 @contextlib.contextmanager

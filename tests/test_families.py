@@ -248,8 +248,8 @@ def test_the_fused_runner_writes_each_layer_as_the_body(name, tokenizer):
     projections are the op's products as they are, Mistral's window covers every layer: the same
     hidden states and K/V writes as the body's own ops, chains, a tree and a rollback (as
     tests/test_layer_op.py checks Llama and Gemma 3)."""
+    from specviz.models.int8 import Int8Options, quantize_int8
     from specviz.runtime import layer_op
-    from specviz.runtime.quantize import Int8Options, quantize_int8
     from tests.test_layer_op import _writes_as_the_body
 
     model = quantize_int8(make_family_model(name, len(tokenizer), seed=5), tokenizer, Int8Options(kernel="blocked"))
@@ -262,8 +262,8 @@ def test_the_fused_runner_writes_each_layer_as_the_body(name, tokenizer):
 def test_the_fused_runner_refuses_a_partial_rotary_with_a_sentence(tokenizer):
     """Phi-3 with half of each head rotated: the op rotates whole heads, so the fused runner says
     so and the eager body serves it (the logits test above covers it)."""
+    from specviz.models.int8 import Int8Options, quantize_int8
     from specviz.runtime import layer_op
-    from specviz.runtime.quantize import Int8Options, quantize_int8
 
     model = quantize_int8(make_family_model("phi3_partial", len(tokenizer), seed=5), tokenizer, Int8Options(kernel="blocked"))
     body = static_cache(model).decoder.body

@@ -9,8 +9,9 @@ import logging
 import pytest
 import torch
 
+from specviz.models.int8 import Int8Options, quantize_int8
 from specviz.models.int8cache import cache_path, quantize_cached
-from specviz.runtime.quantize import Int8Linear, Int8Options, quantize_int8
+from specviz.runtime.quantize import Int8Linear
 from tests.support.tiny import outlier_llama
 
 PROMPT = "the cat sat on the mat, then the dog ran off."

@@ -8,8 +8,9 @@ import warnings
 import pytest
 import torch
 
+from specviz.models.int8 import Int8Options, quantize_int8
 from specviz.runtime import int8_kernel, int8_speed
-from specviz.runtime.quantize import BlockedInt8Linear, Int8Options, quantize_int8
+from specviz.runtime.quantize import BlockedInt8Linear
 from tests.support.kernel import NEEDS_OP
 from tests.support.tiny import outlier_llama
 

@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from specviz import SpeculativeDecoder
+from specviz.models.int8 import Int8Options, quantize_int8
 from specviz.proposers import DraftModel
 from specviz.runtime import layer_op, static_decode
-from specviz.runtime.quantize import Int8Options, quantize_int8
 from specviz.runtime.static_decode import static_cache
 from tests.support.kernel import NEEDS_OP
 from tests.support.tiny import loaded

@@ -13,10 +13,10 @@ import pytest
 import torch
 
 from specviz import Sampling, SpeculativeDecoder
+from specviz.models.int8 import Int8Options, quantize_int8
 from specviz.proposers import DraftModel
 from specviz.runtime import static_decode
 from specviz.runtime.kv import forward_logits
-from specviz.runtime.quantize import Int8Options, quantize_int8
 from specviz.runtime.static_decode import static_cache
 from tests.support.kernel import NEEDS_OP
 from tests.support.tiny import loaded

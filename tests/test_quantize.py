@@ -1,4 +1,4 @@
-"""The int8 self-draft stays close to its float model (specviz.runtime.quantize)."""
+"""The int8 self-draft stays close to its float model (specviz.models.int8, specviz.runtime.quantize)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import warnings
 import pytest
 import torch
 
-from specviz.runtime.quantize import Int8Linear, Int8Options, quantize_int8, smoothing_scales
+from specviz.models.int8 import Int8Options, quantize_int8, smoothing_scales
+from specviz.runtime.quantize import Int8Linear
 from tests.support.tiny import outlier_llama
 
 

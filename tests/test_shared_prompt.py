@@ -8,11 +8,11 @@ import pytest
 import torch
 
 from specviz import SpeculativeDecoder
+from specviz.models.int8 import quantize_int8
 from specviz.proposers import DraftModel, DraftTree, NGramOrDraft
 from specviz.proposers.draft_model import same_weights
 from specviz.proposers.vocab import with_vocab_subset
 from specviz.runtime import static_decode
-from specviz.runtime.quantize import quantize_int8
 from tests.support.tiny import loaded
 from tests.test_engine import PROMPTS, hf_greedy
 

@@ -244,8 +244,8 @@ def int8_matches(model, kernel: str = "int_mm") -> StaticKV:
     """An int8 copy of ``model`` on its static step (the runner SPECVIZ_STATIC_DECODE names): the
     prompt, one token, three at once, a 5-wide tree, its path kept and two tokens more give the
     distributions of its transformers forward. -> the static cache."""
+    from specviz.models.int8 import Int8Options, quantize_int8
     from specviz.runtime.kv import keep_path, score_tree
-    from specviz.runtime.quantize import Int8Options, quantize_int8
 
     q8 = quantize_int8(copy.deepcopy(model), options=Int8Options(smooth_alpha=None, kernel=kernel))
     ids = [1, 5, 9, 12, 7, 5, 9, 30, 4, 8, 6, 3, 10]

@@ -61,7 +61,7 @@ def test_the_cache_is_per_target_and_lets_a_freed_target_go(near_draft, tiny_tar
 
 
 def test_the_ranking_puts_the_calibration_texts_tokens_first(tiny_target):
-    from specviz.runtime.quantize import calibration_token_ids
+    from specviz.models.int8 import calibration_token_ids
 
     rank = token_ranking(tiny_target)
     assert sorted(rank.tolist()) == list(range(tiny_target.vocab_size))

@@ -12,7 +12,7 @@ Names it accepts:
 - a Hugging Face hub id, ``owner/name`` (needs the hub, or the model in the local HF cache).
 
 Any of them may end in ``@int8``: CPU int8 quantization of the ``nn.Linear`` layers
-(``specviz.runtime.quantize``: per-channel int8 weights, per-token 8-bit activations, activation outliers
+(``specviz.models.int8``: per-channel int8 weights, per-token 8-bit activations, activation outliers
 smoothed into the weights as in SmoothQuant, calibrated on bundled prompts), a faster model whose
 next-token distribution stays close to its fp32 self (overlap ~0.95), handy as its draft.
 The first load quantizes and keeps the int8 copy under ``cache_dir()/int8/`` (:mod:`.int8cache`:

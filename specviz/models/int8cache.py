@@ -1,6 +1,6 @@
 """The ``@int8`` copy of a model, cached on disk: quantized once, read back on every later start.
 
-Quantizing gemma-3-270m (``runtime.quantize.quantize_int8``: calibration passes over the bundled
+Quantizing gemma-3-270m (``models.int8.quantize_int8``: calibration passes over the bundled
 prompts, then every ``nn.Linear`` in int8) takes several seconds on a small CPU, on every start.
 :func:`quantize_cached` keeps the result under ``cache_dir()/int8/`` as one safetensors file (the
 int8 weights, their scales, the smoothing and the biases of every replaced layer) and, on a later
@@ -11,7 +11,7 @@ are bit-identical (``tests/test_int8_cache.py``).
 The file's key (in its metadata) is everything the result depends on: the source model (its name
 and a digest of its float weights: every tensor's shape, dtype and an evenly strided sample of
 its values), the torch and transformers versions, the options (``Int8Options``), the text of
-``runtime/quantize.py`` (its code version), the calibration token ids (tokenizer and prompts) and
+``models/int8.py`` and ``runtime/quantize.py`` (the code version), the calibration token ids (tokenizer and prompts) and
 this module's format. A file whose key differs (stale) or that cannot be read (corrupt) is
 rebuilt, said in one log line; a cache directory that cannot be written is skipped silently.
 """
@@ -61,11 +61,12 @@ def cache_key(source: str, model: torch.nn.Module, tokenizer: Any, options: Any)
     directory passes ``"local"``, its weights digest standing for it)."""
     import transformers
 
-    from ..runtime import quantize as Q
+    from ..runtime import quantize
+    from . import int8
 
     calibration = ""
     if options.smooth_alpha is not None and tokenizer is not None:
-        calibration = _sha(json.dumps(Q.calibration_token_ids(tokenizer, options.calibration_prompts)).encode())
+        calibration = _sha(json.dumps(int8.calibration_token_ids(tokenizer, options.calibration_prompts)).encode())
     return {
         "format": str(FORMAT),
         "source": source,
@@ -73,7 +74,7 @@ def cache_key(source: str, model: torch.nn.Module, tokenizer: Any, options: Any)
         "torch": torch.__version__,
         "transformers": transformers.__version__,
         "options": repr(options),
-        "code": _sha(Path(Q.__file__).read_bytes()),
+        "code": _sha(Path(int8.__file__).read_bytes() + Path(quantize.__file__).read_bytes()),
         "calibration": calibration,
     }
 
@@ -90,7 +91,7 @@ def cache_path(source: str, options: Any, weights: str, directory: str | Path | 
 
 def _float_targets(model: torch.nn.Module, options: Any) -> dict[str, torch.nn.Linear]:
     """The layers ``quantize_int8`` replaces, by the name it replaces them under (as it finds them)."""
-    from ..runtime.quantize import float_targets
+    from .int8 import float_targets
 
     return float_targets(model)
 
@@ -204,7 +205,7 @@ def quantize_cached(
     holds this model's copy, else computed and written there. ``source``: the model's identity
     (``"builtin:gemma-3-270m"``, ``"local:/path"``, ``"hub:owner/name"``); ``directory``: the cache
     root (default ``cache_dir()``). -> (the model, whether it came from the cache)."""
-    from ..runtime.quantize import Int8Options, quantize_int8
+    from .int8 import Int8Options, quantize_int8
 
     options = options or Int8Options()
     say = report or (lambda _msg: None)

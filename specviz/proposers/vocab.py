@@ -194,8 +194,8 @@ def token_ranking(target, n_prompts: int = 32, max_tokens: int = 512) -> torch.T
     """Every token id of ``target``'s vocabulary, most useful first -> [V] long: the tokens of the
     bundled calibration prompts (by count), then the rest by the target's next-token probability
     summed over every position of that text."""
+    from ..models.int8 import calibration_token_ids
     from ..runtime.kv import vocab_size
-    from ..runtime.quantize import calibration_token_ids
 
     V = vocab_size(target.model)
     mass = torch.zeros(V, dtype=torch.float64)  # [V]

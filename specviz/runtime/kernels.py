@@ -181,7 +181,7 @@ class PlannedLinear(torch.nn.Module):
 
 def fused_of(*members: torch.nn.Module) -> torch.nn.Module | None:
     """The one layer whose rows ``members`` are, in order, or None: an int8 copy's q/k/v or gate/up
-    (:func:`specviz.runtime.quantize.shared_input_groups`), or a float body's planned kind."""
+    (:func:`specviz.models.int8.shared_input_groups`), or a float body's planned kind."""
     group = getattr(members[0], "group", ())
     if not group or any(getattr(m, "group", ()) != group for m in members):
         return None

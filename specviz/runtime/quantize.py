@@ -1,12 +1,6 @@
-"""A faithful int8 copy of a float32 model for CPU self-drafting.
-
-Plain per-tensor int8 moves gemma-3-270m's next-token distribution far from float32 (a few hidden
-channels are hundreds of times larger than the rest), so every layer takes what measured best
-(``benchmarks/int8_quality.py``; docs/results-log.md): one symmetric weight scale per output row,
-one 8-bit activation scale per token (exact int32 sums), and SmoothQuant (Xiao et al., 2023), which
-moves the outliers into W: (x / s) @ (W * s)^T with s_j = max|X_j|^alpha / max|W_:,j|^(1 - alpha)
-on calibration text. Projections that read one input (q/k/v, gate/up) share one smoothing and are
-one fused layer. Two kernels, no ``torch.ao`` tensors: ``"blocked"`` (:class:`BlockedInt8Linear`,
+"""The int8 layers an ``@int8`` model runs (:mod:`specviz.models.int8` makes them): y = q(x / s) @
+q(W * s)^T, q symmetric int8 per output row for W and per token for x (exact int32 sums), s the
+SmoothQuant scales. Two kernels, no ``torch.ao`` tensors: ``"blocked"`` (:class:`BlockedInt8Linear`,
 specviz's own, :mod:`specviz.runtime.int8_kernel`), what an ``@int8`` model runs where it builds,
 and ``"int_mm"`` (:class:`Int8Linear`, ``torch._int_mm``), the fallback where no compiler is there.
 """
@@ -14,32 +8,10 @@ and ``"int_mm"`` (:class:`Int8Linear`, ``torch._int_mm``), the fallback where no
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
-from types import SimpleNamespace
 
 import torch
 
 from . import int8_kernel
-from .smoothing import SHARED_INPUTS, activation_absmax, calibration_token_ids, shared_input_groups, smoothing_scales  # noqa: F401
-
-KERNELS = ("int_mm", "blocked")  # Int8Options.kernel: Int8Linear, BlockedInt8Linear
-
-
-@dataclass(frozen=True)
-class Int8Options:
-    """How :func:`quantize_int8` quantizes (the defaults measured best)."""
-
-    smooth_alpha: float | None = 0.5  # SmoothQuant migration strength; None: no smoothing (no tokenizer needed)
-    calibration_prompts: int = 8  # bundled prompts run through the float model for smoothing
-    kernel: str = "int_mm"  # "int_mm" (torch._int_mm) or "blocked" (specviz's own, built for this CPU)
-
-    def __post_init__(self):
-        if self.kernel not in KERNELS:
-            raise ValueError(f"kernel must be one of {', '.join(KERNELS)}, not {self.kernel!r}")
-        if self.smooth_alpha is not None and not 0.0 <= self.smooth_alpha <= 1.0:
-            raise ValueError(f"smooth_alpha must lie in [0, 1] or be None, not {self.smooth_alpha}")
-        if self.calibration_prompts < 1:
-            raise ValueError(f"calibration_prompts must be at least 1, not {self.calibration_prompts}")
 
 
 def quantize_weight(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -129,7 +101,7 @@ class Int8Linear(torch.nn.Module):
 
 
 class BlockedInt8Linear(Int8Linear):
-    """``Int8Options(kernel="blocked")``: :class:`Int8Linear`'s weight, scales and smoothing on
+    """Kernel ``"blocked"``: :class:`Int8Linear`'s weight, scales and smoothing on
     specviz's own kernel (:mod:`specviz.runtime.int8_kernel`), at every width, so a row has the
     same bits at any width. ``blocked``/``wsum`` are a second copy of the weight; ``qweight`` stays
     (a fused layer's rows are views of it, the disk cache stores it), and those rows, called only
@@ -175,79 +147,4 @@ class BlockedInt8Linear(Int8Linear):
 _blocking = threading.Lock()
 
 
-LAYERS: dict[str, type[Int8Linear]] = {"int_mm": Int8Linear, "blocked": BlockedInt8Linear}  # by KERNELS
-
-
-def _fused(names: tuple[str, ...], lins: list[torch.nn.Linear], stats: dict[str, torch.Tensor],
-           alpha: float | None, layer: type[Int8Linear]) -> dict[str, torch.nn.Module]:
-    """One ``layer`` over the stacked weights of projections that read one input (one smoothing
-    against all their weights) -> {name: its rows}."""
-    weight = torch.cat([lin.weight.detach().float() for lin in lins])  # [sum out, in]
-    bias = None if lins[0].bias is None else torch.cat([lin.bias.detach().float() for lin in lins])
-    stacked = SimpleNamespace(in_features=weight.shape[1], out_features=weight.shape[0], weight=weight, bias=bias)
-    seen = [stats[n] for n in names if n in stats]
-    smooth = None
-    if alpha is not None and seen:
-        smooth = smoothing_scales(torch.stack(seen).amax(dim=0), weight, alpha)
-    fused = layer(stacked, smooth)
-    out, start = {}, 0
-    for name, lin in zip(names, lins):
-        out[name] = fused.rows(start, start + lin.out_features)
-        start += lin.out_features
-    return out
-
-
-def _float_linear(module: torch.nn.Module) -> torch.nn.Linear | None:
-    if type(module) is torch.nn.Linear:
-        return module
-    inner = getattr(module, "linear", None)  # specviz.runtime.kernels.PlannedLinear wraps the head
-    return inner if type(inner) is torch.nn.Linear else None
-
-
-def float_targets(model: torch.nn.Module) -> dict[str, torch.nn.Linear]:
-    """The layers :func:`quantize_int8` replaces, each once, by the name it replaces them under (a
-    wrapper comes before the Linear it wraps: the wrapper's name)."""
-    targets, seen = {}, set()
-    for name, m in model.named_modules():
-        lin = _float_linear(m)
-        if lin is not None and id(lin) not in seen:
-            seen.add(id(lin))
-            targets[name] = lin
-    return targets
-
-
-@torch.inference_mode()
-def quantize_int8(model: torch.nn.Module, tokenizer=None, options: Int8Options | None = None) -> torch.nn.Module:
-    """Replace every float32 ``nn.Linear`` of ``model`` in place (the LM head too, its own copy
-    when tied; the embedding stays float) by an int8 layer; -> ``model`` (eval). ``tokenizer``
-    encodes the calibration prompts smoothing needs."""
-    options = options or Int8Options()
-    if options.smooth_alpha is not None and tokenizer is None:
-        raise ValueError("smoothing needs the model's tokenizer for its calibration text; pass tokenizer= or smooth_alpha=None")
-    targets = float_targets(model)
-    if not targets:
-        raise ValueError("the model has no nn.Linear layers to quantize")
-    stats = {}
-    if options.smooth_alpha is not None:
-        stats = activation_absmax(model, calibration_token_ids(tokenizer, options.calibration_prompts))
-    for name, lin in targets.items():
-        if lin.weight.dtype != torch.float32 or lin.weight.device.type != "cpu":
-            raise ValueError(f"int8 quantization needs float32 weights on the CPU; {name} is {lin.weight.dtype} on {lin.weight.device}")
-    replacements = {}
-    layer = LAYERS[options.kernel]
-    if options.kernel == "blocked" and (why := int8_kernel.load()) is not None:
-        raise ValueError(f"the blocked int8 kernel is not available here: {why}")
-    for names in shared_input_groups(targets):  # q/k/v, gate/up: one fused layer each
-        replacements.update(_fused(names, [targets[n] for n in names], stats, options.smooth_alpha, layer))
-    for name, lin in targets.items():
-        if name in replacements:
-            continue
-        smooth = None
-        if options.smooth_alpha is not None and name in stats:
-            smooth = smoothing_scales(stats[name], lin.weight, options.smooth_alpha)
-        replacements[name] = layer(lin, smooth)
-    for name, new in replacements.items():
-        parent_name, _, child = name.rpartition(".")
-        parent = model.get_submodule(parent_name) if parent_name else model
-        setattr(parent, child, new)
-    return model.eval()
+LAYERS: dict[str, type[Int8Linear]] = {"int_mm": Int8Linear, "blocked": BlockedInt8Linear}  # by kernel name
