@@ -174,7 +174,7 @@ def test_tune_writes_one_plan_file_that_loading_reads(tiny_dir, monkeypatch, no_
     want = plan.kinds["head"].by_width(cpu.MEASURED_ROWS)
     assert isinstance(head, PlannedLinear) and head.kernels == want
     assert argmax_head.screen_of(again.model).kind == "int8"  # the smaller share of the full head's time
-    assert kernel_words.describe_head_kernels(tune.head_report(again.model)).endswith("(tuned)")
+    assert kernel_words.describe_head_kernels(kernel_words.head_report(again.model)).endswith("(tuned)")
     assert _tokens(again) == _tokens(loaded)
 
 
@@ -223,7 +223,7 @@ def test_the_cpu_head_setting_keeps_the_heads_own_layer(tiny_dir, monkeypatch, n
 
     monkeypatch.setenv("SPECVIZ_CPU_HEAD", "0")
     loaded = load_model(tiny_dir)
-    assert type(loaded.model.get_output_embeddings()) is torch.nn.Linear and tune.head_report(loaded.model) is None
+    assert type(loaded.model.get_output_embeddings()) is torch.nn.Linear and kernel_words.head_report(loaded.model) is None
 
 
 def test_the_kernel_lines_read_a_plans_report_and_an_older_sweeps():

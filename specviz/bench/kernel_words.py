@@ -1,13 +1,21 @@
 """The kernels a sweep's target ran (its meta: the LM head's and each projection kind's plan,
-:func:`specviz.runtime.plan.report`; an int8 model's kernel; the argmax and sampled screens), in
-words for the console and the HTML report: one line each with timings, or one short line."""
+:func:`plan_report`; an int8 model's kernel; the argmax and sampled screens), as JSON for the
+sweep's meta and in words for the console and the HTML report: one line each with timings, or one
+short line."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
-from ..runtime import argmax_head, state
+import torch
+
+from ..runtime import argmax_head, cpu, state
+from ..runtime.kernels import PlannedLinear
+from ..runtime.plan import KindPlan
+from ..runtime.plan import of as plan_of
 from ..runtime.projections import KIND_NAMES
+from ..runtime.tune import float_head
 
 # a report's columns before kernels had one table (older sweeps' JSON): column -> kernel name
 _OLD = {"f_linear_ms": "F.linear", "onednn_ms": "oneDNN", "packed_ms": "oneDNN packed", "kmajor_ms": "F.linear K-major",
@@ -58,6 +66,41 @@ def _used(screen) -> list[int]:
 
 def _timed(screen) -> dict[str, list[float]]:
     return {str(r): [round(a, 2), round(b, 2)] for r, (a, b) in screen.times.items()}
+
+
+def plan_report(kind: KindPlan, shape: Sequence[int], dtype: torch.dtype, wrapped: bool = True) -> dict[str, Any]:
+    """A kind's kernels per width, JSON-able, as a sweep's meta keeps them."""
+    widths = sorted(kind.ms) or [1]
+    return {
+        "by_rows": [{"rows": w, "kernel": kind.kernel(w), "ms": dict(kind.ms.get(w, {}))} for w in widths],
+        "wider": kind.kernel(widths[-1] + 1), "wrapped": wrapped, "cached": kind.cached,
+        "source": "tuned" if kind.cached else "CPU features", "machine": cpu.machine_id(), "torch": torch.__version__,
+        "threads": torch.get_num_threads(), "shape": list(shape), "dtype": str(dtype).removeprefix("torch."),
+    }
+
+
+def head_report(model: torch.nn.Module) -> dict[str, Any] | None:
+    """The LM head's kernels per width (:func:`plan_report`), or None where its head is not a large float one."""
+    try:
+        linear = float_head(model)
+    except (TypeError, AttributeError):  # not a model
+        return None
+    if linear is None or cpu.disabled(state.of(model).options):
+        return None
+    wrapped = model.get_output_embeddings()
+    kind = wrapped.plan if isinstance(wrapped, PlannedLinear) and wrapped.plan is not None else plan_of(model).kind("head")
+    return plan_report(kind, linear.weight.shape, linear.weight.dtype, isinstance(wrapped, PlannedLinear))
+
+
+def projection_report(model: torch.nn.Module | None) -> dict | None:
+    """:func:`plan_report` of each planned projection kind of ``model``'s static step (ms for all
+    its layers); None when it has no step yet or nothing was planned."""
+    found = state.peek(model) if isinstance(model, torch.nn.Module) else None
+    decoder = found.decoder if found is not None else None
+    if decoder is None or not decoder.body.kernel_plans:
+        return None
+    layers = len(decoder.body.layers)
+    return {kind: {**plan_report(p, [], decoder.body.dtype), "layers": layers} for kind, p in decoder.body.kernel_plans.items()}
 
 
 def screen_report(model) -> dict[str, Any] | None:

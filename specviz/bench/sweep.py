@@ -21,13 +21,12 @@ from ..proposers import Proposer
 from ..runtime import static_decode
 from ..runtime.cpu import machine_id
 from ..runtime.int8_speed import kernel_choice as int8_kernel_choice
-from ..runtime.static_decode import build_seconds, projection_kernel_report, runners_kept
+from ..runtime.static_decode import build_seconds, runners_kept
 from ..runtime.static_decode import enabled as static_decode_enabled
-from ..runtime.tune import head_report
 from . import stalls
 from .config import SCHEMA, TARGET_ONLY, BenchConfig, BenchEvent, RunSpec
 from .hf import _hf_kwargs, _run_hf, _sync
-from .kernel_words import sampled_report, screen_report
+from .kernel_words import head_report, projection_report, sampled_report, screen_report
 from .prompt_notes import at_once_record, chat_note
 from .report import _version
 from .rows import PromptResult, SummaryRow, to_record
@@ -339,12 +338,12 @@ class Sweep:
             "static_decode": static_decode_enabled(),  # chain steps (drafts and the target) on the traced step (specviz.runtime.static_decode)
             "static_decode_trace_s": build_seconds() - self._traced_before,  # building it, once per model
             "static_decode_runner": runners_kept(),  # the runner(s) it kept: fused, eager (runtime.static_decode)
-            "lm_head": head_report(getattr(self.target, "model", None)),  # its plan's kernel per width (runtime.tune)
+            "lm_head": head_report(getattr(self.target, "model", None)),  # its plan's kernel per width (kernel_words)
             # greedy lean steps: the certified argmax's bf16 screen, per width (specviz.runtime.argmax_head)
             "argmax_head": screen_report(self.target.model) if getattr(self.target, "model", None) is not None else None,
             # sampled lean steps: every logit bounded through a bf16 screen, per width (specviz.runtime.sampled_head)
             "sampled_head": sampled_report(self.target.model) if getattr(self.target, "model", None) is not None else None,
-            "projections": projection_kernel_report(getattr(self.target, "model", None)),  # the body's, per kind
+            "projections": projection_report(getattr(self.target, "model", None)),  # the body's, per kind
             # an @int8 model's products: the kernel chosen here and its timings (only a sweep that runs one)
             "int8_kernel": int8_kernel_choice() if self._runs_int8() else None,
             "definitions": {  # the one table (METRICS), plus the sweep's own overhead

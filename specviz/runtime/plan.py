@@ -215,17 +215,3 @@ def screen_kind(times: dict[int, dict[str, float]], kinds: Sequence[str]) -> Kin
 
     chosen = {w: best(m) for w, m in times.items()}
     return KindPlan(chosen, times) if any(k != "full" for k in chosen.values()) else None
-
-
-# -- reports ---------------------------------------------------------------------------------------
-
-
-def report(kind: KindPlan, shape: Sequence[int], dtype: torch.dtype, wrapped: bool = True) -> dict[str, Any]:
-    """A kind's kernels per width, JSON-able, as a sweep's meta keeps them (kernel_words reads them)."""
-    widths = sorted(kind.ms) or [1]
-    return {
-        "by_rows": [{"rows": w, "kernel": kind.kernel(w), "ms": dict(kind.ms.get(w, {}))} for w in widths],
-        "wider": kind.kernel(widths[-1] + 1), "wrapped": wrapped, "cached": kind.cached,
-        "source": "tuned" if kind.cached else "CPU features", "machine": cpu.machine_id(), "torch": torch.__version__,
-        "threads": torch.get_num_threads(), "shape": list(shape), "dtype": str(dtype).removeprefix("torch."),
-    }

@@ -24,7 +24,7 @@ from collections.abc import Iterable
 import torch
 
 from .. import settings
-from . import argmax_head, cuda_step, layer_op, plan, sampled_head, state
+from . import argmax_head, cuda_step, layer_op, sampled_head, state
 from .body import EAGER, FAMILIES, DecoderBody, Runner, Step, family_why_not, rows_at_once
 from .step_masks import step_masks
 
@@ -336,17 +336,6 @@ def warm(model: torch.nn.Module, widths: Iterable[int] = (1,)) -> float:
     return time.perf_counter() - t
 
 
-def projection_kernel_report(model: torch.nn.Module | None) -> dict | None:
-    """:func:`specviz.runtime.plan.report` of each planned projection kind of ``model``'s static
-    step (ms for all its layers); None when it has no step yet or nothing was planned."""
-    found = state.peek(model) if isinstance(model, torch.nn.Module) else None
-    decoder = found.decoder if found is not None else None
-    if decoder is None or not decoder.body.kernel_plans:
-        return None
-    layers = len(decoder.body.layers)
-    return {kind: {**plan.report(p, [], decoder.body.dtype), "layers": layers} for kind, p in decoder.body.kernel_plans.items()}
-
-
 _built_s: list[float] = []  # seconds of each step this process built
 _kept: list[str] = []  # the runner of each step built or fallen back to, in order
 
@@ -377,5 +366,5 @@ def static_cache(model: torch.nn.Module) -> StaticKV | None:
     return runtime.decoder.new_cache()
 
 
-__all__ = ["RUNNERS", "StaticDecoder", "StaticKV", "build_seconds", "mode", "projection_kernel_report", "runner_for",
+__all__ = ["RUNNERS", "StaticDecoder", "StaticKV", "build_seconds", "mode", "runner_for",
            "runners_kept", "static_cache", "supports", "warm"]

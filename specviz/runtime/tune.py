@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import torch
 
@@ -142,16 +141,3 @@ def tune(model: torch.nn.Module, cache_dir: str | Path | None = None, *, again: 
         log.info("specviz: %s's decoder was built before tuning: the new plan applies from its next load", key)
         held.plan = plan
     return plan, True
-
-
-def head_report(model: torch.nn.Module) -> dict[str, Any] | None:
-    """The LM head's kernels per width (:func:`specviz.runtime.plan.report`), or None where its head is not a large float one."""
-    try:
-        linear = float_head(model)
-    except (TypeError, AttributeError):  # not a model
-        return None
-    if linear is None or cpu.disabled(state.of(model).options):
-        return None
-    wrapped = model.get_output_embeddings()
-    kind = wrapped.plan if isinstance(wrapped, PlannedLinear) and wrapped.plan is not None else plans.of(model).kind("head")
-    return plans.report(kind, linear.weight.shape, linear.weight.dtype, isinstance(wrapped, PlannedLinear))
