@@ -49,9 +49,9 @@ def test_a_planned_layer_on_it_and_its_copies():
     assert members[1].weight.data_ptr() == planned.weight[24:].data_ptr()  # the members view its rows
     plain = lambda x: torch.nn.functional.linear(x, planned.weight, planned.bias)  # noqa: E731
     planned.use(["F.linear", "specviz blocked", "specviz blocked"])
-    assert not planned.uniform() and planned.blocked is not None  # its copy kept where a width reads it
+    assert planned.only is None and planned.blocked is not None  # its copy kept where a width reads it
     planned.use(["specviz blocked"])
-    assert planned.uniform()  # one kernel for every width
+    assert planned.only is not None  # one kernel for every width
     calls = []
     real = dense_kernel.dense
     cpu_dense = lambda *a: calls.append(a[0].shape[0]) or real(*a)  # noqa: E731

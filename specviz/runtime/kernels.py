@@ -150,14 +150,6 @@ class PlannedLinear(torch.nn.Module):
         """The kernel ``rows`` rows run on."""
         return self.kernels[min(max(rows, 1), len(self.kernels)) - 1]
 
-    def uniform(self) -> bool:
-        """Whether every width runs the same kernel (then one graph serves every width)."""
-        return self.only is not None
-
-    def graph_key(self, n: int) -> str:
-        """What a graph of ``n`` rows through this layer depends on: its kernel there."""
-        return self.kernel(n)
-
     def __deepcopy__(self, memo: dict) -> "PlannedLinear":
         """A copy without the weight's copies (an opaque oneDNN tensor cannot be copied); it runs
         F.linear where its kernels read one, until :meth:`use` prepares them again."""
