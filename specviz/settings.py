@@ -120,7 +120,7 @@ SETTINGS: tuple[Setting, ...] = (
             "the int8 kernel of an `@int8` model: by default `blocked` (specviz's own, built for this CPU once, "
             "into kernels/ of the cache) where it builds, else `int_mm` (`torch._int_mm`); `int_mm`: that one; "
             "`0`: never build specviz's own (so `int_mm`)", "engine",
-            ("specviz/runtime/int8_speed.py", "specviz/runtime/int8_kernel.py"), option="int8_kernel"),
+            ("specviz/models/int8.py", "specviz/runtime/int8_kernel.py"), option="int8_kernel"),
     Setting("SPECVIZ_THREADS", "2", "torch CPU threads of `python -m specviz.analysis.hardware` and "
             "`benchmarks/lm_head.py`", "benchmarks", ("specviz/analysis/hardware.py", "benchmarks/lm_head.py")),
     Setting("SPECVIZ_DEBUG", "unset", "set: the CLI raises the full traceback instead of its one-line error",

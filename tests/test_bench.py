@@ -543,9 +543,9 @@ def test_a_schedule_that_changes_nothing_is_skipped_and_said(tiny_target, propos
 def test_the_int8_kernel_is_named_only_by_a_sweep_that_runs_an_int8_model(tiny_target, monkeypatch):
     """meta.int8_kernel: the kernel an @int8 model chose in this process, in a sweep that runs
     one (by its spec); a sweep of float models leaves it out, whatever was loaded before."""
-    from specviz.runtime import int8_speed
+    from specviz.models import int8
 
-    monkeypatch.setattr(int8_speed, "_choices", {"kernel": "blocked", "why": "measured", "timings": None})
+    monkeypatch.setattr(int8, "_choices", {"kernel": "blocked", "why": "measured", "timings": None})
     cfg = B.BenchConfig(ks=(1,), max_new_tokens=4, warmup=False)
     assert B.run_sweep(tiny_target, {"ngram": NGram()}, ["the cat"], cfg)["meta"]["int8_kernel"] is None
     named = B.Sweep(tiny_target, {"draft:tiny@int8": NGram()}, ["the cat"], cfg)

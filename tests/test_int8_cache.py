@@ -118,7 +118,7 @@ def test_an_int8_copy_of_a_loaded_float_model_leaves_it_untouched(float_model, t
     d = tmp_path / "tiny"
     float_model.save_pretrained(str(d))
     tokenizer.save_pretrained(str(d))
-    from specviz.runtime.int8_speed import choose_kernel
+    from specviz.models.int8 import choose_kernel
 
     kernel = choose_kernel()  # the kernel the loader picks here (blocked where it builds)
     fresh = _logits(quantize_int8(copy.deepcopy(float_model), tokenizer, Int8Options(kernel=kernel)), tokenizer)

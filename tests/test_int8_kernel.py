@@ -8,8 +8,9 @@ import warnings
 import pytest
 import torch
 
+from specviz.models import int8
 from specviz.models.int8 import Int8Options, quantize_int8
-from specviz.runtime import int8_kernel, int8_speed
+from specviz.runtime import int8_kernel
 from specviz.runtime.quantize import BlockedInt8Linear
 from tests.support.kernel import NEEDS_OP
 from tests.support.tiny import outlier_llama
@@ -105,17 +106,17 @@ def test_an_int8_model_runs_specviz_kernel_where_it_builds_else_int_mm(monkeypat
     """choose_kernel: blocked where specviz's kernel loads, said in words; torch._int_mm where it
     does not (no compiler) or where SPECVIZ_INT8_KERNEL=int_mm asks for it."""
     monkeypatch.delenv("SPECVIZ_INT8_KERNEL", raising=False)
-    assert int8_speed.choose_kernel() == "blocked" and "built for this CPU" in int8_speed.kernel_choice()["why"]
+    assert int8.choose_kernel() == "blocked" and "built for this CPU" in int8.kernel_choice()["why"]
     monkeypatch.setattr(int8_kernel, "load", lambda options=None: "no C++ compiler")
-    assert int8_speed.choose_kernel() == "int_mm" and "no C++ compiler" in int8_speed.kernel_choice()["why"]
+    assert int8.choose_kernel() == "int_mm" and "no C++ compiler" in int8.kernel_choice()["why"]
     monkeypatch.undo()
     monkeypatch.setenv("SPECVIZ_INT8_KERNEL", "int_mm")
-    assert int8_speed.choose_kernel() == "int_mm" and "SPECVIZ_INT8_KERNEL" in int8_speed.kernel_choice()["why"]
+    assert int8.choose_kernel() == "int_mm" and "SPECVIZ_INT8_KERNEL" in int8.kernel_choice()["why"]
 
 
 def test_a_named_blocked_kernel_is_loaded_before_the_copy_is_built(monkeypatch):
     """SPECVIZ_INT8_KERNEL=blocked: the op is loaded by the choice itself (a copy read from the disk
     cache builds its layers without quantize_int8's check), and needs_build says nothing is left."""
     monkeypatch.setenv("SPECVIZ_INT8_KERNEL", "blocked")
-    assert int8_speed.choose_kernel() == "blocked" and hasattr(torch.ops.specviz_int8, "linear")
+    assert int8.choose_kernel() == "blocked" and hasattr(torch.ops.specviz_int8, "linear")
     assert not int8_kernel.needs_build()

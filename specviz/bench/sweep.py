@@ -16,11 +16,11 @@ from ..core.bounds import ENGINE_MAX_K as MAX_K
 from ..core.engine import SpeculativeDecoder, encode_prompt, eos_token_ids
 from ..core.schedules import changes_nothing, make_schedule
 from ..core.stats import step_position_counts
+from ..models.int8 import kernel_choice as int8_kernel_choice
 from ..prompts import PromptRow
 from ..proposers import Proposer
 from ..runtime import static_decode
 from ..runtime.cpu import machine_id
-from ..runtime.int8_speed import kernel_choice as int8_kernel_choice
 from ..runtime.static_decode import build_seconds, runners_kept
 from ..runtime.static_decode import enabled as static_decode_enabled
 from . import stalls

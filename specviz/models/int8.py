@@ -14,9 +14,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from types import SimpleNamespace
+from typing import Any
 
 import torch
 
+from .. import settings
 from ..runtime import int8_kernel
 from ..runtime.quantize import LAYERS, Int8Linear
 
@@ -39,6 +41,31 @@ class Int8Options:
             raise ValueError(f"smooth_alpha must lie in [0, 1] or be None, not {self.smooth_alpha}")
         if self.calibration_prompts < 1:
             raise ValueError(f"calibration_prompts must be at least 1, not {self.calibration_prompts}")
+
+
+_choices: dict[str, Any] = {}
+
+
+def choose_kernel(options: settings.Options | None = None) -> str:
+    """The kernel an ``@int8`` copy runs here: ``"blocked"`` where specviz's own loads (built for
+    this CPU), else ``"int_mm"`` (``torch._int_mm``, in every torch build); ``SPECVIZ_INT8_KERNEL=int_mm``
+    asks for ``int_mm``. :func:`kernel_choice` says what was chosen and why."""
+    named = (options or settings.options()).int8_kernel  # the environment's without options
+    if named == "int_mm":
+        _choices.update(kernel=named, why=f"SPECVIZ_INT8_KERNEL={named}")
+        return named
+    why_not = int8_kernel.load(options)
+    if why_not is not None:
+        _choices.update(kernel="int_mm", why=f"specviz's own kernel: {why_not}")
+        return "int_mm"
+    _choices.update(kernel="blocked", why=f"SPECVIZ_INT8_KERNEL={named}" if named == "blocked" else
+                    "specviz's own kernel, built for this CPU")
+    return "blocked"
+
+
+def kernel_choice() -> dict[str, Any] | None:
+    """The last :func:`choose_kernel` in this process: {"kernel", "why"}."""
+    return dict(_choices) if _choices else None
 
 
 # -- SmoothQuant's calibration ------------------------------------------------------------------

@@ -108,8 +108,7 @@ def _load_int8(spec: _Spec, report: Progress, options: settings.Options | None =
         model, tokenizer = fresh.model, fresh.tokenizer
     from ..runtime import tune
     from ..runtime.int8_kernel import needs_build
-    from ..runtime.int8_speed import choose_kernel
-    from .int8 import Int8Options
+    from .int8 import Int8Options, choose_kernel
     from .int8cache import quantize_cached
 
     if needs_build(options):
