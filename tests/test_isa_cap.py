@@ -1,5 +1,5 @@
 """specviz's C++ ops as an AVX2-only CPU builds them: torch capped at AVX2 (``ATEN_CPU_CAPABILITY``)
-caps the ops' build too (``int8_kernel.flags``), so an AVX-512 machine also builds and tests the AVX2
+caps the ops' build too (``specviz.native.flags``), so an AVX-512 machine also builds and tests the AVX2
 paths (the int8 product's int16 pair sums, the screen's and the dense product's 8-lane halves, the
 layer op on them)."""
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from specviz.runtime import int8_kernel
+from specviz import native
 from tests.support.kernel import NEEDS_OP
 
 pytestmark = NEEDS_OP
@@ -29,10 +29,10 @@ def _cpu_flags() -> set[str]:
 
 def test_a_capped_torch_caps_the_ops_build(monkeypatch):
     """The compiler's flags follow torch's level: no AVX-512 code under an AVX2 torch."""
-    monkeypatch.setattr(int8_kernel.torch.backends.cpu, "get_cpu_capability", lambda: "AVX2")
-    assert "-mno-avx512f" in int8_kernel.flags()
-    monkeypatch.setattr(int8_kernel.torch.backends.cpu, "get_cpu_capability", lambda: "AVX512")
-    assert int8_kernel.flags() == int8_kernel.FLAGS
+    monkeypatch.setattr(native.torch.backends.cpu, "get_cpu_capability", lambda: "AVX2")
+    assert "-mno-avx512f" in native.flags()
+    monkeypatch.setattr(native.torch.backends.cpu, "get_cpu_capability", lambda: "AVX512")
+    assert native.flags() == native.FLAGS
 
 
 @pytest.mark.slow

@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from specviz import native
 from specviz.runtime import int8_kernel
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -91,7 +92,7 @@ def child(out: str, models: str) -> None:
     from tests.support.tiny import TINY_PROMPT, make_tiny_models
 
     why = int8_kernel.load()
-    found = {"why": why, "capability": torch.backends.cpu.get_cpu_capability(), "flags": list(int8_kernel.flags()),
+    found = {"why": why, "capability": torch.backends.cpu.get_cpu_capability(), "flags": list(native.flags()),
              "library": str(int8_kernel._library()), "products": products() if why is None else None}
     target, draft = make_tiny_models(Path(models))
     settings = parse_settings(target, "draft", draft, 3, 0.0, 1.0, 0, 0, 16, TINY_PROMPT, True)
@@ -141,16 +142,16 @@ def after_a_killed_build(tmp_path_factory):
 def test_a_dead_or_idle_build_is_stale_and_a_live_one_is_not(tmp_path, caplog):
     kernels = tmp_path / "kernels"
     dead = _killed_build(kernels, "specviz_kernels_x", _dead_pid())
-    idle = _killed_build(kernels, "specviz_kernels_y", None, idle_s=int8_kernel.STALE_S + 60)
+    idle = _killed_build(kernels, "specviz_kernels_y", None, idle_s=native.STALE_S + 60)
     live = _killed_build(kernels, "specviz_kernels_z", os.getpid())
     (kernels / "specviz_kernels_w.so").write_bytes(b"")  # a library, not a build
-    found = {b.path: b for b in int8_kernel.build_dirs(kernels)}
+    found = {b.path: b for b in native.build_dirs(kernels)}
     assert set(found) == {dead, idle, live}
-    assert "gone" in int8_kernel.stale(found[dead]) and "nothing written" in int8_kernel.stale(found[idle])
-    assert int8_kernel.stale(found[live]) is None
-    assert int8_kernel.stale(found[dead], host="another-host") is None  # a pid means nothing on another host
-    with caplog.at_level(logging.WARNING, logger="specviz.runtime.int8_kernel"):
-        assert [b.path for b in int8_kernel.clear_stale(kernels)] == [live]
+    assert "gone" in native.stale(found[dead]) and "nothing written" in native.stale(found[idle])
+    assert native.stale(found[live]) is None
+    assert native.stale(found[dead], host="another-host") is None  # a pid means nothing on another host
+    with caplog.at_level(logging.WARNING, logger="specviz.native"):
+        assert [b.path for b in native.clear_stale(kernels)] == [live]
     assert live.is_dir() and not dead.exists() and not idle.exists()
     assert str(dead) in caplog.text and str(idle) in caplog.text and str(live) not in caplog.text
 
@@ -161,8 +162,8 @@ def test_a_build_under_way_elsewhere_is_waited_for_only_under_the_budget(tmp_pat
     built = tmp_path / "kernels" / "specviz_kernels_abc.so"
     live = _killed_build(built.parent, built.stem, os.getpid())
     t = time.monotonic()
-    with caplog.at_level(logging.INFO, logger="specviz.runtime.int8_kernel"):
-        why = int8_kernel._load_or_build(built, wait_s=1.0)
+    with caplog.at_level(logging.INFO, logger="specviz.native"):
+        why = native.load_or_build(built, int8_kernel.SOURCES, wait_s=1.0)
     assert 1.0 <= time.monotonic() - t < 30
     assert str(live) in why and "PyTorch's kernels" in why and str(live) in caplog.text
     assert live.is_dir() and not built.exists()
@@ -174,11 +175,11 @@ def test_no_compiler_is_said_before_any_build(tmp_path, monkeypatch):
     monkeypatch.delenv("SPECVIZ_INT8_KERNEL", raising=False)
     monkeypatch.setenv("SPECVIZ_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setattr(int8_kernel, "_state", {})  # nothing asked in this process yet
-    assert "no C++ compiler" in int8_kernel.toolchain()
+    assert "no C++ compiler" in native.toolchain()
     assert not int8_kernel.needs_build()  # nothing to announce: no build will run
     built = tmp_path / "kernels" / "specviz_kernels_abc.so"
     built.parent.mkdir()
-    assert "no C++ compiler" in int8_kernel._load_or_build(built, wait_s=1.0)
+    assert "no C++ compiler" in native.load_or_build(built, int8_kernel.SOURCES, wait_s=1.0)
     assert list(built.parent.iterdir()) == []  # no build directory left behind
 
 
@@ -191,7 +192,7 @@ def test_the_library_is_named_for_what_it_holds():
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(int8_kernel.toolchain() is not None, reason="no C++ compiler: nothing to build here")
+@pytest.mark.skipif(native.toolchain() is not None, reason="no C++ compiler: nothing to build here")
 def test_a_process_started_after_a_killed_build_builds_loads_and_decodes(after_a_killed_build):
     found, log, seconds, leftovers = after_a_killed_build
     assert found["why"] is None, found["why"]  # built and loaded, not waited on
@@ -206,7 +207,7 @@ def test_a_process_started_after_a_killed_build_builds_loads_and_decodes(after_a
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(int8_kernel.toolchain() is not None, reason="no C++ compiler: nothing to build here")
+@pytest.mark.skipif(native.toolchain() is not None, reason="no C++ compiler: nothing to build here")
 @pytest.mark.usefixtures("specviz_op")
 def test_the_plain_loop_build_gives_the_native_builds_results(after_a_killed_build):
     """The ``-mno-avx`` build (torch at DEFAULT) against this process's: the int8 product's integer
