@@ -150,3 +150,18 @@ def test_learn_part_5_opens_where_its_title_holds(monkeypatch, tmp_path):
     monkeypatch.setattr(hw, "cpu_curve", lambda cache_dir=None: flat)
     assert hw.default_point(tmp_path) == hw.START_POINTS[0]  # nowhere different: the first point, and it says so
     assert "both curves peak" in tab.on_hardware(*hw.START_POINTS[0])[0]
+
+
+@pytest.mark.parametrize("a, c, v", [(0.8, 0.01, 1.2), (0.6, 0.5, 1.1)])  # acceptance-limited, then draft-cost-limited
+def test_the_card_never_advises_a_smaller_k_where_the_what_if_peaks_at_a_larger_one(a, c, v):
+    """Issue 52 (the persona walk): "a smaller k keeps more of them" beside "the what-if below peaks at
+    k = 7" told a teacher both ways. With the curve's star past this k no smaller k is offered; with
+    it below, it still is."""
+    k, tau = 4, expected_tokens_per_step(a, 4)
+    common = dict(a=a, k=k, tau=tau, tokens=60, target_forwards=round(60 / tau) + 1, c=c, v=v, speedup=1.3,
+                  proposer="int8 draft", temperature=0.8)
+    up = explain.explain_speedup(**common, k_curve=[(kk, 1.0 + 0.05 * kk) for kk in range(1, 9)])  # peaks at k = 8
+    assert up.limit in ("a", "c") and up.numbers["best_k"] == 8
+    assert "smaller k" not in up.advice and "Lower k" not in up.advice and "peaks at k = 8" in up.advice, up.advice
+    down = explain.explain_speedup(**common, k_curve=[(kk, 2.0 - 0.1 * kk) for kk in range(1, 9)])  # peaks at k = 1
+    assert "smaller k" in down.advice or "Lower k" in down.advice, down.advice

@@ -202,8 +202,10 @@ def explain_speedup(*, a: float | None, k: int, tau: float, tokens: int, target_
     head = _lossy_head(head, lossy)
     if judged is not None and judged < SLOWER and predicted >= FASTER:
         limit = "overhead"  # the decode loop pays; what is lost is outside it
+    larger = bool(k_curve) and max(k_curve, key=lambda t: (t[1], -t[0]))[0] > k  # the what-if's star past this k
     advice = _advice(limit, verdict, a=a, k=k, c=c, v=v, proposer=proposer, gains=gains, tau=tau,
-                     f=drafted_fraction, predicted=predicted, greedy=temperature is not None and temperature <= 0)
+                     f=drafted_fraction, predicted=predicted, greedy=temperature is not None and temperature <= 0,
+                     larger_k_pays=larger)
     advice = _best_k_advice(advice, limit, k, k_curve, nums)
     return SpeedupStory(verdict, limit, head, tuple(sentences), advice, predicted, measured, nums, band, lossy, judged)
 
@@ -254,12 +256,15 @@ def _gap_sentence(measured: float, predicted: float, proposer: str) -> str:
 
 
 def _advice(limit: str, verdict: str, *, a: float, k: int, c: float, v: float, proposer: str, gains: dict,
-            tau: float, f: float = 1.0, predicted: float | None = None, greedy: bool = False) -> str:
-    # greedy (T = 0) keeps a draft when it is the target's argmax: no temperature to lower
-    ways = ["a draft closer to the target"] + ([] if greedy else ["a lower temperature"]) + (["a smaller k"] if k > 1 else [])
+            tau: float, f: float = 1.0, predicted: float | None = None, greedy: bool = False,
+            larger_k_pays: bool = False) -> str:
+    # greedy (T = 0) keeps a draft when it is the target's argmax: no temperature to lower; a smaller k keeps a
+    # larger share but is not offered where the what-if's curve peaks at a larger k (the card would advise both ways)
+    smaller_k = k > 1 and not larger_k_pays
+    ways = ["a draft closer to the target"] + ([] if greedy else ["a lower temperature"]) + (["a smaller k"] if smaller_k else [])
     closer = ", ".join(ways[:-1]) + " or " + ways[-1] if len(ways) > 1 else ways[0]
     closer = f"{closer[0].upper()}{closer[1:]} keeps more of them."
-    smaller = "Lower k or use" if k > 1 else "Use"  # at k = 1 there is no smaller k to take
+    smaller = "Lower k or use" if smaller_k else "Use"  # at k = 1 there is no smaller k to take
     what = {
         "a": f"The limit is acceptance: {1 - a:.0%} of the drafts are thrown away. {closer}",
         "c": (f"The limit is the draft's cost: {_n(k, 'draft token')} cost{'s' if k == 1 else ''} {k * c:.2f} target steps a round (free drafts "
