@@ -6,9 +6,9 @@ import torch
 
 from specviz import Sampling, SpeculativeDecoder
 from specviz.analysis import checks
+from specviz.core.logits import materialize
 from specviz.proposers import DraftModel, from_spec
 from specviz.proposers.vocab import ContextRows, SubsetHead, token_ranking, with_vocab_subset
-from specviz.runtime.argmax_head import materialize
 from specviz.runtime.quantize import Int8Linear
 from tests.test_engine import PROMPTS, hf_greedy
 

@@ -261,8 +261,9 @@ def measure(target, *, context: int = 256, max_n: int = MAX_N, repeats: int = RE
     from ..core.algorithm import logits_to_probs
     from ..core.certified import bounded_rows, bounded_sampling, plain_temperature, top_k_probs
     from ..core.engine import greedy_argmax
+    from ..core.logits import materialize
     from ..core.records import Sampling
-    from ..runtime.argmax_head import HeadLogits, materialize
+    from ..runtime.argmax_head import HeadLogits
     from ..runtime.kv import forward_logits, rollback, score_tree, session_cache
     from ..runtime.sampled_head import SAMPLE
 

@@ -10,8 +10,9 @@ import torch
 
 from ..core.algorithm import argmax as first_argmax
 from ..core.algorithm import logits_to_probs, sample
+from ..core.logits import materialize
 from ..core.records import Deferred, Proposal, Sampling
-from ..runtime.argmax_head import LazyLogits, materialize, top_probability
+from ..runtime.argmax_head import top_probability
 from ..runtime.kv import cache_length, context_window, forward_logits, rollback, session_cache, take_prefix, vocab_size
 from .vocab import context_rows_for, scoring
 
@@ -107,13 +108,13 @@ def draft_tokens(draft, state: _DraftState, ctx, k: int, sampling: Sampling, gen
 def _draft_loop(draft, state: _DraftState, new_ids: list[int], feed, k: int, sampling: Sampling, generator, stop, argmax: bool):
     device = draft.device
     tokens: list[int] = []
-    rows: list = []  # greedy: the logits (a LazyLogits [1, V] where the head gives one); sampled: q
+    rows: list = []  # greedy: the logits (deferred, [1, V], where the head gives one); sampled: q
     lazy_q = sampling.greedy or argmax  # q is only shown: computed when read
     for i in range(k):
         out = forward_logits(draft.model, feed, state.cache, 1, lazy=lazy_q)  # [1, V_draft], lazily where it can be
         state.ids.extend(new_ids)
         last = i == k - 1 or stop is None  # the stop rule is read where another draft could follow
-        if lazy_q and isinstance(out, LazyLogits) and out.shape[-1] == state.vocab:
+        if lazy_q and not isinstance(out, torch.Tensor) and out.shape[-1] == state.vocab:
             x = int(out.argmax()[0])  # a screened or cut head's argmax, without the row
             unsure = not last and _stops(state, stop, float(out.top_probability()[0]))  # a cut head: from its rows
             rows.append(out)
@@ -138,7 +139,7 @@ def _draft_loop(draft, state: _DraftState, new_ids: list[int], feed, k: int, sam
         return torch.tensor(tokens, dtype=torch.long), None
     if lazy_q:
         return torch.tensor(tokens, dtype=torch.long), Deferred(
-            lambda: torch.stack([logits_to_probs(materialize(r)[0] if isinstance(r, LazyLogits) else r, sampling) for r in rows]))
+            lambda: torch.stack([logits_to_probs(r if isinstance(r, torch.Tensor) else materialize(r)[0], sampling) for r in rows]))
     return torch.tensor(tokens, dtype=torch.long), torch.stack(rows)  # [k'], [k', V]
 
 

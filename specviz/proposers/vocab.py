@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..runtime.argmax_head import LazyLogits, top_probability
+from ..runtime.argmax_head import top_probability
 
 MIN_VOCAB = 1  # a floor for the argument only: useful sets are thousands of tokens (bench them)
 
@@ -71,7 +71,7 @@ class SubsetHead(torch.nn.Module):
         return f"rows={self.ids.numel()}, out_features={self.out_features}"
 
 
-class SubsetLogits(LazyLogits):
+class SubsetLogits:
     """Logits that are -inf outside ``ids`` and ``extra_ids``: y [n, N] at ``ids`` [N], extra [n, E] at
     ``extra_ids`` [E] (disjoint), on a vocabulary of V. ``get()`` lays them out, as the head's
     forward returns them; ``argmax()`` takes the first largest without that."""

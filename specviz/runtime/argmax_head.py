@@ -191,25 +191,6 @@ def build(weight: torch.Tensor, dot: bool | None = None) -> Screen:
     return Screen(w, block(rounded), float(w.norm(dim=-1).max()), float(err.max()), native_dot() if dot is None else dot)
 
 
-class LazyLogits:
-    """A step's logits [n, V] that a greedy caller may never read whole: ``get()`` computes (once)
-    and returns the tensor, ``argmax()`` [n] gives each row's first largest logit's id, as
-    ``logits.max(-1).indices`` would, without it where it can."""
-
-    shape: torch.Size
-
-    def get(self) -> torch.Tensor:
-        raise NotImplementedError
-
-    def argmax(self) -> torch.Tensor:
-        raise NotImplementedError
-
-    def top_probability(self) -> torch.Tensor:
-        """[n]: each row's largest softmax probability (q's top under greedy, where q is the plain
-        softmax), for a confidence stop; from the whole row unless a subclass knows a cheaper way."""
-        return top_probability(self.get())
-
-
 def top_probability(logits: torch.Tensor) -> torch.Tensor:
     """Logits [..., V] -> [...]: the largest softmax probability per row, 1 / sum(exp(l - max))."""
     logits = logits.float()
@@ -217,10 +198,10 @@ def top_probability(logits: torch.Tensor) -> torch.Tensor:
     return 1.0 / torch.exp(logits - top).sum(dim=-1)
 
 
-class HeadLogits(LazyLogits):
-    """One step's logits [n, V], computed when first read; its argmax certified without them, and
-    (a bf16 screen's) every logit bounded without them (:meth:`bounds`, for a sampled step:
-    :mod:`specviz.core.certified`)."""
+class HeadLogits:
+    """One step's logits [n, V] (``specviz.core.logits``' BoundedLogits), computed when first read;
+    its argmax certified without them, and (a bf16 screen's) every logit bounded without them
+    (:meth:`bounds`, for a sampled step: :mod:`specviz.core.certified`)."""
 
     def __init__(self, hidden: torch.Tensor, full: Callable[[torch.Tensor], torch.Tensor], screen: Screen):
         self.hidden, self._full, self.screen, self._logits = hidden, full, screen, None  # hidden [n, d]
@@ -239,6 +220,10 @@ class HeadLogits(LazyLogits):
         best = self.screen.argmax(self.hidden.float())
         return best if best is not None else self.get().max(dim=-1).indices
 
+    def top_probability(self) -> torch.Tensor:
+        """[n]: each row's largest softmax probability, from the whole row (a confidence stop)."""
+        return top_probability(self.get())
+
     def bounds(self) -> tuple[torch.Tensor, list[float]]:
         """(y [n, V] float32, b per row): every logit within b of its y (the bf16 screen's bound)."""
         h = self.hidden.float()
@@ -249,11 +234,6 @@ class HeadLogits(LazyLogits):
         """The float32 logits of ``ids`` [m] in row ``row`` -> [m] (each one dot product of the head)."""
         h = self.hidden[row : row + 1].float()
         return torch.ops.specviz_int8.pair_dots(h, self.screen.weight, torch.zeros_like(ids), ids)
-
-
-def materialize(logits) -> torch.Tensor:
-    """A tensor of logits from a tensor or a :class:`LazyLogits`."""
-    return logits.get() if isinstance(logits, LazyLogits) else logits
 
 
 # -- the choice, per model: the screen its plan names (specviz.runtime.plan) ----------------------
