@@ -1,10 +1,5 @@
 """This CPU, as the kernel plans see it: its identity (:func:`machine_id`, a plan file's key), what
-it can run (:func:`onednn_bf16`), and whether other work is running beside us (:func:`busy`).
-
-The kernels are in :mod:`specviz.runtime.kernels`, which of them each weight runs at each width in
-:mod:`specviz.runtime.plan` (made once by ``specviz tune``, read at load). ``SPECVIZ_CPU_HEAD=0``:
-the LM head keeps its own ``nn.Linear``.
-"""
+it can run (:func:`onednn_bf16`), and whether other work is running beside us (:func:`busy`)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """specviz's own float32 product for a few rows, ``torch.ops.specviz_int8.dense`` (in
-``int8_kernel.cpp``, built and loaded by :mod:`specviz.runtime.int8_kernel`): the seventh kernel the
-body's projections time per width beside PyTorch's (:mod:`specviz.runtime.projections`).
+``int8_kernel.cpp``, built and loaded by :mod:`specviz.runtime.int8_kernel`), the batch-invariant
+kernel of :mod:`specviz.runtime.kernels`' table.
 
 The weight is blocked [ceil(out/16), in, 16]: 16 outputs a 64-byte step over every input, streamed
 once for up to 12 rows (AVX-512 where the compiler targets it, plain loops elsewhere). Each output

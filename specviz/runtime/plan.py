@@ -6,16 +6,13 @@ greedy argmax (``argmax``: ``bf16``, ``int8`` or ``full``) and a sampled step's 
 ``bf16`` or ``full``) name what runs instead. A width between two planned ones takes the narrower's;
 a wider one the widest's.
 
-Tuning is a step, not a side effect: :func:`specviz.runtime.tune.tune` (``specviz tune``, the app's
-start-up preparation, ``make bench``) measures every kernel at widths 1..9 once and writes one plan
-file per machine (:func:`cpu.machine_id`), model, torch version and thread count under the cache
-directory (:func:`write`); loading a model, building its decoder and its first steps only read it
-(:func:`read`, :func:`of`).
-Without a plan file, each kind takes a default from the CPU's features (:func:`default_kernel`: the
-batch-invariant blocked product where specviz's ops build, oneDNN's packed bf16 product where the
-CPU has one, else F.linear), logged once. Screens are exact, so the plan never changes a certified
-result. Where the batch-invariant product runs, it runs every width of every float32 kind
-(:func:`choose`): a verify pass's rows are the one-token step's, bit for bit, on every machine.
+:func:`specviz.runtime.tune.tune` (``specviz tune``, the app's warm-up, ``make bench``) measures it
+once and writes one file per machine, model, torch version and thread count (:func:`write`); a
+load, a decoder and its steps only read it (:func:`read`, :func:`of`). Without one, each kind
+takes the CPU features' default (:func:`default_kernel`), logged once. Screens are exact, so the
+plan never changes a certified result. Where the batch-invariant product runs, it runs every
+width of every float32 kind (:func:`choose`): a verify pass's rows are the one-token step's, bit
+for bit, on every machine.
 """
 
 from __future__ import annotations

@@ -3,8 +3,6 @@
 A model's static decode step, head plan, certified screens and cache directory live in one
 :class:`ModelRuntime` the model carries (``of(model)``), not in module-level registries: one place
 to look, and it goes when the model goes.
-
-A bottom-layer module: it imports nothing from specviz but its settings.
 """
 
 from __future__ import annotations
