@@ -95,7 +95,8 @@ def teacher(browser, url, size, w, h, shots):
     said = re.search(r'data-best-k="(\d+)"', why)
     advice = page.inner_text("#sv-why .sv-why-advice") if page.query_selector("#sv-why .sv-why-advice") else ""
     agree = star is None or said is None or star.group(1) == said.group(1)
-    narrow = "smaller k keeps the pass narrow" in advice and star is not None and int(star.group(1)) >= _k(page)
+    narrow = star is not None and (("smaller k keeps the pass narrow" in advice and int(star.group(1)) >= _k(page))
+                                   or (("smaller k" in advice or "Lower k" in advice) and int(star.group(1)) > _k(page)))
     check(size, "teacher", "2", agree and not narrow,
           f"what-if star k = {star and star.group(1)}, card's best k = {said and said.group(1)}; advice: {advice[:220]!r}")
     check(size, "teacher", "9", "all 1 drafts" not in page.inner_text("body"), "no 'all 1 drafts' on the page")
