@@ -31,17 +31,20 @@ demo: setup
 	GRADIO_ANALYTICS_ENABLED=False $(BIN)/python app.py
 
 # The tests run on every core (pytest-xdist, one test file per worker: module fixtures stay
-# shared; the files with a slow test are handed out first, see tests/conftest.py). Then, in one
-# process, one at a time: the real llama-server and vLLM (llama-server's thread pool spins at
-# barriers and slowed 30-fold beside busy torch workers on 2 cores) and the browser tests, which
-# time what a person sees (one app server and one Chromium for all of them).
+# shared; the files with a slow or remote test are handed out first, see tests/conftest.py). Then,
+# on every core too, the real llama-server and vLLM and the browser tests: each worker has its own
+# app server and Chromium (session fixtures, free ports); the llama-server test starts its servers
+# with `--poll 0` (a spinning thread pool slowed 30-fold beside busy workers), and no browser test
+# asserts on a time. Run one after the other they took 11:28 on a quiet 2-core Zen 3, much of it
+# on one core while the other idled; on two workers the vLLM start, the two-start restart test and
+# the llama-server test (the longest files, handed out first) overlap the rest.
 JOBS     ?= $(shell nproc 2>/dev/null || echo 2)
 PYTEST   := GRADIO_ANALYTICS_ENABLED=False HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -ra --durations=25
 XDIST    := -n $(JOBS) --dist loadfile --no-loadscope-reorder
 
 test: setup chromium llama-server-build vllm-server-build
 	$(PYTEST) $(XDIST) -m "not browser and not remote"
-	$(PYTEST) -m "remote or browser"
+	$(PYTEST) $(XDIST) -m "remote or browser"
 
 test-fast: setup
 	$(PYTEST) $(XDIST) -m "not slow and not browser and not remote"

@@ -26,9 +26,10 @@ from tests.support.tiny import (  # noqa: E402
 @pytest.hookimpl(trylast=True)  # after -m has deselected what does not run
 def pytest_collection_modifyitems(config, items):
     """On an xdist worker (``make test``: ``--dist loadfile --no-loadscope-reorder``), the files that
-    hold a ``slow`` test first, then the rest, each group most tests first (xdist's own order). xdist
-    hands out files in this order as workers free up; by test count alone the one-test files that
-    load the built-in models or build the kernels came last, one of them running alone at the end."""
+    hold a ``slow`` or ``remote`` test first, then the rest, each group most tests first (xdist's own
+    order). xdist hands out files in this order as workers free up; by test count alone the one-test
+    files that load the built-in models, build the kernels, start two app processes or a real engine
+    came last, one of them running alone at the end."""
     if not hasattr(config, "workerinput"):
         return
 
@@ -36,7 +37,7 @@ def pytest_collection_modifyitems(config, items):
         return item.nodeid.split("::", 1)[0]
 
     count = collections.Counter(file_of(item) for item in items)
-    slow = {file_of(item) for item in items if item.get_closest_marker("slow")}
+    slow = {file_of(item) for item in items if item.get_closest_marker("slow") or item.get_closest_marker("remote")}
     items.sort(key=lambda item: (file_of(item) not in slow, -count[file_of(item)]))  # stable: a file stays whole
 
 
