@@ -115,10 +115,10 @@ def int8_copy(target, kernel: str) -> torch.nn.Module:
     ``specviz tune --target NAME@int8`` wrote, as ``NAME@int8`` loads it)."""
     from specviz.models.device import cache_dir
     from specviz.models.int8 import Int8Options, quantize_int8
-    from specviz.runtime import tune
+    from specviz.runtime import plan, projections
 
     model = quantize_int8(copy.deepcopy(target.model), target.tokenizer, Int8Options(kernel=kernel))
-    tune.load(model, tune.key_of(f"{target.name}@int8", torch.float32, "int8"), cache_dir())
+    projections.load(model, plan.key_of(f"{target.name}@int8", torch.float32, "int8"), cache_dir())
     return model
 
 

@@ -16,8 +16,8 @@ import os
 
 import torch
 
-from specviz.runtime import cpu, tune
-from specviz.runtime import plan as kernel_plan
+from specviz import tuning
+from specviz.runtime import cpu
 
 
 def weights(random: bool, body: bool) -> tuple[str, dict[str, list[torch.Tensor]]]:
@@ -28,7 +28,7 @@ def weights(random: bool, body: bool) -> tuple[str, dict[str, list[torch.Tensor]
     os.environ["SPECVIZ_CPU_HEAD"] = "0"  # the plain head, unwrapped
     model = load_model("gemma-3-270m").model
     kinds = {"head": [model.get_output_embeddings().weight.detach()]}
-    return "gemma-3-270m", kinds | (tune.body_kinds(model) if body else {})
+    return "gemma-3-270m", kinds | (tuning.body_kinds(model) if body else {})
 
 
 def main() -> None:
@@ -47,11 +47,11 @@ def main() -> None:
         print(f"\n{name} {kind}: {len(ws)} x {tuple(ws[0].shape)} {str(ws[0].dtype).removeprefix('torch.')}")
         names = None
         for rows in range(1, args.max_rows + 1):
-            ms = {n: t * 1e3 for n, t in kernel_plan.time_kernels(ws, rows, args.repeats).items()}
+            ms = {n: t * 1e3 for n, t in tuning.time_kernels(ws, rows, args.repeats).items()}
             if names is None:
                 names = list(ms)
                 print("rows  " + "  ".join(f"{n:>16}" for n in names) + "  chosen")
-            print(f"{rows:>4}  " + "  ".join(f"{ms[n]:16.2f}" for n in names) + f"  {kernel_plan.choose(ms)}")
+            print(f"{rows:>4}  " + "  ".join(f"{ms[n]:16.2f}" for n in names) + f"  {tuning.choose(ms)}")
 
 
 if __name__ == "__main__":

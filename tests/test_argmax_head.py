@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specviz import Hook, Sampling, SpeculativeDecoder
+from specviz import Hook, Sampling, SpeculativeDecoder, tuning
 from specviz.bench import kernel_words
 from specviz.proposers import DraftModel, DraftTree, NGram, NGramTree
 from specviz.runtime import argmax_head
@@ -207,7 +207,7 @@ def test_the_choice_comes_from_the_plan_and_is_reported(tiny_target, monkeypatch
     from specviz.runtime import state
 
     monkeypatch.setenv("SPECVIZ_ARGMAX_HEAD", "auto")
-    monkeypatch.setattr(argmax_head, "time_widths", lambda *a, **k: pytest.fail("timed outside specviz tune"))
+    monkeypatch.setattr(tuning, "time_widths", lambda *a, **k: pytest.fail("timed outside specviz tune"))
     model, held = tiny_target.model, state.of(tiny_target.model)
     try:
         screen = argmax_head.attach(model, min_elements=0)  # no plan: the bf16 screen at every width
@@ -215,7 +215,7 @@ def test_the_choice_comes_from_the_plan_and_is_reported(tiny_target, monkeypatch
         used = list(range(1, len(screen.use_at)))
         assert kernel_words.screen_report(model) == {"widths": {}, "used": used, "kind": "bf16", "by_kind": {"bf16": used}}
         times = {r: {"full": 10.0, "bf16": 20.0, "int8": 5.0 if r < 9 else 11.0} for r in argmax_head.WIDTHS}
-        held.plan = kernel_plan.Plan("tiny", {"argmax": kernel_plan.screen_kind(times, argmax_head.KINDS)})
+        held.plan = kernel_plan.Plan("tiny", {"argmax": tuning.screen_kind(times, argmax_head.KINDS)})
         with monkeypatch.context() as m:  # only the kept copy is made
             m.setattr(argmax_head, "build", lambda w: pytest.fail("built the bf16 copy"))
             screen = argmax_head.attach(model, min_elements=0)
@@ -223,7 +223,7 @@ def test_the_choice_comes_from_the_plan_and_is_reported(tiny_target, monkeypatch
         report = kernel_words.screen_report(model)
         assert set(report["widths"]) == {str(r) for r in argmax_head.WIDTHS} and report["used"] == list(range(1, 9))
         slower = {r: {"full": 1.0, "bf16": 2.0, "int8": 3.0} for r in argmax_head.WIDTHS}
-        assert kernel_plan.screen_kind(slower, argmax_head.KINDS) is None  # tuned slower: the full head
+        assert tuning.screen_kind(slower, argmax_head.KINDS) is None  # tuned slower: the full head
         held.plan = kernel_plan.Plan("tiny", {"argmax": kernel_plan.KindPlan({1: "full"})})
         assert argmax_head.attach(model, min_elements=0) is None and kernel_words.screen_report(model) is None
     finally:
@@ -262,7 +262,7 @@ def test_a_plan_that_splits_the_widths_keeps_both_screens_and_each_width_reads_i
     monkeypatch.setenv("SPECVIZ_ARGMAX_HEAD", "auto")
     held = state.of(tiny_target.model)
     times = {r: {"full": 10.0, "bf16": 6.0 if r >= 5 else 8.0, "int8": 3.0 if r < 5 else 9.0} for r in argmax_head.WIDTHS}
-    held.plan = kernel_plan.Plan("tiny", {"argmax": kernel_plan.screen_kind(times, argmax_head.KINDS)})
+    held.plan = kernel_plan.Plan("tiny", {"argmax": tuning.screen_kind(times, argmax_head.KINDS)})
     seen = []
     for kind in (argmax_head.Screen, argmax_head.Int8Screen):
         real = kind.argmax

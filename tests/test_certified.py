@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 
-from specviz import Hook, Sampling, SpeculativeDecoder
+from specviz import Hook, Sampling, SpeculativeDecoder, tuning
 from specviz.bench import kernel_words
 from specviz.core import certified
 from specviz.core.algorithm import verify
@@ -249,7 +249,7 @@ def test_the_sampled_heads_choice_is_planned_reported_and_set(tiny_target, monke
         from specviz.runtime import plan as kernel_plan
         from specviz.runtime import state
 
-        kind = sampled_head.measure(model)  # specviz tune's timing; a sampled step only reads the plan
+        kind = tuning.sampled_kind(model)  # specviz tune's timing; a sampled step only reads the plan
         state.of(model).plan, state.of(model).sampled_screen = kernel_plan.Plan("tiny", {"sampled": kind} if kind else {}), None
         screen = sampled_head.screen_for(model, 1)
         report = kernel_words.sampled_report(model)

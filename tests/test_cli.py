@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from specviz import cli
+from specviz import cli, tuning
 from specviz.core.hooks import load_trace
 from tests.support import make_char_tokenizer, make_llama, perturbed
 
@@ -334,7 +334,7 @@ def test_tune_measures_once_and_writes_the_plan_that_loading_reads(capsys, model
     monkeypatch.setenv("SPECVIZ_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(cpu, "MIN_HEAD_ELEMENTS", 0)  # the tiny head counted as a large one
     calls = []
-    monkeypatch.setattr(kernel_plan, "time_kernels", lambda ws, rows, repeats: calls.append(rows) or {"F.linear": 1.0})
+    monkeypatch.setattr(tuning, "time_kernels", lambda ws, rows, repeats: calls.append(rows) or {"F.linear": 1.0})
     clear_model_cache()
     rc, out, _ = run(capsys, "tune", "--target", models[0], "--quiet")
     assert rc == 0 and "measured, written to" in out and calls == list(kernel_plan.WIDTHS), out

@@ -12,10 +12,10 @@ import logging
 import pytest
 import torch
 
-from specviz import Sampling, SpeculativeDecoder
+from specviz import Sampling, SpeculativeDecoder, tuning
 from specviz.bench import kernel_words
 from specviz.core.bounds import ENGINE_MAX_K
-from specviz.runtime import argmax_head, cpu, projections, state, tune
+from specviz.runtime import argmax_head, cpu, projections, state
 from specviz.runtime import plan as kernel_plan
 from specviz.runtime.kernels import DEFAULT, TABLE, PlannedLinear
 from tests.support import make_char_tokenizer, make_llama
@@ -31,7 +31,7 @@ def _no_timing(*_a, **_k):
 @pytest.fixture
 def no_timers(monkeypatch):
     """Every timer a plan is measured with, failing if called."""
-    for module, name in ((kernel_plan, "time_kernels"), (argmax_head, "time_widths")):
+    for module, name in ((tuning, "time_kernels"), (tuning, "time_widths")):
         monkeypatch.setattr(module, name, _no_timing)
 
 
@@ -122,12 +122,12 @@ def test_the_batch_invariant_kernels_give_a_row_the_same_bits_at_every_width():
 
 def test_a_batch_invariant_kernel_runs_every_width_else_the_first_unless_another_is_clearly_faster():
     assert list(TABLE)[0] == "specviz blocked" and TABLE["specviz blocked"].batch_invariant  # batch-invariant first
-    assert kernel_plan.choose({"specviz blocked": 1.0, "F.linear": 0.95, "oneDNN packed": 0.92}) == "specviz blocked"
+    assert tuning.choose({"specviz blocked": 1.0, "F.linear": 0.95, "oneDNN packed": 0.92}) == "specviz blocked"
     # however much faster another is: a mixed plan would give a verify pass's rows other bits than the step's
-    assert kernel_plan.choose({"specviz blocked": 1.0, "F.linear": 0.5, "oneDNN packed": 0.4}) == "specviz blocked"
-    assert kernel_plan.choose({"F.linear": 1.0, "oneDNN packed": 0.95}) == "F.linear"
-    assert kernel_plan.choose({"F.linear": 1.0, "oneDNN packed": 0.8}) == "oneDNN packed"
-    assert kernel_plan.choose({"F.linear": 1.0}) == "F.linear" and kernel_plan.choose({}) == DEFAULT
+    assert tuning.choose({"specviz blocked": 1.0, "F.linear": 0.5, "oneDNN packed": 0.4}) == "specviz blocked"
+    assert tuning.choose({"F.linear": 1.0, "oneDNN packed": 0.95}) == "F.linear"
+    assert tuning.choose({"F.linear": 1.0, "oneDNN packed": 0.8}) == "oneDNN packed"
+    assert tuning.choose({"F.linear": 1.0}) == "F.linear" and tuning.choose({}) == DEFAULT
     plan = kernel_plan.KindPlan({1: "F.linear", 3: "oneDNN packed"})
     assert plan.by_width(5) == ("F.linear", "F.linear", "oneDNN packed", "oneDNN packed", "oneDNN packed")
 
@@ -144,8 +144,8 @@ def _stand_in_timers(monkeypatch, calls):
         calls.append(rows)
         return {n: (0.5 if n == "oneDNN packed" and rows >= 3 else 1.0) for n in HERE}
 
-    monkeypatch.setattr(kernel_plan, "time_kernels", time_kernels)
-    monkeypatch.setattr(argmax_head, "time_widths", lambda head, screen, fast=None: {
+    monkeypatch.setattr(tuning, "time_kernels", time_kernels)
+    monkeypatch.setattr(tuning, "time_widths", lambda head, screen, fast=None: {
         r: (10.0, 2.0 if isinstance(screen, argmax_head.Screen) else 1.0) for r in argmax_head.WIDTHS})
 
 
@@ -156,15 +156,15 @@ def test_tune_writes_one_plan_file_that_loading_reads(tiny_dir, monkeypatch, no_
     assert state.of(loaded.model).plan.path is None  # no plan yet: feature defaults
     calls = []
     _stand_in_timers(monkeypatch, calls)
-    plan, measured = tune.tune(loaded.model)
+    plan, measured = tuning.tune(loaded.model)
     assert measured and plan.path.exists() and plan.path.parent == cache_dir() / "plans"
     assert len(calls) == 5 * cpu.MEASURED_ROWS  # the head and four projection kinds, every width once
     saved = json.loads(plan.path.read_text())
     assert saved["machine"] == cpu.machine_id() and saved["torch"] == torch.__version__
-    assert saved["kinds"]["head"]["kernels"]["1"] == kernel_plan.choose({n: 1.0 for n in HERE})
-    assert tune.tune(loaded.model) == (plan, False) and len(calls) == 5 * cpu.MEASURED_ROWS  # once
-    monkeypatch.setattr(kernel_plan, "time_kernels", _no_timing)
-    monkeypatch.setattr(argmax_head, "time_widths", _no_timing)
+    assert saved["kinds"]["head"]["kernels"]["1"] == tuning.choose({n: 1.0 for n in HERE})
+    assert tuning.tune(loaded.model) == (plan, False) and len(calls) == 5 * cpu.MEASURED_ROWS  # once
+    monkeypatch.setattr(tuning, "time_kernels", _no_timing)
+    monkeypatch.setattr(tuning, "time_widths", _no_timing)
     from specviz.models.cache import clear_model_cache
 
     clear_model_cache()
@@ -190,7 +190,7 @@ def test_loading_and_first_steps_time_nothing_with_or_without_a_plan(tiny_dir, m
         assert kernel_words.sampled_report(loaded.model) is not None
         with monkeypatch.context() as m:
             _stand_in_timers(m, [])
-            tune.tune(loaded.model)
+            tuning.tune(loaded.model)
         clear_model_cache()
 
 
@@ -199,7 +199,7 @@ def test_a_missing_or_damaged_plan_gives_feature_defaults_and_says_so_once(tiny_
     from specviz.models.cache import clear_model_cache
 
     key = kernel_plan.key_of(tiny_dir, torch.float32)
-    tune._said.discard(key)
+    projections._said.discard(key)
     with caplog.at_level(logging.INFO, logger="specviz.runtime"):
         load_model(tiny_dir)
         clear_model_cache()
@@ -246,8 +246,8 @@ def test_each_width_takes_its_fastest_screen_and_a_model_keeps_both_where_each_w
     times = {1: {"full": 28.2, "bf16": 15.9, "int8": 10.3}, 2: {"full": 30.9, "bf16": 17.1, "int8": 13.0},
              3: {"full": 39.4, "bf16": 19.2, "int8": 16.7}, 5: {"full": 29.3, "bf16": 19.4, "int8": 23.7},
              9: {"full": 33.5, "bf16": 27.0, "int8": 45.8}, 17: {"full": 59.7, "bf16": 46.3, "int8": 84.9}}
-    chosen = kernel_plan.screen_kind(times, argmax_head.KINDS)
+    chosen = tuning.screen_kind(times, argmax_head.KINDS)
     assert chosen.by_width(9) == ("int8",) * 4 + ("bf16",) * 5
     times[17]["bf16"] = 58.0  # under 10% faster than the full head: the full head there
-    assert kernel_plan.screen_kind(times, argmax_head.KINDS).kernel(17) == "full"
-    assert kernel_plan.screen_kind({1: {"full": 1.0, "bf16": 0.95}}, ("bf16",)) is None
+    assert tuning.screen_kind(times, argmax_head.KINDS).kernel(17) == "full"
+    assert tuning.screen_kind({1: {"full": 1.0, "bf16": 0.95}}, ("bf16",)) is None

@@ -9,8 +9,8 @@ import copy
 import pytest
 import torch
 
+from specviz import tuning
 from specviz.runtime import dense_kernel
-from specviz.runtime import plan as kernel_plan
 from specviz.runtime.kernels import PlannedLinear
 from tests.support.kernel import NEEDS_OP
 
@@ -70,5 +70,5 @@ def test_a_planned_layer_on_it_and_its_copies():
 
 def test_specviz_tune_times_it_beside_the_tables_other_kernels():
     w = torch.randn(48, 32)
-    times = kernel_plan.time_kernels((w, w), 3, 1)
+    times = tuning.time_kernels((w, w), 3, 1)
     assert "specviz blocked" in times and "F.linear" in times and all(t > 0 for t in times.values())

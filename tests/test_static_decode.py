@@ -8,7 +8,7 @@ import copy
 import pytest
 import torch
 
-from specviz import SpeculativeDecoder
+from specviz import SpeculativeDecoder, tuning
 from specviz.proposers import DraftModel
 from specviz.runtime import projections, state, static_decode
 from specviz.runtime.body import EAGER, Runner
@@ -518,7 +518,7 @@ def test_a_projection_plan_is_read_never_measured(tiny_target, monkeypatch, tmp_
 
     monkeypatch.setenv("SPECVIZ_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(projections, "MIN_BODY_ELEMENTS", 0)
-    monkeypatch.setattr(kernel_plan, "time_kernels", lambda *a, **k: pytest.fail("timed while building a decoder"))
+    monkeypatch.setattr(tuning, "time_kernels", lambda *a, **k: pytest.fail("timed while building a decoder"))
     body = static_decode.StaticDecoder(copy.deepcopy(tiny_target.model)).body
     want = kernel_plan.default_kernel("qkv")
     assert all(p.kernels == {1: want} and not p.cached for p in body.kernel_plans.values())

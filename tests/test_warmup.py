@@ -28,14 +28,15 @@ def _model(tokenizer, name, seed):
 
 def test_prepare_loads_tunes_then_builds_the_static_step_and_a_run_then_waits_for_nothing(tokenizer, fresh_startup,
                                                                                          monkeypatch):
-    from specviz.runtime import state, tune
+    from specviz import tuning
+    from specviz.runtime import state
 
     model = _model(tokenizer, "tiny-warm", 11)
     assert static_decode.supports(model.model) is None  # a float Llama on the CPU: served by the static step
     said: list[str] = []
     tuned = []
-    real = tune.tune
-    monkeypatch.setattr(tune, "tune", lambda m, *a, **k: tuned.append(state.of(m).decoder is None) or real(m, *a, **k))
+    real = tuning.tune
+    monkeypatch.setattr(tuning, "tune", lambda m, *a, **k: tuned.append(state.of(m).decoder is None) or real(m, *a, **k))
     thread = warmup.prepare(["tiny-warm"], load=lambda name, progress=None: model, say=said.append)
     thread.join(120)
     assert not fresh_startup.running and fresh_startup.stage is None and not fresh_startup.errors

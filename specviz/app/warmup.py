@@ -66,26 +66,26 @@ def warm_static_steps(models: Iterable[tuple[str, Any]], progress: Progress | No
 def tune_models(models: Iterable[tuple[str, Any]]) -> float:
     """``specviz tune`` for each (name, LoadedModel): its kernel plan measured and written where this
     machine has none yet (read where it has), before its decode step is built. -> seconds spent."""
-    from ..runtime import tune
+    from .. import tuning
 
     t = time.perf_counter()
     for _name, loaded in models:
         module = getattr(loaded, "model", None)
         if isinstance(module, torch.nn.Module):
-            tune.tune(module)
+            tuning.tune(module)
     return time.perf_counter() - t
 
 
 def tune_targets(names: Iterable[str], dtype: str = "auto", again: bool = False, say: Progress | None = None) -> list[str]:
     """``specviz tune``: load each model on the CPU and measure its kernel plan here, or find it
     measured (``again``: measure anyway) -> a line or two per model, saying where its plan is."""
+    from .. import tuning
     from ..models import cache_dir, load_model
-    from ..runtime import tune
 
     lines = []
     for name in names:
         model = load_model(name, device="cpu", dtype=dtype, progress=say).model
-        plan, new = tune.tune(model, cache_dir(), again=again, progress=say)
+        plan, new = tuning.tune(model, cache_dir(), again=again, progress=say)
         lines.append(f"{name}: {'measured, written to' if new else 'already there (--again measures again):'} {plan.path}\n"
                      f"  {plan_words(plan)}")
     return lines

@@ -14,8 +14,7 @@ from ..runtime import argmax_head, cpu, state
 from ..runtime.kernels import PlannedLinear
 from ..runtime.plan import KindPlan
 from ..runtime.plan import of as plan_of
-from ..runtime.projections import KIND_NAMES
-from ..runtime.tune import float_head
+from ..runtime.projections import KIND_NAMES, float_head
 
 # a report's columns before kernels had one table (older sweeps' JSON): column -> kernel name
 _OLD = {"f_linear_ms": "F.linear", "onednn_ms": "oneDNN", "packed_ms": "oneDNN packed", "kmajor_ms": "F.linear K-major",

@@ -106,7 +106,7 @@ def _load_int8(spec: _Spec, report: Progress, options: settings.Options | None =
     else:
         fresh = _load_float(spec, cpu, fp32, report, options)  # private copy, not cached
         model, tokenizer = fresh.model, fresh.tokenizer
-    from ..runtime import tune
+    from ..runtime import plan, projections
     from ..runtime.int8_kernel import needs_build
     from .int8 import Int8Options, choose_kernel
     from .int8cache import quantize_cached
@@ -117,7 +117,7 @@ def _load_int8(spec: _Spec, report: Progress, options: settings.Options | None =
     model, _ = quantize_cached(model, tokenizer, f"{spec.kind}:{spec.source}", int8, report=report)  # on disk after the first start
     # the plan's kernels (its screens); read, never measured
     _pin(model, options)
-    tune.load(model, tune.key_of(spec.display_name, fp32, "int8"), cache_dir())
+    projections.load(model, plan.key_of(spec.display_name, fp32, "int8"), cache_dir())
     return LoadedModel(model, tokenizer, spec.display_name, cpu, fp32, "int8")
 
 
@@ -168,10 +168,10 @@ def _load_float(spec: _Spec, dev: torch.device, dt: torch.dtype, report: Progres
             model, tok = _from_pretrained(spec.source, dev, dt, use_safetensors=True, local_only=local_only)
         except Exception as e:  # noqa: BLE001
             raise _hub_error(spec.source, e, local_only) from e
-    from ..runtime import tune
+    from ..runtime import plan, projections
 
     # the head's kernel per width and its screens, from the plan `specviz tune` wrote for this machine
     # (CPU features' defaults without one): read, never measured
     _pin(model, options)
-    tune.load(model, tune.key_of(spec.display_name, dt), cache_dir())
+    projections.load(model, plan.key_of(spec.display_name, dt), cache_dir())
     return LoadedModel(model, tok, spec.display_name, dev, dt, None)

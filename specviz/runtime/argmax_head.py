@@ -33,7 +33,6 @@ log = logging.getLogger(__name__)
 MAX_KEPT = 4096  # more surviving rows than this: the full float32 head instead
 INT8_MAX_KEPT = 16384  # the int8 screen's (its bound keeps ~10x more: gemma-3-270m, a few hundred, at most ~5,000)
 WIDTHS = (1, 2, 3, 5, 9, 17)  # widths specviz tune times (a chain verifies k + 1 rows, a tree its nodes + 1; wider: the widest)
-REPEATS = 5
 LANES = 16  # outputs a block of the screen op's weight
 U32 = 2.0**-24
 TINY = 2.0**-126  # float32's smallest normal: below it the bf16 instruction reads and writes 0
@@ -257,37 +256,8 @@ def eligible(model: torch.nn.Module, min_elements: int | None = None) -> bool:
             and not getattr(text, "final_logit_softcapping", None))
 
 
-def time_widths(head: Callable[[torch.Tensor], torch.Tensor], screen: Screen, widths=WIDTHS,
-                repeats: int = REPEATS, fast: Callable[[torch.Tensor], object] | None = None) -> dict[int, tuple[float, float]]:
-    """{rows: (full head ms, screened argmax ms)} on random rows with logits of order 20, the two
-    interleaved (``fast``: what is timed against the full head instead of the screen's argmax)."""
-    from .plan import time_passes
-
-    g, out = torch.Generator().manual_seed(0), {}
-    for rows in widths:
-        h = torch.randn(rows, screen.weight.shape[1], generator=g) * (20.0 / max(screen.norm_max, 1e-6))  # [rows, d]
-        s = time_passes({"full": lambda: head(h), "fast": lambda: (fast or screen.argmax)(h)}, repeats)
-        out[rows] = (s["full"] * 1e3, s["fast"] * 1e3)
-    return out
-
-
 KINDS = ("bf16", "int8")  # the screens a head may get
 MAKERS = {"bf16": build, "int8": build_int8}
-
-
-def measure(model: torch.nn.Module, _kinds=None):
-    """``specviz tune``'s "argmax" kind: each screen's argmax timed against the full head at
-    :data:`WIDTHS` (:func:`specviz.runtime.plan.screen_kind` picks); None where no screen can run."""
-    from . import int8_kernel, plan
-
-    if setting(model) == "0" or not eligible(model) or int8_kernel.load() is not None:
-        return None
-    head = model.get_output_embeddings()
-    times: dict[int, dict[str, float]] = {}
-    for kind in KINDS:
-        for rows, (full, fast) in time_widths(head, MAKERS[kind](head.weight)).items():
-            times.setdefault(rows, {"full": round(full, 3)})[kind] = round(fast, 3)
-    return plan.screen_kind(times, KINDS)
 
 
 def attach(model: torch.nn.Module, min_elements: int | None = None) -> Screen | Int8Screen | None:

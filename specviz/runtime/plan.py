@@ -6,12 +6,12 @@ greedy argmax (``argmax``: ``bf16``, ``int8`` or ``full``) and a sampled step's 
 ``bf16`` or ``full``) name what runs instead. A width between two planned ones takes the narrower's;
 a wider one the widest's.
 
-:func:`specviz.runtime.tune.tune` (``specviz tune``, the app's warm-up, ``make bench``) measures it
+:func:`specviz.tuning.tune` (``specviz tune``, the app's warm-up, ``make bench``) measures it
 once and writes one file per machine, model, torch version and thread count (:func:`write`); a
 load, a decoder and its steps only read it (:func:`read`, :func:`of`). Without one, each kind
 takes the CPU features' default (:func:`default_kernel`), logged once. Screens are exact, so the
 plan never changes a certified result. Where the batch-invariant product runs, it runs every
-width of every float32 kind (:func:`choose`): a verify pass's rows are the one-token step's, bit
+width of every float32 kind (:func:`specviz.tuning.choose`): a verify pass's rows are the one-token step's, bit
 for bit, on every machine.
 """
 
@@ -23,8 +23,6 @@ import logging
 import os
 import re
 import tempfile
-import time
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,8 +36,6 @@ log = logging.getLogger(__name__)
 
 FORMAT = 1
 WIDTHS = tuple(range(1, cpu.MEASURED_ROWS + 1))  # float kernels: 1 (target-only) .. 9 (verifying k = 8)
-HEAD_REPEATS, BODY_REPEATS = 3, 5  # rounds per width (the min of them: a busy moment only adds time)
-FASTER = 0.9  # without a batch-invariant kernel, a later one replaces the one chosen only under 90% of its time
 
 
 @dataclass(frozen=True)
@@ -137,78 +133,6 @@ def write(plan: Plan, cache_dir: str | Path) -> Path:
 
 
 def of(model: torch.nn.Module | None) -> Plan:
-    """The plan ``model`` was loaded with (:func:`load`), or feature defaults for a model loaded otherwise."""
+    """The plan ``model`` was loaded with (:func:`specviz.runtime.projections.load`), or feature defaults for a model loaded otherwise."""
     held = state.peek(model) if isinstance(model, torch.nn.Module) else None
     return held.plan if held is not None and held.plan is not None else Plan("")
-
-
-# -- measuring (specviz tune) ------------------------------------------------------------------
-
-
-def time_kernels(weights: Sequence[torch.Tensor], rows: int, repeats: int,
-                 clock: Callable[[], float] = time.perf_counter) -> dict[str, float]:
-    """Seconds per pass of every kernel that runs here over ``weights`` (one kind's, read one after
-    another as a forward reads them, each out of the cache when read again) at ``rows`` rows:
-    the min of ``repeats`` rounds, the kernels interleaved (the order reversed every other round)."""
-    dtype = weights[0].dtype
-    x = torch.randn(rows, weights[0].shape[1], dtype=dtype)  # [rows, in]
-    passes = {}
-    for k in TABLE.values():
-        copies = [k.prepare(w) if k.prepare else None for w in weights] if k.runs(dtype) else [None]
-        if k.runs(dtype) and (k.copy is None or None not in copies):
-            passes[k.name] = lambda k=k, copies=copies: [k.run(x, w, c, None, w.shape[0]) for w, c in zip(weights, copies)]
-    return time_passes(passes, repeats, clock)
-
-
-def time_passes(passes: dict[str, Callable[[], object]], repeats: int,
-                clock: Callable[[], float] = time.perf_counter) -> dict[str, float]:
-    """Seconds per call of each pass: one call to warm, then the min of ``repeats`` rounds, the
-    passes interleaved (the order reversed every other round; kernels and the head screens alike)."""
-    times: dict[str, list[float]] = {n: [] for n in passes}
-    with torch.inference_mode():
-        for p in passes.values():
-            p()  # warm: oneDNN builds a primitive per shape
-        for r in range(repeats):
-            for name in (list(passes) if r % 2 == 0 else list(passes)[::-1]):
-                t = clock()
-                passes[name]()
-                times[name].append(clock() - t)
-    return {n: min(ts) for n, ts in times.items()}
-
-
-def choose(seconds: dict[str, float], order: Sequence[str] = tuple(TABLE)) -> str:
-    """The kernel a width runs. A batch-invariant kernel timed here runs every width, however the
-    others time: a verify pass's rows are then the one-token step's, bit for bit, which is what
-    "speculative greedy = target-only greedy" rests on (the others' times stay in the plan, for the
-    report). Without one, each kernel in ``order`` replaces the one chosen so far only where it takes
-    under :data:`FASTER` of every earlier one's time."""
-    invariant = [n for n in order if n in seconds and TABLE[n].batch_invariant]
-    if invariant:
-        return invariant[0]
-    chosen, best = None, float("inf")
-    for name in order:
-        t = seconds.get(name)
-        if t is not None and (chosen is None or t < best * FASTER):
-            chosen = name
-        best = min(best, t) if t is not None else best
-    return chosen or DEFAULT
-
-
-def measure_kind(weights: Sequence[torch.Tensor], repeats: int, widths: Sequence[int] = WIDTHS) -> KindPlan:
-    """One kind's plan, every kernel timed at every width."""
-    ms = {r: {n: round(s * 1e3, 3) for n, s in time_kernels(weights, r, repeats).items()} for r in widths}
-    return KindPlan({r: choose(m) for r, m in ms.items()}, ms)
-
-
-def screen_kind(times: dict[int, dict[str, float]], kinds: Sequence[str]) -> KindPlan | None:
-    """A screen's plan from {width: {"full": ms, kind: ms, ...}}: at each width the fastest of
-    ``kinds`` where it takes under :data:`FASTER` of the full head's time ("full" elsewhere); None
-    where none wins a width. Every screen's argmax is certified, so the choice moves only time: the
-    int8 screen (a quarter of the bytes) wins the one-row steps of a memory-bound head, the bf16 one
-    the wide verify passes, and a model keeps both where each wins somewhere."""
-    def best(m: dict[str, float]) -> str:
-        fastest = min((k for k in kinds if k in m), key=m.__getitem__, default="full")
-        return fastest if fastest != "full" and m[fastest] < m["full"] * FASTER else "full"
-
-    chosen = {w: best(m) for w, m in times.items()}
-    return KindPlan(chosen, times) if any(k != "full" for k in chosen.values()) else None

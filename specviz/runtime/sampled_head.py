@@ -42,24 +42,11 @@ def screen_for(model: torch.nn.Module, rows: int) -> argmax_head.Screen | None:
     return kept if kept.used(rows) else None
 
 
-def _bounded(screen: argmax_head.Screen, h: torch.Tensor) -> torch.Tensor:
+def bounded(screen: argmax_head.Screen, h: torch.Tensor) -> torch.Tensor:
     """What a bounded row costs before its exact logits: the values, the bound, one exp a logit."""
     x, off = screen.rows(h)
     y = screen.screen(h, x)
     return torch.exp(y + screen.bound(h, off)[:, None])
-
-
-def measure(model: torch.nn.Module, _kinds=None) -> "plan.KindPlan | None":
-    """``specviz tune``'s "sampled" kind: the full head against the bf16 screen's values and bound
-    plus one exponential over the row (what a bounded row costs before its few exact logits)."""
-    from . import int8_kernel
-
-    if setting(model) == "0" or argmax_head.setting(model) == "0" or not argmax_head.eligible(model) or int8_kernel.load() is not None:
-        return None
-    head = model.get_output_embeddings()
-    screen = argmax_head.build(head.weight)
-    timed = argmax_head.time_widths(head, screen, fast=lambda h: _bounded(screen, h))
-    return plan.screen_kind({w: {"full": round(a, 3), "bf16": round(b, 3)} for w, (a, b) in timed.items()}, ("bf16",))
 
 
 def screen_bytes(model: torch.nn.Module) -> int:
