@@ -30,21 +30,19 @@ chromium:
 demo: setup
 	GRADIO_ANALYTICS_ENABLED=False $(BIN)/python app.py
 
-# The tests run on every core (pytest-xdist, one test file per worker: module fixtures stay
-# shared; the files with a slow or remote test are handed out first, see tests/conftest.py). Then,
-# on every core too, the real llama-server and vLLM and the browser tests: each worker has its own
-# app server and Chromium (session fixtures, free ports); the llama-server test starts its servers
-# with `--poll 0` (a spinning thread pool slowed 30-fold beside busy workers), and no browser test
-# asserts on a time. Run one after the other they took 11:28 on a quiet 2-core Zen 3, much of it
-# on one core while the other idled; on two workers the vLLM start, the two-start restart test and
-# the llama-server test (the longest files, handed out first) overlap the rest.
+# Every test in one run on every core (pytest-xdist, one test file per worker: module fixtures stay
+# shared). The files with a slow or remote test are handed out first (tests/conftest.py): the vLLM
+# start, the llama-server test, the two-start restart test, the built-in models' and the native
+# build's files overlap the rest instead of running alone at the end of a half. Each worker has its
+# own app server and Chromium (session fixtures, free ports); the llama-server test starts its
+# servers with `--poll 0` (a spinning thread pool slowed 30-fold beside busy workers), and no
+# browser test asserts on a time.
 JOBS     ?= $(shell nproc 2>/dev/null || echo 2)
 PYTEST   := GRADIO_ANALYTICS_ENABLED=False HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -ra --durations=25
 XDIST    := -n $(JOBS) --dist loadfile --no-loadscope-reorder
 
 test: setup chromium llama-server-build vllm-server-build
-	$(PYTEST) $(XDIST) -m "not browser and not remote"
-	$(PYTEST) $(XDIST) -m "remote or browser"
+	$(PYTEST) $(XDIST)
 
 test-fast: setup
 	$(PYTEST) $(XDIST) -m "not slow and not browser and not remote"

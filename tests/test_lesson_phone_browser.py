@@ -137,15 +137,24 @@ CODE_TOKENS = [" function", " return", "    ", " self", "def", " the", " import"
                " None", " class"]
 
 
-def _code_figure() -> dict:
+def _code_tops() -> tuple[tuple, tuple]:
+    """A code prompt's wide tokens as top-10 lists of p and q."""
+    return (tuple((100 + i, t, 0.3 / (i + 1)) for i, t in enumerate(CODE_TOKENS)),
+            tuple((100 + i, t, 0.25 / (12 - i)) for i, t in enumerate(CODE_TOKENS)))
+
+
+def _figure(rec) -> dict:
     from specviz import viz
+
+    return json.loads(viz.figure_json(viz.topk_figure.spec(rec, 0)))
+
+
+def _code_figure() -> dict:
     from tests.test_lesson_viz import _d, _step
 
-    top_p = tuple((100 + i, t, 0.3 / (i + 1)) for i, t in enumerate(CODE_TOKENS))
-    top_q = tuple((100 + i, t, 0.25 / (12 - i)) for i, t in enumerate(CODE_TOKENS))
-    rec = _step(0, [_d(0, 100, " function", 0.2, 0.3, 0.5, "rejected", top_p=top_p, top_q=top_q)], 0,
-                next_text=" return", top_residual=tuple((100 + i, t, 0.2 / (i + 1)) for i, t in enumerate(CODE_TOKENS)))
-    return json.loads(viz.figure_json(viz.topk_figure.spec(rec, 0)))
+    top_p, top_q = _code_tops()
+    return _figure(_step(0, [_d(0, 100, " function", 0.2, 0.3, 0.5, "rejected", top_p=top_p, top_q=top_q)], 0,
+                         next_text=" return", top_residual=tuple((100 + i, t, 0.2 / (i + 1)) for i, t in enumerate(CODE_TOKENS))))
 
 
 @pytest.mark.browser
@@ -187,15 +196,12 @@ _MARK_WORDS = """(f) => {
 def _drafted_figure(where: str) -> dict:
     """The p/q chart of an accepted draft drawn as the ``first`` bar (the likeliest token, beside the y axis)
     or the ``last`` (outside both top lists, appended after them)."""
-    from specviz import viz
     from tests.test_lesson_viz import _d, _step
 
-    top_p = tuple((100 + i, t, 0.3 / (i + 1)) for i, t in enumerate(CODE_TOKENS))
-    top_q = tuple((100 + i, t, 0.25 / (12 - i)) for i, t in enumerate(CODE_TOKENS))
+    top_p, top_q = _code_tops()
     d = (_d(0, 100, " function", 0.9, 0.95, 0.5, "accepted", top_p=top_p, top_q=top_q) if where == "first"
          else _d(0, 500, " lambda", 0.001, 0.0005, 0.2, "accepted", top_p=top_p, top_q=top_q))
-    rec = _step(0, [d], 1, next_text=" return")
-    return json.loads(viz.figure_json(viz.topk_figure.spec(rec, 0)))
+    return _figure(_step(0, [d], 1, next_text=" return"))
 
 
 @pytest.mark.browser

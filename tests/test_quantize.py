@@ -133,7 +133,9 @@ HELD_OUT = [  # not the bundled dev prompts (those calibrate the smoothing)
 @pytest.mark.slow
 def test_gemma_int8_overlaps_its_float_model(request):
     """Next-token overlap sum(min(p, q)) of the int8 copy with float32 gemma-3-270m, after a
-    batched prefill, at the prompt's end and 3 greedy tokens on (a faithful self-draft: >= 0.8)."""
+    batched prefill, at the prompt's end and 3 greedy tokens on (a faithful self-draft: >= 0.8).
+    The copy is ``gemma-3-270m@int8`` as a user loads it: quantize_int8's, read from the disk cache
+    where an earlier load made it (bit-identical: tests/test_int8_cache.py)."""
     from specviz.models import load_model
     from specviz.runtime.kv import forward_logits, new_cache
 
@@ -142,9 +144,9 @@ def test_gemma_int8_overlaps_its_float_model(request):
     torch.set_num_threads(2)
     try:
         fp = load_model("gemma-3-270m")
+        q8 = load_model("gemma-3-270m@int8").model
     except ValueError as exc:
         pytest.skip(str(exc))
-    q8 = quantize_int8(copy.deepcopy(fp.model), fp.tokenizer)
     values = []
     with torch.inference_mode():
         for text in HELD_OUT:
