@@ -96,7 +96,7 @@ def test_two_prompt_two_k_sweep_shows_plots_and_table(page):
 
 
 def test_stop_ends_the_sweep_early_and_keeps_the_results(page):
-    page.fill("#sv-bench-max-new input[type=number]", "200")
+    page.fill("#sv-bench-max-new input[type=number]", "512")  # the cap: a sweep long enough that a Stop lands in it
     page.press("#sv-bench-max-new input[type=number]", "Enter")
     page.fill("#sv-bench-n input[type=number]", "3")
     page.press("#sv-bench-n input[type=number]", "Enter")
