@@ -107,19 +107,25 @@ def test_the_chart_title_never_names_another_step_or_phase_than_the_table(browse
 # -- 3. the top-10 chart's labels on a phone -------------------------------------------------------
 
 
-# Runs in the page: draws figure f with the page's own Plotly at the width of the p/q chart (or
-# measures that chart itself when f is null), then tests every two tick labels' rotated boxes for
-# overlap (separating axes: along the text and across it). -> {n, overlaps, angle}
-_LABELS = """(f) => {
+def _chart_div(probe: str) -> str:
+    """The start of a page function of figure f: ``div`` is f drawn with the page's own Plotly at the
+    p/q chart's width into the element ``probe``, or the live p/q chart itself when f is null."""
+    return """(f) => {
   let div = document.querySelector('#sv-topk .js-plotly-plot');
   if (f) {
-    div = document.getElementById('sv-labels-probe') || document.createElement('div');
-    div.id = 'sv-labels-probe';
+    div = document.getElementById('PROBE') || document.createElement('div');
+    div.id = 'PROBE';
     div.style.width = document.querySelector('#sv-topk').getBoundingClientRect().width + 'px';
     document.body.appendChild(div);
     window.Plotly.newPlot(div, f.data, f.layout, {responsive: false});
   }
-  const boxes = [...div.querySelectorAll('g.xtick text')].filter((t) => t.textContent).map((t) => {
+""".replace("PROBE", probe)
+
+
+# Runs in the page: draws figure f with the page's own Plotly at the width of the p/q chart (or
+# measures that chart itself when f is null), then tests every two tick labels' rotated boxes for
+# overlap (separating axes: along the text and across it). -> {n, overlaps, angle}
+_LABELS = _chart_div("sv-labels-probe") + """  const boxes = [...div.querySelectorAll('g.xtick text')].filter((t) => t.textContent).map((t) => {
     const bb = t.getBBox(), r = t.getBoundingClientRect();
     const a = +(/rotate\\(([-\\d.e]+)/.exec(t.getAttribute('transform') || '')?.[1] || 0);
     return {x: r.left + r.width / 2, y: r.top + r.height / 2, w: bb.width, h: bb.height, a, text: t.textContent}; });
@@ -173,16 +179,7 @@ def test_the_top10_labels_do_not_overlap_on_a_phone(browser, app_url):
 # Runs in the page: draws figure f (or measures the live p/q chart when f is null) as _LABELS does, then
 # tests the chart's marker words ("drafted x") against every axis tick label, the axis titles, the
 # chart title and the legend. -> {marks, overlaps}
-_MARK_WORDS = """(f) => {
-  let div = document.querySelector('#sv-topk .js-plotly-plot');
-  if (f) {
-    div = document.getElementById('sv-marks-probe') || document.createElement('div');
-    div.id = 'sv-marks-probe';
-    div.style.width = document.querySelector('#sv-topk').getBoundingClientRect().width + 'px';
-    document.body.appendChild(div);
-    window.Plotly.newPlot(div, f.data, f.layout, {responsive: false});
-  }
-  const box = (el) => { const r = el.getBoundingClientRect(); return {l: r.left, r: r.right, t: r.top, b: r.bottom, text: el.textContent}; };
+_MARK_WORDS = _chart_div("sv-marks-probe") + """  const box = (el) => { const r = el.getBoundingClientRect(); return {l: r.left, r: r.right, t: r.top, b: r.bottom, text: el.textContent}; };
   const marks = [...div.querySelectorAll('g.textpoint text')].filter((t) => t.textContent).map(box);
   const labels = [...div.querySelectorAll('g.xtick text, g.ytick text, .gtitle, .g-xtitle text, .g-ytitle text, g.legend text')]
     .filter((t) => t.textContent).map(box);
