@@ -116,11 +116,14 @@ def drafted_fraction_of_row(row: Mapping[str, Any], prompt_rows: Sequence[Mappin
     """(drafted fraction, reach per position or None) for a bench summary row.
 
     Exact from the per-prompt rows' ``per_position_trials`` (steps with at least i+1 drafts) when
-    given; otherwise estimated as drafted / (k x steps), which assumes full chains.
+    given; otherwise estimated as drafted / (k x steps), which assumes full chains. A run flagged
+    as stalled is left out as the summary leaves it out (its steps are not in the row's): counting
+    its trials over the row's steps gave a fraction over 1 (issue 52's walk).
     """
     steps, k = row.get("steps") or 0, int(row.get("k") or 0)
     mine = [r for r in prompt_rows if (r.get("proposer"), r.get("k"), r.get("impl")) ==
             (row.get("proposer"), row.get("k"), row.get("impl"))]
+    mine = [r for r in mine if not r.get("flagged")] or mine  # every run flagged: the summary keeps them all
     if mine and steps:
         width = max(len(r.get("per_position_trials") or []) for r in mine)
         trials = [0] * width

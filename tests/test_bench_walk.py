@@ -1,0 +1,41 @@
+"""What the engineer's browser walk of the Benchmark tab (benchmarks/persona_bench.py, issue 52 items
+5 and 6) found, each pinned by a test on hand-made rows (no models, no browser)."""
+
+from __future__ import annotations
+
+from specviz import bench as B
+from specviz.analysis.prediction import drafted_fraction_of_row
+from specviz.bench.rows import to_record
+from specviz.viz import bench as V
+
+
+def _run(proposer: str, k: int, prompt: int, steps: int, trials: list[int], *, flagged: bool = False,
+         wall_s: float = 1.0) -> dict:
+    drafted = sum(trials)
+    hits = [t * 3 // 4 for t in trials]
+    return dict(kind="prompt", proposer=proposer, k=k, impl="specviz", prompt_index=prompt, prompt_id=str(prompt + 1),
+                category="custom", prompt_tokens=60, new_tokens=32, wall_s=wall_s, steps=steps, drafted=drafted or (0 if k else None),
+                accepted=sum(hits) if k else None, per_position_hits=hits, per_position_trials=trials, tree_steps=0,
+                draft_ms=200.0 * bool(k), verify_ms=700.0, other_ms=10.0, prefill_ms=50.0, finished="length",
+                tokens_per_s=32 / wall_s, ms_per_token=1e3 * wall_s / 32, speedup=None, flagged=flagged, rerun_from_s=None)
+
+
+def _report(prompt_rows: list[dict]) -> dict:
+    rows = [to_record(r) for r in B.summarize(prompt_rows)]
+    return {"meta": {"target": "tiny", "repeats": 1, "reruns": [], "flagged_runs": sum(r["flagged"] for r in prompt_rows)},
+            "rows": rows, "prompt_rows": prompt_rows}
+
+
+def test_a_flagged_run_is_left_out_of_the_drafted_fraction_as_out_of_the_summary():
+    # the walk's sweep on the tiny models: draft k=2 on prompt 1 flagged (14 steps, 13 drafting ones), left out of the
+    # summary's 20 steps; its trials were still counted, 33 / 20 = 1.65 > 1, and the tab showed an error, not the sweep
+    runs = [_run("target-only", 0, p, 32, [], wall_s=2.0) for p in (0, 1)]
+    runs += [_run("draft:d", 2, 0, 14, [13, 12], flagged=True, wall_s=4.2), _run("draft:d", 2, 1, 20, [20, 19])]
+    runs += [_run("ngram", 2, p, 17, [16, 1]) for p in (0, 1)]
+    report = _report(runs)
+    row = next(r for r in report["rows"] if r["proposer"] == "draft:d")
+    assert row["steps"] == 20 and row["flagged_runs"] == 1
+    f, reach = drafted_fraction_of_row(row, report["prompt_rows"])
+    assert f == 1.0 and reach == [1.0, 19 / 20]
+    figs = V.build_figures(report)  # raised ValueError (drafted_fraction 1.65) before
+    assert "draft:d k=2" in V.why_markdown(report) and figs["speedup"].data
