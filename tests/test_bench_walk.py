@@ -39,3 +39,32 @@ def test_a_flagged_run_is_left_out_of_the_drafted_fraction_as_out_of_the_summary
     assert f == 1.0 and reach == [1.0, 19 / 20]
     figs = V.build_figures(report)  # raised ValueError (drafted_fraction 1.65) before
     assert "draft:d k=2" in V.why_markdown(report) and figs["speedup"].data
+
+
+def _sweep(ks=(1, 2)) -> dict:
+    """Three prompts, target-only and ngram / draft:d at each k, every run with its timings (no stalls)."""
+    runs = [_run("target-only", 0, p, 32, [], wall_s=2.0 + 0.1 * p) for p in range(3)]
+    for name, slow in (("ngram", 1.0), ("draft:d", 1.4)):
+        runs += [_run(name, k, p, 20 - 2 * k, [16 - 2 * k] * k, wall_s=slow + 0.15 * p + 0.05 * k) for k in ks for p in range(3)]
+    for r in runs:
+        r["speedup"] = (2.0 + 0.1 * r["prompt_index"]) / r["wall_s"]
+    return _report(runs)
+
+
+def test_every_plot_of_a_measured_speedup_shows_its_interval():
+    # item 5: the speedup plot had error bars; the measured-vs-predicted and the nodes plots drew the same
+    # configurations' speedups (their totals) with none, so noise read as shape there
+    report = _sweep()
+    rows = {(r["proposer"], r["k"]): r for r in report["rows"] if r["k"]}
+    assert all(r["speedup_low"] < r["speedup_median"] < r["speedup_high"] for r in rows.values())
+    figs = V.build_figures(report)
+    for name in ("speedup", "predicted", "tree_speedup"):
+        lines = [t for t in figs[name].data if t.meta is None and "predicted" not in t.name and "theory" not in t.name]
+        assert len(lines) == 2, name
+        for t in lines:
+            who = t.name.removesuffix(" measured")
+            assert t.error_y is not None and t.error_y.array is not None, (name, t.name)
+            for x, y, up, down in zip(t.x, t.y, t.error_y.array, t.error_y.arrayminus):
+                r = rows[(who, x)] if name != "tree_speedup" else next(q for q in rows.values() if q["proposer"] == who
+                                                                        and q["nodes_per_step"] == x)
+                assert y == r["speedup_median"] and y + up == r["speedup_high"] and y - down == r["speedup_low"], (name, who, x)

@@ -172,15 +172,7 @@ def speedup_figure(rows: Sequence[Row]) -> go.Figure:
     if not _series(rows):
         return _empty(title)
     colors = _colors(rows)
-    traces = []
-    for p, i, rs in _series(rows):
-        key = _speedup_key(rs)
-        trace = _line(rs, key, _name(p, i), colors[p], IMPL_DASH[i], extra=_speedup_hover)
-        pts = [r for r in rs if isinstance(r.get(key), (int, float)) and math.isfinite(r[key])]
-        if key == "speedup_median" and all(r.get("speedup_low") is not None and r.get("speedup_high") is not None for r in pts):
-            trace["error_y"] = dict(type="data", symmetric=False, array=[r["speedup_high"] - r[key] for r in pts],
-                                    arrayminus=[r[key] - r["speedup_low"] for r in pts], color=colors[p], thickness=1.2, width=4)
-        traces.append(trace)
+    traces = [_measured_speedup(rs, _name(p, i), colors[p], IMPL_DASH[i]) for p, i, rs in _series(rows)]
     traces += mark_traces(_series(rows), _speedup_key)
     return _k_figure(rows, traces, title, "speedup (x)", [(1.0, "target-only = 1.0")])
 
@@ -188,6 +180,28 @@ def speedup_figure(rows: Sequence[Row]) -> go.Figure:
 def _speedup_key(rs: Sequence[Row]) -> str:
     """The median over prompts where every row of a series has it, else the total."""
     return "speedup_median" if all(isinstance(r.get("speedup_median"), (int, float)) for r in rs) else "speedup"
+
+
+def _band(rs: Sequence[Row], key: str, color: str) -> dict | None:
+    """Error bars for the median's 90% interval (over prompts and passes) on each point of ``rs``
+    (those with a finite ``key``), or None unless ``key`` is the median and every point has its interval."""
+    pts = [r for r in rs if isinstance(r.get(key), (int, float)) and math.isfinite(r[key])]
+    if key != "speedup_median" or not all(r.get("speedup_low") is not None and r.get("speedup_high") is not None for r in pts):
+        return None
+    return dict(type="data", symmetric=False, array=[r["speedup_high"] - r[key] for r in pts],
+                arrayminus=[r[key] - r["speedup_low"] for r in pts], color=color, thickness=1.2, width=4)
+
+
+def _measured_speedup(rs: Sequence[Row], name: str, color: str, dash: str = "solid") -> dict:
+    """A series' measured speedup over k: the median over prompts with its 90% interval where the
+    rows have them (the statistic the readout ranks and the verdicts read), else the total. Every
+    plot that shows a measured speedup draws it so: a point without its interval reads noise as shape."""
+    key = _speedup_key(rs)
+    trace = _line(rs, key, name, color, dash, extra=_speedup_hover)
+    band = _band(rs, key, color)
+    if band:
+        trace["error_y"] = band
+    return trace
 
 
 def acceptance_rate_figure(rows: Sequence[Row]) -> go.Figure:
@@ -238,7 +252,7 @@ def predicted_speedup_figure(rows: Sequence[Row]) -> go.Figure:
     colors = _colors(rows)
     traces = []
     for p, _, rs in series:
-        traces.append(_line(rs, "speedup", f"{p} measured", colors[p]))
+        traces.append(_measured_speedup(rs, f"{p} measured", colors[p]))
         # the per-position prediction (prediction.augment_rows) when the rows carry it, else the i.i.d. one
         positional = any(r.get("predicted_speedup_positional") is not None for r in rs)
         traces.append(_line(
@@ -247,7 +261,7 @@ def predicted_speedup_figure(rows: Sequence[Row]) -> go.Figure:
             extra=lambda r: f"<br>a={r['acceptance_rate']:.2f}, c={r['c']:.3f}, v={r['v']:.2f}" if r.get("c") is not None else "",
             symbol="diamond-open",
         ))
-    traces += mark_traces(series, "speedup")
+    traces += mark_traces(series, _speedup_key)
     return _k_figure(rows, traces, title, "speedup (x)", [(1.0, "no gain")])
 
 
@@ -350,13 +364,16 @@ def _shape_figure(rows: Sequence[Row], key: str, title: str, ytitle: str, theori
     for name, rs in series:
         base = name.split(" depth ")[0]
         tree = " depth " in name
-        pts = [r for r in rs if isinstance(r.get(key), (int, float))]
+        at = _speedup_key(rs) if key == "speedup" else key  # a measured speedup: the median with its interval
+        pts = [r for r in rs if isinstance(r.get(at), (int, float))]
+        band = _band(pts, at, colors[base])
         traces.append(dict(
-            type="scatter", mode="lines+markers", name=name, x=[r["nodes_per_step"] for r in pts], y=[r[key] for r in pts],
+            type="scatter", mode="lines+markers", name=name, x=[r["nodes_per_step"] for r in pts], y=[r[at] for r in pts],
+            **({"error_y": band} if band else {}),
             line=dict(color=colors[base], width=2, dash="solid" if not tree else "dashdot"),
             marker=dict(size=8, color=colors[base], symbol="triangle-up" if tree else "circle"),
             hovertext=[f"{html.escape(r['proposer'])} k={r['k']}<br>{r['nodes_per_step']:.2f} nodes/step: "
-                       f"{html.escape(_label(key))} = {r[key]:.2f}"
+                       f"{html.escape(_label(at))} = {r[at]:.2f}" + (_speedup_hover(r) if key == "speedup" else "")
                        + (f"<br>per-position prediction {r['predicted_tau_positional']:.2f}" if key == "mean_acceptance_length"
                           and r.get("predicted_tau_positional") is not None else "") for r in pts],
             hoverinfo="text"))
