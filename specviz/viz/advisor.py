@@ -91,7 +91,8 @@ def notes_html(notes: Sequence[str], verdicts: Sequence[str]) -> str:
 
 
 def runs_html(runs: Sequence[Mapping[str, Any]]) -> str:
-    """Predicted against measured, one row per configuration run: tau, speedup and the error."""
+    """Predicted against measured, one row per configuration run: tau, speedup (the total, and the
+    median over prompts with its 90% interval: a measured point is shown with its noise) and the error."""
     if not runs:
         return '<p class="sv-advisor-empty">Nothing ran.</p>'
     rows = []
@@ -101,10 +102,12 @@ def runs_html(runs: Sequence[Mapping[str, Any]]) -> str:
         err = "-" if r.get("error") is None else f"{100 * r['error']:+.0f}%"
         lo, hi = r.get("interval") or (None, None)
         band = "" if lo is None else f"{lo:.2f}-{hi:.2f}x"
+        med, (mlo, mhi) = r.get("measured_median"), (list(r.get("measured_interval") or []) + [None, None])[:2]
+        median = "-" if med is None else f"{med:.2f}x" + ("" if mlo is None or mhi is None else f" ({mlo:.2f}-{mhi:.2f}x)")
         rows.append(_row([f"{r['spec']} k={r['k']}", f"{r['predicted_tau']:.2f}", tau, f"{r['predicted_speedup_loop']:.2f}x",
-                          band, f"{r['predicted_speedup']:.2f}x", meas, err]))
-    return _table(["configuration", "tau pred", "tau meas", "loop pred", "loop 95%", "run pred", "measured", "error"],
-                  rows, "sv-advisor-runs")
+                          band, f"{r['predicted_speedup']:.2f}x", meas, median, err]))
+    return _table(["configuration", "tau pred", "tau meas", "loop pred", "loop 95%", "run pred", "measured",
+                   "median (90%)", "error"], rows, "sv-advisor-runs")
 
 
 # -- the tree-budget plot -------------------------------------------------------------------------
