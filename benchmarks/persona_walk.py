@@ -3,6 +3,7 @@
     python benchmarks/persona_walk.py                  # the built-in models (gemma-3-270m), both sizes
     python benchmarks/persona_walk.py --tiny           # the tests' tiny random models (minutes less)
     python benchmarks/persona_walk.py --sizes 390x844 --json walk.json --shots /tmp/walk
+    python benchmarks/persona_walk.py --tiny --personas "" --sizes 1280x800 --bench-sweep   # items 5-6 alone
 
 Starts ``python app.py`` in a process of its own on 127.0.0.1 (GRADIO_ANALYTICS_ENABLED=False,
 HF_HUB_OFFLINE=1), then, at each size, from fresh pages:
@@ -18,10 +19,12 @@ HF_HUB_OFFLINE=1), then, at each size, from fresh pages:
 - the engineer (does a draft pay?): typical acceptance marked LOSSY on the cards and the why card,
   the phone's Benchmark fields stacked, nothing cut ("as fast as it runs", table tokens).
 
-Each check is one line: the issue's item, what was seen, ok or not. The Benchmark sweep and the
-Advisor (items 5 and 6) take many minutes on a CPU and are checked by tests/test_bench_marks.py,
-tests/test_bench_noise.py and tests/test_advisor*.py instead; ``--bench`` also clicks the phone's
-Benchmark fields. Reproducibility across starts (item 1's first half) is tests/test_restart_browser.py.
+Each check is one line: the issue's item, what was seen, ok or not. ``--bench-sweep`` adds the
+engineer's Benchmark sweep and Advisor (items 5 and 6; benchmarks/persona_bench.py): a small sweep
+(``--bench-ks``, ``--bench-prompts``, ``--bench-max-new``), Measure verify cost, Calibrate and Run
+the top N, each plot, the table and the readout checked against the sweep's own JSON (minutes on a
+CPU; tests/test_bench_marks.py, test_bench_noise.py and test_advisor*.py check the same without a
+browser). ``--bench`` also clicks the phone's Benchmark fields. Reproducibility across starts (item 1's first half) is tests/test_restart_browser.py.
 Exits 1 when a check fails.
 """
 
@@ -39,6 +42,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks import persona_bench  # noqa: E402
 from tests.support import app_server  # noqa: E402
 from tests.support.browser import ARRIVED, launch_chromium, open_page  # noqa: E402
 from tests.test_lesson_browser import MOMENTS, REJECTED_SHOWN, _walk_to_the_rejection  # noqa: E402
@@ -259,6 +263,10 @@ def main() -> int:
     ap.add_argument("--sizes", default="1280x800,390x844")
     ap.add_argument("--personas", default="teacher,student,engineer")
     ap.add_argument("--bench", action="store_true", help="also open the Benchmark tab (its fields on a phone)")
+    ap.add_argument("--bench-sweep", action="store_true", help="the engineer's Benchmark sweep and Advisor (items 5-6)")
+    ap.add_argument("--bench-ks", default="1,2,4", help="the sweep's k (--bench-sweep)")
+    ap.add_argument("--bench-prompts", type=int, default=2, help="prompts in the sweep and the calibration")
+    ap.add_argument("--bench-max-new", type=int, default=32, help="new tokens per prompt in the sweep")
     ap.add_argument("--json", help="write the checks here")
     ap.add_argument("--shots", help="a folder for a screenshot at each persona's moment")
     ap.add_argument("--no-wait", action="store_true", help="walk while the start-up preparation may still run")
@@ -291,7 +299,7 @@ def main() -> int:
                 print(f"{DONE} {time.time() - t0:.0f} s after the start", flush=True)
             for size in args.sizes.split(","):
                 w, h = (int(x) for x in size.split("x"))
-                for persona in args.personas.split(","):
+                for persona in filter(None, args.personas.split(",")):
                     try:
                         if persona == "engineer":
                             engineer(browser, url, size, w, h, args.shots, args.bench)
@@ -299,6 +307,13 @@ def main() -> int:
                             {"teacher": teacher, "student": student}[persona](browser, url, size, w, h, args.shots)
                     except Exception as e:  # noqa: BLE001 - one persona's failure is a finding; walk on
                         check(size, persona, "walk", False, f"{type(e).__name__}: {str(e)[:300]}; {_where(browser)}")
+                if args.bench_sweep:
+                    plan = persona_bench.SweepPlan(tuple(int(k) for k in args.bench_ks.split(",")), args.bench_prompts,
+                                                   args.bench_max_new, persona_bench.TINY_PROMPTS if args.tiny else "")
+                    try:
+                        persona_bench.walk(browser, url, size, w, h, args.shots, plan, check)
+                    except Exception as e:  # noqa: BLE001 - a finding; the checks so far stand
+                        check(size, "engineer", "5-walk", False, f"{type(e).__name__}: {str(e)[:400]}")
             browser.close()
     finally:
         start.stop()
