@@ -355,9 +355,49 @@ def test_the_rejection_tour_shows_its_chart_by_the_decide_boxes(browser, app_url
         assert 0 <= gap <= 40, box  # just under the boxes
         assert box["nav"]["y"] < phase["y"] < chart["y"] < box["guess"]["y"] < box["table"]["y"], box
         assert page.evaluate("document.documentElement.scrollWidth") <= size[0] + 1
-        mode, animate = boxes(page, ["#sv-lesson-mode", "#sv-animate"])  # the switch reads in a few lines, not ten
-        assert mode["width"] >= 300 and mode["height"] <= 130 and animate["y"] >= mode["y"] + mode["height"] - 1, (mode, animate)
+        mode, animate = boxes(page, ["#sv-lesson-mode", "#sv-animate"])  # one short bar: the switch, "animate" beside it
+        assert mode["height"] <= 60 and abs(animate["y"] + animate["height"] / 2 - mode["y"] - mode["height"] / 2) <= 8, (mode, animate)
+        assert animate["x"] >= mode["x"] + mode["width"] - 1 and animate["x"] + animate["width"] <= size[0], (mode, animate)
     else:
         assert chart["x"] >= phase["x"] + phase["width"] - 1 and chart["y"] < phase["y"] + phase["height"], box  # beside
     assert not page.js_errors
+    page.context.close()
+
+
+# -- 6. the lesson switch at hand on a phone ---------------------------------------------------------
+
+# Runs in the page: the lesson switch's box against the viewport and the inspector's, and whether a
+# tap at the centre of its tick box lands on the switch (not on something drawn over it).
+_SWITCH = """() => { const r = (s) => document.querySelector(s).getBoundingClientRect();
+  const box = r('#sv-lesson-mode input'), bar = r('#sv-lesson-row'), ins = r('#sv-inspector');
+  const hit = document.elementFromPoint(box.x + box.width / 2, box.y + box.height / 2);
+  return {top: bar.top, bottom: bar.bottom, height: bar.height, inspector_top: ins.top, h: innerHeight,
+          tappable: !!hit?.closest('#sv-lesson-mode')}; }"""
+
+
+@pytest.mark.browser
+def test_the_lesson_switch_stays_at_hand_anywhere_in_the_inspector_on_a_phone(browser, app_url):
+    """Issue 52 item 7 (the teacher's quick mode one click away, a visible control at the top of the
+    inspector): on a phone the settings come before the step inspector, so its switch sat ~3,700 px
+    down the page and out of sight from anywhere a student reads a step (the phases, the p/q chart,
+    the table). Now it is one short bar at the inspector's top that stays on screen, tappable, while
+    any part of the inspector is in view, and a tap from the table's end switches to the quick mode."""
+    page = _page(browser, app_url)
+    page.click("#sv-step-btn")
+    page.wait_for_function("document.querySelector('#sv-phase .sv-phase')?.dataset.phase === 'draft'")
+    title = page.evaluate(_SWITCH)
+    assert title["top"] - title["inspector_top"] <= 80 and title["height"] <= 60, title  # at the top, one short bar
+    for sel, where in ((".sv-section-title", "center"), ("#sv-phase", "end"), ("#sv-topk", "end"), ("#sv-guess-row", "end"),
+                       ("#sv-draft-table", "end")):  # the inspector coming into view, then each of its parts at the bottom
+        page.evaluate("([s, w]) => document.querySelector(s).scrollIntoView({block: w, behavior: 'instant'})", [sel, where])
+        page.wait_for_function("(s) => { const r = document.querySelector(s).getBoundingClientRect();"
+                               " return r.top >= -1 && r.bottom <= innerHeight + 1; }", arg=sel)
+        at = page.evaluate(_SWITCH)
+        assert 0 <= at["top"] and at["bottom"] <= at["h"] and at["tappable"], (sel, at)
+    box = page.locator("#sv-lesson-mode input").bounding_box()  # from the table's end: a tap, no scroll
+    page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+    page.wait_for_function("!document.querySelector('#sv-lesson-mode input').checked"
+                           " && document.querySelector('#sv-phase .sv-phase')?.dataset.phase === 'commit'")
+    assert page.evaluate(_SWITCH)["bottom"] <= PHONE["height"]
+    assert "sv-msg-error" not in page.inner_html("#sv-status") and not page.js_errors
     page.context.close()

@@ -411,7 +411,9 @@ def test_lesson_mode_is_the_pages_default_at_the_top_of_the_inspector():
     comps = demo.config["components"]
     order = [c.get("props", {}).get("elem_id") for c in comps]
     box = comps[order.index("sv-lesson-mode")]["props"]
-    assert box["value"] is True and "quick mode" in box["label"]
+    assert box["value"] is True and box["label"] == "Lesson mode"
+    note = comps[order.index("sv-lesson-note")]["props"]["value"]  # what it does, under it
+    assert order.index("sv-lesson-mode") < order.index("sv-lesson-note") < order.index("sv-step-slider") and "quick mode" in note
     assert order.index("sv-lesson-mode") < order.index("sv-step-slider") < order.index("sv-nav")
     states = [demo.blocks[c["id"]] for c in comps if c["type"] == "state"]
     first = next(s.value for s in states if s.value == PlaygroundState.lesson_first)()

@@ -256,16 +256,22 @@ def build_nav() -> dict[str, gr.Button]:
     return buttons
 
 
-LESSON_LABEL = ("Lesson mode: each Step opens in its draft phase and phase ▶ walks it to the verdict "
-                "(untick for the quick mode: each Step committed at once)")
+LESSON_LABEL = "Lesson mode"
+LESSON_NOTE = ("Lesson mode: each Step opens in its draft phase and phase ▶ walks it to the verdict (untick it for the "
+               "quick mode: each Step committed at once).")
 
 
 def build_lesson_mode() -> tuple[gr.Checkbox, gr.Button]:
     """The lesson mode switch, on for a first visit (PlaygroundState.lesson_first) and after a tour,
-    at the top of the step inspector, and "animate this step" (at the Play speed's pace)."""
+    at the top of the step inspector, "animate this step" (at the Play speed's pace) beside it, and
+    a line under them saying what the switch does. The switch's label is two words so that on a
+    phone the two fit one short bar that stays at the top of the screen while the inspector is in
+    view (style.css): the page's settings come first there, and the switch was ~3,700 px down."""
     with gr.Row(elem_id="sv-lesson-row"):
         box = gr.Checkbox(value=True, label=LESSON_LABEL, elem_id="sv-lesson-mode", scale=3)
         animate = gr.Button("▶ animate this step", size="sm", min_width=140, scale=1, elem_id="sv-animate")
+    gr.HTML(f'<div class="sv-lesson-note sv-muted">{html.escape(LESSON_NOTE)}</div>', elem_id="sv-lesson-note",
+            padding=False)
     return box, animate
 
 

@@ -87,19 +87,20 @@ def build_playground(defaults: pg.Defaults | None = None) -> PlaygroundView:
                              js_on_load=TOKENS_JS)
             baseline = gr.HTML("", elem_id="sv-baseline", visible=False, js_on_load=TOKENS_JS)
 
-    gr.HTML('<div class="sv-section-title">Step inspector</div>')
-    lesson_mode, animate = lesson_view.build_lesson_mode()  # first: how each Step opens (on for a student)
-    with gr.Row(equal_height=False, elem_id="sv-inspector-row"):  # on a phone: one column, the chart under the phases
-        with gr.Column(scale=5, min_width=300, elem_id="sv-inspector-left"):
-            step_slider = gr.Slider(1, 2, value=1, step=1, label="Step", interactive=False, elem_id="sv-step-slider")
-            nav = lesson_view.build_nav()
-            phase = lesson_view.build_phase()
-            guess, guess_accept, guess_reject = lesson_view.build_guess()
-            position = gr.Radio([], label="Position in the step", type="index", elem_id="sv-position")
-            summary = gr.HTML(viz.step_summary(None), elem_id="sv-summary")
-            table = gr.HTML(viz.draft_table_html(None), elem_id="sv-draft-table", js_on_load=TABLE_JS)
-        with gr.Column(scale=6, min_width=300, elem_id="sv-inspector-right"):
-            topk = gr.Plot(viz.topk_figure(None), show_label=False, elem_id="sv-topk")
+    with gr.Column(elem_id="sv-inspector"):  # the box a phone's lesson switch sticks to the top of (style.css)
+        gr.HTML('<div class="sv-section-title">Step inspector</div>')
+        lesson_mode, animate = lesson_view.build_lesson_mode()  # first: how each Step opens (on for a student)
+        with gr.Row(equal_height=False, elem_id="sv-inspector-row"):  # on a phone: one column, the chart under the phases
+            with gr.Column(scale=5, min_width=300, elem_id="sv-inspector-left"):
+                step_slider = gr.Slider(1, 2, value=1, step=1, label="Step", interactive=False, elem_id="sv-step-slider")
+                nav = lesson_view.build_nav()
+                phase = lesson_view.build_phase()
+                guess, guess_accept, guess_reject = lesson_view.build_guess()
+                position = gr.Radio([], label="Position in the step", type="index", elem_id="sv-position")
+                summary = gr.HTML(viz.step_summary(None), elem_id="sv-summary")
+                table = gr.HTML(viz.draft_table_html(None), elem_id="sv-draft-table", js_on_load=TABLE_JS)
+            with gr.Column(scale=6, min_width=300, elem_id="sv-inspector-right"):
+                topk = gr.Plot(viz.topk_figure(None), show_label=False, elem_id="sv-topk")
     tree_row, tree, mask = lesson_view.build_tree()
     with gr.Row(elem_classes=["sv-plots"]):
         acceptance = gr.Plot(viz.acceptance_by_position_figure(None), show_label=False, min_width=300,
