@@ -87,3 +87,20 @@ def test_the_advisor_explains_a_wide_predicted_interval_and_shows_the_measured_o
     assert "ngram k=2's predicted interval" not in said and "more drafted tokens to calibrate on" in said
     table = runs_html(runs)
     assert "median (90%)" in table and "0.70x (0.66-0.74x)" in table
+
+
+def test_a_median_of_one_run_says_it_has_no_interval():
+    # item 5: stalled runs left out left ngram k=4 one prompt's ratio; the page showed "27.69x [27.69–27.69]", the verdict
+    # "faster" and ranked it Best as if it were certain
+    report = _sweep(ks=(4,))
+    for r in report["prompt_rows"]:
+        r["flagged"] = r["flagged"] or (r["proposer"] == "ngram" and r["prompt_index"] > 0)
+    report = _report(report["prompt_rows"])
+    rows = {r["proposer"]: r for r in report["rows"] if r["k"]}
+    assert rows["ngram"]["verdict"] == "one run" and rows["draft:d"]["verdict"] != "one run"
+    headers, body = V.table_rows(V.report_rows(report))
+    cells = {line[0]: dict(zip(headers, line)) for line in body}
+    assert cells["ngram"]["90% interval"] == "none: one run" and cells["ngram"]["verdict"] == "one run"
+    assert "–" in cells["draft:d"]["90% interval"]
+    why = V.why_markdown(report)
+    assert "from one run (no interval" in why and "One run each for ngram k=4 (" in why

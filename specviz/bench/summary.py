@@ -17,6 +17,8 @@ from ..analysis.noise import median_interval
 from .config import TARGET_ONLY, RunSpec
 from .rows import PromptResult, RemotePromptResult, RemoteSummaryRow, SummaryRow, prompt_result
 
+ONE_RUN = "one run"  # the verdict of a median of one ratio: no interval to judge it by
+
 
 def _sum(rows: Sequence[PromptResult], key: str) -> float | None:
     vals = [getattr(r, key) for r in rows]
@@ -64,7 +66,10 @@ def _robust(rows: Sequence[PromptResult], impl: str, stalled_bases: set[tuple[st
     if not by_prompt:
         return {"speedup_median": None}
     band = median_interval(list(by_prompt.values()))
-    return {"speedup_median": band.median, "speedup_low": band.low, "speedup_high": band.high, "verdict": band.verdict}
+    # one ratio (one prompt, one pass, the rest left out as stalled) is no interval: its verdict says so,
+    # never "faster" or "slower" from a band of zero width (issue 52's walk: 27.69x [27.69-27.69], "faster")
+    verdict = band.verdict if band.n > 1 else ONE_RUN
+    return {"speedup_median": band.median, "speedup_low": band.low, "speedup_high": band.high, "verdict": verdict}
 
 
 def _summary(rows: list[PromptResult], proposer: str, k: int, impl: str, bases: dict[str, list[PromptResult]],

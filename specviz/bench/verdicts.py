@@ -4,7 +4,8 @@ Benchmark tab and the HTML report put them beside the "why (no) speedup" readout
 - a configuration whose total and whose median over prompts disagree on the side of 1.0x (the
   verdict is the median's: :mod:`specviz.bench.summary`);
 - each run a stall hit, re-run once, with its seconds before and after (:mod:`specviz.bench.stalls`);
-- the configurations whose interval is wide, and what would narrow it (more passes);
+- the configurations whose median rests on one run (no interval), and those whose interval is wide, and
+  what would narrow it (more passes);
 - the prompts that ended at once, with the reason, and the chat template on a base model
   (:mod:`specviz.bench.prompt_notes`);
 - the (proposer, schedule) pairs the sweep skipped, and why.
@@ -65,6 +66,11 @@ def noise_lines(report: Mapping[str, Any], repeats_hint: str = REPEATS_HINT) -> 
     rows = [to_record(r) for r in report.get("rows") or []]
     lines = disagreements(rows)
     lines += [f"re-run: {rerun_sentence(rec)}" for rec in meta.get("reruns") or []]
+    one = [_label(r) for r in rows if r.get("k") and r.get("verdict") == "one run"]
+    if one:
+        lines.append(f"one run each for {', '.join(one[:4])}{f' and {len(one) - 4} more' if len(one) > 4 else ''} "
+                     "(one prompt's ratio, the others left out or not run): no interval and no verdict; "
+                     + repeats_hint.format(n=max(3, 2 * int(meta.get("repeats") or 1))) + ".")
     wide = wide_intervals(rows)
     if wide:
         names = ", ".join(wide[:4]) + (f" and {len(wide) - 4} more" if len(wide) > 4 else "")

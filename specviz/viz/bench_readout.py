@@ -63,6 +63,8 @@ def _median_words(r: Mapping[str, Any]) -> str:
     speed = robust_speedup(r)
     if not isinstance(r.get("speedup_median"), (int, float)):
         return f"{speed:.2f}x"
+    if r.get("verdict") == "one run":  # one ratio: no interval (specviz.bench.summary.ONE_RUN)
+        return f"{speed:.2f}x (one run: no interval)"
     band = (f", 90% interval {r['speedup_low']:.2f}-{r['speedup_high']:.2f}x"
             if r.get("speedup_low") is not None and r.get("speedup_high") is not None else "")
     return f"{speed:.2f}x (median over prompts{band})"
