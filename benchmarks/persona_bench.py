@@ -141,6 +141,10 @@ def _intervals(figs: dict, table: list[dict], rows: list[dict], report: dict, sa
             f"{name} plot: {right} of {points} measured speedup points carry the report's 90% interval "
             f"({len(lines)} lines; {meta.get('repeats', 1)} pass(es) x {len({p['prompt_id'] for p in report.get('prompt_rows', [])})} prompts)")
     band = [r for r in table if r.get("k") not in ("0", "") and r.get("impl") == "specviz"]
+    one = {(r["proposer"], str(r["k"])) for r in rows if r.get("speedup_low") == r.get("speedup_high")}
+    bare = [r for r in band if (r["proposer"], r["k"]) in one and "one run" not in r.get("90% interval", "")]
+    say("5-interval", band and all(r.get("90% interval") for r in band) and not bare,
+        f"{len(one)} configurations rest on one run; shown as a zero-width band without saying so: {len(bare)}")
     say("5-interval", band and all(r.get("90% interval") for r in band),
         f"table: {sum(1 for r in band if r.get('90% interval'))} of {len(band)} configurations show a 90% interval: "
         + "; ".join(f"{r['proposer'][:24]} k={r['k']}: {r.get('median speedup')} [{r.get('90% interval')}]" for r in band[:6]))

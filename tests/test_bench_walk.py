@@ -104,3 +104,18 @@ def test_a_median_of_one_run_says_it_has_no_interval():
     assert "–" in cells["draft:d"]["90% interval"]
     why = V.why_markdown(report)
     assert "from one run (no interval" in why and "One run each for ngram k=4 (" in why
+
+
+def test_a_verify_pass_cheaper_than_half_a_target_step_is_doubted():
+    # item 5: under load the tiny sweep's target-only ran at 53 ms/token; ngram k=4 read v = 0.10 (a 5-position pass at a
+    # tenth of a one-token step) and 27.69x, and the readout repeated both as facts
+    report = _sweep()
+    assert "target-only was slowed" not in V.why_markdown(report)  # an ordinary sweep: v near 1, nothing said
+    for r in report["prompt_rows"]:
+        if r["proposer"] == "target-only":
+            r["verify_ms"] *= 20
+    report = _report(report["prompt_rows"])
+    low = [r for r in report["rows"] if r["k"] and r["v"] < 0.5]
+    assert low
+    why = V.why_markdown(report)
+    assert "target-only was slowed" in why and f"{low[0]['proposer']} k={low[0]['k']} (v = {low[0]['v']:.2f})" in why

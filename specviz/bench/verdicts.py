@@ -4,6 +4,7 @@ Benchmark tab and the HTML report put them beside the "why (no) speedup" readout
 - a configuration whose total and whose median over prompts disagree on the side of 1.0x (the
   verdict is the median's: :mod:`specviz.bench.summary`);
 - each run a stall hit, re-run once, with its seconds before and after (:mod:`specviz.bench.stalls`);
+- a target-only slowed below its own verify passes (v under V_FLOOR: every speedup overstated);
 - the configurations whose median rests on one run (no interval), and those whose interval is wide, and
   what would narrow it (more passes);
 - the prompts that ended at once, with the reason, and the chat template on a base model
@@ -59,6 +60,24 @@ def wide_intervals(rows: list[Mapping[str, Any]]) -> list[str]:
     return out
 
 
+V_FLOOR = 0.5  # a verify pass of k + 1 positions timed under half a target-only step: the baseline was slowed
+
+
+def slow_baseline(rows: list[Mapping[str, Any]]) -> list[str]:
+    """One sentence when some configuration's v (its verify pass over target-only's step) is under
+    V_FLOOR: a pass that scores k + 1 positions cannot cost half a one-token step, so target-only's
+    steps were slowed (a loaded machine) and every speedup over it is overstated. The walk's tiny
+    sweep read v = 0.10 and 27.69x, and nothing on the page doubted them."""
+    low = [r for r in rows if r.get("k") and r.get("impl") == "specviz" and isinstance(r.get("v"), (int, float))
+           and r["v"] < V_FLOOR]
+    if not low:
+        return []
+    names = ", ".join(f"{_label(r)} (v = {r['v']:.2f})" for r in low[:4]) + (f" and {len(low) - 4} more" if len(low) > 4 else "")
+    return [f"target-only's steps were slower than the verify passes of {names}: a pass over k + 1 positions cannot cost "
+            f"under half a one-token step, so target-only was slowed (a loaded machine?) and these speedups overstate; "
+            "run the sweep again on a quieter machine."]
+
+
 def noise_lines(report: Mapping[str, Any], repeats_hint: str = REPEATS_HINT) -> list[str]:
     """Every sentence (module docstring), plain text, in that order; [] when there is nothing to say.
     ``repeats_hint`` is what narrows a wide interval, with ``{n}`` for the passes to suggest."""
@@ -66,6 +85,7 @@ def noise_lines(report: Mapping[str, Any], repeats_hint: str = REPEATS_HINT) -> 
     rows = [to_record(r) for r in report.get("rows") or []]
     lines = disagreements(rows)
     lines += [f"re-run: {rerun_sentence(rec)}" for rec in meta.get("reruns") or []]
+    lines += slow_baseline(rows)
     one = [_label(r) for r in rows if r.get("k") and r.get("verdict") == "one run"]
     if one:
         lines.append(f"one run each for {', '.join(one[:4])}{f' and {len(one) - 4} more' if len(one) > 4 else ''} "
