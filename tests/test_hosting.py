@@ -294,3 +294,23 @@ def test_the_app_serves_and_decodes_with_no_compiler_on_path(tmp_path):
     spec, target_only = (line for line in out.splitlines() if line.startswith("TOKENS"))
     assert spec == target_only
     assert not (tmp_path / "cache" / "kernels").exists() or not any((tmp_path / "cache" / "kernels").iterdir())
+
+
+def test_a_server_slow_to_answer_gradios_first_check_still_serves(monkeypatch):
+    """Gradio asks a new server once with a 3 s timeout and raises when it is slow; on a busy machine
+    (a Space's cold start, CI) specviz.ui.launch asks longer and serves (the case is forced here)."""
+    import gradio as gr
+    import httpx
+    from gradio import networking
+
+    from specviz.ui import launch
+    from tests.support.app_server import free_port
+
+    monkeypatch.setattr(networking, "url_ok", lambda url: False)
+    with gr.Blocks() as demo:
+        gr.Markdown("up")
+    try:
+        _, url, share = launch(demo, server_name="127.0.0.1", server_port=free_port(), prevent_thread_lock=True, quiet=True)
+        assert share is None and httpx.get(url, timeout=30).status_code == 200
+    finally:
+        demo.close()

@@ -120,7 +120,35 @@ def launch(demo: gr.Blocks | None = None, **kwargs: Any):
         **launch_kwargs(),
     }
     kw.update(kwargs)
-    return demo.queue().launch(**kw)
+    try:
+        return demo.queue().launch(**kw)
+    except ValueError as e:
+        # Gradio asks its new server once (a 3 s timeout) and gives up on a slow answer: on a busy machine
+        # (a Space's cold start, CI beside other jobs) the server is up, only slow. Ask longer, then go on
+        # as launch() would have: block unless told not to, return (app, local URL, share URL).
+        if "localhost is not accessible" not in str(e) or not _answers(demo.local_url):
+            raise
+        logging.getLogger(__name__).warning("%s answered after Gradio's 3 s check: serving anyway", demo.local_url)
+        if not kw.get("prevent_thread_lock"):
+            demo.block_thread()
+        return demo.server_app, demo.local_url, None
+
+
+def _answers(url: str | None, budget_s: float = 120.0) -> bool:
+    """Whether the server at ``url`` answers within ``budget_s`` (each try waits up to 10 s)."""
+    import time
+
+    import httpx
+
+    deadline = time.monotonic() + budget_s
+    while url and time.monotonic() < deadline:
+        try:
+            if httpx.head(url, timeout=10).status_code < 400:
+                return True
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    return False
 
 
 def warm_up(names: list[str] | None = None) -> threading.Thread | None:
