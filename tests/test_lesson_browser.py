@@ -352,3 +352,86 @@ def test_verdicts_and_legends_fit_and_a_tap_shows_a_tokens_numbers(browser, app_
     if SHOTS:
         page.locator("#sv-draft-table").screenshot(path=f"{SHOTS}/table-sampled-{size[0]}.png")
     page.context.close()
+
+
+# -- a table token never wraps inside itself ---------------------------------------------------------
+
+# Token texts a real tokenizer makes, up to 12 characters ("␣" is how the table shows a space).
+WORDY = [" everything", " information", "Hereinafter", " understand", "Here", " function", " Please", " between",
+         " describing", "ness", " yourselves", " Her"]
+
+
+def _worded(obj, word):
+    """A trace line with each token's text swapped for ``word(token id)`` (drafts, the token after
+    them, the committed tokens and every top list): the tiny models' vocabulary is one character a
+    token, too short for a token to wrap."""
+    if isinstance(obj, list):
+        if len(obj) == 3 and isinstance(obj[0], int) and isinstance(obj[1], str):
+            return [obj[0], word(obj[0]), obj[2]]  # a top list's (id, text, probability)
+        return [_worded(v, word) for v in obj]
+    if not isinstance(obj, dict):
+        return obj
+    out = {k: _worded(v, word) for k, v in obj.items()}
+    if "token_id" in obj and "text" in obj:
+        out["text"] = word(obj["token_id"])
+    if "next_token_id" in obj:
+        out["next_token_text"] = word(obj["next_token_id"])
+    if "committed" in obj and "committed_text" in obj:
+        out["committed_text"] = [word(i) for i in obj["committed"]]
+    return out
+
+
+# Runs in the page: the tokens (elements matching the selector) whose visible characters lie on more
+# than one line ("Her" on one, "e" on the next), with the cell's width: each character's own box.
+_SPLIT_TOKENS = """(sel) => [...document.querySelectorAll(sel)].filter((e) => e.offsetParent && e.textContent.trim()).map((e) => {
+  const boxes = [], walker = document.createTreeWalker(e, NodeFilter.SHOW_TEXT);
+  for (let n = walker.nextNode(); n; n = walker.nextNode()) for (let i = 0; i < n.data.length; i++) {
+    if (!n.data[i].trim()) continue;
+    const r = document.createRange(); r.setStart(n, i); r.setEnd(n, i + 1);
+    const q = r.getBoundingClientRect(); if (q.width > 0) boxes.push(q); }
+  const line = Math.min(...boxes.map((q) => q.height)), tops = boxes.map((q) => q.top);
+  return {text: e.textContent, split: Math.max(...tops) - Math.min(...tops) > 0.6 * line,
+          cell: Math.round((e.closest('td') || e.parentElement).getBoundingClientRect().width)}; })
+  .filter((t) => t.split).map((t) => [t.text, t.cell])"""
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("size", [(1280, 800), (390, 844)], ids=["desktop", "phone"])
+def test_no_table_token_of_up_to_12_characters_wraps_inside_itself(browser, app_url, tiny_env, tmp_path, size):
+    """Issue 52 ("Her/e" wraps in the table): a greedy run (its table the widest: "no: argmax is '…'")
+    whose tokens are words of 4 to 12 characters, loaded as a trace; on every step shown, each
+    token in the draft table lies on one line. At 1280 px the token column was squeezed to 7 of the
+    table font's characters ("␣everyth/ing"); on a phone its grid cell was a quarter of the row."""
+    import json
+    from pathlib import Path
+
+    from specviz.ui import playground as pg
+    from specviz.ui.state import PlaygroundState
+
+    st = PlaygroundState()
+    list(pg.on_play(st, *app_server.raw_step_args(tiny_env, temperature=0.0, max_new_tokens=24)))
+    lines = [json.loads(line) for line in Path(st.trace_path).read_text(encoding="utf-8").splitlines()]
+    st.close()
+    trace = tmp_path / "wordy.jsonl"
+    trace.write_text("".join(json.dumps(_worded(o, lambda i: WORDY[i % len(WORDY)]) if o["type"] == "step" else o,
+                                        ensure_ascii=False) + "\n" for o in lines), encoding="utf-8")
+    page = _page(browser, app_url, *size)
+    with page.expect_file_chooser() as chooser:
+        page.click("#sv-upload")
+    chooser.value.set_files(str(trace))
+    page.wait_for_function("document.querySelector('#sv-status').innerText.includes('Loaded a trace')"
+                           " && !!document.querySelector('#sv-draft-table table')")
+    seen, split = set(), []
+    for _ in range(4):  # the last steps, each a table of its own
+        step = page.get_attribute("#sv-draft-table table", "data-step")
+        page.wait_for_timeout(300)  # (a frame's layout)
+        seen |= {t.strip() for t in page.locator("#sv-draft-table code.tok").all_inner_texts()}
+        split += page.evaluate(_SPLIT_TOKENS, "#sv-draft-table code.tok")
+        if step == "0":
+            break
+        page.click("#sv-prev-step")
+        page.wait_for_function("(s) => document.querySelector('#sv-draft-table table')?.dataset.step !== s", arg=step)
+    assert max(len(t) for t in seen) >= 11, seen  # long tokens were shown (else the check proves nothing)
+    assert split == [], split
+    assert not page.js_errors
+    page.context.close()
