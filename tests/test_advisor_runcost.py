@@ -63,6 +63,20 @@ def test_anchored_to_the_runs_passes():
     assert new.prefill_s == pytest.approx(ratios[9] * cost.prefill_s) and d.prefill_s == pytest.approx(ratios[9] * d0.prefill_s)
 
 
+
+def test_a_pooled_one_token_step_keeps_the_drafts_ratio():
+    """A noisy decode whose one-token steps ran slower than its 9-wide passes (a stall): the rescaled
+    t(n) is pooled to stay non-decreasing, which moves t'(1) off r(1) (t(1) + o); the draft still keeps
+    its timed ratio to the one-token step as priced (it was scaled by r(1) and drifted: CI under load 16)."""
+    cost = zen4v_cost()
+    o = cost.step_overhead_s
+    samples = {1: [3.0 * (cost.t(1) + o)] * 5, 9: [1.0 * (cost.t(9) + o)] * 5}
+    new, ratios = RC.anchored(cost, samples)
+    assert ratios[1] == pytest.approx(3.0) and new.base_step_s < 3.0 * cost.base_step_s  # pooled
+    d, d0 = new.drafts["d"], cost.drafts["d"]
+    assert d.step_s / new.base_step_s == pytest.approx(d0.step_s / cost.base_step_s)
+    assert d.feed(2) / new.base_step_s == pytest.approx(d0.feed(2) / cost.base_step_s)
+
 def test_the_anchor_lowers_an_optimistic_forecast():
     """A chain that keeps 2 of every 8 drafts on average: with the baseline priced 25% high and the wide
     pass 4% high the forecast was optimistic; anchored, it is the ratio the run's own passes give."""

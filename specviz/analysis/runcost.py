@@ -88,14 +88,17 @@ def anchored(cost: CostModel, samples: Mapping[int, Sequence[float]], lookups: S
     lookup = dict(cost.lookup_s)
     if len(lookups) >= min_steps:
         lookup["ngram"] = statistics.median(lookups)
-    one, wide = _ratio_at(ratios, 1), ratios[max(ratios)]  # the one-token step's ratio; the prefill's (widest) one
+    target = scaled(cost.target_s)
+    # the one-token step's ratio as priced after pooling (on a noisy decode t'(1) may be pooled with
+    # t'(2)), so a draft keeps its timed ratio to the step exactly; the prefill takes the widest one
+    one, wide = (interpolate(target, 1) + o) / (cost.t(1) + o), ratios[max(ratios)]
 
     def times(points: Mapping[int, float]) -> dict[int, float]:
         return {n: one * x for n, x in points.items()}
 
     drafts = {name: replace(d, step_s=one * d.step_s, feed_s=times(d.feed_s), level_s=times(d.level_s),
                             prefill_s=wide * d.prefill_s, switch_s=one * d.switch_s) for name, d in cost.drafts.items()}
-    return replace(cost, target_s=scaled(cost.target_s), tree_s=scaled(cost.tree_s), lookup_s=lookup, drafts=drafts,
+    return replace(cost, target_s=target, tree_s=scaled(cost.tree_s), lookup_s=lookup, drafts=drafts,
                    prefill_s=wide * cost.prefill_s), ratios
 
 
