@@ -56,7 +56,11 @@ _BOXES = """(ids) => Object.fromEntries(ids.map((id) => { const el = document.ge
 
 
 def _in_view(box) -> bool:
-    return box is not None and box[0] >= -1 and box[1] <= box[2] + 1
+    """[top, bottom, viewport height]: inside the viewport, or, taller than it, starting at its top
+    (a phone's why card on a busy machine says more: 889 px in 844)."""
+    if box is None or box[0] < -1:
+        return False
+    return box[1] <= box[2] + 1 or (box[1] - box[0] > box[2] and box[0] <= 100)
 
 
 @pytest.mark.browser
@@ -74,7 +78,7 @@ def test_each_tour_arrives_at_its_moment_in_view(browser, app_url, tour, size):
     assert "sv-msg-error" not in page.inner_html("#sv-status")
     moment, *extras = ARRIVALS[tour]
     # the page's script scrolls as the message appears (it looks every 100 ms)
-    page.wait_for_function("(m) => document.body.dataset.svArrived === m", arg=moment, timeout=3000)
+    page.wait_for_function("(m) => document.body.dataset.svArrived === m", arg=moment, timeout=60_000)
     for when in ("on arrival", "after the charts"):
         boxes = page.evaluate(_BOXES, [moment, *extras])
         assert _in_view(boxes[moment]), (when, boxes)
