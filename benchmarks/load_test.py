@@ -58,7 +58,7 @@ def visible_output(tokens_html: str) -> str:
 def one_session(url: str, args: list) -> Result:
     from gradio_client import Client
 
-    client = Client(url, verbose=False)
+    client = Client(url, verbose=False, httpx_kwargs={"timeout": 120})  # httpx's 5 s: 8 sessions at once on a busy box
     t0 = time.perf_counter()
     client.predict(*args, api_name="/on_step")
     t1 = time.perf_counter()
