@@ -18,7 +18,7 @@ from specviz.proposers import DraftModel
 from specviz.runtime import static_decode
 from specviz.runtime.kv import forward_logits
 from specviz.runtime.static_decode import static_cache
-from tests.support.kernel import NEEDS_OP
+from tests.support.kernel import NEEDS_OP, share_built_ops
 from tests.support.tiny import loaded
 from tests.test_static_decode import tiny_gemma
 
@@ -106,6 +106,7 @@ def test_two_starts_in_either_order_give_a_seed_the_same_tokens(tmp_path, specvi
     from tests.support.tiny import make_tiny_models
 
     target, draft = make_tiny_models(tmp_path)
+    share_built_ops(tmp_path / "cache")  # the ops this worker built: each start loads them, compiles nothing
     env = {**os.environ, "SPECVIZ_CACHE_DIR": str(tmp_path / "cache"), "HF_HUB_OFFLINE": "1"}
     env.pop("SPECVIZ_STATIC_DECODE", None)
     runs = [subprocess.run([sys.executable, "-c", _START, target, draft, order], env=env, capture_output=True,

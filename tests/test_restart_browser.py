@@ -23,6 +23,7 @@ import pytest
 
 from tests.support import app_server
 from tests.support.browser import ARRIVED, open_page
+from tests.support.kernel import share_built_ops
 from tests.test_lesson_browser import MOMENTS, REJECTED_SHOWN, _walk_to_the_rejection
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -171,13 +172,8 @@ def _one_start(browser, env, log: Path, order: str) -> dict:
 @pytest.mark.browser
 @pytest.mark.slow
 def test_two_starts_in_either_order_tell_the_same_lesson(browser, tiny_app_env, specviz_op, tmp_path):
-    from specviz.runtime import int8_kernel
-
     cache = tmp_path / "cache"
-    cache.mkdir()
-    kernels = int8_kernel._library().parent  # this machine's build of the native ops (specviz_op): not built again
-    if kernels.is_dir():
-        (cache / "kernels").symlink_to(kernels, target_is_directory=True)
+    share_built_ops(cache)  # this machine's build of the native ops (specviz_op): not built again
     starts = {}
     for order in ("at once", "prepared"):
         env = _env(dict(tiny_app_env), cache, app_server.free_port())
