@@ -346,6 +346,11 @@ def test_tune_measures_once_and_writes_the_plan_that_loading_reads(capsys, model
     from specviz.models import load_model
 
     assert state.of(load_model(models[0]).model).plan.path == path  # loading reads it
+    import specviz.models as M
+
+    given, real_load = [], M.load_model
+    monkeypatch.setattr(M, "load_model", lambda *a, **kw: given.append(kw.get("options")) or real_load(*a, **kw))
     rc, out, _ = run(capsys, "tune", "--target", models[0], "--again", "--quiet")
     assert rc == 0 and "measured" in out and len(calls) == 2 * len(kernel_plan.WIDTHS)
+    assert given and given[0] is not None and given[0].cache_dir == str(tmp_path)  # the command's options, passed down
     clear_model_cache()

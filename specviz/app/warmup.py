@@ -76,16 +76,19 @@ def tune_models(models: Iterable[tuple[str, Any]]) -> float:
     return time.perf_counter() - t
 
 
-def tune_targets(names: Iterable[str], dtype: str = "auto", again: bool = False, say: Progress | None = None) -> list[str]:
+def tune_targets(names: Iterable[str], dtype: str = "auto", again: bool = False, say: Progress | None = None,
+                 options: Any = None) -> list[str]:
     """``specviz tune``: load each model on the CPU and measure its kernel plan here, or find it
-    measured (``again``: measure anyway) -> a line or two per model, saying where its plan is."""
+    measured (``again``: measure anyway) -> a line or two per model, saying where its plan is.
+    ``options``: the command's engine options (:class:`specviz.settings.Options`; None: the environment's)."""
     from .. import tuning
-    from ..models import cache_dir, load_model
+    from ..models import load_model
+    from ..runtime.state import cache_home
 
     lines = []
     for name in names:
-        model = load_model(name, device="cpu", dtype=dtype, progress=say).model
-        plan, new = tuning.tune(model, cache_dir(), again=again, progress=say)
+        model = load_model(name, device="cpu", dtype=dtype, progress=say, options=options).model
+        plan, new = tuning.tune(model, cache_home(options), again=again, progress=say)
         lines.append(f"{name}: {'measured, written to' if new else 'already there (--again measures again):'} {plan.path}\n"
                      f"  {plan_words(plan)}")
     return lines

@@ -6,7 +6,7 @@ import json
 import sys
 
 from .. import settings
-from .common import CLIError, say, set_threads
+from .common import CLIError, options_of, say, set_threads
 
 
 def cmd_serve(args) -> int:
@@ -32,7 +32,8 @@ def cmd_tune(args) -> int:
     from ..app.warmup import tune_targets
 
     set_threads(args)
-    print("\n".join(tune_targets(args.target or ["gemma-3-270m"], args.dtype, args.again, lambda m: say(args, m))))
+    print("\n".join(tune_targets(args.target or ["gemma-3-270m"], args.dtype, args.again, lambda m: say(args, m),
+                                  options=options_of(args))))
     return 0
 
 
