@@ -152,13 +152,13 @@ def _intervals(figs: dict, table: list[dict], rows: list[dict], report: dict, sa
 
 def _marks(figs: dict, table: list[dict], rows: list[dict], say: Say) -> None:
     """Item 5: every prefill-dominated or stalled configuration the table names is marked on the k plots."""
-    named = {("prefill", r["proposer"], int(r["k"])) for r in table if r.get("prefill-dominated runs") and r.get("k") not in ("0", "")}
-    named |= {("stall", r["proposer"], int(r["k"])) for r in table if r.get("stalled runs") and r.get("k") not in ("0", "")}
+    named = [("prefill", r["proposer"], int(r["k"])) for r in table if r.get("prefill-dominated runs") and r.get("k") not in ("0", "")]
+    named += [("stall", r["proposer"], int(r["k"])) for r in table if r.get("stalled runs") and r.get("k") not in ("0", "")]
     for name in ("speedup", "latency", "predicted"):
         marks = [t for t in figs.get(name, []) if t["meta"] in ("prefill", "stall")]
-        drawn = {(t["meta"], k) for t in marks for k in t["x"]}
-        want = {(kind, k) for kind, _, k in named}
-        say("5-marks", want <= drawn and (not drawn or drawn <= want),
+        drawn = sorted((t["meta"], k) for t in marks for k in t["x"])  # one mark per configuration: counted, not a set
+        want = sorted((kind, k) for kind, _, k in named)
+        say("5-marks", drawn == want,
             f"{name} plot: marks at {sorted(drawn)}; the table names {sorted(named)}"
             + ("" if named else " (no run prefill-dominated or stalled in this sweep: nothing to mark)"))
 
@@ -209,7 +209,7 @@ def _readout(text: str, rows: list[dict], say: Say, vkind: str) -> None:
             f"{' (measured, slower: the line says so)' if slower and said else ''}: {line[:260]!r}")
 
 
-def advisor(page, plan: SweepPlan, say: Say) -> None:
+def advisor(page, plan: SweepPlan, say: Say, report: dict) -> None:
     """Items 5 and 6 in the Advisor: the pick among the sweep's k; after Run the top N, the next step,
     the tau error scored beside the speedup's, and a wide interval explained."""
     page.locator("#sv-bench-advisor").get_by_text("Advisor: will it pay here?").first.click()
@@ -224,6 +224,7 @@ def advisor(page, plan: SweepPlan, say: Say) -> None:
         f"ticked k {list(plan.ks)}; the advisor says: {msg[:400]!r}")
     if kind != "ok":
         return
+    _beside(msg, pick, report, say)
     _fill(page, "#sv-advisor-top-n", plan.top_n)
     page.wait_for_function("() => !document.querySelector('#sv-advisor-run').disabled", timeout=30_000)
     page.click("#sv-advisor-run")
@@ -242,6 +243,22 @@ def advisor(page, plan: SweepPlan, say: Say) -> None:
     scored = re.search(r"Mean absolute error: speedup (\d+)%, tau (\d+)%", end)
     say("6-tau", bool(scored), f"errors scored: {scored and scored[0]!r}; runs table: {runs}")
     _wide(end, runs, say)
+
+
+def _beside(msg: str, pick, report: dict, say: Say) -> None:
+    """Item 5: the pick set beside what the sweep on the page measured, and a configuration it measured
+    above the pick's interval named."""
+    rows = [r for r in report.get("rows", []) if r.get("impl") == "specviz" and r.get("k") and _speed(r) is not None]
+    mine = pick and next((r for r in rows if r["proposer"] == pick[1] and r["k"] == int(pick[2])), None)
+    if not mine:
+        say("5-pick", not pick or "did not run" in msg, f"the pick {pick and pick[0]!r} was not in the sweep: {msg[-300:]!r}")
+        return
+    best = max(rows, key=_speed)
+    above = best is not mine and _speed(best) > (mine.get("speedup_high") or _speed(mine))
+    named = f"measured {best['proposer']} at k = {best['k']}" in msg
+    say("5-pick", "measured the pick at" in msg and (named if above else not named),
+        f"the sweep measured the pick {_speed(mine):.2f}x [{mine.get('speedup_low'):.2f}-{mine.get('speedup_high'):.2f}], its best "
+        f"{best['proposer'][:30]} k={best['k']} {_speed(best):.2f}x: {msg[msg.find('The sweep above'):][:300]!r}")
 
 
 def _band(text: str) -> tuple[float, float] | None:
@@ -278,7 +295,7 @@ def walk(browser, url: str, size: str, w: int, h: int, shots: str | None, plan: 
         if shots:
             page.screenshot(path=str(Path(shots) / f"engineer-bench-{size}.png"), full_page=True)
         if report:
-            advisor(page, plan, say)
+            advisor(page, plan, say, report)
         if shots:
             page.locator("#sv-bench-advisor").screenshot(path=str(Path(shots) / f"engineer-advisor-{size}.png"))
     finally:

@@ -119,3 +119,27 @@ def test_a_verify_pass_cheaper_than_half_a_target_step_is_doubted():
     assert low
     why = V.why_markdown(report)
     assert "target-only was slowed" in why and f"{low[0]['proposer']} k={low[0]['k']} (v = {low[0]['v']:.2f})" in why
+
+
+def test_the_advisor_sets_its_pick_beside_what_the_sweep_measured():
+    # items 5-6 on the built-in models: the sweep measured ngram k=2 at 1.98x (1.67-2.29x), the advice said "use the
+    # draft at k = 4" (measured 1.54x, 1.27-1.81x there) and nothing set the two side by side
+    from specviz.bench.advice_out import sweep_words
+    from tests.test_advisor_ui import _advice, _forecast
+
+    advice = _advice([_forecast("draft:d", 4, 1.29), _forecast("ngram", 2, 1.10)])
+    rows = [{"proposer": "target-only", "k": 0, "impl": "specviz", "speedup_median": 1.0},
+            {"proposer": "ngram", "k": 2, "impl": "specviz", "speedup_median": 1.98, "speedup_low": 1.67, "speedup_high": 2.29},
+            {"proposer": "draft:d", "k": 4, "impl": "specviz", "speedup_median": 1.54, "speedup_low": 1.27, "speedup_high": 1.81}]
+    said = sweep_words(advice, {"meta": {"target": "t"}, "rows": rows}, (1, 2, 4))
+    assert "measured the pick at 1.54x, 90% interval 1.27-1.81x" in said
+    assert "ngram at k = 2 higher (1.98x, 90% interval 1.67-2.29x), above the pick's interval but not clear" in said
+    assert "measurement decides" not in said  # the intervals overlap: no call
+    clear = [rows[0], {**rows[1], "speedup_low": 1.9}, rows[2]]
+    said = sweep_words(advice, {"meta": {"target": "t"}, "rows": clear}, (1, 2, 4))
+    assert "ngram at k = 2 faster (1.98x, 90% interval 1.90-2.29x)" in said and "the measurement decides" in said
+    rows[1] = {**rows[1], "speedup_median": 1.7, "speedup_low": 1.5}  # inside the pick's interval: nothing more
+    assert sweep_words(advice, {"meta": {"target": "t"}, "rows": rows}, (1, 2, 4)).endswith("1.27-1.81x.")
+    assert sweep_words(advice, {"meta": {"target": "other"}, "rows": rows}) == ""  # another target's sweep says nothing
+    said = sweep_words(advice, {"meta": {"target": "t"}, "rows": rows[:2]}, (1, 2, 4))
+    assert "did not run draft:d at k = 4; its fastest was ngram at k = 2" in said

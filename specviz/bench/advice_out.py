@@ -14,7 +14,7 @@ from ..proposers.advised import AdvisedPick, save_pick
 if TYPE_CHECKING:
     from .advise import Advice
 
-__all__ = ["format_advice", "format_runs", "next_step", "pick_of", "runs_summary", "save_advice", "save_shapes"]
+__all__ = ["format_advice", "format_runs", "next_step", "pick_of", "runs_summary", "save_advice", "save_shapes", "sweep_words"]
 
 
 def save_shapes(path, advice: Advice) -> None:
@@ -101,6 +101,42 @@ def next_step(advice: Advice, ks: Sequence[int] = ()) -> str:
         out += (f" The ranking's top, {free.spec} at k = {free.k} ({free.speedup:.2f}x), is not among the k you will run: "
                 f"add k = {free.k} to the sweep to measure it.")
     return out
+
+
+def _band_words(r: dict[str, Any]) -> str:
+    low, high = r.get("speedup_low"), r.get("speedup_high")
+    band = f", 90% interval {low:.2f}-{high:.2f}x" if low is not None and high is not None and low < high else ", one run"
+    return f"{r['speedup_median']:.2f}x{band}"
+
+
+def sweep_words(advice: Advice, report: dict[str, Any] | None, ks: Sequence[int] = ()) -> str:
+    """The pick beside what the Benchmark sweep on the page measured for the same target: the pick's
+    own measurement, and a configuration the sweep measured clearly faster (its whole interval above
+    the pick's), which the measurement on this machine makes the one to use. The walk's built-in
+    sweep measured ngram k=2 at 1.98x (1.67-2.29x) while the advice said "use the draft at k = 4"
+    (measured 1.54x, 1.27-1.81x) and nothing on the page set the two side by side. "" without a sweep."""
+    if not report or (report.get("meta") or {}).get("target") != advice.target:
+        return ""
+    rows = [r for r in report.get("rows") or [] if r.get("impl") == "specviz" and r.get("k")
+            and isinstance(r.get("speedup_median"), (int, float))]
+    pick = pick_of(advice, ks)
+    mine = next((r for r in rows if r["proposer"] == pick.spec and r["k"] == pick.k), None)
+    if not rows or not pick.pays:
+        return ""
+    best = max(rows, key=lambda r: r["speedup_median"])
+    if mine is None:
+        return (f"The sweep above did not run {pick.spec} at k = {pick.k}; its fastest was {best['proposer']} at "
+                f"k = {best['k']} ({_band_words(best)}).")
+    said = f"The sweep above measured the pick at {_band_words(mine)}."
+    top = mine.get("speedup_high") or mine["speedup_median"]
+    if best is mine or best["speedup_median"] <= top:
+        return said
+    if best.get("speedup_low") is not None and best["speedup_low"] > top:  # the whole interval above the pick's
+        return said + (f" It measured {best['proposer']} at k = {best['k']} faster ({_band_words(best)}): on this machine "
+                       f"the measurement decides, so use that (`--proposer {best['proposer']} --k {best['k']}`) and read "
+                       "the pick as the advisor's estimate.")
+    return said + (f" It measured {best['proposer']} at k = {best['k']} higher ({_band_words(best)}), above the pick's "
+                   "interval but not clear of it: more prompts would tell which is faster here.")
 
 
 def _mean_abs(vals: Sequence[float]) -> str:

@@ -18,7 +18,7 @@ import gradio as gr
 
 from ..app import runs
 from ..app.limits import Limits
-from ..bench.advice_out import error_words, next_step, published_error, runs_summary, save_advice
+from ..bench.advice_out import error_words, next_step, published_error, runs_summary, save_advice, sweep_words
 from ..bench.advise import CALIBRATION_K, Advice, advise, run_top
 from ..bench.config import BenchConfig
 from ..core.records import Sampling
@@ -59,6 +59,7 @@ class AdvisorState:
         self.request: AdvisorRequest | None = None
         self.target: Any = None  # the loaded target (LoadedModel)
         self.models: dict[str, Any] = {}  # name and options -> LoadedModel loaded for it
+        self.sweep_said = ""  # the pick beside the Benchmark sweep's measurement (sweep_words), said again at the end
 
 
 def parse_request(target, proposers, source, categories, custom, n_prompts, max_new_tokens,
@@ -161,7 +162,10 @@ def advice_outputs(advice: Advice, top: int = 20) -> dict[str, Any]:
 
 def on_calibrate(state: AdvisorState, *raw) -> Iterator[dict[str, Any]]:
     """Calibrate every proposer, measure (or read) the cost model, rank every configuration:
-    streams "Calibrating ..." messages, then the ranking, verdicts and t(n), by name."""
+    streams "Calibrating ..." messages, then the ranking, verdicts and t(n), by name. A last input
+    with a ``report`` (the Benchmark tab's state) sets the pick beside what its sweep measured."""
+    sweep = raw[-1] if raw and hasattr(raw[-1], "report") else None
+    raw = raw[:-1] if sweep is not None else raw
     try:
         try:
             req = parse_request(*raw)
@@ -174,6 +178,9 @@ def on_calibrate(state: AdvisorState, *raw) -> Iterator[dict[str, Any]]:
                                     name="specviz-advisor")
         state.advice, state.request = advice, req
         summary = _saved(advice, req.ks) + " " + next_step(advice, req.ks)
+        measured = sweep_words(advice, getattr(sweep, "report", None), req.ks)
+        summary += f" {measured}" if measured else ""
+        state.sweep_said = measured
         runnable = any(f.tau > 1.0 for f in advice.forecasts)
         yield {**_msg(f"Calibrated on {advice.prompts} prompts; cost model "
                       f"{'read from the cache' if advice.cost_cached else 'measured'}. {summary}", "ok"),
@@ -204,6 +211,7 @@ def on_run_top(state: AdvisorState, n: Any, repeats: Any = 1) -> Iterator[dict[s
             lambda report: _run_top(state, advice, n, req, config, report), lambda m: _msg(m), name="specviz-advisor-run")
         out, _report = result
         said = runs_summary(out, len(req.prompts)) + " " + next_step(advice, req.ks)
+        said += f" {state.sweep_said}" if getattr(state, "sweep_said", "") else ""
         yield {**_msg(said, "ok"), "advisor_runs": VA.runs_html(out),
                "advisor_budget": VA.tree_budget_figure(list(advice.budgets.values()), out)}
     except Exception as e:  # noqa: BLE001 - shown as a message, never a traceback
@@ -223,9 +231,11 @@ class AdvisorView:
 
 
 def build_advisor_panel(target: str, proposers: Sequence[str], target_choices: Sequence[str],
-                        proposer_choices: Sequence[str], categories: Sequence[str], sweep_ks: Any = None) -> AdvisorView:
+                        proposer_choices: Sequence[str], categories: Sequence[str], sweep_ks: Any = None,
+                        sweep_state: Any = None) -> AdvisorView:
     """The Advisor panel's components and wiring, inside the current Blocks context. ``sweep_ks``:
-    the Benchmark tab's k control, read at Calibrate (the pick is among the k the sweep will run)."""
+    the Benchmark tab's k control, read at Calibrate (the pick is among the k the sweep will run);
+    ``sweep_state``: its state, whose last sweep the pick is set beside."""
     state = gr.State(AdvisorState)
     gr.Markdown("Predict, before a long sweep, every proposer × k × tree shape's speedup **on this machine**: a short "
                 "calibration measures each proposer's acceptance, the cost model times the target's t(n), and the "
@@ -270,7 +280,7 @@ def build_advisor_panel(target: str, proposers: Sequence[str], target_choices: S
     source.change(lambda s: (gr.update(visible=s == BUNDLED), gr.update(visible=s == CUSTOM)), [source], [cats, custom],
                   queue=False)
     outputs = list(components.values())
-    inputs = [state, *controls, *([sweep_ks] if sweep_ks is not None else [])]
+    inputs = [state, *controls, *([sweep_ks] if sweep_ks is not None else []), *([sweep_state] if sweep_state is not None else [])]
     calibrate_btn.click(by_name(on_calibrate, components), inputs, outputs, concurrency_id="specviz-bench",
                         concurrency_limit=1, show_progress="hidden")
     run_btn.click(by_name(on_run_top, components), [state, top_n], outputs, concurrency_id="specviz-bench",

@@ -335,7 +335,7 @@ def build_bench_tab(defaults: BenchDefaults | None = None) -> BenchView:
         gr.Markdown(ASSUMPTIONS + " Trees: positions are depths, k' counts the nodes verified per step; the dashed "
                     "chain theory on the node plots is E(a, n) / (n c + v(n + 1)), one line per chain proposer from its own a and c.")
     with gr.Accordion("Advisor: will it pay here?", open=False, elem_id="sv-bench-advisor"):
-        build_advisor_panel(d.target, d.proposers, targets, _proposer_choices(d, targets), cats, sweep_ks=ks)
+        build_advisor_panel(d.target, d.proposers, targets, _proposer_choices(d, targets), cats, sweep_ks=ks, sweep_state=state)
     empty = V.build_figures(None)
     plots: dict[str, gr.Plot] = {}
     names = PLOT_ORDER
