@@ -111,8 +111,9 @@ def _band_words(r: dict[str, Any]) -> str:
 
 def sweep_words(advice: Advice, report: dict[str, Any] | None, ks: Sequence[int] = ()) -> str:
     """The pick beside what the Benchmark sweep on the page measured for the same target: the pick's
-    own measurement, and a configuration the sweep measured clearly faster (its whole interval above
-    the pick's), which the measurement on this machine makes the one to use. The walk's built-in
+    own measurement, and a configuration the sweep measured above the pick's interval: faster, the
+    one to use, when its whole interval is clear of the pick's; else higher, with what would settle
+    it (more prompts). The walk's built-in
     sweep measured ngram k=2 at 1.98x (1.67-2.29x) while the advice said "use the draft at k = 4"
     (measured 1.54x, 1.27-1.81x) and nothing on the page set the two side by side. "" without a sweep."""
     if not report or (report.get("meta") or {}).get("target") != advice.target:
