@@ -256,7 +256,10 @@ def _beside(msg: str, pick, report: dict, say: Say) -> None:
     best = max(rows, key=_speed)
     above = best is not mine and _speed(best) > (mine.get("speedup_high") or _speed(mine))
     named = f"measured {best['proposer']} at k = {best['k']}" in msg
-    say("5-pick", "measured the pick at" in msg and (named if above else not named),
+    decided = "measurement decides" in msg  # said only of a configuration with an interval clear of the pick's
+    clear = best.get("speedup_low") is not None and best["speedup_low"] < best["speedup_high"] \
+        and best["speedup_low"] > (mine.get("speedup_high") or _speed(mine))
+    say("5-pick", "measured the pick at" in msg and (named if above else not named) and decided == (above and clear),
         f"the sweep measured the pick {_speed(mine):.2f}x [{mine.get('speedup_low'):.2f}-{mine.get('speedup_high'):.2f}], its best "
         f"{best['proposer'][:30]} k={best['k']} {_speed(best):.2f}x: {msg[msg.find('The sweep above'):][:300]!r}")
 

@@ -138,6 +138,9 @@ def test_the_advisor_sets_its_pick_beside_what_the_sweep_measured():
     clear = [rows[0], {**rows[1], "speedup_low": 1.9}, rows[2]]
     said = sweep_words(advice, {"meta": {"target": "t"}, "rows": clear}, (1, 2, 4))
     assert "ngram at k = 2 faster (1.98x, 90% interval 1.90-2.29x)" in said and "the measurement decides" in said
+    one = [rows[0], {**rows[1], "speedup_median": 4.49, "speedup_low": 4.49, "speedup_high": 4.49, "verdict": "one run"}, rows[2]]
+    said = sweep_words(advice, {"meta": {"target": "t"}, "rows": one}, (1, 2, 4))  # the built-in walk's second run:
+    assert "ngram at k = 2 higher (4.49x, one run)" in said and "measurement decides" not in said  # one run decides nothing
     rows[1] = {**rows[1], "speedup_median": 1.7, "speedup_low": 1.5}  # inside the pick's interval: nothing more
     assert sweep_words(advice, {"meta": {"target": "t"}, "rows": rows}, (1, 2, 4)).endswith("1.27-1.81x.")
     assert sweep_words(advice, {"meta": {"target": "other"}, "rows": rows}) == ""  # another target's sweep says nothing

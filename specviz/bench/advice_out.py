@@ -132,7 +132,8 @@ def sweep_words(advice: Advice, report: dict[str, Any] | None, ks: Sequence[int]
     top = mine.get("speedup_high") or mine["speedup_median"]
     if best is mine or best["speedup_median"] <= top:
         return said
-    if best.get("speedup_low") is not None and best["speedup_low"] > top:  # the whole interval above the pick's
+    clear = best.get("verdict") != "one run" and best.get("speedup_low") is not None  # one run: no interval to be clear
+    if clear and best["speedup_low"] > top:  # the whole interval above the pick's
         return said + (f" It measured {best['proposer']} at k = {best['k']} faster ({_band_words(best)}): on this machine "
                        f"the measurement decides, so use that (`--proposer {best['proposer']} --k {best['k']}`) and read "
                        "the pick as the advisor's estimate.")
