@@ -135,7 +135,8 @@ def _intervals(figs: dict, table: list[dict], rows: list[dict], report: dict, sa
         for t in bars:
             who = re.sub(r" (measured|\(hf\))$", "", t["name"].split(" depth ")[0])
             for x, y, up, down in zip(t["x"], t["y"], t["error_y"]["array"], t["error_y"]["arrayminus"]):
-                r = per.get((who, x)) or next((q for q in rows if q["proposer"] == who and q.get("nodes_per_step") == x), None)
+                r = (per.get((who, x)) if name != "tree_speedup" else  # there x is nodes per step, not k
+                     next((q for q in rows if q["proposer"] == who and q.get("nodes_per_step") == x), None))
                 right += bool(r and abs(y + up - r["speedup_high"]) < 1e-6 and abs(y - down - r["speedup_low"]) < 1e-6)
         say("5-interval", points > 0 and right == points,
             f"{name} plot: {right} of {points} measured speedup points carry the report's 90% interval "
