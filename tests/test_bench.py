@@ -124,7 +124,8 @@ def test_sweep_plans_every_configuration(sweep):
 
 def test_sweep_events(sweep):
     kinds = [e.kind for e in sweep.events_seen]
-    assert kinds == ["warmup"] + ["run"] * 20 + ["done"]
+    reruns = kinds.count("rerun")  # a run a stall hit (a busy machine), timed again after the others
+    assert kinds == ["warmup"] + ["run"] * 20 + ["rerun"] * reruns + ["done"]
     runs = [e for e in sweep.events_seen if e.kind == "run"]
     assert [e.done for e in runs] == list(range(1, 21))
     assert [e.prompt_done for e in runs].count(True) == 2 and runs[9].prompt_done and runs[19].prompt_done
