@@ -56,9 +56,9 @@ def test_a_curve_where_nothing_pays_and_one_that_flattens_are_said():
     assert lesson.cpu.best_k > lesson.gpu.best_k and "then flattens" in lesson.sentence
 
 
-def _write_cost(cache, machine: str, t1=0.1, slope=0.02) -> None:
+def _write_cost(cache, machine: str, t1=0.1, slope=0.02, target="tiny") -> None:
     ts = {n: t1 + slope * (n - 1) for n in range(1, 18)}
-    cost = C.CostModel("k-" + machine, machine, "tiny", "float32", torch.__version__, 1, 64, None, ts, {2: ts[2]}, 0.0,
+    cost = C.CostModel(f"k-{machine}-{target}", machine, target, "float32", torch.__version__, 1, 64, None, ts, {2: ts[2]}, 0.0,
                        0.05)
     path = C.cache_path(cache, cost.key)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -77,6 +77,22 @@ def test_this_machines_cached_cost_model_replaces_the_documented_curve(tmp_path)
     # by hand: k = 1, 2, 3 give 1.7 / 1.3, 2.19 / 1.6 and 2.533 / 1.9 (c k + v(k + 1), v rising 0.2 a position)
     assert lesson.cpu.curve.measured and lesson.cpu.best_k == 2 and lesson.cpu.best_speedup == pytest.approx(2.19 / 1.6)
 
+
+
+def test_a_targets_curve_is_its_own_latest_cost_model_whatever_was_measured_since(tmp_path):
+    """The what-if and Learn part 5 read this target's v(n): another target's cost model written
+    later (a walk's tiny model after gemma's) does not hide it (it did: no curve, one v at every k)."""
+    import os
+    import time
+
+    _write_cost(tmp_path, machine_id(), slope=0.02, target="gemma")
+    old = time.time() - 60
+    for f in (tmp_path / "advisor").glob("*.json"):
+        os.utime(f, (old, old))
+    _write_cost(tmp_path, machine_id(), slope=0.05, target="tiny")  # written since
+    assert hw.measured_curve(tmp_path, "gemma").v(11) == pytest.approx(3.0)
+    assert hw.measured_curve(tmp_path, "tiny").v(11) == pytest.approx(6.0)
+    assert hw.measured_curve(tmp_path, "other") is None and hw.measured_curve(tmp_path).v(11) == pytest.approx(6.0)
 
 def test_the_figure_marks_both_optima():
     lesson = hw.hardware_lesson(0.7, 0.1)

@@ -506,9 +506,10 @@ def load_or_measure(target, cache_dir: str | Path | None, *, context: int = 256,
     return cost, False
 
 
-def latest_on_this_machine(cache_dir: str | Path | None) -> CostModel | None:
-    """The most recently written cost model under ``cache_dir`` measured on this machine (any
-    target), or None: what the Learn tab shows as "this machine's" verify curve."""
+def latest_on_this_machine(cache_dir: str | Path | None, target: str | None = None) -> CostModel | None:
+    """The most recently written cost model under ``cache_dir`` measured on this machine (of
+    ``target`` when given, else of any target), or None: what the Learn tab shows as "this
+    machine's" verify curve."""
     if cache_dir is None:
         return None
     here = machine_id()  # as every kernel choice keys this machine: the CPU, torch's ISA level, any cap
@@ -516,7 +517,7 @@ def latest_on_this_machine(cache_dir: str | Path | None) -> CostModel | None:
     for path in files:
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
-            if data.get("schema") == SCHEMA and data.get("machine") == here:
+            if data.get("schema") == SCHEMA and data.get("machine") == here and target in (None, data.get("target")):
                 return CostModel.from_dict(data)
         except (OSError, ValueError, KeyError, TypeError):
             continue  # a damaged or foreign file: the next one

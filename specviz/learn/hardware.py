@@ -73,10 +73,8 @@ def measured_curve(cache_dir: Any = None, target: str | None = None) -> VerifyCu
     for ``target`` when given (a cost model of another target says nothing of this one's passes);
     None otherwise. The playground's what-if, its card and this part read v(n) from here, so on one
     machine they tell one story (issue 52)."""
-    cost = latest_on_this_machine(cache_dir)
-    if cost is None or (target is not None and cost.target != target):
-        return None
-    return machine_curve(cost)
+    cost = latest_on_this_machine(cache_dir, target)  # the latest of this target: another's, written since, says nothing
+    return machine_curve(cost) if cost is not None else None
 
 
 def cpu_curve(cache_dir: Any = None) -> VerifyCurve:
