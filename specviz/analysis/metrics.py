@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
+from .noise import ONE_RUN
 from .theory import (
     expected_speedup,
     expected_tokens_per_step,
@@ -270,7 +271,7 @@ def _measured_words(row: Mapping[str, Any]) -> str:
         return f"measured {_fmt(speed)}x"
     noise = ", within noise of target-only" if row.get("verdict") == "within noise" else ""
     tot = f"; total {_fmt(total)}x" if isinstance(total, (int, float)) else ""
-    if row.get("verdict") == "one run":  # one ratio: no interval to give (specviz.bench.summary.ONE_RUN)
+    if row.get("verdict") == ONE_RUN:  # one ratio: no interval to give
         return f"measured {_fmt(speed)}x from one run (no interval{tot})"
     return f"measured {_fmt(speed)}x, the median over prompts (90% interval {_fmt(low)}-{_fmt(high)}x{tot}){noise}"
 

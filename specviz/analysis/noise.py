@@ -33,7 +33,7 @@ from typing import Hashable, Mapping, Sequence
 import torch
 
 __all__ = ["SpeedupInterval", "speedup_interval", "RESAMPLES", "LEVEL", "MedianInterval", "median_interval", "stall_scores",
-           "STALL_FACTOR", "WIDE", "stalled_steps", "stall_free"]
+           "STALL_FACTOR", "WIDE", "ONE_RUN", "is_wide", "stalled_steps", "stall_free"]
 
 RESAMPLES = 2000  # bootstrap resamples
 LEVEL = 0.9  # the interval's central share
@@ -117,6 +117,13 @@ def speedup_interval(spec_tokens: Sequence[float], spec_ms: Sequence[float], bas
 
 STALL_FACTOR = 2.0  # a run scoring above this is flagged (twice the time its configuration and prompt predict)
 WIDE = 0.25  # an interval wider than this share of its median is called wide (more repeats would narrow it)
+ONE_RUN = "one run"  # a bench row's verdict when its median rests on one ratio: no interval to judge it by
+
+
+def is_wide(low: float, high: float, median: float) -> bool:
+    """An interval wider than ``WIDE`` of its median, or one that reaches 1.0x: more passes (or, for a
+    prediction, more calibration) would narrow it."""
+    return high - low > WIDE * median or low <= 1.0 <= high
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
+from ..analysis.noise import ONE_RUN, is_wide
 from ..proposers.advised import AdvisedPick, save_pick
 
 if TYPE_CHECKING:
@@ -132,7 +133,7 @@ def sweep_words(advice: Advice, report: dict[str, Any] | None, ks: Sequence[int]
     top = mine.get("speedup_high") or mine["speedup_median"]
     if best is mine or best["speedup_median"] <= top:
         return said
-    clear = best.get("verdict") != "one run" and best.get("speedup_low") is not None  # one run: no interval to be clear
+    clear = best.get("verdict") != ONE_RUN and best.get("speedup_low") is not None  # one run: no interval to be clear
     if clear and best["speedup_low"] > top:  # the whole interval above the pick's
         return said + (f" It measured {best['proposer']} at k = {best['k']} faster ({_band_words(best)}): on this machine "
                        f"the measurement decides, so use that (`--proposer {best['proposer']} --k {best['k']}`) and read "
@@ -149,8 +150,6 @@ def runs_summary(runs: Sequence[dict[str, Any]], prompts: int) -> str:
     """After Run the top N: the mean absolute error of the speedup and of tau (tokens per step, the
     acceptance half of the prediction, scored on its own), and one sentence per configuration whose
     measured interval is wide, saying why: the median over few prompts whose speedups differ."""
-    from ..analysis.noise import WIDE
-
     errors = [r["error"] for r in runs if r.get("error") is not None]
     taus = [(r["measured_tau"] - r["predicted_tau"]) / r["predicted_tau"] for r in runs
             if r.get("measured_tau") is not None and r.get("predicted_tau")]
@@ -162,18 +161,12 @@ def runs_summary(runs: Sequence[dict[str, Any]], prompts: int) -> str:
     for r in runs:
         low, high = (r.get("measured_interval") or [None, None])[:2]
         med = r.get("measured_median")
-        if low is None or high is None or not med or not (high - low > WIDE * med or low <= 1.0 <= high):
+        if low is None or high is None or not med or not is_wide(low, high, med):
             continue
         parts.append(f"{r['spec']} k={r['k']}'s interval {low:.2f}-{high:.2f}x around {med:.2f}x is wide because it is "
                      f"the median of only {prompts} prompt{'s' if prompts != 1 else ''} whose speedups differ: "
                      "more prompts (or repeats) narrow it.")
     return " ".join(parts)
-
-
-def _is_wide(low: float, high: float, point: float) -> bool:
-    from ..analysis.noise import WIDE
-
-    return high - low > WIDE * point or low <= 1.0 <= high
 
 
 def _predicted_wide(runs: Sequence[dict[str, Any]]) -> list[str]:
@@ -183,7 +176,7 @@ def _predicted_wide(runs: Sequence[dict[str, Any]]) -> list[str]:
     for r in runs:
         low, high = (r.get("interval") or [None, None])[:2]
         point = r.get("predicted_speedup_loop")
-        if low is None or high is None or not point or not _is_wide(low, high, point):
+        if low is None or high is None or not point or not is_wide(low, high, point):
             continue
         out.append(f"{r['spec']} k={r['k']}'s predicted interval {low:.2f}-{high:.2f}x around {point:.2f}x is wide"
                    + (" and reaches 1.0x." if low <= 1.0 else "."))

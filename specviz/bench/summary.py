@@ -13,11 +13,9 @@ import statistics
 from typing import Any, Mapping, Sequence
 
 from ..analysis import metrics
-from ..analysis.noise import median_interval
+from ..analysis.noise import ONE_RUN, median_interval
 from .config import TARGET_ONLY, RunSpec
 from .rows import PromptResult, RemotePromptResult, RemoteSummaryRow, SummaryRow, prompt_result
-
-ONE_RUN = "one run"  # the verdict of a median of one ratio: no interval to judge it by
 
 
 def _sum(rows: Sequence[PromptResult], key: str) -> float | None:

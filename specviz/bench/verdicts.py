@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from ..analysis.noise import WIDE
+from ..analysis.noise import ONE_RUN, is_wide
 from .prompt_notes import at_once_sentence
 from .rows import to_record
 from .stalls import rerun_sentence
@@ -49,13 +49,13 @@ def disagreements(rows: list[Mapping[str, Any]]) -> list[str]:
 
 
 def wide_intervals(rows: list[Mapping[str, Any]]) -> list[str]:
-    """Labels of the configurations whose interval is wider than WIDE of its median or spans 1.0x."""
+    """Labels of the configurations whose interval is wide (:func:`specviz.analysis.noise.is_wide`)."""
     out = []
     for r in rows:
         low, high, med = r.get("speedup_low"), r.get("speedup_high"), r.get("speedup_median")
         if not r.get("k") or low is None or high is None or not med or low == high:
             continue
-        if high - low > WIDE * med or low <= 1.0 <= high:
+        if is_wide(low, high, med):
             out.append(_label(r))
     return out
 
@@ -86,7 +86,7 @@ def noise_lines(report: Mapping[str, Any], repeats_hint: str = REPEATS_HINT) -> 
     lines = disagreements(rows)
     lines += [f"re-run: {rerun_sentence(rec)}" for rec in meta.get("reruns") or []]
     lines += slow_baseline(rows)
-    one = [_label(r) for r in rows if r.get("k") and r.get("verdict") == "one run"]
+    one = [_label(r) for r in rows if r.get("k") and r.get("verdict") == ONE_RUN]
     if one:
         lines.append(f"one run each for {', '.join(one[:4])}{f' and {len(one) - 4} more' if len(one) > 4 else ''} "
                      "(one prompt's ratio, the others left out or not run): no interval and no verdict; "

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from ..analysis.metrics import robust_speedup, why_no_speedup
+from ..analysis.noise import ONE_RUN
 from ..analysis.prediction import ASSUMPTIONS
 from ..bench.verdicts import noise_markdown
 from .bench_rows import report_rows
@@ -63,7 +64,7 @@ def _median_words(r: Mapping[str, Any]) -> str:
     speed = robust_speedup(r)
     if not isinstance(r.get("speedup_median"), (int, float)):
         return f"{speed:.2f}x"
-    if r.get("verdict") == "one run":  # one ratio: no interval (specviz.bench.summary.ONE_RUN)
+    if r.get("verdict") == ONE_RUN:  # one ratio: no interval
         return f"{speed:.2f}x (one run: no interval)"
     band = (f", 90% interval {r['speedup_low']:.2f}-{r['speedup_high']:.2f}x"
             if r.get("speedup_low") is not None and r.get("speedup_high") is not None else "")

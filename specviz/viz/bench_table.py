@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 from ..analysis.metrics import METRICS
+from ..analysis.noise import ONE_RUN
 from .bench_marks import PREFILL_RULE
 
 Row = Mapping[str, Any]
@@ -42,7 +43,7 @@ def _derived_cells(r: Row) -> dict[str, Any]:
     left out, "" when none), the prefill-dominated runs ("1 of 4", "" when none)."""
     low, high = r.get("speedup_low"), r.get("speedup_high")
     band = f"{low:.2f}–{high:.2f}" if low is not None and high is not None and r.get("k") else None
-    if band and r.get("verdict") == "one run":  # a median of one ratio: no interval (specviz.bench.summary.ONE_RUN)
+    if band and r.get("verdict") == ONE_RUN:  # a median of one ratio: no interval
         band = "none: one run"
     reruns, flagged = r.get("reruns") or 0, r.get("flagged_runs") or 0
     stalls = " ".join(p for p in (f"{reruns} re-run" if reruns else "", f"{flagged} left out" if flagged else "") if p)
