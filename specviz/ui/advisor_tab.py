@@ -211,7 +211,7 @@ def on_run_top(state: AdvisorState, n: Any, repeats: Any = 1) -> Iterator[dict[s
             lambda report: _run_top(state, advice, n, req, config, report), lambda m: _msg(m), name="specviz-advisor-run")
         out, _report = result
         said = runs_summary(out, len(req.prompts)) + " " + next_step(advice, req.ks)
-        said += f" {state.sweep_said}" if getattr(state, "sweep_said", "") else ""
+        said += f" {state.sweep_said}" if state.sweep_said else ""
         yield {**_msg(said, "ok"), "advisor_runs": VA.runs_html(out),
                "advisor_budget": VA.tree_budget_figure(list(advice.budgets.values()), out)}
     except Exception as e:  # noqa: BLE001 - shown as a message, never a traceback
