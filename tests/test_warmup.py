@@ -130,17 +130,31 @@ def test_the_app_prepares_the_default_configuration(monkeypatch):
     assert later_seen[0] == {tour_draft: "the rejection tour's draft"} and later_seen[2] is None
 
 
-def test_the_app_rehearses_its_default_configuration_on_tiny_models(tiny_env):
+def test_the_app_rehearses_its_default_configuration_on_tiny_models(tiny_env, specviz_op, tmp_path, monkeypatch):
     """The real rehearsal (ui._rehearse) on the defaults (tiny local models): the decoder built as a
-    Step builds it, a short session run to its end, its static steps left built for the first run."""
+    Step builds it, a short session run to its end, its static steps left built for the first run;
+    on a machine with no cost model of the target cached, its verify cost measured once into the
+    advisor's cache, which the What-if and Learn part 5 read (issue 52: a fresh machine's what-if
+    held one v at every k)."""
     from specviz import ui
-    from specviz.models import load_model
+    from specviz.learn.hardware import measured_curve
+    from specviz.models import cache_dir, load_model
+    from tests.support.kernel import share_built_ops
 
+    share_built_ops(tmp_path / "cache")  # (the ops this worker built: none compiled again)
+    monkeypatch.setenv("SPECVIZ_CACHE_DIR", str(tmp_path / "cache"))  # a fresh machine's cache
     d = runs.Defaults.from_env()
+    assert measured_curve(cache_dir(), d.target) is None
     said: list[str] = []
     ui._rehearse(d, said.append)
     target = load_model(d.target)
     assert static_decode.warm(target.model) == 0.0  # built: the first Step has nothing of this left to pay
+    assert any(line.startswith("measuring") and "verify cost" in line for line in said), said
+    curve = measured_curve(cache_dir(), d.target)
+    assert curve is not None and len(curve.points) >= 16  # v(n) at n = 1..17, read as the what-if reads it
+    again: list[str] = []
+    ui._rehearse(d, again.append)
+    assert not any(line.startswith("measuring") for line in again)  # once per machine
 
 
 # -- the rejection tour's draft, prepared after the defaults -------------------------------------

@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import statistics
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -35,7 +36,7 @@ from .timing import lookups as _lookups
 from .timing import tokens as _tokens
 from .timing import typical as _typical
 
-__all__ = ["CostModel", "DraftCost", "cost_key", "measure", "measure_draft", "load_or_measure", "interpolate", "monotone",
+__all__ = ["CostModel", "DraftCost", "context_for", "cost_key", "measure", "measure_draft", "load_or_measure", "interpolate", "monotone",
            "latest_on_this_machine"]
 
 MAX_N = 17  # t(n) for n = 1..17: k + 1 positions for k = 0..16, trees of up to 16 nodes
@@ -220,6 +221,12 @@ def interpolate(points: dict[int, float], n: int) -> float:
 
 
 # -- keys ---------------------------------------------------------------------------------------
+
+
+def context_for(prompt_lengths: Sequence[int], max_new_tokens: int) -> int:
+    """The context a cost model is measured at for runs of these prompts (token counts): the mean
+    prompt plus half the new tokens, to the nearest 64 (at least 64), so one model serves nearby runs."""
+    return max(64, int(round((statistics.mean(prompt_lengths) + max_new_tokens / 2) / 64.0)) * 64)
 
 
 def cost_key(target, context: int) -> str:

@@ -291,7 +291,7 @@ class StartUp:
                 t = time.perf_counter()
                 stage("running the default configuration once, untimed (its prompt's prefill and the verify pass's width)")
                 try:
-                    rehearse(say)
+                    rehearse(stage)  # each of its lines is the stage a waiting Step names
                 except Exception as e:  # noqa: BLE001 - the first run does it again and says what failed
                     self.errors["rehearsal"] = f"{type(e).__name__}: {e}"
                     say(f"could not rehearse the default configuration: {e}")

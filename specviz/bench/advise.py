@@ -32,7 +32,7 @@ from typing import Any, Callable, Sequence
 from ..analysis import advisor as A
 from ..analysis import replay as R
 from ..analysis import runcost
-from ..analysis.costmodel import CostModel, load_or_measure
+from ..analysis.costmodel import CostModel, context_for, load_or_measure
 from ..analysis.treeshape import decode as decode_shape
 from ..core.engine import SpeculativeDecoder, encode_prompt
 from ..core.records import Sampling
@@ -435,7 +435,7 @@ def advise(target, specs: Sequence[str], prompts: Sequence[PromptRow], *, cache_
     candidates = plan(specs, target, load, schedule)
     ran = run_prompts if run_prompts is not None else prompts
     lengths = [len(encode_prompt(target.tokenizer, p.prompt, chat=chat)) for p in ran]
-    context = max(64, int(round((statistics.mean(lengths) + max_new_tokens / 2) / 64.0)) * 64)
+    context = context_for(lengths, max_new_tokens)
     drafts = {str(c.draft.name): c.draft for c in candidates if c.draft is not None}
     drafts.update({str(c.proposer.model.name): c.proposer.model for c in candidates if isinstance(c.proposer, NGramOrDraft)})
     t0 = time.perf_counter()
