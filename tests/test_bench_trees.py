@@ -240,3 +240,31 @@ def test_the_lab_sweeps_the_k_schedules_chosen(allow_local, models_dir):
     for bad, why in ((["heuristic"], "unknown k schedule 'heuristic'"), ([], "at least one k schedule")):
         with pytest.raises(ValueError, match=why):
             bt.parse_request(*args, bad)
+
+
+def test_the_lab_runs_the_passes_chosen_and_each_adds_a_ratio_to_the_interval(allow_local, models_dir):
+    """The tab's "Passes over the prompts" reaches the sweep (issue 52: its intervals were over
+    prompts alone, and it sent the user to the CLI's --repeats): two passes over one prompt give
+    every configuration two runs and a median with an interval, where one pass is "one run"; a
+    count outside 1..MAX_REPEATS is a message."""
+    from specviz.analysis.noise import ONE_RUN
+    from specviz.ui import bench_tab as bt
+
+    args = (models_dir["target"], ["ngram"], [2], bt.CUSTOM, [], "the cat sat on the mat, the cat sat on the mat",
+            1, 8, 0.0, False, "", ["constant"])
+    assert bt._config(bt.parse_request(*args, 3)).repeats == 3 and bt.parse_request(*args).repeats == 1
+    verdicts = {}
+    for passes in (1, 2):
+        state = bt.BenchState()
+        list(bt.on_run(state, *args, passes))
+        report = state.report
+        assert report["meta"]["repeats"] == passes
+        runs_of = [r for r in report["prompt_rows"] if r["proposer"] == "ngram"]
+        assert len(runs_of) == passes
+        row = next(r for r in report["rows"] if r.get("kind") == "summary" and r["proposer"] == "ngram")
+        verdicts[passes] = row["verdict"]
+        state.close()
+    assert verdicts[1] == ONE_RUN and verdicts[2] != ONE_RUN, verdicts
+    for bad in (0, bt.MAX_REPEATS + 1, "x"):
+        with pytest.raises(ValueError, match="passes"):
+            bt.parse_request(*args, bad)

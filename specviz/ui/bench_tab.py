@@ -28,6 +28,7 @@ from ..bench.verify_cost import DEFAULT_NS, measure_verify_cost, verify_floor_cu
 from ..core.records import Sampling
 from ..viz import bench as V
 from ..viz.bench import progress_html
+from ..viz.bench_readout import MAX_REPEATS
 from . import zerogpu
 from .advisor_tab import build_advisor_panel
 from .bench_remote import build_remote_source, wire_remote
@@ -67,6 +68,7 @@ class BenchDefaults:
     compare_hf: bool = False
     tree_nodes: str = ""
     schedules: list[str] = field(default_factory=lambda: ["constant"])
+    repeats: int = 1
     prompt_source: str = BUNDLED
     custom_prompts: str = ""
 
@@ -92,14 +94,16 @@ class Request:
     compare_hf: bool
     tree_nodes: tuple[int, ...] = ()
     schedules: tuple[str, ...] = ("constant",)
+    repeats: int = 1  # passes over the prompts
 
 
 def parse_request(target, proposers, ks, source, categories, custom, n_prompts, max_new_tokens, temperature, compare_hf,
-                  tree_nodes: str = "", schedules: Sequence[str] | None = ("constant",)) -> Request:
+                  tree_nodes: str = "", schedules: Sequence[str] | None = ("constant",), repeats: Any = 1) -> Request:
     """The tab's raw control values -> a Request; ValueError with a message for the user.
     ``tree_nodes`` ("4,8,16"): every tree proposer is swept at each node budget (depth = k);
     ``schedules``: the k schedules swept beside each k (a proposer a schedule changes nothing for
-    runs it once, said in the report)."""
+    runs it once, said in the report); ``repeats``: passes over the prompts, each in a new order
+    (each adds a ratio per prompt to every configuration's interval)."""
     target, specs = target_and_specs(
         target, proposers, "choose at least one proposer (e.g. ngram or draft:MODEL); target-only is always measured")
     nodes = parse_tree_nodes(tree_nodes or "")
@@ -116,16 +120,19 @@ def parse_request(target, proposers, ks, source, categories, custom, n_prompts, 
         n = int(n_prompts)
         max_new = int(max_new_tokens)
         temp = float(temperature)
+        passes = int(repeats)
     except (TypeError, ValueError):
-        raise ValueError("number of prompts, max new tokens and temperature must be numbers") from None
+        raise ValueError("number of prompts, max new tokens, temperature and passes must be numbers") from None
     if not 1 <= n <= MAX_PROMPTS:
         raise ValueError(f"number of prompts must be between 1 and {MAX_PROMPTS}")
+    if not 1 <= passes <= MAX_REPEATS:
+        raise ValueError(f"passes over the prompts must be between 1 and {MAX_REPEATS}")
     rows, src = prompt_rows(source, categories, custom, n)
     from ..app.limits import check_bench_request  # hosting limits (SPECVIZ_MAX_*, SPECVIZ_ALLOW_LOCAL_PATHS)
 
     check_bench_request(target, specs, kt, max_new, [r.prompt for r in rows])
     return Request(target, tuple(specs), kt, tuple(rows), src, max_new, Sampling(temperature=temp), bool(compare_hf), nodes,
-                   tuple(dict.fromkeys(schedules)))
+                   tuple(dict.fromkeys(schedules)), passes)
 
 
 # -- rendering ----------------------------------------------------------------------------------
@@ -150,7 +157,7 @@ def _load(req: Request, report: Callable[[str], None]):
 
 def _config(req: Request) -> B.BenchConfig:
     return B.BenchConfig(ks=req.ks, max_new_tokens=req.max_new_tokens, sampling=req.sampling, compare_hf=req.compare_hf,
-                         schedules=req.schedules)
+                         schedules=req.schedules, repeats=req.repeats)
 
 
 def sweep_report(req: Request) -> dict[str, Any]:
@@ -313,6 +320,8 @@ def build_bench_tab(defaults: BenchDefaults | None = None) -> BenchView:
                             visible=d.prompt_source == CUSTOM, elem_id="sv-bench-custom")
     with gr.Row():
         n_prompts = gr.Slider(1, MAX_PROMPTS, value=d.n_prompts, step=1, label="Prompts to run", elem_id="sv-bench-n")
+        repeats = gr.Slider(1, MAX_REPEATS, value=d.repeats, step=1, label="Passes over the prompts", elem_id="sv-bench-repeats",
+                            info="each pass runs every configuration again, in a new order: more passes, narrower intervals")
         most_new = Limits.from_env().max_new_tokens
         max_new = gr.Slider(1, most_new, value=min(d.max_new_tokens, most_new), step=1, label="Max new tokens", elem_id="sv-bench-max-new")
         temperature = gr.Slider(0, 2, value=d.temperature, step=0.05, label="Temperature (0 = greedy)", elem_id="sv-bench-temperature")
@@ -351,7 +360,7 @@ def build_bench_tab(defaults: BenchDefaults | None = None) -> BenchView:
         html_btn = gr.DownloadButton("⤓ HTML report", value=None, interactive=False, elem_id="sv-bench-html", size="md")
 
     controls = [target, proposers, ks, source, categories, custom, n_prompts, max_new, temperature, compare_hf, tree_nodes,
-                schedules]
+                schedules, repeats]
     view = BenchView(state, controls, run_btn, stop_btn, progress, why, plots, table, csv_btn, json_btn, html_btn,
                      verify_btn, verify_msg)
     source.change(on_source, [source], [categories, custom], queue=False)

@@ -15,10 +15,12 @@ from ..analysis.prediction import ASSUMPTIONS
 from ..bench.verdicts import noise_markdown
 from .bench_rows import report_rows
 
-__all__ = ["TAB_REPEATS_HINT", "best_k_markdown", "why_markdown"]
+__all__ = ["MAX_REPEATS", "TAB_REPEATS_HINT", "best_k_markdown", "why_markdown"]
 
 # what narrows a wide interval, said where the lab runs (the tab has no passes control; the CLI has)
-TAB_REPEATS_HINT = "more prompts narrow it, or `specviz bench --repeats {n}` (each pass adds a ratio per prompt)"
+MAX_REPEATS = 5  # passes over the prompts the Benchmark tab offers (the CLI's --repeats takes any)
+TAB_REPEATS_HINT = ("more prompts narrow it, or more passes over the prompts (each adds a ratio per prompt; the tab runs up "
+                    f"to {MAX_REPEATS}, `specviz bench --repeats {{n}}` more)")
 
 
 def why_markdown(report: Mapping[str, Any] | None) -> str:
