@@ -285,3 +285,23 @@ def test_before_the_first_click_the_page_says_a_step_waits_for_the_preparation_a
         html, timer = pg.on_startup_tick()
         assert html["visible"] is False and timer.active is False and pg.startup_note() == ""
         assert s.record.exists()  # the total, for the next start's estimate
+    # a start that converted a model (or tuned, or measured) once for this machine: the next start
+    # says its total was an upper bound, not "about N s more" (a first start's 186 s read as the
+    # estimate of a second start that took 28)
+    release = threading.Event()
+
+    def converting(name, progress=None):
+        progress(f"converting {name} from GGUF (first run, ~1 min)…")
+        return release.wait(30) and object()
+
+    s.start(["tiny-slow"], converting, lambda msg: None)
+    release.set()
+    s._thread.join(30)
+    assert s.once == ["converting tiny-slow from GGUF"]
+    release = threading.Event()
+    s.start(["tiny-slow"], lambda name, progress=None: release.wait(30) and object(), lambda msg: None)
+    note = html_text.unescape(pg.startup_note())
+    assert "at most about" in note and "included work done once per machine (converting tiny-slow from GGUF)" in note, note
+    release.set()
+    s._thread.join(30)
+    assert s.once == [] and s._read_total(s.names)[1] == []  # this start did nothing once: the next estimate is plain

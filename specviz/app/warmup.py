@@ -63,17 +63,20 @@ def warm_static_steps(models: Iterable[tuple[str, Any]], progress: Progress | No
     return spent
 
 
-def tune_models(models: Iterable[tuple[str, Any]]) -> float:
+def tune_models(models: Iterable[tuple[str, Any]]) -> list[str]:
     """``specviz tune`` for each (name, LoadedModel): its kernel plan measured and written where this
-    machine has none yet (read where it has), before its decode step is built. -> seconds spent."""
+    machine has none yet (read where it has), before its decode step is built. -> the names measured now."""
     from .. import tuning
 
-    t = time.perf_counter()
-    for _name, loaded in models:
+    measured = []
+    for name, loaded in models:
         module = getattr(loaded, "model", None)
-        if isinstance(module, torch.nn.Module):
-            tuning.tune(module)
-    return time.perf_counter() - t
+        if isinstance(module, torch.nn.Module) and tuning.tune(module)[1]:
+            measured.append(name)
+    return measured
+
+
+ONCE = ("converting ", "measuring ")  # progress lines of work a start does once per machine (then cached)
 
 
 def tune_targets(names: Iterable[str], dtype: str = "auto", again: bool = False, say: Progress | None = None,
@@ -180,6 +183,8 @@ class StartUp:
         self.skipped: dict[str, str] = {}
         self.record: Path | None = None  # where a preparation's total seconds are kept for the next start's estimate
         self.expected_s: float | None = None  # the last start's total for these names (read from ``record``)
+        self.expected_once: list[str] = []  # the work done once per machine that the last start's total holds
+        self.once: list[str] = []  # this start's: converting a built-in, tuning its kernels, measuring its costs
         self._done = threading.Event()
         self._done.set()
         self._later_done = threading.Event()
@@ -203,6 +208,9 @@ class StartUp:
             return ("no earlier start on this machine to go by; a first start also converts the built-in models "
                     "once, about a minute for Gemma")
         left = self.expected_s - (time.perf_counter() - self.started)
+        if self.expected_once:  # a first start's total: an upper bound, not an estimate
+            return (f"at most about {max(left, 0):.0f} s more: the last start's {self.expected_s:.0f} s included work "
+                    f"done once per machine ({'; '.join(self.expected_once)})")
         if left >= 1:
             return f"about {left:.0f} s more: the last start's took {self.expected_s:.0f} s"
         return f"any moment now: the last start's took {self.expected_s:.0f} s"
@@ -257,6 +265,11 @@ class StartUp:
              rehearse: Callable[[Progress], Any] | None, fits: Fits | None = None) -> None:
         def stage(text: str) -> None:
             self.stage = text
+            said(text)
+
+        def said(text: str) -> None:  # every line, noting the work done once per machine
+            if text.startswith(ONCE):
+                self.once.append(text.split(" (")[0].split(",")[0].removesuffix("…"))
             say(text)
 
         loaded: list[tuple[str, Any]] = []
@@ -265,7 +278,7 @@ class StartUp:
                 t = time.perf_counter()
                 stage(f"loading {name}")
                 try:
-                    loaded.append((name, load(name, progress=say)))
+                    loaded.append((name, load(name, progress=said)))
                 except Exception as e:  # noqa: BLE001 - the page reports it again when used
                     self.errors[name] = f"{type(e).__name__}: {e}"
                     say(f"could not load {name}: {e}")
@@ -274,7 +287,7 @@ class StartUp:
                 t = time.perf_counter()
                 stage(f"tuning {name}'s kernels on this machine (measured once per machine, model and torch version)")
                 try:
-                    tune_models([(name, model)])
+                    self.once += [f"tuning {n}'s kernels" for n in tune_models([(name, model)])]
                 except Exception as e:  # noqa: BLE001 - the model runs its feature defaults, said in the log
                     self.errors[f"tune {name}"] = f"{type(e).__name__}: {e}"
                     say(f"could not tune {name}'s kernels: {e}")
@@ -307,15 +320,18 @@ class StartUp:
                                                      name="specviz-warm-up-later", daemon=True)
                 self.later_thread.start()
 
-    def _read_total(self, names: tuple[str, ...]) -> float | None:
-        """The last start's total seconds for the same models, from ``record`` (None: none, or unreadable)."""
+    def _read_total(self, names: tuple[str, ...]) -> tuple[float | None, list[str]]:
+        """The last start's total seconds for the same models and the work it did once per machine,
+        from ``record`` ((None, []): none, or unreadable)."""
         try:
             if self.record is None:
-                return None
+                return None, []
             saved = json.loads(self.record.read_text(encoding="utf-8"))
-            return float(saved["seconds"]) if saved.get("names") == list(names) else None
+            if saved.get("names") != list(names):
+                return None, []
+            return float(saved["seconds"]), [str(w) for w in saved.get("once", [])]
         except (OSError, ValueError, KeyError, TypeError):
-            return None
+            return None, []
 
     def _keep_total(self, names: tuple[str, ...], seconds: float) -> None:
         """Keep this preparation's total for the next start's estimate (a failed one is not a measure)."""
@@ -323,7 +339,8 @@ class StartUp:
             return
         try:
             self.record.parent.mkdir(parents=True, exist_ok=True)
-            self.record.write_text(json.dumps({"names": list(names), "seconds": round(seconds, 1)}), encoding="utf-8")
+            self.record.write_text(json.dumps({"names": list(names), "seconds": round(seconds, 1), "once": self.once}),
+                                   encoding="utf-8")
         except OSError:
             pass
 
@@ -372,7 +389,8 @@ class StartUp:
             if self.running or self.later_running:
                 return None
             self.names, self.seconds, self.errors = tuple(dict.fromkeys(names)), {}, {}
-            self.expected_s = self._read_total(self.names)
+            self.expected_s, self.expected_once = self._read_total(self.names)
+            self.once = []
             self.later = {n: what for n, what in (later or {}).items() if n not in self.names}
             self.skipped, self.later_thread = {}, None
             self.started, self.stage = time.perf_counter(), "starting"
