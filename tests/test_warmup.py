@@ -259,3 +259,15 @@ def _wait_until_it_speaks(startup, names: list[str], release: threading.Event) -
     release.set()
     waiter.join(120)
     return said, waiter
+
+
+def test_a_zerogpu_space_measures_no_verify_cost_at_start_up(monkeypatch):
+    """On a ZeroGPU Space the runs time the GPU lent per call, not the start-up process's device: its
+    rehearsal measures no cost model (a CPU curve would price a GPU run's what-if)."""
+    from specviz import ui
+    from specviz.ui import zerogpu
+
+    monkeypatch.setattr(zerogpu, "active", lambda: True)
+    said: list[str] = []
+    ui._measure_verify_cost(None, None, said.append)  # returns before it reads the model or the settings
+    assert said == []

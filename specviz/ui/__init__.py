@@ -213,7 +213,10 @@ def _measure_verify_cost(target: Any, settings: Any, say: Callable[[str], None])
     from ..core.engine import encode_prompt
     from ..learn.hardware import measured_curve
     from ..models import cache_dir
+    from . import zerogpu
 
+    if zerogpu.active():  # the runs time a GPU lent per call, not this process's device: nothing to measure here
+        return
     if measured_curve(cache_dir(), runs.base_name(settings.target)) is not None:
         return
     say(f"measuring {target.name}'s verify cost t(n), n = 1..17, on this machine (once: the What-if and Learn part 5 read it)")
