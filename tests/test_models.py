@@ -297,7 +297,7 @@ def test_failed_conversion_leaves_no_cache(monkeypatch, tmp_path):
     assert not {m["name"]: m for m in M.list_models()}["gemma-3-270m"]["cached"]
 
 
-# --- the real built-ins (convert once into ~/.cache/specviz, ~1 min; then a few seconds) -------
+# --- the real built-ins (convert once into ~/.cache/specviz, ~2 min; then a few seconds) -------
 
 
 def _teacher_forced_agreement(a, b, ids):

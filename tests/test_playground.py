@@ -291,7 +291,7 @@ def test_before_the_first_click_the_page_says_a_step_waits_for_the_preparation_a
     release = threading.Event()
 
     def converting(name, progress=None):
-        progress(f"converting {name} from GGUF (first run, ~1 min)…")
+        progress(f"converting {name} from GGUF (first run, ~2 min)…")
         return release.wait(30) and object()
 
     s.start(["tiny-slow"], converting, lambda msg: None)

@@ -206,7 +206,7 @@ class StartUp:
         this machine (``record``); a first start says what it does instead of guessing a number."""
         if self.expected_s is None or self.started is None:
             return ("no earlier start on this machine to go by; a first start also converts the built-in models "
-                    "once, about a minute for Gemma")
+                    "and tunes their kernels once, about 3 minutes for Gemma on 2 cores")
         left = self.expected_s - (time.perf_counter() - self.started)
         if self.expected_once:  # a first start's total: an upper bound, not an estimate
             return (f"at most about {max(left, 0):.0f} s more: the last start's {self.expected_s:.0f} s included work "
