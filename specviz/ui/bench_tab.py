@@ -321,7 +321,7 @@ def build_bench_tab(defaults: BenchDefaults | None = None) -> BenchView:
     with gr.Row():
         n_prompts = gr.Slider(1, MAX_PROMPTS, value=d.n_prompts, step=1, label="Prompts to run", elem_id="sv-bench-n")
         repeats = gr.Slider(1, MAX_REPEATS, value=d.repeats, step=1, label="Passes over the prompts", elem_id="sv-bench-repeats",
-                            info="each pass runs every configuration again, in a new order: more passes, narrower intervals")
+                            info="each reruns every configuration: narrower intervals")
         most_new = Limits.from_env().max_new_tokens
         max_new = gr.Slider(1, most_new, value=min(d.max_new_tokens, most_new), step=1, label="Max new tokens", elem_id="sv-bench-max-new")
         temperature = gr.Slider(0, 2, value=d.temperature, step=0.05, label="Temperature (0 = greedy)", elem_id="sv-bench-temperature")
