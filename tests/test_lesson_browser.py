@@ -5,6 +5,8 @@ the Playground tab is wider than the screen.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from tests.support import app_server
@@ -35,13 +37,20 @@ MOMENTS = {
 REJECTED_SHOWN = "!!document.querySelector('#sv-phase .sv-phase[data-phase=\"decide\"] .sv-phase-cell[data-kind=\"rejected\"]')"
 
 
+PHASE_AT = ("(() => { const e = document.querySelector('#sv-phase .sv-phase');"
+            " return e ? [e.dataset.step, e.dataset.phase, e.dataset.upto].join('|') : ''; })()")
+
+
 def _walk_to_the_rejection(page, most: int = 16) -> None:
-    """phase ▶ from the rejection tour's draft phase until the rejected draft is decided."""
+    """phase ▶ from the rejection tour's draft phase until the rejected draft is decided, a click at a
+    time: each waits for the page to show the phase it moved to (clicks 300 ms apart queued up on a
+    busy server and walked past the decide phase, where the rejection is shown)."""
     for _ in range(most):
         if page.evaluate(REJECTED_SHOWN):
             return
+        at = page.evaluate(PHASE_AT)
         page.click("#sv-next-phase")
-        page.wait_for_timeout(300)
+        page.wait_for_function(f"{PHASE_AT} !== {json.dumps(at)}")
     page.wait_for_function(REJECTED_SHOWN)
 
 
