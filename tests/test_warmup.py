@@ -269,5 +269,5 @@ def test_a_zerogpu_space_measures_no_verify_cost_at_start_up(monkeypatch):
 
     monkeypatch.setattr(zerogpu, "active", lambda: True)
     said: list[str] = []
-    ui._measure_verify_cost(None, None, said.append)  # returns before it reads the model or the settings
+    ui._measure_verify_cost(None, 0, None, said.append)  # returns before it reads the model or the settings
     assert said == []

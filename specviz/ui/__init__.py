@@ -201,16 +201,16 @@ def _rehearse(d: Any, say: Callable[[str], None]) -> None:
                             seed=settings.seed, chat=settings.chat)
     while not session.done:
         session.step()
-    _measure_verify_cost(decoder.target, settings, say)
+    _measure_verify_cost(decoder.target, len(session.prompt_ids), settings, say)
 
 
-def _measure_verify_cost(target: Any, settings: Any, say: Callable[[str], None]) -> None:
+def _measure_verify_cost(target: Any, prompt_tokens: int, settings: Any, say: Callable[[str], None]) -> None:
     """This machine's verify cost t(n), n = 1..17, of the default target, measured once per machine
     into the advisor's cache (``specviz.analysis.costmodel``) when none is there: the What-if's curve,
-    its card's best k and Learn part 5 read it, so a fresh machine's first run tells them one story."""
+    its card's best k and Learn part 5 read it, so a fresh machine's first run tells them one story.
+    ``prompt_tokens``: the default prompt's length as the rehearsal encoded it (the context is the advisor's)."""
     from ..analysis.costmodel import context_for, load_or_measure
     from ..app import runs
-    from ..core.engine import encode_prompt
     from ..learn.hardware import measured_curve
     from ..models import cache_dir
     from . import zerogpu
@@ -220,5 +220,5 @@ def _measure_verify_cost(target: Any, settings: Any, say: Callable[[str], None])
     if measured_curve(cache_dir(), runs.base_name(settings.target)) is not None:
         return
     say(f"measuring {target.name}'s verify cost t(n), n = 1..17, on this machine (once: the What-if and Learn part 5 read it)")
-    length = len(encode_prompt(target.tokenizer, settings.prompt, chat=settings.chat))
-    load_or_measure(target, cache_dir(), context=context_for([length], settings.max_new_tokens), sampling=settings.sampling)
+    load_or_measure(target, cache_dir(), context=context_for([prompt_tokens], settings.max_new_tokens),
+                    sampling=settings.sampling)
