@@ -21,6 +21,7 @@ from typing import Any, Callable
 import gradio as gr
 
 from .. import settings
+from .blocks import Blocks
 
 __all__ = ["build_demo", "css", "launch", "launch_kwargs", "theme", "warm_up"]
 
@@ -66,7 +67,7 @@ def build_demo() -> gr.Blocks:
     from .playground_tab import build_playground
 
     _warm_plotly()
-    with gr.Blocks(title="specviz: speculative decoding playground", analytics_enabled=False) as demo:
+    with Blocks(title="specviz: speculative decoding playground", analytics_enabled=False) as demo:
         gr.HTML(INTRO)
         with gr.Tabs():
             with gr.Tab("Playground", id="playground"):

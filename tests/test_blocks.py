@@ -1,0 +1,51 @@
+"""specviz.ui.Blocks gives the page the same data as gr.Blocks for a frame that leaves outputs out,
+without rebuilding the outputs it leaves out."""
+
+from __future__ import annotations
+
+import asyncio
+
+import gradio as gr
+
+from specviz.ui.blocks import Blocks
+
+
+def _app(cls):
+    with cls() as demo:
+        text, html, slider = gr.Textbox(), gr.HTML("<b>x</b>"), gr.Slider(0, 10, value=3)
+        button = gr.Button()
+        button.click(lambda: None, None, [text, html, slider])
+        button.click(lambda: None, None, [text])
+    return demo, (text, html, slider)
+
+
+def _sent(cls, frame) -> list:
+    demo, blocks = _app(cls)
+    frame = {blocks[i]: value for i, value in frame.items()} if isinstance(frame, dict) else frame
+    return asyncio.run(demo.postprocess_data(demo.fns[0], frame, None))
+
+
+def test_a_frame_that_leaves_outputs_out_sends_what_gradio_sends(monkeypatch):
+    frames = lambda: [{0: "hello"}, {1: "<i>y</i>", 2: gr.update(maximum=20, value=5)},  # noqa: E731 - fresh each
+                      {2: gr.update(interactive=False)}, ["a", gr.skip(), gr.skip()], ["a", "<p>b</p>", 7], {0: gr.skip()}]
+    for ours, gradios in zip(frames(), frames()):  # (Gradio pops an update's value: one frame per call)
+        assert _sent(Blocks, ours) == _sent(gr.Blocks, gradios), gradios
+
+    built = []  # the components constructed while a frame is processed
+    real_init = gr.HTML.__init__
+
+    def counting_init(self, *args, **kwargs):
+        built.append(type(self).__name__)
+        real_init(self, *args, **kwargs)
+
+    (ours, (text, _, _)), (plain, (plain_text, _, _)) = _app(Blocks), _app(gr.Blocks)
+    monkeypatch.setattr(gr.HTML, "__init__", counting_init)
+    asyncio.run(ours.postprocess_data(ours.fns[0], {text: "only the text"}, None))
+    assert built == []  # the HTML left out is not rebuilt
+    asyncio.run(plain.postprocess_data(plain.fns[0], {plain_text: "only the text"}, None))
+    assert built == ["HTML"]  # the control: Gradio's own path rebuilds it
+
+
+def test_a_one_output_event_is_gradios():
+    demo, (text, _, _) = _app(Blocks)
+    assert asyncio.run(demo.postprocess_data(demo.fns[1], "one", None)) == ["one"]
