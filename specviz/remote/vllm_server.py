@@ -166,9 +166,14 @@ def server_args(model: Path, spec: str = "ngram", port: int = 8000, k: int = 4, 
     return args
 
 
-def server_env(threads: int | None = None) -> dict[str, str]:
-    """The server's environment: a small KV cache (GB), no telemetry, offline."""
+def server_env(threads: int | None = None, one_process: bool = False) -> dict[str, str]:
+    """The server's environment: a small KV cache (GB), no telemetry, offline. ``one_process`` runs
+    the engine core inside the API server's process (vLLM's ``VLLM_ENABLE_V1_MULTIPROCESSING=0``;
+    on CPU it then takes the one-process executor too): one start of vLLM's imports instead of three,
+    for a server that is checked for its counters, not timed."""
     env = settings.child_env()
+    if one_process:
+        env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     env.setdefault("VLLM_CPU_KVCACHE_SPACE", KV_CACHE_GB)
     env.update({"VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
     if threads:
@@ -184,7 +189,8 @@ class VllmServer(LocalServer):
 
 
 def launch(spec: str = "ngram", port: int | None = None, model: Path | None = None, k: int = 4,
-           log_path: Path | None = None, threads: int | None = None, extra: list[str] | None = None) -> VllmServer:
+           log_path: Path | None = None, threads: int | None = None, extra: list[str] | None = None,
+           one_process: bool = False) -> VllmServer:
     """Build if needed and start the server (in its own process group) without waiting."""
     py = build()
     model = Path(model) if model else gemma_dir()
@@ -193,7 +199,7 @@ def launch(spec: str = "ngram", port: int | None = None, model: Path | None = No
     log_path = log_path or Path(tempfile.mkstemp(prefix=f"vllm-server-{spec}-", suffix=".log")[1])
     log = open(log_path, "w", encoding="utf-8")
     proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                            env=server_env(threads), start_new_session=True)
+                            env=server_env(threads, one_process), start_new_session=True)
     return VllmServer(proc, f"http://127.0.0.1:{port}", args, log_path, spec, log)
 
 
