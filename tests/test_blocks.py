@@ -4,6 +4,7 @@ without rebuilding the outputs it leaves out."""
 from __future__ import annotations
 
 import asyncio
+from concurrent.futures import ThreadPoolExecutor
 
 import gradio as gr
 
@@ -19,10 +20,16 @@ def _app(cls):
     return demo, (text, html, slider)
 
 
+def _run(coroutine):
+    """``asyncio.run`` on a thread of its own: a worker that ran a browser test holds an event loop."""
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coroutine).result()
+
+
 def _sent(cls, frame) -> list:
     demo, blocks = _app(cls)
     frame = {blocks[i]: value for i, value in frame.items()} if isinstance(frame, dict) else frame
-    return asyncio.run(demo.postprocess_data(demo.fns[0], frame, None))
+    return _run(demo.postprocess_data(demo.fns[0], frame, None))
 
 
 def test_a_frame_that_leaves_outputs_out_sends_what_gradio_sends(monkeypatch):
@@ -40,12 +47,12 @@ def test_a_frame_that_leaves_outputs_out_sends_what_gradio_sends(monkeypatch):
 
     (ours, (text, _, _)), (plain, (plain_text, _, _)) = _app(Blocks), _app(gr.Blocks)
     monkeypatch.setattr(gr.HTML, "__init__", counting_init)
-    asyncio.run(ours.postprocess_data(ours.fns[0], {text: "only the text"}, None))
+    _run(ours.postprocess_data(ours.fns[0], {text: "only the text"}, None))
     assert built == []  # the HTML left out is not rebuilt
-    asyncio.run(plain.postprocess_data(plain.fns[0], {plain_text: "only the text"}, None))
+    _run(plain.postprocess_data(plain.fns[0], {plain_text: "only the text"}, None))
     assert built == ["HTML"]  # the control: Gradio's own path rebuilds it
 
 
 def test_a_one_output_event_is_gradios():
     demo, (text, _, _) = _app(Blocks)
-    assert asyncio.run(demo.postprocess_data(demo.fns[1], "one", None)) == ["one"]
+    assert _run(demo.postprocess_data(demo.fns[1], "one", None)) == ["one"]
