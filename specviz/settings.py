@@ -160,18 +160,17 @@ class Options:
 
 
 def options() -> Options:
-    """The :class:`Options` the environment sets now (an unset or blank variable: the field's default)."""
+    """The :class:`Options` the environment sets now (an unset or blank variable: the field's default).
+    Read on every step of a model built without ``load_model`` (a test's): the environment only."""
     read = {}
-    for s in SETTINGS:
-        if not s.option:
-            continue
-        default = next(f.default for f in fields(Options) if f.name == s.option)
+    for name, option, default in _OPTION_SETTINGS:
+        raw = os.environ.get(name) or ""
         if isinstance(default, bool):
-            read[s.option] = not turned_off(s.name)
-        elif s.option == "cache_dir":
-            read[s.option] = value(s.name)
+            read[option] = raw.strip().lower() not in OFF
+        elif option == "cache_dir":
+            read[option] = raw
         else:
-            read[s.option] = word(s.name, default)
+            read[option] = raw.strip().lower() or default
     return Options(**read)
 
 
@@ -191,6 +190,8 @@ def by_name(name: str) -> Setting:
 # -- reading them --------------------------------------------------------------------------------
 
 OFF = ("0", "false", "no", "off")  # the values that turn an on-by-default setting off
+_DEFAULTS = {f.name: f.default for f in fields(Options)}
+_OPTION_SETTINGS = tuple((s.name, s.option, _DEFAULTS[s.option]) for s in SETTINGS if s.option)  # (variable, field, default)
 
 
 def value(name: str, default: str = "") -> str:
