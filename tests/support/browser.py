@@ -85,6 +85,9 @@ def measure_steps(url: str, n: int = 10, width: int = 1280, height: int = 800) -
         page.set_default_timeout(600_000)
         page.goto(url)
         page.wait_for_selector("#sv-step-btn")
+        if page.is_checked("#sv-lesson-mode input"):  # a Step is one whole step, not its first phase
+            page.click("#sv-lesson-mode input")
+            page.wait_for_function("!document.querySelector('#sv-lesson-mode input').checked")
         page.click("#sv-step-btn")
         page.wait_for_function("document.querySelector('#sv-tokens .sv-tokens')?.dataset.steps === '1'")
         page.wait_for_timeout(1000)
