@@ -14,10 +14,11 @@ from specviz.ui.blocks import Blocks
 def _app(cls):
     with cls() as demo:
         text, html, slider = gr.Textbox(), gr.HTML("<b>x</b>"), gr.Slider(0, 10, value=3)
+        state = gr.State(1)
         button = gr.Button()
-        button.click(lambda: None, None, [text, html, slider])
+        button.click(lambda: None, None, [text, html, slider, state])
         button.click(lambda: None, None, [text])
-    return demo, (text, html, slider)
+    return demo, (text, html, slider, state)
 
 
 def _run(coroutine):
@@ -34,7 +35,8 @@ def _sent(cls, frame) -> list:
 
 def test_a_frame_that_leaves_outputs_out_sends_what_gradio_sends(monkeypatch):
     frames = lambda: [{0: "hello"}, {1: "<i>y</i>", 2: gr.update(maximum=20, value=5)},  # noqa: E731 - fresh each
-                      {2: gr.update(interactive=False)}, ["a", gr.skip(), gr.skip()], ["a", "<p>b</p>", 7], {0: gr.skip()}]
+                      {2: gr.update(interactive=False)}, ["a", gr.skip(), gr.skip(), gr.skip()], ["a", "<p>b</p>", 7, 2],
+                      {0: gr.skip()}, {3: 5}, {0: "state left out"}]
     for ours, gradios in zip(frames(), frames()):  # (Gradio pops an update's value: one frame per call)
         assert _sent(Blocks, ours) == _sent(gr.Blocks, gradios), gradios
 
@@ -45,7 +47,7 @@ def test_a_frame_that_leaves_outputs_out_sends_what_gradio_sends(monkeypatch):
         built.append(type(self).__name__)
         real_init(self, *args, **kwargs)
 
-    (ours, (text, _, _)), (plain, (plain_text, _, _)) = _app(Blocks), _app(gr.Blocks)
+    (ours, (text, *_)), (plain, (plain_text, *_)) = _app(Blocks), _app(gr.Blocks)
     monkeypatch.setattr(gr.HTML, "__init__", counting_init)
     _run(ours.postprocess_data(ours.fns[0], {text: "only the text"}, None))
     assert built == []  # the HTML left out is not rebuilt
@@ -54,5 +56,5 @@ def test_a_frame_that_leaves_outputs_out_sends_what_gradio_sends(monkeypatch):
 
 
 def test_a_one_output_event_is_gradios():
-    demo, (text, _, _) = _app(Blocks)
+    demo, _ = _app(Blocks)
     assert _run(demo.postprocess_data(demo.fns[1], "one", None)) == ["one"]

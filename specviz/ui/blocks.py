@@ -34,7 +34,7 @@ class Blocks(gr.Blocks):
             predictions = convert_component_dict_to_list(outputs, predictions)
         if block_fn.batch or len(outputs) < 2 or not isinstance(predictions, (list, tuple)) or len(predictions) != len(outputs):
             return await super().postprocess_data(block_fn, predictions, state)
-        kept = [i for i, value in enumerate(predictions) if not _is_skip(value)]
+        kept = [i for i, value in enumerate(predictions) if not _is_skip(value) or outputs[i].stateful]  # a gr.State: Gradio's
         if not kept or len(kept) == len(outputs):  # nothing set, or nothing left out: Gradio's own path
             return await super().postprocess_data(block_fn, predictions, state)
         fn = copy.copy(block_fn)  # the same event, with only the outputs this frame sets
