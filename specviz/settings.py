@@ -164,13 +164,12 @@ def options() -> Options:
     Read on every step of a model built without ``load_model`` (a test's): the environment only."""
     read = {}
     for name, option, default in _OPTION_SETTINGS:
-        raw = os.environ.get(name) or ""
         if isinstance(default, bool):
-            read[option] = raw.strip().lower() not in OFF
+            read[option] = not turned_off(name)
         elif option == "cache_dir":
-            read[option] = raw
+            read[option] = value(name)
         else:
-            read[option] = raw.strip().lower() or default
+            read[option] = word(name, default)
     return Options(**read)
 
 
