@@ -171,9 +171,7 @@ def server_env(threads: int | None = None, one_process: bool = False) -> dict[st
     the engine core inside the API server's process (vLLM's ``VLLM_ENABLE_V1_MULTIPROCESSING=0``;
     on CPU it then takes the one-process executor too): one start of vLLM's imports instead of three,
     for a server that is checked for its counters, not timed."""
-    env = settings.child_env()
-    if one_process:
-        env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    env = settings.child_env(**({"VLLM_ENABLE_V1_MULTIPROCESSING": "0"} if one_process else {}))
     env.setdefault("VLLM_CPU_KVCACHE_SPACE", KV_CACHE_GB)
     env.update({"VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
     if threads:
