@@ -5,9 +5,10 @@ A handler returns ``{name: value}`` and a name left out keeps its component as i
 treats a skip as a property update: it constructs the component anew from its arguments and
 recomputes its config (``inspect.signature`` of its constructor, a Plot's JSON schema) for every
 output left out, in every frame. A Step's two frames leave out about 30 of the playground's 46
-outputs each. :class:`Blocks` hands Gradio only the outputs a frame sets and gives the others the
-same skip Gradio would have sent: the page receives the same data, the server does less work
-(a Step's server CPU 25-35% lower on the tiny test models, 2026-12-07).
+outputs each. :class:`Blocks` hands Gradio only the outputs a frame sets and gives each of the
+others the update Gradio's rebuild would have sent (``postprocess_update_dict`` of the skip; a
+``gr.State`` left out stays Gradio's): the page receives the same data, the server does less work
+(a Step's server CPU 25-35% lower on the tiny test models, 2026-12-07; ``tests/test_blocks.py``).
 """
 
 from __future__ import annotations
