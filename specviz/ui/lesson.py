@@ -255,9 +255,10 @@ def tour_run(key: str):
             yield from pg.on_baseline(state, *raw)
             if state.message[1] == "error":
                 return
-            with state.lock:
+            with state.lock:  # rendered under the lock, yielded after it (a generator may resume on another thread)
                 state.message = (f"Tour done: {tour.moment}. {state.message[0]}", "ok")
-                yield arrived(render(state, baseline=True), state, key)
+                frame = arrived(render(state, baseline=True), state, key)
+            yield frame
             return
         try:
             yield from pg.ensure_live_session(state, raw)
