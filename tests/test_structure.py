@@ -318,6 +318,34 @@ def test_at_most_six_plain_modules_at_the_top():
     assert len(top) <= MAX_TOP_MODULES, f"specviz/ has {len(top)} plain modules ({top}); put them in sub-packages"
 
 
+# -- generators and locks ------------------------------------------------------------------------
+
+
+def yields_under_a_lock(tree: ast.AST) -> list[int]:
+    """Lines of a ``yield`` inside ``with <...lock...>:`` in a function that is not a context manager.
+    Gradio resumes a generator handler on any of its threads: a lock held across a yield is released
+    by another thread (RuntimeError) and stays held by the first for good (every later event of the
+    session waits on it)."""
+    bad = []
+    for fn in ast.walk(tree):
+        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        if any("contextmanager" in ast.unparse(d) for d in fn.decorator_list):
+            continue
+        for node in ast.walk(fn):
+            if isinstance(node, ast.With) and any("lock" in ast.unparse(i.context_expr).lower() for i in node.items):
+                bad += [y.lineno for y in ast.walk(node) if isinstance(y, (ast.Yield, ast.YieldFrom))]
+    return sorted(set(bad))
+
+
+def test_no_generator_yields_while_it_holds_a_lock():
+    found = {str(p.relative_to(ROOT)): lines for p in sorted(PKG.rglob("*.py"))
+             if (lines := yields_under_a_lock(ast.parse(p.read_text())))}
+    assert not found, f"a yield inside `with ...lock:` (render under the lock, yield after it): {found}"
+    assert yields_under_a_lock(ast.parse("def f(s):\n    with s.lock:\n        yield 1\n")) == [3]
+    assert not yields_under_a_lock(ast.parse("@contextmanager\ndef f(s):\n    with s.lock:\n        yield\n"))
+
+
 # -- the linter ----------------------------------------------------------------------------------
 
 

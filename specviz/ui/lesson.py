@@ -190,14 +190,17 @@ def on_animate(state: PlaygroundState) -> Iterator[Frame]:
     import time
 
     state.stop.clear()
-    with state.lock:
+    with state.lock:  # nothing yielded under the lock: a generator may resume on another thread
         rec = state.shown_step()
         if rec is None:
             state.message = ("Run a step first, then animate it.", "info")
-            yield status_only(state)
-            return
-        epoch, frames = state.epoch, phase_frames(chain_view(rec))
-        delay = state.play_delay_s or ANIMATE_DEFAULT_S
+            nothing = status_only(state)
+        else:
+            epoch, frames = state.epoch, phase_frames(chain_view(rec))
+            delay = state.play_delay_s or ANIMATE_DEFAULT_S
+    if rec is None:
+        yield nothing
+        return
     for i, frame in enumerate(frames):
         with state.lock:
             if state.epoch != epoch or state.stop.is_set() or state.shown_step() is not rec:
