@@ -41,6 +41,21 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: (file_of(item) not in slow, -count[file_of(item)]))  # stable: a file stays whole
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A browser test that failed gets the stacks of this process's threads inside specviz (the
+    served app runs here): a handler that waits on a lock or a queue shows where."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.when == "call" and report.failed and "app_url" in getattr(item, "fixturenames", ()):
+        import sys
+        import traceback
+
+        stacks = ["".join(traceback.format_stack(frame)) for frame in sys._current_frames().values()]
+        report.sections.append(("the app's threads when the test failed",
+                                "\n".join(s for s in stacks if "specviz" in s) or "no thread inside specviz"))
+
+
 @pytest.fixture(autouse=True)
 def quiet_machine(monkeypatch):
     """The tests' own workers keep the load average up: kernel plans are cached as on a quiet
