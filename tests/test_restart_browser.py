@@ -4,7 +4,9 @@ sharing one cache directory, in both orders: once a Step clicked the moment the 
 start-up preparation still at work), once the preparation left to finish first. Both starts give the
 default run the same tokens and each guided tour the same story (its tokens, the step and phase it
 lands on, the draft table, the status line without its seconds), and the rejection tour reaches its
-rejection on a fresh start at 1280x800 and at 390x844.
+rejection on a fresh start at 1280x800 and at 390x844. Each start opens two pages: a desktop one
+that runs the default run and then each tour in turn (a tour resets the run and sets its controls),
+and a phone one for the rejection tour.
 
 One start in the report behind the issue had the int8 draft loaded by a Step, the other by the start-up
 preparation; the first token's q differed in its third digit and the tour found no rejection.
@@ -109,9 +111,8 @@ def _page(browser, url, size):
     return open_page(browser, url, "#sv-step-btn", width=size[0], height=size[1], timeout_ms=TIMEOUT_MS)
 
 
-def _default_run(browser, url) -> dict:
+def _default_run(page) -> dict:
     """Step (at once, whatever the preparation is doing), then Play to the end: the run's story."""
-    page = _page(browser, url, DESKTOP)
     page.click("#sv-step-btn")
     page.wait_for_function("document.querySelector('#sv-tokens .sv-tokens')?.dataset.steps === '1'")
     page.click("#sv-play-btn")
@@ -121,14 +122,12 @@ def _default_run(browser, url) -> dict:
                            " return !!n && (document.querySelector('#sv-summary')?.innerText || '').startsWith('Step ' + n + ':'); })()")
     story = page.evaluate(_STORY)
     assert "sv-msg-error" not in page.inner_html("#sv-status") and not page.js_errors
-    page.context.close()
     return story
 
 
-def _tour(browser, url, key: str, size) -> dict:
-    """A tour from a fresh page: its story where it arrives (for the rejection tour, and where phase ▶
+def _tour(page, key: str) -> dict:
+    """A tour clicked on ``page``: its story where it arrives (for the rejection tour, and where phase ▶
     walks it to the rejected draft)."""
-    page = _page(browser, url, size)
     page.click(f"#sv-tour-{key}")
     page.wait_for_function("(words) => words.some(w => document.querySelector('#sv-status').innerText.includes(w))",
                            arg=list(ARRIVED), polling=100)
@@ -141,29 +140,40 @@ def _tour(browser, url, key: str, size) -> dict:
         assert page.evaluate(REJECTED_SHOWN) and "rejected" in page.inner_text("#sv-draft-table")
         story["rejected"] = page.evaluate(_STORY)
     assert "sv-msg-error" not in page.inner_html("#sv-status") and not page.js_errors
-    page.context.close()
     return story
 
 
 TOURS = ("speedup", "no-pay", "tree")
 
 
+def _phone_rejection(browser, url) -> dict:
+    page = _page(browser, url, PHONE)
+    story = _tour(page, "rejection")
+    page.context.close()
+    return story
+
+
+def _desktop(browser, url) -> dict:
+    """On one desktop page: the default run (its Step the page's first click), then the rejection tour
+    and the other tours, one after another (each resets the run and sets its own controls)."""
+    page = _page(browser, url, DESKTOP)
+    stories = {"default": _default_run(page), "rejection desktop": _tour(page, "rejection")}
+    stories |= {key: _tour(page, key) for key in TOURS}
+    page.context.close()
+    return stories
+
+
 def _one_start(browser, env, log: Path, order: str) -> dict:
     start = Start(env, log)
     try:
         url = start.up()
-        stories = {}
-        if order == "at once":  # the desktop's Step and rejection tour while the preparation may still run
-            stories["default"] = _default_run(browser, url)
-            stories["rejection desktop"] = _tour(browser, url, "rejection", DESKTOP)
-            stories["rejection phone"] = _tour(browser, url, "rejection", PHONE)
+        if order == "at once":  # the desktop's Step and tours while the preparation may still run
+            stories = _desktop(browser, url)
+            stories["rejection phone"] = _phone_rejection(browser, url)
         else:  # the preparation done first; then the phone's rejection tour is this start's first run
             start.prepared()
-            stories["rejection phone"] = _tour(browser, url, "rejection", PHONE)
-            stories["rejection desktop"] = _tour(browser, url, "rejection", DESKTOP)
-            stories["default"] = _default_run(browser, url)
-        for key in TOURS:
-            stories[key] = _tour(browser, url, key, DESKTOP)
+            stories = {"rejection phone": _phone_rejection(browser, url)}
+            stories |= _desktop(browser, url)
         return stories
     finally:
         start.stop()
