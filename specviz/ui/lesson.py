@@ -369,9 +369,10 @@ def _restart(state: PlaygroundState, settings, search: Search) -> Iterator[Frame
 
 
 def arrived(frame: Frame, state: PlaygroundState, key: str) -> Frame:
-    """A tour's last frame: its status message carries the moment to scroll to and focus (ARRIVALS)."""
+    """A tour's last frame: its status message carries the moment to scroll to and focus (ARRIVALS),
+    and the run's epoch (a tour resets the run: each tour a page takes is a new visit)."""
     text, kind = state.message
-    return {**frame, "status": message_html(text, kind, arrive=ARRIVALS[key])}
+    return {**frame, "status": message_html(text, kind, arrive=ARRIVALS[key], visit=state.epoch)}
 
 
 def trace_controls(state: PlaygroundState) -> dict[str, Any]:

@@ -59,8 +59,9 @@ element.addEventListener('click', (e) => {
 # (a tour that says it has arrived), scroll so that the moment and as many of the extras (the
 # controls the tour's text names) as fit with it lie inside the viewport, centred, then focus the
 # moment (tabindex -1: a focus ring shows where to look, the keys keep working). It looks for such
-# a message every 100 ms; charts drawn after the message can shift the page, so it checks again
-# for 1.5 s. body[data-sv-arrived] names the moment once it is in view (for tests).
+# a message every 100 ms (a new one by its ids and data-visit: Gradio updates the element in place);
+# charts drawn after the message can shift the page, so it checks again for 1.5 s.
+# body[data-sv-arrived] names the moment once it is in view (for tests).
 ARRIVE_JS = r"""() => {
   if (window.__svArrive) return;
   window.__svArrive = true;
@@ -91,7 +92,6 @@ ARRIVE_JS = r"""() => {
     document.body.dataset.svArrived = ids[0];
     for (const ms of [250, 750, 1500]) setTimeout(() => { if (!kept.every(inView)) place(ids); }, ms);
   };
-  const seen = new WeakSet();
   const check = (msg, tries) => {  // the moment may be shown a tick after the message: try again for 2 s
     const ids = msg.dataset.arrive.split(" ").filter(Boolean);
     if (shown(ids[0])) arrive(ids);
@@ -99,8 +99,10 @@ ARRIVE_JS = r"""() => {
   };
   setInterval(() => {  // a poll: a MutationObserver on the page missed Gradio's later updates
     const msg = document.querySelector("#sv-status .sv-msg[data-arrive]");
-    if (!msg || seen.has(msg)) return;
-    seen.add(msg);
+    // Gradio updates the status element in place: a new arrival is told by its ids and visit, not its node
+    const visit = msg ? msg.dataset.arrive + " " + msg.dataset.visit : null;
+    if (!msg || msg.__svVisit === visit) return;
+    msg.__svVisit = visit;
     check(msg, 20);
   }, 100);
 }"""

@@ -252,14 +252,15 @@ def legend_html() -> str:
     return f'<div class="sv-legend">{chips}<span class="sv-legend-hint">hover or tap a token for p, q, u · click it to inspect its step</span></div>'
 
 
-def message_html(text: str, kind: str = "error", arrive: tuple[str, ...] = ()) -> str:
+def message_html(text: str, kind: str = "error", arrive: tuple[str, ...] = (), visit: int = 0) -> str:
     """A status box: kind is "error", "info" or "ok". The text is escaped. ``arrive``: element
     ids, the moment first, that the page scrolls into view and focuses when this message appears
-    (a guided tour that has arrived; :data:`specviz.viz.scripts.ARRIVE_JS`)."""
+    (a guided tour that has arrived; :data:`specviz.viz.scripts.ARRIVE_JS`); ``visit`` tells one
+    arrival from the next (Gradio updates the status box's element in place, so the page cannot)."""
     if not text:
         return ""
     icon = {"error": "⚠", "info": "ℹ", "ok": "✓"}.get(kind, "ℹ")
-    where = f' data-arrive="{html.escape(" ".join(arrive))}"' if arrive else ""
+    where = f' data-arrive="{html.escape(" ".join(arrive))}" data-visit="{visit}"' if arrive else ""
     return (f'<div class="sv-msg sv-msg-{kind}" role="{"alert" if kind == "error" else "status"}"{where}>'
             f'<span class="sv-msg-icon">{icon}</span><span class="sv-msg-text">{html.escape(text)}</span></div>')
 
