@@ -82,13 +82,32 @@ def click_tour(page, tour: str) -> None:
     page.wait_for_function(MOMENTS[tour])
 
 
+def _chart_by_the_decide_boxes(page, width: int) -> None:
+    """Issue 52: on a phone the rejection tour's decide boxes had their p/q chart about 750 px below
+    them (after the guess, the summary and the draft table). Now the chart comes right under the
+    phase boxes on a phone and beside them on a wide screen; the inspector's order is otherwise kept."""
+    box = {k: b for k, b in zip(("phase", "chart", "guess", "table", "nav"),
+                                boxes(page, ["#sv-phase", "#sv-topk", "#sv-guess-row", "#sv-draft-table", "#sv-nav"]))}
+    phase, chart = box["phase"], box["chart"]
+    if width < 640:
+        gap = chart["y"] - (phase["y"] + phase["height"])
+        assert 0 <= gap <= 40, box  # just under the boxes
+        assert box["nav"]["y"] < phase["y"] < chart["y"] < box["guess"]["y"] < box["table"]["y"], box
+        assert page.evaluate("document.documentElement.scrollWidth") <= width + 1
+        mode, animate = boxes(page, ["#sv-lesson-mode", "#sv-animate"])  # one short bar: the switch, "animate" beside it
+        assert mode["height"] <= 60 and abs(animate["y"] + animate["height"] / 2 - mode["y"] - mode["height"] / 2) <= 8, (mode, animate)
+        assert animate["x"] >= mode["x"] + mode["width"] - 1 and animate["x"] + animate["width"] <= width, (mode, animate)
+    else:
+        assert chart["x"] >= phase["x"] + phase["width"] - 1 and chart["y"] < phase["y"] + phase["height"], box  # beside
+
+
 @pytest.mark.browser
 @pytest.mark.parametrize("size", [(1280, 800), (390, 844)], ids=["desktop", "phone"])
 def test_each_tour_arrives_at_its_moment_in_view(browser, app_url, size):
     """Every tour, one after another on one page (as a reader takes them): when the status says the
     tour has arrived, its moment lies inside the viewport and has the focus, and the controls its text
     names (the rejection's ◀ phase / phase ▶) are in view with it; it stays there once the charts have
-    been drawn."""
+    been drawn. The rejection, walked to its rejected draft, has its p/q chart by the decide boxes."""
     from specviz.ui.lesson import ARRIVALS
 
     page = _page(browser, app_url, *size)
@@ -110,6 +129,8 @@ def test_each_tour_arrives_at_its_moment_in_view(browser, app_url, size):
             assert "rejected" not in page.inner_text("#sv-draft-table")
             _walk_to_the_rejection(page)
             assert "rejected" in page.inner_text("#sv-draft-table")
+            page.wait_for_timeout(1000)
+            _chart_by_the_decide_boxes(page, size[0])
         if SHOTS:
             page.screenshot(path=f"{SHOTS}/tour-{tour}-{size[0]}.png")
     assert not page.js_errors
@@ -117,7 +138,7 @@ def test_each_tour_arrives_at_its_moment_in_view(browser, app_url, size):
 
 
 @pytest.mark.browser
-def test_speedup_card_explains_itself_after_a_run(browser, app_url):
+def test_after_a_run_and_its_baseline_the_card_explains_itself_and_what_if_moves_with_a_slider(browser, app_url):
     page = _page(browser, app_url)
     page.click("#sv-play-btn")
     page.wait_for_function("document.querySelector('#sv-status').innerText.includes('Finished')")
@@ -127,12 +148,45 @@ def test_speedup_card_explains_itself_after_a_run(browser, app_url):
                            " && !!document.querySelector('#sv-race .sv-race-base')")
     text = page.inner_text("#sv-why")
     assert "accepted" in text and "target step" in text and "x" in text
+    # what-if starts from the run: its note says measured
+    page.wait_for_function("document.querySelector('#sv-whatif-note').innerText.includes('measured')")
+    # the baseline handler's last frame (its status line) re-sends the panel: move the slider after it,
+    # or that frame, in flight on a busy machine, puts the run's own a back over the 0.95
+    page.wait_for_function("document.querySelector('#sv-status').innerText.includes('speedup')")
+    box = page.locator("#sv-whatif-a input[type=number]")
+    box.fill("0.95")
+    box.press("Enter")
+    page.wait_for_function("document.querySelector('#sv-whatif-note').innerText.includes('At a = 0.95')")
+    assert page.locator("#sv-whatif-plot .js-plotly-plot").count() == 1
+    if SHOTS:
+        page.locator("#sv-whatif-box").screenshot(path=SHOTS + "/whatif.png")
+    assert "sv-msg-error" not in page.inner_html("#sv-status") and not page.js_errors
     page.context.close()
 
 
-@pytest.mark.browser
-def test_keys_and_buttons_walk_steps_rejections_and_phases(browser, app_url):
-    page = _page(browser, app_url)
+def _guess_first(page) -> None:
+    """A first visit's Step opens the draft phase: no bet yet; at verify, a bet; the draw and the score."""
+    assert page.is_checked("#sv-lesson-mode input")  # a first visit is in lesson mode (issue 52)
+    page.click("#sv-step-btn")
+    page.wait_for_function("document.querySelector('#sv-phase .sv-phase')?.dataset.phase === 'draft'")
+    assert page.is_disabled("#sv-guess-accept")  # no p yet: nothing to bet on
+    page.click("#sv-next-phase")  # verify: p is known, u is not
+    page.wait_for_selector("#sv-guess .sv-guess[data-open='1']")
+    assert "p/q" in page.inner_text("#sv-guess") and "u =" not in page.inner_text("#sv-guess")
+    page.click("#sv-guess-accept")
+    page.wait_for_selector("#sv-guess .sv-guess[data-total='1']")
+    assert page.evaluate("document.querySelector('#sv-phase .sv-phase').dataset.phase") == "decide"
+    text = page.inner_text("#sv-guess")
+    assert "You said accept" in text and "u =" in text and "of 1 right" in text
+    assert "Score" in page.inner_text("#sv-status")
+    if SHOTS:
+        page.locator("#sv-guess-row").screenshot(path=SHOTS + "/guess.png")
+    page.click("#sv-reset-btn")
+    page.wait_for_selector("#sv-guess .sv-guess[data-total='0']")
+
+
+def _keys_and_buttons(page) -> None:
+    """Three Steps, then the keys and the nav buttons walk back through steps, phases and rejections."""
     for i in (1, 2, 3):
         page.click("#sv-step-btn")
         page.wait_for_function(f"document.querySelector('#sv-tokens .sv-tokens')?.dataset.steps === '{i}'")
@@ -144,7 +198,34 @@ def test_keys_and_buttons_walk_steps_rejections_and_phases(browser, app_url):
     page.click("#sv-prev-rejection")  # the tiny pair rejects at step 1 (seed 0, T = 1)
     page.wait_for_function("document.querySelector('#sv-phase .sv-phase')?.dataset.step === '0'"
                            " && document.querySelector('#sv-phase .sv-phase')?.dataset.phase === 'decide'")
-    page.close()
+
+
+def _animate(page) -> None:
+    """A Step, then "animate this step" walks its every phase with no click."""
+    n = int(page.get_attribute("#sv-tokens .sv-tokens", "data-steps") or 0) + 1
+    page.click("#sv-step-btn")
+    page.wait_for_function(f"document.querySelector('#sv-tokens .sv-tokens')?.dataset.steps === '{n}'")
+    page.evaluate("""() => { window.__phases = [];
+      window.__poll = setInterval(() => { const p = document.querySelector('#sv-phase .sv-phase')?.dataset.phase;
+        if (p && window.__phases[window.__phases.length - 1] !== p) window.__phases.push(p); }, 25); }""")
+    page.click("#sv-animate")
+    page.wait_for_function("(() => { const s = window.__phases, i = s.lastIndexOf('draft');"
+                           " return i >= 0 && s.slice(i).join(' ').startsWith('draft verify decide') && s[s.length - 1] === 'commit'; })()")
+    seen = page.evaluate("window.__phases")
+    last = len(seen) - 1 - seen[::-1].index("draft")
+    assert seen[last:] == ["draft", "verify", "decide", "commit"], seen
+
+
+@pytest.mark.browser
+def test_guess_first_then_keys_and_buttons_walk_the_run_and_animate_plays_a_step(browser, app_url):
+    """One page, as a reader goes: a guess on the first step, Reset, three Steps walked back with the
+    keys and buttons, then a Step animated."""
+    page = _page(browser, app_url)
+    _guess_first(page)
+    _keys_and_buttons(page)
+    _animate(page)
+    assert "sv-msg-error" not in page.inner_html("#sv-status") and not page.js_errors
+    page.context.close()
 
 
 @pytest.mark.browser
@@ -221,7 +302,7 @@ def test_phone_width_nothing_wider_than_the_screen(browser, app_url):
 
 
 @pytest.mark.browser
-def test_a_typed_model_id_and_enter_keep_what_was_typed(browser, app_url):
+def test_a_typed_model_id_is_kept_and_a_clamped_value_says_so(browser, app_url):
     page = _page(browser, app_url)
     page.click("#sv-proposer label:has-text('draft model') >> nth=0")
     box = page.locator("#sv-draft input")
@@ -233,81 +314,13 @@ def test_a_typed_model_id_and_enter_keep_what_was_typed(browser, app_url):
     page.locator("#sv-prompt textarea").click()
     page.wait_for_timeout(500)
     assert box.input_value() == "gemma-3-270m"
-    page.context.close()
-
-
-@pytest.mark.browser
-@pytest.mark.parametrize("elem, value, words", [("sv-k", "0", "k"), ("sv-temperature", "-1", "Temperature")])
-def test_a_clamped_value_says_so(browser, app_url, elem, value, words):
-    page = _page(browser, app_url)
-    box = page.locator(f"#{elem} input[type=number]")
-    box.fill(value)
-    box.press("Tab")
-    page.wait_for_selector(f"#{elem} .sv-clamp-note")
-    note = page.inner_text(f"#{elem} .sv-clamp-note")
-    assert words in note and value in note
-    page.context.close()
-
-
-@pytest.mark.browser
-def test_animate_this_step_walks_every_phase_with_no_click(browser, app_url):
-    page = _page(browser, app_url)
-    page.click("#sv-step-btn")
-    page.wait_for_function("document.querySelector('#sv-tokens .sv-tokens')?.dataset.steps === '1'")
-    page.evaluate("""() => { window.__phases = [];
-      window.__poll = setInterval(() => { const p = document.querySelector('#sv-phase .sv-phase')?.dataset.phase;
-        if (p && window.__phases[window.__phases.length - 1] !== p) window.__phases.push(p); }, 25); }""")
-    page.click("#sv-animate")
-    page.wait_for_function("(() => { const s = window.__phases, i = s.indexOf('draft');"
-                           " return i >= 0 && s.slice(i).join(' ').startsWith('draft verify decide') && s[s.length - 1] === 'commit'; })()")
-    seen = page.evaluate("window.__phases")
-    assert seen[seen.index("draft"):] == ["draft", "verify", "decide", "commit"], seen
-    assert "sv-msg-error" not in page.inner_html("#sv-status") and not page.js_errors
-    page.context.close()
-
-
-@pytest.mark.browser
-def test_guess_first_then_the_draw_and_the_score(browser, app_url):
-    page = _page(browser, app_url)
-    assert page.is_checked("#sv-lesson-mode input")  # a first visit is in lesson mode (issue 52)
-    page.click("#sv-step-btn")
-    page.wait_for_function("document.querySelector('#sv-phase .sv-phase')?.dataset.phase === 'draft'")
-    assert page.is_disabled("#sv-guess-accept")  # no p yet: nothing to bet on
-    page.click("#sv-next-phase")  # verify: p is known, u is not
-    page.wait_for_selector("#sv-guess .sv-guess[data-open='1']")
-    assert "p/q" in page.inner_text("#sv-guess") and "u =" not in page.inner_text("#sv-guess")
-    page.click("#sv-guess-accept")
-    page.wait_for_selector("#sv-guess .sv-guess[data-total='1']")
-    assert page.evaluate("document.querySelector('#sv-phase .sv-phase').dataset.phase") == "decide"
-    text = page.inner_text("#sv-guess")
-    assert "You said accept" in text and "u =" in text and "of 1 right" in text
-    assert "Score" in page.inner_text("#sv-status")
-    if SHOTS:
-        page.locator("#sv-guess-row").screenshot(path=SHOTS + "/guess.png")
-    page.click("#sv-reset-btn")
-    page.wait_for_selector("#sv-guess .sv-guess[data-total='0']")
-    assert "sv-msg-error" not in page.inner_html("#sv-status") and not page.js_errors
-    page.context.close()
-
-
-@pytest.mark.browser
-def test_what_if_starts_from_the_run_and_moves_with_a_slider(browser, app_url):
-    page = _page(browser, app_url)
-    page.click("#sv-play-btn")
-    page.wait_for_function("document.querySelector('#sv-status').innerText.includes('Finished')")
-    page.click("#sv-baseline-btn")
-    page.wait_for_function("document.querySelector('#sv-whatif-note').innerText.includes('measured')")
-    # the baseline handler's last frame (its status line) re-sends the panel: move the slider after it,
-    # or that frame, in flight on a busy machine, puts the run's own a back over the 0.95
-    page.wait_for_function("document.querySelector('#sv-status').innerText.includes('speedup')")
-    box = page.locator("#sv-whatif-a input[type=number]")
-    box.fill("0.95")
-    box.press("Enter")
-    page.wait_for_function("document.querySelector('#sv-whatif-note').innerText.includes('At a = 0.95')")
-    assert page.locator("#sv-whatif-plot .js-plotly-plot").count() == 1
-    if SHOTS:
-        page.locator("#sv-whatif-box").screenshot(path=SHOTS + "/whatif.png")
-    assert "sv-msg-error" not in page.inner_html("#sv-status") and not page.js_errors
+    for elem, value, words in [("sv-k", "0", "k"), ("sv-temperature", "-1", "Temperature")]:
+        box = page.locator(f"#{elem} input[type=number]")
+        box.fill(value)
+        box.press("Tab")
+        page.wait_for_selector(f"#{elem} .sv-clamp-note")
+        note = page.inner_text(f"#{elem} .sv-clamp-note")
+        assert words in note and value in note, (elem, note)
     page.context.close()
 
 

@@ -1,7 +1,9 @@
 """The lesson on a phone, told at one moment: the p/q chart's title names the step and phase the
 table shows in every drawn frame (after a Step, in "animate"), the top-10 chart's token labels do
-not overlap at 390 px, and a guess-first walk at T > 0 where nothing on the page contradicts
-anything else (the score, the verdicts, u, min(1, p/q), the chart title, the status line).
+not overlap at 390 px, nor does its "drafted x" mark cross an axis label, the Play speed menu reads
+whole, the lesson switch stays at hand, and a guess-first walk at T > 0 where nothing on the page
+contradicts anything else (the score, the verdicts, u, min(1, p/q), the chart title, the status
+line). The rejection tour's chart by its decide boxes is checked in tests/test_lesson_browser.py.
 
 Handlers first (no browser), then headless Chromium on the tiny models (tests/support/app_server.py).
 """
@@ -14,7 +16,7 @@ import re
 import pytest
 
 from tests.support import app_server
-from tests.support.browser import boxes, open_page
+from tests.support.browser import open_page
 
 TIMEOUT_MS = 120_000
 PHONE = dict(width=390, height=844)
@@ -165,17 +167,13 @@ def _code_figure() -> dict:
                          next_text=" return", top_residual=tuple((100 + i, t, 0.2 / (i + 1)) for i, t in enumerate(CODE_TOKENS))))
 
 
-@pytest.mark.browser
-def test_the_top10_labels_do_not_overlap_on_a_phone(browser, app_url):
-    page = _page(browser, app_url)
-    page.click("#sv-step-btn")
-    page.wait_for_function("!!window.Plotly && !!document.querySelector('#sv-topk .js-plotly-plot g.xtick text')")
+def _top10_labels_apart(page) -> None:
+    """The top-10 chart's token labels do not overlap at 390 px: the live chart and a code prompt's."""
     live = page.evaluate(_LABELS, None)  # the app's own chart (the tiny models' one-letter tokens)
     assert live["n"] >= 2 and not live["overlaps"], live
     code = page.evaluate(_LABELS, _code_figure())  # a code prompt's wide tokens, in the app's Plotly at its width
     assert code["n"] >= 10 and not code["overlaps"], code
     assert "␣function" in code["texts"]  # every label is drawn (none dropped to make room)
-    page.context.close()
 
 
 # Runs in the page: draws figure f (or measures the live p/q chart when f is null) as _LABELS does, then
@@ -203,28 +201,20 @@ def _drafted_figure(where: str) -> dict:
     return _figure(_step(0, [d], 1, next_text=" return"))
 
 
-@pytest.mark.browser
-def test_the_drafted_mark_crosses_no_axis_label_on_a_phone(browser, app_url):
+def _drafted_mark_clear(page) -> None:
     """Issue 52: "drafted x", centred over the first bar, lay across the y axis's "100%" at 390 px."""
-    page = _page(browser, app_url)
-    page.click("#sv-step-btn")
-    page.wait_for_function("!!window.Plotly && !!document.querySelector('#sv-topk .js-plotly-plot g.xtick text')")
     for f in (None, _drafted_figure("first"), _drafted_figure("last")):
         seen = page.evaluate(_MARK_WORDS, f)
         assert not seen["overlaps"], seen
         assert f is None or seen["marks"] == ["drafted x"], seen  # the mark is drawn, with its words
-    page.context.close()
 
 
-@pytest.mark.browser
-def test_the_play_speed_choice_reads_whole_on_a_phone(browser, app_url):
+def _play_speed_reads_whole(page) -> None:
     """The Play speed menu takes its own row on a phone, so its longest choice is not cut off."""
-    page = _page(browser, app_url)
     box = page.locator("#sv-speed input").first
     width, shown = box.evaluate("e => [e.scrollWidth, e.clientWidth]")
     assert width <= shown, (width, shown)
     assert box.input_value() == "as fast as it runs"
-    page.context.close()
 
 
 # -- 4. guess first at T > 0 on a phone -------------------------------------------------------------
@@ -336,36 +326,6 @@ def test_the_table_prints_u_and_its_ratio_apart_as_the_chart_title_does():
 # -- 5. the p/q chart under the phase boxes it explains ----------------------------------------------
 
 
-@pytest.mark.browser
-@pytest.mark.parametrize("size", [(390, 844), (1280, 800)], ids=["phone", "desktop"])
-def test_the_rejection_tour_shows_its_chart_by_the_decide_boxes(browser, app_url, size):
-    """Issue 52: on a phone the rejection tour's decide boxes had their p/q chart about 750 px below
-    them (after the guess, the summary and the draft table). Now the chart comes right under the
-    phase boxes on a phone and beside them on a wide screen; the inspector's order is otherwise kept."""
-    from tests.test_lesson_browser import MOMENTS, _walk_to_the_rejection
-
-    page = open_page(browser, app_url, "#sv-step-btn", timeout_ms=TIMEOUT_MS, width=size[0], height=size[1])
-    page.click("#sv-tour-rejection")
-    page.wait_for_function(MOMENTS["rejection"])
-    _walk_to_the_rejection(page)
-    page.wait_for_timeout(1000)
-    box = {k: b for k, b in zip(("phase", "chart", "guess", "table", "nav"),
-                                boxes(page, ["#sv-phase", "#sv-topk", "#sv-guess-row", "#sv-draft-table", "#sv-nav"]))}
-    phase, chart = box["phase"], box["chart"]
-    if size[0] < 640:
-        gap = chart["y"] - (phase["y"] + phase["height"])
-        assert 0 <= gap <= 40, box  # just under the boxes
-        assert box["nav"]["y"] < phase["y"] < chart["y"] < box["guess"]["y"] < box["table"]["y"], box
-        assert page.evaluate("document.documentElement.scrollWidth") <= size[0] + 1
-        mode, animate = boxes(page, ["#sv-lesson-mode", "#sv-animate"])  # one short bar: the switch, "animate" beside it
-        assert mode["height"] <= 60 and abs(animate["y"] + animate["height"] / 2 - mode["y"] - mode["height"] / 2) <= 8, (mode, animate)
-        assert animate["x"] >= mode["x"] + mode["width"] - 1 and animate["x"] + animate["width"] <= size[0], (mode, animate)
-    else:
-        assert chart["x"] >= phase["x"] + phase["width"] - 1 and chart["y"] < phase["y"] + phase["height"], box  # beside
-    assert not page.js_errors
-    page.context.close()
-
-
 # -- 6. the lesson switch at hand on a phone ---------------------------------------------------------
 
 # Runs in the page: the lesson switch's box against the viewport and the inspector's, and whether a
@@ -377,16 +337,12 @@ _SWITCH = """() => { const r = (s) => document.querySelector(s).getBoundingClien
           tappable: !!hit?.closest('#sv-lesson-mode')}; }"""
 
 
-@pytest.mark.browser
-def test_the_lesson_switch_stays_at_hand_anywhere_in_the_inspector_on_a_phone(browser, app_url):
+def _lesson_switch_at_hand(page) -> None:
     """Issue 52 item 7 (the teacher's quick mode one click away, a visible control at the top of the
     inspector): on a phone the settings come before the step inspector, so its switch sat ~3,700 px
     down the page and out of sight from anywhere a student reads a step (the phases, the p/q chart,
     the table). Now it is one short bar at the inspector's top that stays on screen, tappable, while
     any part of the inspector is in view, and a tap from the table's end switches to the quick mode."""
-    page = _page(browser, app_url)
-    page.click("#sv-step-btn")
-    page.wait_for_function("document.querySelector('#sv-phase .sv-phase')?.dataset.phase === 'draft'")
     title = page.evaluate(_SWITCH)
     assert title["top"] - title["inspector_top"] <= 80 and title["height"] <= 60, title  # at the top, one short bar
     for sel, where in ((".sv-section-title", "center"), ("#sv-phase", "end"), ("#sv-topk", "end"), ("#sv-guess-row", "end"),
@@ -401,5 +357,20 @@ def test_the_lesson_switch_stays_at_hand_anywhere_in_the_inspector_on_a_phone(br
     page.wait_for_function("!document.querySelector('#sv-lesson-mode input').checked"
                            " && document.querySelector('#sv-phase .sv-phase')?.dataset.phase === 'commit'")
     assert page.evaluate(_SWITCH)["bottom"] <= PHONE["height"]
+
+
+@pytest.mark.browser
+def test_on_a_phone_the_speed_menu_the_lesson_switch_and_the_top10_charts_words_fit(browser, app_url):
+    """One phone page: the Play speed menu reads whole; after a Step (lesson mode: its draft phase)
+    the lesson switch stays at hand anywhere in the inspector, the top-10 chart's labels do not
+    overlap and its "drafted x" mark crosses no axis label."""
+    page = _page(browser, app_url)
+    _play_speed_reads_whole(page)
+    page.click("#sv-step-btn")
+    page.wait_for_function("document.querySelector('#sv-phase .sv-phase')?.dataset.phase === 'draft'")
+    page.wait_for_function("!!window.Plotly && !!document.querySelector('#sv-topk .js-plotly-plot g.xtick text')")
+    _lesson_switch_at_hand(page)
+    _top10_labels_apart(page)
+    _drafted_mark_clear(page)
     assert "sv-msg-error" not in page.inner_html("#sv-status") and not page.js_errors
     page.context.close()
