@@ -209,7 +209,7 @@ def _set_dropdown(page, elem_id: str, value: str) -> None:
 
 
 @pytest.mark.browser
-def test_three_steps_show_their_tokens_and_markup(page):
+def test_three_steps_show_their_tokens_and_markup_and_a_token_inspects_its_step(page):
     assert _metric(page, "steps") == "0"
     page.fill("#sv-prompt textarea", app_server.TINY_PROMPT)
     _use_seed(page, EVERY_KIND_SEED)
@@ -230,34 +230,7 @@ def test_three_steps_show_their_tokens_and_markup(page):
     assert "Step 3" in page.inner_text("#sv-summary")
     assert page.locator("#sv-draft-table tbody tr").count() == 5  # 4 drafts and the correction
     assert "rejected" in page.inner_text("#sv-draft-table")
-    assert not page.js_errors
-
-
-@pytest.mark.browser
-def test_typical_acceptance_is_offered_and_labelled_lossy(page):
-    page.fill("#sv-prompt textarea", app_server.TINY_PROMPT)
-    page.get_by_label("typical (LOSSY)").check()
-    _click_step(page, 1)
-    assert "LOSSY" in page.inner_text("#sv-status") and "LOSSY" in page.inner_text("#sv-summary")
-    assert "p>" in page.inner_text("#sv-draft-table")  # each judged draft against its threshold
-    assert not page.js_errors
-
-
-@pytest.mark.browser
-def test_an_example_prompt_fills_the_prompt_box(page):
-    page.click("#sv-examples input")
-    option = page.locator("ul[role=listbox] li", has_text="extraction").first
-    label = option.inner_text()
-    option.click()
-    page.wait_for_function("document.querySelector('#sv-prompt textarea').value.startsWith('Given the following data')")
-    assert "extraction" in label
-
-
-@pytest.mark.browser
-def test_hover_and_click_a_token_inspect_its_step(page):
-    _use_seed(page, EVERY_KIND_SEED)
-    for i in range(1, 4):
-        _click_step(page, i)
+    # hover a token: its numbers; click it: its step in the inspector
     tok = page.locator('#sv-tokens .tok-rejected[data-step="0"]')
     tok.hover()
     tip = page.locator("#sv-tip")
@@ -272,37 +245,13 @@ def test_hover_and_click_a_token_inspect_its_step(page):
     page.click('#sv-draft-table tr[data-pos="0"]')  # a table row charts its position
     page.wait_for_function("(document.querySelector('#sv-topk .gtitle')?.textContent || '').includes('position 1')")
     assert page.locator('#sv-draft-table tr.sel[data-pos="0"]').count() == 1
-
-
-@pytest.mark.browser
-def test_play_runs_to_the_end_and_the_plots_render(page):
-    _play_to_end(page)
-    n = _steps_shown(page)
-    assert n >= 3 and _metric(page, "steps") == str(n)
-    for plot in ("sv-plot-acceptance", "sv-plot-timeline", "sv-plot-tokens", "sv-topk"):
-        page.wait_for_selector(f"#{plot} .main-svg")
-        assert page.locator(f"#{plot} g.point").count() > 0, plot  # bars were drawn
-    assert page.locator("#sv-plot-timeline g.point").count() >= 3 * n - 3  # draft/verify/other per step
     assert not page.js_errors
 
 
 @pytest.mark.browser
-def test_target_only_run_shows_the_speedup(page):
-    _play_to_end(page)
-    assert _metric(page, "speedup") == "—"
-    page.click("#sv-baseline-btn")
-    page.wait_for_function(
-        "document.querySelector('#sv-metrics [data-metric=\"speedup\"] .sv-card-value')?.innerText.includes('×')"
-    )
-    assert re.fullmatch(r"\d+\.\d\d×", _metric(page, "speedup"))
-    assert page.locator("#sv-baseline .tok-target").count() >= 1
-    # the status line arrives in the handler's last frame, after the metrics
-    page.wait_for_function("document.querySelector('#sv-status')?.innerText.includes('speedup')")
-    assert "speedup" in page.inner_text("#sv-status")
-
-
-@pytest.mark.browser
-def test_unknown_model_shows_an_error_and_the_next_step_works(page, tiny_env):
+def test_an_unknown_model_an_example_prompt_and_typical_acceptance(page, tiny_env):
+    """An unknown model is a message and the next Step works; an example prompt fills the prompt box;
+    typical acceptance is offered, and a run on it is labelled LOSSY (each on the page the last left)."""
     _click_step(page, 1)
     _set_dropdown(page, "sv-target", "no-such-owner/no-such-model-xyz")
     page.click("#sv-step-btn")
@@ -313,6 +262,67 @@ def test_unknown_model_shows_an_error_and_the_next_step_works(page, tiny_env):
     _set_dropdown(page, "sv-target", tiny_env["SPECVIZ_DEFAULT_TARGET"])
     _click_step(page, 2)
     assert page.locator("#sv-status .sv-msg-error").count() == 0
+
+    page.click("#sv-examples input")
+    option = page.locator("ul[role=listbox] li", has_text="extraction").first
+    label = option.inner_text()
+    option.click()
+    page.wait_for_function("document.querySelector('#sv-prompt textarea').value.startsWith('Given the following data')")
+    assert "extraction" in label
+
+    page.fill("#sv-prompt textarea", app_server.TINY_PROMPT)  # a new prompt: the next Step starts a new run
+    page.get_by_label("typical (LOSSY)").check()
+    _click_step(page, 1)
+    assert "LOSSY" in page.inner_text("#sv-status") and "LOSSY" in page.inner_text("#sv-summary")
+    assert "p>" in page.inner_text("#sv-draft-table")  # each judged draft against its threshold
+    assert not page.js_errors
+
+
+@pytest.mark.browser
+def test_play_to_the_end_plots_a_trace_that_replays_and_target_only_gives_the_speedup(browser, app_url, page, tmp_path):
+    _play_to_end(page)
+    n = _steps_shown(page)
+    assert n >= 3 and _metric(page, "steps") == str(n)
+    for plot in ("sv-plot-acceptance", "sv-plot-timeline", "sv-plot-tokens", "sv-topk"):
+        page.wait_for_selector(f"#{plot} .main-svg")
+        assert page.locator(f"#{plot} g.point").count() > 0, plot  # bars were drawn
+    assert page.locator("#sv-plot-timeline g.point").count() >= 3 * n - 3  # draft/verify/other per step
+
+    # the run's trace downloads, and loads and replays in another browser
+    with page.expect_download() as dl:
+        page.click("#sv-download")
+    path = tmp_path / "trace.jsonl"
+    dl.value.save_as(path)
+    from specviz import load_trace
+
+    assert len(load_trace(path).steps) == n
+    replay = browser.new_context(viewport={"width": 1280, "height": 800}).new_page()
+    replay.set_default_timeout(TIMEOUT_MS)
+    replay.goto(app_url)
+    replay.wait_for_selector("#sv-step-btn")
+    with replay.expect_file_chooser() as chooser:
+        replay.click("#sv-upload")
+    chooser.value.set_files(str(path))
+    replay.wait_for_function(f"document.querySelector('#sv-tokens .sv-tokens')?.dataset.steps === '{n}'")
+    assert "Loaded a trace" in replay.inner_text("#sv-status")
+    assert replay.inner_text("#sv-tokens .sv-out") == page.inner_text("#sv-tokens .sv-out")
+    replay.click("#sv-play-btn")  # replays from the first step
+    replay.wait_for_function(f"document.querySelector('#sv-tokens .sv-tokens')?.dataset.steps === '{n}' && "
+                             "document.querySelector('#sv-status').innerText.includes('Finished')")
+    replay.context.close()
+
+    # target-only on the same prompt: the speedup
+    assert _metric(page, "speedup") == "—"
+    page.click("#sv-baseline-btn")
+    page.wait_for_function(
+        "document.querySelector('#sv-metrics [data-metric=\"speedup\"] .sv-card-value')?.innerText.includes('×')"
+    )
+    assert re.fullmatch(r"\d+\.\d\d×", _metric(page, "speedup"))
+    assert page.locator("#sv-baseline .tok-target").count() >= 1
+    # the status line arrives in the handler's last frame, after the metrics
+    page.wait_for_function("document.querySelector('#sv-status')?.innerText.includes('speedup')")
+    assert "speedup" in page.inner_text("#sv-status")
+    assert not page.js_errors
 
 
 @pytest.mark.browser
@@ -329,34 +339,6 @@ def test_each_browser_session_has_its_own_run(browser, app_url, page):
     other.wait_for_function("document.querySelector('#sv-tokens .sv-tokens')?.dataset.steps === '0'")
     _click_step(page, 3)
     other.context.close()
-
-
-@pytest.mark.browser
-def test_trace_download_and_replay(browser, app_url, page, tmp_path):
-    _play_to_end(page)
-    n = _steps_shown(page)
-    with page.expect_download() as dl:
-        page.click("#sv-download")
-    path = tmp_path / "trace.jsonl"
-    dl.value.save_as(path)
-    from specviz import load_trace
-
-    assert len(load_trace(path).steps) == n
-
-    replay = browser.new_context(viewport={"width": 1280, "height": 800}).new_page()
-    replay.set_default_timeout(TIMEOUT_MS)
-    replay.goto(app_url)
-    replay.wait_for_selector("#sv-step-btn")
-    with replay.expect_file_chooser() as chooser:
-        replay.click("#sv-upload")
-    chooser.value.set_files(str(path))
-    replay.wait_for_function(f"document.querySelector('#sv-tokens .sv-tokens')?.dataset.steps === '{n}'")
-    assert "Loaded a trace" in replay.inner_text("#sv-status")
-    assert replay.inner_text("#sv-tokens .sv-out") == page.inner_text("#sv-tokens .sv-out")
-    replay.click("#sv-play-btn")  # replays from the first step
-    replay.wait_for_function(f"document.querySelector('#sv-tokens .sv-tokens')?.dataset.steps === '{n}' && "
-                             "document.querySelector('#sv-status').innerText.includes('Finished')")
-    replay.context.close()
 
 
 def _overlaps(boxes: list[dict]) -> list[tuple[int, int]]:
