@@ -163,7 +163,7 @@ def test_a_build_under_way_elsewhere_is_waited_for_only_under_the_budget(tmp_pat
     live = _killed_build(built.parent, built.stem, os.getpid())
     t = time.monotonic()
     with caplog.at_level(logging.INFO, logger="specviz.native"):
-        why = native.load_or_build(built, int8_kernel.SOURCES, wait_s=1.0)
+        why = native.load_or_build(built, (int8_kernel.UNIT,), wait_s=1.0)
     assert 1.0 <= time.monotonic() - t < 30
     assert str(live) in why and "PyTorch's kernels" in why and str(live) in caplog.text
     assert live.is_dir() and not built.exists()
@@ -179,7 +179,7 @@ def test_no_compiler_is_said_before_any_build(tmp_path, monkeypatch):
     assert not int8_kernel.needs_build()  # nothing to announce: no build will run
     built = tmp_path / "kernels" / "specviz_kernels_abc.so"
     built.parent.mkdir()
-    assert "no C++ compiler" in native.load_or_build(built, int8_kernel.SOURCES, wait_s=1.0)
+    assert "no C++ compiler" in native.load_or_build(built, (int8_kernel.UNIT,), wait_s=1.0)
     assert list(built.parent.iterdir()) == []  # no build directory left behind
 
 

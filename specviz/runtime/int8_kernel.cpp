@@ -8,7 +8,8 @@
 // step, so one block streams in order.
 // Built and loaded by specviz/runtime/int8_kernel.py, per machine, with a float32 product (below),
 // the argmax head's screens (screen_kernel.cpp) and a decoder layer in one op (layer_kernel.cpp).
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 

@@ -1,6 +1,6 @@
 // What int8_kernel.cpp lends the other sources of its library (layer_kernel.cpp).
 #pragma once
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 #include <cstdint>
 
 namespace specviz {

@@ -1,8 +1,9 @@
 """specviz's native kernels, built for this CPU: ``int8_kernel.cpp`` (the int8 product a decode step
 needs on a few rows: rows quantized to uint8 per token, the weight blocked for it by :func:`block`,
 exact int32 sums; and ``dense``, :mod:`specviz.runtime.dense_kernel`), ``screen_kernel.cpp`` (the
-argmax head's screens) and ``layer_kernel.cpp`` (:mod:`specviz.runtime.layer_op`), one library;
-``kernel_parts.h`` holds what they share.
+argmax head's screens) and ``layer_kernel.cpp`` (:mod:`specviz.runtime.layer_op`), one library
+compiled as one unit (``all_kernels.cpp``: PyTorch's headers parsed once); ``kernel_parts.h`` holds
+what they share.
 
 :func:`load` compiles it with ``torch.utils.cpp_extension`` (``-march=native``, capped at torch's
 ISA level) once per CPU, torch version and source text, into
@@ -28,6 +29,7 @@ log = logging.getLogger(__name__)
 SOURCE = Path(__file__).with_name("int8_kernel.cpp")
 SOURCES = tuple(SOURCE.with_name(f) for f in ("int8_kernel.cpp", "screen_kernel.cpp", "layer_kernel.cpp"))  # one library
 HEADERS = tuple(SOURCE.with_name(f) for f in ("int8_kernel.h", "kernel_parts.h"))  # what the sources share
+UNIT = SOURCE.with_name("all_kernels.cpp")  # what is compiled: the sources, included in one translation unit
 BLOCK = 64  # outputs a block: the weight is [N/64, K/4, 64, 4] int8 (int8_kernel.cpp)
 PREFIX = "specviz_kernels_"  # the library: every op the sources define, not only the int8 product
 WAIT_S = 600.0  # the longest a process waits for another's build (15-200 s on a busy 2-core box): then PyTorch's kernels
@@ -41,7 +43,7 @@ def _name() -> str:
     """The library's name: a digest of the source, the flags, torch's version and this CPU."""
     from .cpu import machine_id
 
-    text = "".join(f.read_text() for f in (*SOURCES, *HEADERS))
+    text = "".join(f.read_text() for f in (UNIT, *SOURCES, *HEADERS))
     ident = f"{text}|{native.flags()}|{torch.__version__}|{machine_id()}"
     return f"{PREFIX}{hashlib.sha256(ident.encode()).hexdigest()[:12]}"
 
@@ -76,7 +78,7 @@ def load(options: settings.Options | None = None) -> str | None:
             built = _library(options)
             try:
                 built.parent.mkdir(parents=True, exist_ok=True)
-                why = native.load_or_build(built, SOURCES, WAIT_S)
+                why = native.load_or_build(built, (UNIT,), WAIT_S)
             except Exception as e:  # noqa: BLE001 - a failed build, an unwritable cache: PyTorch's kernels
                 text = str(e).strip()
                 why = f"could not build them here ({type(e).__name__}: {text.splitlines()[-1][:160] if text else ''})"

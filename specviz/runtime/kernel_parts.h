@@ -2,7 +2,8 @@
 // the certified argmax head's screens): the ISA switches, the blocks' shapes, a row's per-token uint8
 // quantization, an int8 block's exact sums, and how rows are taken in passes.
 #pragma once
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 #include <algorithm>

@@ -16,6 +16,9 @@
 #include "int8_kernel.h"
 
 #include <ATen/Parallel.h>
+#include <ATen/ops/from_blob.h>
+#include <ATen/ops/gelu.h>
+#include <ATen/ops/silu.h>
 #include <torch/library.h>
 
 #include <algorithm>

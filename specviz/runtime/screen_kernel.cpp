@@ -2,7 +2,9 @@
 // library with int8_kernel.cpp: a bf16 copy of the head in float32 or native bf16 products, and an
 // int8 copy on the int8 product's exact sums, each keeping every id its error bound cannot rule
 // out; and the survivors' float32 logits read in place.
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/full.h>
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
