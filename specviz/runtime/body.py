@@ -110,9 +110,38 @@ def _rows(module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
     return module(x)
 
 
-def _project(linear: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
-    """``linear`` on x [n, in] -> [n, out], through the planned layer it is part of, if any."""
-    return _rows(fused_of(linear) or linear, x)
+@dataclass(frozen=True)
+class LayerParts:
+    """A decoder layer's products as :meth:`DecoderBody.layer` runs them, each through the planned
+    layer (or int8 copy) it is part of, resolved once per body: a body's planned layers stay as they
+    are once it is built (a later body takes them over, :func:`projections.plan_projections`)."""
+
+    qkv: torch.nn.Module | None  # q, k and v as one product (planned, an int8 copy's, Phi-3's own), else None
+    q_k_v: tuple[torch.nn.Module, ...]  # q, k and v apart, where qkv is None
+    o: torch.nn.Module
+    gate_up: torch.nn.Module | None  # gate and up as one product ([gate | up]), else None
+    gate_up_split: tuple[int, int]  # that product's outputs: gate's, then up's
+    gate_and_up: tuple[torch.nn.Module, ...]  # gate and up apart, where gate_up is None
+    down: torch.nn.Module
+
+    @classmethod
+    def of(cls, layer: torch.nn.Module) -> "LayerParts":
+        members, (o,), gate_up, (down,) = projections_of(layer)
+        qkv = fused_of(*members) or (members[0] if len(members) == 1 else None)  # Phi-3's is one layer already
+        if len(gate_up) == 1:  # Phi-3's gate_up_proj, or its planned copy: gate's rows, then up's, halves
+            both = fused_of(gate_up[0]) or gate_up[0]
+            split = (both.out_features // 2, both.out_features - both.out_features // 2)
+        else:
+            both = fused_of(*gate_up)
+            split = (gate_up[0].out_features, gate_up[1].out_features)
+        return cls(qkv, members, fused_of(o) or o, both, split, gate_up, fused_of(down) or down)
+
+    def gate_and_up_of(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:  # [n, d] -> 2 x [n, inter]
+        if self.gate_up is None:
+            gate_proj, up_proj = self.gate_and_up
+            return _rows(gate_proj, x), _rows(up_proj, x)
+        gate, up = _rows(self.gate_up, x).split(self.gate_up_split, dim=-1)
+        return gate, up
 
 
 Step = Callable[..., torch.Tensor]  # the body's inputs -> hidden states [n, d] (writes the K/V buffers)
@@ -177,6 +206,7 @@ class DecoderBody(torch.nn.Module):
         }, model).items()}  # read from the model's kernel plan (specviz.runtime.plan)
         fused = [fused_of(*layer[j]) for j in range(len(kind_names)) for layer in kinds]
         self.fused = torch.nn.ModuleList([f for f in fused if f is not None])  # the planned layers this body reads
+        self.parts = [LayerParts.of(layer) for layer in self.layers]  # per layer: its products, resolved once
 
     def _norm(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:  # [..., m] -> [..., m]
         """RMSNorm in float32 with scale ``w``, rounded back to x's dtype, as transformers' Gemma norm
@@ -197,26 +227,23 @@ class DecoderBody(torch.nn.Module):
     def forward(self, tokens, pos, cos, sin, cos_local, sin_local, mask, mask_local, keys, values):
         # tokens, pos [n] long; cos/sin [n, 1, hd]; masks [n, S] additive; keys/values [layers, kv, C, hd] (C >= S)
         h = F.embedding(tokens, self.embedding) * self.embed_scale  # [n, d]
-        for i, layer in enumerate(self.layers):
+        for i, parts in enumerate(self.parts):
             w = [getattr(self, name) for name in self.norms[i]]
             rows = (cos_local, sin_local, mask_local) if self.local[i] else (cos, sin, mask)
-            h = self.layer(h, layer, w, pos, *rows, keys[i], values[i])
+            h = self.layer(h, parts, w, pos, *rows, keys[i], values[i])
         return self._norm(h, self.final)  # [n, d]
 
-    def layer(self, h, layer, w, pos, cos, sin, mask, keys, values):
+    def layer(self, h, parts: LayerParts, w, pos, cos, sin, mask, keys, values):
         """One decoder layer: h [n, d] -> [n, d]; writes the tokens' keys and values [kv, n, hd] into
         ``keys``/``values`` [kv, C, hd] at ``pos``. Every shape is written with -1 for n."""
         hd, norm = self.head_dim, self._norm
         kv, group = self.kv_heads, self.heads // self.kv_heads
         span = mask.shape[1]  # S: attention reads the buffers' first S slots (the buffers hold C >= S)
-        attn, mlp = layer.self_attn, layer.mlp
-        members, _, gate_up, _ = projections_of(layer)
         x = norm(h, w[0])
-        qkv = fused_of(*members) or (members[0] if len(members) == 1 else None)  # Phi-3's is one layer already
-        if qkv is not None:  # q, k and v in one product (fp32/bf16 planned, or an int8 copy's: one quantization of x)
-            qk, v = _rows(qkv, x).split(((self.heads + kv) * hd, kv * hd), dim=-1)  # [n, (h+kv)*hd], [n, kv*hd]
+        if parts.qkv is not None:  # q, k and v in one product (fp32/bf16 planned, or an int8 copy's: one quantization of x)
+            qk, v = _rows(parts.qkv, x).split(((self.heads + kv) * hd, kv * hd), dim=-1)  # [n, (h+kv)*hd], [n, kv*hd]
         else:
-            q_proj, k_proj, v_proj = members
+            q_proj, k_proj, v_proj = parts.q_k_v
             qk, v = torch.cat((_rows(q_proj, x), _rows(k_proj, x)), -1), _rows(v_proj, x)
         qk = qk.view(-1, self.heads + kv, hd)  # [n, h+kv, hd]: q's heads, then k's, normed and rotated as one
         if self.qk_norm:  # Gemma 3's (1 + w) or Qwen3's (w): the last scale of the layer
@@ -234,25 +261,11 @@ class DecoderBody(torch.nn.Module):
         if seen_v.dtype != weights.dtype:
             weights = weights.to(seen_v.dtype)  # bf16
         o = torch.bmm(weights.view(kv, -1, span), seen_v).view(kv, group, -1, hd)  # [kv, g, n, hd]
-        o = _project(attn.o_proj, o.permute(2, 0, 1, 3).reshape(-1, self.heads * hd))  # [n, d]
+        o = _rows(parts.o, o.permute(2, 0, 1, 3).reshape(-1, self.heads * hd))  # [n, d]
         if self.gemma:
             h = h + norm(o, w[1])
-            x = norm(h, w[2])
-            gate, up = self._gate_up(gate_up, x)
-            return h + norm(_project(mlp.down_proj, F.gelu(gate, approximate="tanh") * up), w[3])
+            gate, up = parts.gate_and_up_of(norm(h, w[2]))
+            return h + norm(_rows(parts.down, F.gelu(gate, approximate="tanh") * up), w[3])
         h = h + o
-        x = norm(h, w[1])
-        gate, up = self._gate_up(gate_up, x)
-        return h + _project(mlp.down_proj, F.silu(gate) * up)
-
-    @staticmethod
-    def _gate_up(members, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:  # [n, d] -> 2 x [n, inter]
-        """gate and up of ``members`` ((gate, up), or Phi-3's one [gate | up] layer) on x."""
-        if len(members) == 1:  # Phi-3's gate_up_proj, or its planned copy: gate's rows, then up's
-            both = fused_of(members[0]) or members[0]
-            return _rows(both, x).chunk(2, dim=-1)
-        gate_proj, up_proj = members
-        both = fused_of(gate_proj, up_proj)
-        if both is None:
-            return _rows(gate_proj, x), _rows(up_proj, x)
-        return _rows(both, x).split((gate_proj.out_features, up_proj.out_features), dim=-1)
+        gate, up = parts.gate_and_up_of(norm(h, w[1]))
+        return h + _rows(parts.down, F.silu(gate) * up)
