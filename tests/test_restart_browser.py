@@ -128,12 +128,18 @@ def _default_run(page) -> dict:
 def _tour(page, key: str) -> dict:
     """A tour clicked on ``page``: its story where it arrives (for the rejection tour, and where phase ▶
     walks it to the rejected draft)."""
+    page.evaluate("() => { const s = document.querySelector('#sv-status'); s.dataset.before = s.innerText; }")
     page.click(f"#sv-tour-{key}")
-    page.wait_for_function("(words) => words.some(w => document.querySelector('#sv-status').innerText.includes(w))",
+    # what an earlier tour on the page left in the status line is not this one's arrival
+    page.wait_for_function("(words) => { const s = document.querySelector('#sv-status');"
+                           " return s.innerText !== s.dataset.before && words.some(w => s.innerText.includes(w)); }",
                            arg=list(ARRIVED), polling=100)
     status = page.inner_text("#sv-status")
-    assert "finished without" not in status, status  # the rejection tour found its rejection
-    page.wait_for_function(MOMENTS[key])
+    assert "finished without" not in status and "sv-msg-error" not in page.inner_html("#sv-status"), (key, status)
+    try:
+        page.wait_for_function(MOMENTS[key])
+    except Exception as e:  # which tour, and what the page showed instead of its moment
+        raise AssertionError(f"{key}: {page.evaluate(_STORY)}\nwhy: {page.inner_text('#sv-why')[:600]}") from e
     story = {"arrived": page.evaluate(_STORY)}
     if key == "rejection":
         _walk_to_the_rejection(page)
