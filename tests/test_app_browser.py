@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.support import app_server
-from tests.support.browser import boxes as page_boxes
+from tests.support.browser import boxes as page_boxes, lesson_mode_off
 
 TIMEOUT_MS = 120_000
 # Fixtures from conftest.py: tiny_env (the tiny models as the app's defaults), app_url (the app
@@ -163,8 +163,7 @@ def page(browser, app_url):
     pg.wait_for_selector("#sv-step-btn")
     # these tests read each Step committed: the teacher's quick mode, one click off the page's lesson mode
     assert pg.is_checked("#sv-lesson-mode input")
-    pg.click("#sv-lesson-mode input")
-    pg.wait_for_function("!document.querySelector('#sv-lesson-mode input').checked")
+    lesson_mode_off(pg)
     pg.js_errors = errors
     yield pg
     context.close()

@@ -10,7 +10,7 @@ import json
 import pytest
 
 from tests.support import app_server
-from tests.support.browser import boxes, open_page
+from tests.support.browser import ARRIVED, boxes, open_page
 
 TIMEOUT_MS = 120_000
 SHOTS = __import__("os").environ.get("SPECVIZ_TEST_SHOTS", "")  # a folder: the guess and what-if tests save their panels there
@@ -74,12 +74,20 @@ def _in_view(box) -> bool:
 
 def click_tour(page, tour: str) -> None:
     """Click a tour and wait for its moment, whatever an earlier tour on the page left on screen: the
-    status must change first (the tour's set-up), and the page's arrival mark is cleared."""
+    status must change and say the tour arrived (ARRIVED) first, the page's arrival mark cleared; a
+    tour that found nothing, showed an error or never reached its moment fails naming itself."""
     page.evaluate("() => { delete document.body.dataset.svArrived;"
                   " const s = document.querySelector('#sv-status'); s.dataset.before = s.innerText; }")
     page.click(f"#sv-tour-{tour}")
-    page.wait_for_function("() => { const s = document.querySelector('#sv-status'); return s.innerText !== s.dataset.before; }")
-    page.wait_for_function(MOMENTS[tour])
+    page.wait_for_function("(words) => { const s = document.querySelector('#sv-status');"
+                           " return s.innerText !== s.dataset.before && words.some(w => s.innerText.includes(w)); }",
+                           arg=list(ARRIVED), polling=100)
+    status = page.inner_text("#sv-status")
+    assert "finished without" not in status and "sv-msg-error" not in page.inner_html("#sv-status"), (tour, status)
+    try:
+        page.wait_for_function(MOMENTS[tour])
+    except Exception as e:  # what the page showed instead of the tour's moment
+        raise AssertionError(f"{tour}: {page.inner_text('#sv-status')}\nwhy: {page.inner_text('#sv-why')[:600]}") from e
 
 
 def _chart_by_the_decide_boxes(page, width: int) -> None:

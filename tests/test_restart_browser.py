@@ -24,9 +24,9 @@ from pathlib import Path
 import pytest
 
 from tests.support import app_server
-from tests.support.browser import ARRIVED, open_page
+from tests.support.browser import open_page
 from tests.support.kernel import share_built_ops
-from tests.test_lesson_browser import MOMENTS, REJECTED_SHOWN, _walk_to_the_rejection
+from tests.test_lesson_browser import REJECTED_SHOWN, _walk_to_the_rejection, click_tour
 
 ROOT = Path(__file__).resolve().parents[1]
 TIMEOUT_MS = 240_000
@@ -128,18 +128,7 @@ def _default_run(page) -> dict:
 def _tour(page, key: str) -> dict:
     """A tour clicked on ``page``: its story where it arrives (for the rejection tour, and where phase ▶
     walks it to the rejected draft)."""
-    page.evaluate("() => { const s = document.querySelector('#sv-status'); s.dataset.before = s.innerText; }")
-    page.click(f"#sv-tour-{key}")
-    # what an earlier tour on the page left in the status line is not this one's arrival
-    page.wait_for_function("(words) => { const s = document.querySelector('#sv-status');"
-                           " return s.innerText !== s.dataset.before && words.some(w => s.innerText.includes(w)); }",
-                           arg=list(ARRIVED), polling=100)
-    status = page.inner_text("#sv-status")
-    assert "finished without" not in status and "sv-msg-error" not in page.inner_html("#sv-status"), (key, status)
-    try:
-        page.wait_for_function(MOMENTS[key])
-    except Exception as e:  # which tour, and what the page showed instead of its moment
-        raise AssertionError(f"{key}: {page.evaluate(_STORY)}\nwhy: {page.inner_text('#sv-why')[:600]}") from e
+    click_tour(page, key)
     story = {"arrived": page.evaluate(_STORY)}
     if key == "rejection":
         _walk_to_the_rejection(page)

@@ -39,6 +39,12 @@ def launch_chromium(playwright):
     """Debian's headless Chromium (never a downloaded browser) through a started Playwright."""
     return playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
 
+def lesson_mode_off(page) -> None:
+    """Turn the page's Lesson mode off (a Step then runs one whole step, not its first phase)."""
+    page.click("#sv-lesson-mode input")
+    page.wait_for_function("!document.querySelector('#sv-lesson-mode input').checked")
+
+
 # Runs in the page: click Step, then note (once per frame) when the new step's tokens are shown
 # and when every plot has been redrawn with it.
 _CLICK_AND_WATCH = """
@@ -86,8 +92,7 @@ def measure_steps(url: str, n: int = 10, width: int = 1280, height: int = 800) -
         page.goto(url)
         page.wait_for_selector("#sv-step-btn")
         if page.is_checked("#sv-lesson-mode input"):  # a Step is one whole step, not its first phase
-            page.click("#sv-lesson-mode input")
-            page.wait_for_function("!document.querySelector('#sv-lesson-mode input').checked")
+            lesson_mode_off(page)
         page.click("#sv-step-btn")
         page.wait_for_function("document.querySelector('#sv-tokens .sv-tokens')?.dataset.steps === '1'")
         page.wait_for_timeout(1000)
