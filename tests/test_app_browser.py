@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from tests.support import app_server
-from tests.support.browser import boxes as page_boxes, lesson_mode_off
+from tests.support.browser import boxes as page_boxes
+from tests.support.browser import lesson_mode_off
 
 TIMEOUT_MS = 120_000
 # Fixtures from conftest.py: tiny_env (the tiny models as the app's defaults), app_url (the app
