@@ -137,7 +137,7 @@ SETTINGS: tuple[Setting, ...] = (
             "remote (vLLM)", ("specviz/remote/vllm_server.py",)),
     Setting("SPECVIZ_VLLM_PYTHON", "unset (install one)", "a python that already has vLLM: serve with it instead of installing",
             "remote (vLLM)", ("specviz/remote/vllm_server.py",)),
-    Setting("SPECVIZ_CHROMIUM", "/usr/bin/chromium", "the Chromium the browser tests drive", "tests",
+    Setting("SPECVIZ_CHROMIUM", "/usr/bin/chromium-headless-shell, else /usr/bin/chromium", "the Chromium the browser tests drive", "tests",
             ("tests/support/browser.py",)),
 )
 

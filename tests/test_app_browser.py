@@ -1,7 +1,7 @@
 """The running app: handlers called directly, then the page driven in headless Chromium.
 
 The app is served in this process on 127.0.0.1 with tiny random models (tests/support/app_server.py);
-Playwright drives Debian's Chromium (/usr/bin/chromium, never a downloaded browser).
+Playwright drives Debian's Chromium (its headless shell, never a downloaded browser).
 """
 
 from __future__ import annotations

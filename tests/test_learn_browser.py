@@ -2,7 +2,7 @@
 
 The app is served in this process on 127.0.0.1 by tests/support/app_server.py (tiny random models named
 through SPECVIZ_DEFAULT_TARGET / SPECVIZ_DEFAULT_DRAFT); Playwright drives Debian's Chromium
-(/usr/bin/chromium, never a downloaded browser).
+(its headless shell, never a downloaded browser).
 """
 
 from __future__ import annotations

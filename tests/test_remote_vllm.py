@@ -26,9 +26,9 @@ from specviz.remote import vllm_server as V
 pytestmark = [pytest.mark.remote, pytest.mark.timeout(3600)]
 
 K = 4
+TOKENS = 32  # a prompt's run: enough steps for every draft position to be counted, few enough to be quick
 PROMPTS = [
     {"id": "code", "category": "coding", "prompt": "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n\n\ndef mul(a, b):\n"},
-    {"id": "list", "category": "extraction", "prompt": "Repeat this list twice, exactly: apple, banana, cherry, date, elderberry, fig, grape."},
     {"id": "count", "category": "math", "prompt": "Count from 1 to 40, separated by commas: 1, 2, 3, 4,"},
 ]
 
@@ -80,7 +80,7 @@ def test_bench_remote_on_vllm(servers, tmp_path, capsys):
     assert "spec_decode" not in httpx.get(base.url + "/metrics", timeout=30).text  # the baseline does not speculate
     before = _counters(spec.url)
     rc = cli.main(["bench", "--quiet", "--remote", f"ngram={spec.url}", "--baseline-remote", base.url,
-                   "--prompts", str(prompts), "--max-new-tokens", "48", "--json", str(out_json)])
+                   "--prompts", str(prompts), "--max-new-tokens", str(TOKENS), "--json", str(out_json)])
     out, err = capsys.readouterr()
     assert rc == 0, err
     after = _counters(spec.url)
@@ -106,7 +106,7 @@ def test_bench_remote_on_vllm(servers, tmp_path, capsys):
         assert len(p["per_step_drafted"]) == p["draft_steps"] and max(p["per_step_drafted"]) <= K
         d = p["counters_diff"]
         assert (d["draft_tokens"], d["accepted"], d["drafts"]) == (p["drafted"], p["accepted"], p["draft_steps"])
-        assert 0 < p["new_tokens"] <= 48 and p["steps"] == p["new_tokens"] - p["accepted"]
+        assert 0 < p["new_tokens"] <= TOKENS and p["steps"] == p["new_tokens"] - p["accepted"]
         assert p["engine_tokens_per_s"] and p["engine_tokens_per_s"] > 0  # --enable-per-request-metrics
     # the whole run: the counters diffed by hand equal the rows plus the warm-up request
     w = server["ngram"]["warmup"]
@@ -128,7 +128,7 @@ def test_benchmark_tab_remote_source_on_vllm(servers, monkeypatch):
     state = bt.BenchState()
     try:
         raw = (f"ngram={servers['ngram'].url}", servers["none"].url, bt.CUSTOM, [],
-               PROMPTS[0]["prompt"].replace("\n", " ") + "\n" + PROMPTS[2]["prompt"], 2, 32)
+               PROMPTS[0]["prompt"].replace("\n", " "), 1, 24)
         outs = list(br.on_remote_run(state, *raw))
         last = outs[-1]
         assert "Done in" in last["progress"], last["progress"]
