@@ -122,46 +122,6 @@ def test_options_are_checked(outlier_model):
     assert isinstance(plain.lm_head, Int8Linear) and plain.model.layers[0].mlp.down_proj.inv_smooth is None
 
 
-HELD_OUT = [  # not the bundled dev prompts (those calibrate the smoothing)
-    "The quick brown fox jumps over the",
-    "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n",
-    "Shopping list:\n1. Eggs\n2. Milk\n3.",
-    "La capitale de l'Italie est",
-]
-
-
-@pytest.mark.slow
-def test_gemma_int8_overlaps_its_float_model(request):
-    """Next-token overlap sum(min(p, q)) of the int8 copy with float32 gemma-3-270m, after a
-    batched prefill, at the prompt's end and 3 greedy tokens on (a faithful self-draft: >= 0.8).
-    The copy is ``gemma-3-270m@int8`` as a user loads it: quantize_int8's, read from the disk cache
-    where an earlier load made it (bit-identical: tests/test_int8_cache.py)."""
-    from specviz.models import load_model
-    from specviz.runtime.kv import forward_logits, new_cache
-
-    threads = torch.get_num_threads()
-    request.addfinalizer(lambda: torch.set_num_threads(threads))  # the next file gets the suite's one thread back
-    torch.set_num_threads(2)
-    try:
-        fp = load_model("gemma-3-270m")
-        q8 = load_model("gemma-3-270m@int8").model
-    except ValueError as exc:
-        pytest.skip(str(exc))
-    values = []
-    with torch.inference_mode():
-        for text in HELD_OUT:
-            ids = fp.tokenizer(text)["input_ids"]
-            cont: list[int] = []
-            for _ in range(3):  # the float model's greedy continuation
-                cont.append(int(fp.model(input_ids=torch.tensor([ids + cont])).logits[0, -1].argmax()))
-            p = fp.model(input_ids=torch.tensor([ids + cont])).logits[0, len(ids) - 1 :]  # [4, V]
-            cache = new_cache(q8)
-            rows = [forward_logits(q8, torch.tensor(ids), cache, 1)[0]]  # batched prefill
-            rows += [forward_logits(q8, torch.tensor([t]), cache, 1)[0] for t in cont]
-            values.append(_overlap(torch.stack(rows), p))
-    assert sum(values) / len(values) >= 0.8, values
-
-
 def test_no_deprecated_kernels_and_no_warnings(outlier_model, tokenizer):
     """kernel="int_mm" (the default): quantizing and running raise no warning at all (no quantized
     tensors, no packed params); "packed" (torch.ao's kernel) is no option any more."""
