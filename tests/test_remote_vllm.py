@@ -58,7 +58,8 @@ def servers():
         V.build()
         model = V.gemma_dir()
         # both start at once: most of a start is imports and loading, one core each; each runs its
-        # engine in its own process (one import of vLLM a server, not three: this test reads counters)
+        # model in its engine core's process (two imports of vLLM a server, not three: this test
+        # reads counters)
         started = [V.launch("ngram", model=model, k=K, threads=1, one_process=True),
                    V.launch("none", model=model, threads=1, one_process=True)]
         for s in started:

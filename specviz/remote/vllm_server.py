@@ -167,10 +167,11 @@ def server_args(model: Path, spec: str = "ngram", port: int = 8000, k: int = 4, 
 
 
 def server_env(threads: int | None = None, one_process: bool = False) -> dict[str, str]:
-    """The server's environment: a small KV cache (GB), no telemetry, offline. ``one_process`` runs
-    the engine core inside the API server's process (vLLM's ``VLLM_ENABLE_V1_MULTIPROCESSING=0``;
-    on CPU it then takes the one-process executor too): one start of vLLM's imports instead of three,
-    for a server that is checked for its counters, not timed."""
+    """The server's environment: a small KV cache (GB), no telemetry, offline. ``one_process`` sets
+    vLLM's ``VLLM_ENABLE_V1_MULTIPROCESSING=0``: on CPU the engine core then runs its model in its own
+    process (the one-process executor) rather than in a worker process of its own; the API server
+    still spawns the engine core (vLLM 0.32), so two starts of vLLM's imports instead of three, for a
+    server that is checked for its counters, not timed."""
     env = settings.child_env(**({"VLLM_ENABLE_V1_MULTIPROCESSING": "0"} if one_process else {}))
     env.setdefault("VLLM_CPU_KVCACHE_SPACE", KV_CACHE_GB)
     env.update({"VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
