@@ -44,7 +44,9 @@ def pytest_collection_modifyitems(config, items):
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     """A browser test that failed gets the stacks of this process's threads inside specviz (the
-    served app runs here): a handler that waits on a lock or a queue shows where."""
+    served app runs here): a handler that waits on a lock or a queue shows where; and each page still
+    open as a reader sees it (its status and summary lines, each chart drawn or not with its title,
+    its JavaScript and console errors): a chart that never drew says so."""
     outcome = yield
     report = outcome.get_result()
     if report.when == "call" and report.failed and "app_url" in getattr(item, "fixturenames", ()):
@@ -54,6 +56,11 @@ def pytest_runtest_makereport(item, call):
         stacks = ["".join(traceback.format_stack(frame)) for frame in sys._current_frames().values()]
         report.sections.append(("the app's threads when the test failed",
                                 "\n".join(s for s in stacks if "specviz" in s) or "no thread inside specviz"))
+        from tests.support.browser import OPENED, page_report
+
+        open_pages = [page for page in OPENED if not page.is_closed()]
+        report.sections.append(("the open pages when the test failed",
+                                "\n\n".join(page_report(page) for page in open_pages) or "none"))
 
 
 @pytest.fixture(autouse=True)

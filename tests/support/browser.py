@@ -76,10 +76,42 @@ def open_page(browser, url: str, ready: str, *, width: int = 1280, height: int =
     page.set_default_timeout(timeout_ms)
     errors: list[str] = []
     page.on("pageerror", lambda e: errors.append(str(e)))
+    page.console_errors = console = []  # what the page logged as an error (a failed plot draw, say)
+    page.on("console", lambda m: console.append(m.text) if m.type == "error" else None)
+    OPENED[:] = [*(p for p in OPENED if not p.is_closed()), page]
     page.goto(url)
     page.wait_for_selector(ready)
     page.js_errors = errors
     return page
+
+
+OPENED: list = []  # the pages open_page opened (a failed test's report describes those still open)
+
+# Runs in the page: what a reader sees of it, for a failed test's report.
+_SEEN = """() => ({
+  width: innerWidth, height: innerHeight, plotly: !!window.Plotly,
+  status: document.querySelector('#sv-status')?.innerText.trim().slice(0, 300) ?? null,
+  summary: document.querySelector('#sv-summary')?.innerText.trim().slice(0, 300) ?? null,
+  plots: [...document.querySelectorAll('[data-testid="plotly"]')].map((el) => {
+    const r = el.getBoundingClientRect(), host = el.closest('[id]');
+    return {id: host?.id ?? null, drawn: !!el.querySelector('.js-plotly-plot svg'),
+            box: [Math.round(r.x), Math.round(r.y), Math.round(r.width), Math.round(r.height)],
+            title: el.querySelector('.gtitle')?.textContent ?? null}; }) })"""
+
+
+def page_report(page) -> str:
+    """A page's state in words: its size, status and summary lines, each Plotly chart (drawn or not,
+    its box, its title), and its JavaScript and console errors."""
+    import json
+
+    try:
+        state = page.evaluate(_SEEN)
+        plots = state.pop("plots")
+        seen = "\n".join([json.dumps(state, ensure_ascii=False), *(json.dumps(p, ensure_ascii=False) for p in plots)])
+    except Exception as exc:  # a closed or hung page says so
+        seen = f"(not readable: {exc})"
+    return (f"{page.url}\n{seen}\njs errors: {getattr(page, 'js_errors', [])}"
+            f"\nconsole errors: {getattr(page, 'console_errors', [])[-10:]}")
 
 
 def measure_steps(url: str, n: int = 10, width: int = 1280, height: int = 800) -> list[dict]:
