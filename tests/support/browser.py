@@ -74,14 +74,13 @@ def open_page(browser, url: str, ready: str, *, width: int = 1280, height: int =
     (a selector) is there; the page's JavaScript errors are collected in ``page.js_errors``."""
     page = browser.new_context(viewport={"width": width, "height": height}, accept_downloads=downloads).new_page()
     page.set_default_timeout(timeout_ms)
-    errors: list[str] = []
+    page.js_errors = errors = []  # set before the load: a page that never became ready reports its errors too
     page.on("pageerror", lambda e: errors.append(str(e)))
     page.console_errors = console = []  # what the page logged as an error (a failed plot draw, say)
     page.on("console", lambda m: console.append(m.text) if m.type == "error" else None)
     OPENED[:] = [*(p for p in OPENED if not p.is_closed()), page]
     page.goto(url)
     page.wait_for_selector(ready)
-    page.js_errors = errors
     return page
 
 
@@ -110,8 +109,7 @@ def page_report(page) -> str:
         seen = "\n".join([json.dumps(state, ensure_ascii=False), *(json.dumps(p, ensure_ascii=False) for p in plots)])
     except Exception as exc:  # a closed or hung page says so
         seen = f"(not readable: {exc})"
-    return (f"{page.url}\n{seen}\njs errors: {getattr(page, 'js_errors', [])}"
-            f"\nconsole errors: {getattr(page, 'console_errors', [])[-10:]}")
+    return f"{page.url}\n{seen}\njs errors: {page.js_errors}\nconsole errors: {page.console_errors[-10:]}"
 
 
 def measure_steps(url: str, n: int = 10, width: int = 1280, height: int = 800) -> list[dict]:
