@@ -3,10 +3,15 @@ certified argmax head, for one model after a 64-token context.
 
     python benchmarks/step_parts.py --model gemma-3-270m --repeats 30 --threads 2
 
-Prints one line: the runner, then per width n the median milliseconds of the body and the head
+Prints one line: the runner, then per width n the least milliseconds of the body and the head
 over ``--repeats`` calls (after two untimed). Run it from two checkouts in turn, several processes
 each, to compare their kernels at one row (target-only) and at k + 1 rows (a verify pass); the
 2026-12-06 Zen 3 section of docs/results-log.md is such a comparison.
+
+``--pad-gib G`` first allocates and writes G GiB (kept to the end), so the model's weights land in
+memory the process takes later: on a virtual machine where the first memory a process takes reads
+slower (``benchmarks/memory_placement.py``), two versions that allocate different amounts before
+their weights compare fairly only with the same pad (docs/results-log.md, 2026-12-07, Zen 4).
 """
 
 from __future__ import annotations
@@ -28,8 +33,10 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=30)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--widths", default="1,2,3,5,9")
+    ap.add_argument("--pad-gib", type=float, default=0.0, help="GiB to allocate and write before the model loads")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
+    pad = torch.ones(int(args.pad_gib * 2**30) // 4)  # noqa: F841 - written once, held until the end
     from specviz import load_model
     from specviz.runtime import static_decode
 

@@ -90,7 +90,7 @@ def test_the_chart_title_never_names_another_step_or_phase_than_the_table(browse
     page = _page(browser, app_url)
     page.click("#sv-step-btn")
     page.wait_for_function("document.querySelector('#sv-tokens .sv-tokens')?.dataset.steps === '1'")
-    # Gradio renders a component once it comes into view: on a phone the chart is far below the button
+    # as a reader would: on a phone the chart is far below the button (Gradio's Plot draws it off screen too)
     page.locator("#sv-topk").scroll_into_view_if_needed()
     page.wait_for_function("(document.querySelector('#sv-topk .gtitle')?.textContent || '').startsWith('Step 1 ')")
     page.evaluate(_WATCH)
