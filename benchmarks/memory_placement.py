@@ -2,12 +2,12 @@
 
 A decode step streams the weights once per token, so its speed is the read bandwidth of the pages
 the weights happen to sit in. On a virtual machine those pages are not all alike. This allocates
-``--blocks`` tensors of ``--gib`` GiB one after another, writes each once, then reads each
-``--repeats`` times, twice over, and prints each block's median GB/s. Each pass visits the blocks
-in allocation order: a block slower on both passes is slow because of where it sits, not because
-of when it was read.
+``--blocks`` tensors of ``--gib`` GiB one after another, writes each once, then reads them
+(a sum each) in ``--repeats`` rounds, every block once a round so drift hits them alike
+(``specviz.analysis.timing.interleaved``), twice over, and prints each block's median GB/s. A block
+slower on both passes is slow because of where it sits, not because of when it was read.
 
-    python benchmarks/memory_placement.py --blocks 6 --gib 1 --threads 2
+    PYTHONPATH=$PWD python benchmarks/memory_placement.py --blocks 6 --gib 1 --threads 2
 
 A first block well below the rest means that what a process allocates first (here, a model's
 weights) streams slower than what it allocates later. A before/after timing of two versions that
@@ -22,15 +22,13 @@ import time
 
 import torch
 
+from specviz.analysis.timing import interleaved
 
-def read_gb_per_s(t: torch.Tensor, repeats: int) -> float:
-    """The median read bandwidth of one pass over ``t`` (a sum), in GB/s."""
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        t.sum()
-        times.append(time.perf_counter() - t0)
-    return t.numel() * t.element_size() / statistics.median(times) / 1e9
+
+def read_gb_per_s(blocks: list[torch.Tensor], repeats: int) -> list[float]:
+    """Each block's median read bandwidth (a sum over it) in GB/s, the blocks read in turn each round."""
+    (seconds,) = interleaved([(lambda i: blocks[i].sum(), range(len(blocks)))], repeats, time.perf_counter)
+    return [b.numel() * b.element_size() / statistics.median(seconds[i]) / 1e9 for i, b in enumerate(blocks)]
 
 
 def main() -> int:
@@ -43,7 +41,7 @@ def main() -> int:
     torch.set_num_threads(args.threads)
     blocks = [torch.ones(int(args.gib * 2**30) // 4) for _ in range(args.blocks)]  # each written once: its pages are placed
     for label in ("first pass", "second pass"):
-        rates = [read_gb_per_s(b, args.repeats) for b in blocks]
+        rates = read_gb_per_s(blocks, args.repeats)
         print(f"{label}: " + "  ".join(f"block {i} {r:.1f}" for i, r in enumerate(rates)) + " GB/s"
               f"  (block 0 / the others' median: {rates[0] / statistics.median(rates[1:]):.2f})")
     return 0

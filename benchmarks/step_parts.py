@@ -36,7 +36,7 @@ def main() -> int:
     ap.add_argument("--pad-gib", type=float, default=0.0, help="GiB to allocate and write before the model loads")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    pad = torch.ones(int(args.pad_gib * 2**30) // 4)  # noqa: F841 - written once, held until the end
+    _pad = torch.ones(int(args.pad_gib * 2**30) // 4)  # written once, held until the end
     from specviz import load_model
     from specviz.runtime import static_decode
 
