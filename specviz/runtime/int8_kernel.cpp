@@ -81,7 +81,7 @@ at::Tensor linear(const at::Tensor& x_, const at::Tensor& w, const at::Tensor& s
 // is the decode step's). Below AVX-512, two 8-lane halves.
 namespace {
 template <int R>
-void dense_block(const float* w, const float* x, int64_t K, float* out, int64_t ld) {
+SPECVIZ_BLOCK_LOOP void dense_block(const float* w, const float* x, int64_t K, float* out, int64_t ld) {
 #if defined(__AVX512F__)
   __m512 acc[R];
   for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();

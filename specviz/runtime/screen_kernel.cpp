@@ -66,7 +66,7 @@ void chains(Step step, const uint16_t* w, int64_t K2, float* out, int64_t ld) {
 
 // x float32 [R, 2 K2]: each weight widened exactly (a shift, a mask), float32 multiply-adds
 template <int R>
-void screen_f32(const uint16_t* w, const float* x, int64_t K2, float* out, int64_t ld) {
+SPECVIZ_BLOCK_LOOP void screen_f32(const uint16_t* w, const float* x, int64_t K2, float* out, int64_t ld) {
   chains<R>([&](auto& acc, int u, int64_t p) {
 #if defined(__AVX512F__)
     const __m512i b = _mm512_loadu_si512(w + p * 2 * LANES);
@@ -95,7 +95,7 @@ void screen_f32(const uint16_t* w, const float* x, int64_t K2, float* out, int64
 constexpr bool NATIVE_DOT = true;
 // x as bf16 pairs (uint32 [R, K2])
 template <int R>
-void screen_dot(const uint16_t* w, const uint32_t* x, int64_t K2, float* out, int64_t ld) {
+SPECVIZ_BLOCK_LOOP void screen_dot(const uint16_t* w, const uint32_t* x, int64_t K2, float* out, int64_t ld) {
   chains<R>([&](auto& acc, int u, int64_t p) {
     const __m512bh b = (__m512bh)_mm512_loadu_si512(w + p * 2 * LANES);
     for (int r = 0; r < R; ++r)
