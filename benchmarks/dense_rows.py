@@ -11,8 +11,9 @@ product per layer, as a pass reads them) at every width in ``--rows``, every wid
 
 ``--library`` loads a library file instead of building this checkout's, to compare two builds
 process by process (one process can hold one). A width whose time jumps from its neighbours'
-points at its row count's loop (2026-12-07, Zen 4: from 10 rows the loops spent an instruction a
-multiply-add moving a row's pointer back from a vector register; docs/results-log.md).
+points at its row count's loop (2026-12-07, Zen 4: the loops from 5 rows up spent an instruction a
+multiply-add moving a row's pointer back from a vector register, which showed from 13 rows, two
+passes; docs/results-log.md).
 """
 
 from __future__ import annotations

@@ -39,9 +39,9 @@ constexpr int64_t ROWS = 4;    // rows of x that share one pass over a block's w
 // lose by asking (measurements: docs/results-log.md, thirteenth session).
 constexpr int PREFETCH_ROWS = 4;
 constexpr int64_t AHEAD = 32;
-// A block's loop over K for R rows is a function of its own (SPECVIZ_BLOCK_LOOP): inlined into a pass loop
-// that holds every row count's variant, GCC kept the rows' pointers in vector registers and moved
-// one back before each multiply-add (Zen 4, 2 threads: a 30-row float32 product 1.3-1.5x slower).
+// A block's loop over K for R rows is a function of its own (SPECVIZ_BLOCK_LOOP): inlined into a
+// pass loop holding every row count's variant, GCC kept the rows' pointers in vector registers and
+// moved one back before each multiply-add (Zen 4, 2 threads: a 30-row float32 product 1.3x slower).
 #define SPECVIZ_BLOCK_LOOP __attribute__((noinline))
 constexpr int64_t SCREEN_ROWS = 6;  // the int8 screen's (its 24 sums and 4 weights fit AVX-512's 32 registers)
 
